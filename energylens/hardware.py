@@ -43,7 +43,7 @@ class Link:
     latency_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
 class GPU:
     """One GPU model. Dense tensor rates per dtype; sparse rates are not stored as dense."""
 

@@ -1,0 +1,177 @@
+"""The ``energylens`` command line. Bad input: one error line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from energylens.calibration_file import CalibrationFileError
+from energylens.cost.moe import Routing
+from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
+from energylens.hardware import UnknownGPUError, list_gpus
+from energylens.spec import SpecError
+from energylens.zoo import UnknownModelError, list_models, parameter_count
+
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError, UnknownGPUError, UnknownModelError, SpecError, CalibrationFileError,
+    FileNotFoundError,
+)
+
+
+def _console() -> Console:
+    """A console that does not truncate tables when output is not a terminal."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"energylens: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _fusions(text: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = names - set(FUSIONS)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fusion {', '.join(sorted(unknown))}; known: {', '.join(FUSIONS)}")
+    return names
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="predict energy and latency of one deployment")
+    p.add_argument("--model", required=True, help="zoo name, HF repo id or a config.json path")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--num-gpus", type=_positive_int)
+    for name in ("tp", "pp", "ep", "dp"):
+        p.add_argument(f"--{name}", type=_positive_int, default=None if name == "dp" else 1)
+    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--input-tokens", type=_positive_int, default=512)
+    p.add_argument("--output-tokens", type=_positive_int, default=128)
+    p.add_argument("--workload", choices=("batch", "serving"), default="batch")
+    p.add_argument("--dtype", choices=("bf16", "fp8"), default=None,
+                   help="weight dtype (default: the checkpoint's)")
+    fusion = p.add_mutually_exclusive_group()
+    fusion.add_argument("--fusion", type=_fusions, default=DEFAULT_FUSIONS,
+                        help=f"comma list of {', '.join(FUSIONS)} (default: vLLM's)")
+    fusion.add_argument("--no-fusion", action="store_const", const=frozenset(), dest="fusion")
+    p.add_argument("--overlap-sms", type=int, default=0)
+    p.add_argument("--freq-mhz", type=float)
+    p.add_argument("--moe-skew", type=float, default=0.0,
+                   help="Zipf exponent of expert popularity (0 = uniform routing)")
+    p.add_argument("--calibration", help="calibration file (default: the shipped one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_predict)
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from energylens.predict import predict
+
+    routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew > 0 else Routing()
+    deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+                            dp=args.dp, weight_dtype=args.dtype, fusion=args.fusion,
+                            overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
+                            routing=routing)
+    workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
+                        output_tokens=args.output_tokens)
+    result = predict(model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
+                     calibration=args.calibration)
+    if args.json:
+        print(json.dumps(result.as_dict()))
+        return 0
+    from energylens.report_table import print_prediction
+
+    print_prediction(result, console=_console())
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    table = Table(title="Model zoo")
+    for column in ("name", "family", "total params", "active params", "layers", "experts",
+                   "HF id"):
+        table.add_column(column)
+    for model in list_models():
+        total, active = parameter_count(model)
+        experts = f"{model.moe.num_experts} (top-{model.moe.top_k})" if model.moe else "-"
+        table.add_row(model.name, model.family, f"{total / 1e9:.1f}B", f"{active / 1e9:.1f}B",
+                      str(model.num_layers), experts, model.hf_id)
+    _console().print(table)
+    return 0
+
+
+def _cmd_gpus(args: argparse.Namespace) -> int:
+    table = Table(title="GPUs (dense rates; link bandwidth per direction)")
+    for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "SMs", "TDP W",
+                   "scale-up link", "GB/s"):
+        table.add_column(column)
+    for gpu in list_gpus():
+        fp8 = gpu.dense_flops_per_s.get("fp8")
+        table.add_row(gpu.name, f"{gpu.dense_flops_per_s['bf16'] / 1e12:.0f}",
+                      f"{fp8 / 1e12:.0f}" if fp8 else "-", f"{gpu.hbm_capacity_bytes / 1e9:.0f}",
+                      f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}", str(gpu.sm_count),
+                      f"{gpu.tdp_w:.0f}", gpu.intra_node.kind,
+                      f"{gpu.intra_node.bandwidth_bytes_per_s / 1e9:.0f}")
+    _console().print(table)
+    return 0
+
+
+Registrar = Callable[[argparse._SubParsersAction], None]
+
+
+def _registrars() -> list[Registrar]:
+    registrars: list[Registrar] = [_add_predict]
+    for module_name in ("energylens.cli_validate", "energylens.cli_study"):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        registrars.append(module.register)
+    return registrars
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = _Parser(prog="energylens", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for register in _registrars():
+        register(sub)
+    sub.add_parser("models", help="list the model zoo").set_defaults(handler=_cmd_models)
+    sub.add_parser("gpus", help="list the hardware database").set_defaults(handler=_cmd_gpus)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except USER_ERRORS as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"energylens: error: {message}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("energylens: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The calibrated cost model: per-kernel roofline, collectives, MoE routing, power."""

@@ -1,0 +1,67 @@
+"""Collectives: latency plus size-dependent achieved bandwidth, per interconnect.
+
+time = latency + latency_per_hop x log2(n) + algorithm bytes / achieved bus bandwidth,
+achieved = link bandwidth x bus_bandwidth_fraction x s / (s + half_bandwidth_bytes),
+with NCCL's bus-bandwidth convention: all-reduce moves 2(n-1)/n of the message per GPU,
+all-gather and all-to-all (n-1)/n, send/recv the whole message. A group that spans
+nodes runs at the scale-out bandwidth. Communication kernels hold ``sms`` SMs;
+bandwidth grows with them until ``saturation_sms``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.cost.constants import LinkConstants
+from energylens.cost.work import Size
+from energylens.hardware import GPU
+
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommCost:
+    """Time and energy (per GPU) of one collective."""
+
+    latency_s: Size
+    energy_j: Size
+    wire_s: Size  # bandwidth-bound part (what SM allocation speeds up)
+
+
+def link_for_group(*, gpu: GPU, group_size: int) -> tuple[str, float]:
+    """Interconnect kind and per-direction bandwidth used by a group of ``group_size``."""
+    if group_size <= gpu.gpus_per_node:
+        return gpu.intra_node.kind, gpu.intra_node.bandwidth_bytes_per_s
+    return gpu.inter_node.kind, gpu.inter_node.bandwidth_bytes_per_s
+
+
+def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidth: float,
+                    constants: LinkConstants, sms: float | None = None) -> CommCost:
+    """Cost of one collective of ``message_bytes`` (the full tensor, per GPU) over a group."""
+    if group_size <= 1:
+        return CommCost(latency_s=0.0, energy_j=0.0, wire_s=0.0)
+    n = group_size
+    moved = message_bytes * _BUS_FACTOR[kind](n)
+    achieved = (bandwidth * constants.bus_bandwidth_fraction
+                * message_bytes / (message_bytes + constants.half_bandwidth_bytes))
+    if sms is not None:
+        achieved = achieved * min(1.0, max(sms, 1.0) / constants.saturation_sms)
+    wire = moved / achieved
+    base = constants.latency_s + constants.latency_per_hop_s * math.log2(n)
+    latency = base + wire
+    energy = moved * constants.energy_per_byte_j + constants.power_w * latency
+    return CommCost(latency_s=latency, energy_j=energy, wire_s=wire)
+
+
+def overlapped_time(*, compute_s: Size, comm_s: Size, sync_s: float) -> Size:
+    """Wall time of compute and communication that run concurrently."""
+    return np.maximum(compute_s, comm_s) + sync_s

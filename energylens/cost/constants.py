@@ -1,0 +1,82 @@
+"""Empirical constants of the cost model, per GPU and per interconnect.
+
+Defaults here are the speed-of-light tier (datasheet peaks with round-number
+efficiencies, marked ``assumed``); ``energylens calibrate`` fits them to measurements
+and writes a calibration file that :func:`energylens.calibration.load_calibration` reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelConstants:
+    """Latency and energy constants of one GPU model (SI units)."""
+
+    gemm_efficiency_max: float = 0.75  # fraction of dense peak a large GEMM reaches
+    gemm_k_half: float = 96.0  # K at which the GEMM main loop reaches half speed
+    gemm_m_half: float = 16.0  # rows at which tensor-core tiles are half used
+    wave_exponent: float = 0.5  # how strongly partial waves cost (0 = not at all)
+    attention_efficiency_max: float = 0.45  # fused attention, fraction of dense peak
+    memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
+    memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
+    vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
+    roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time
+    kernel_overhead_s: float = 4.0e-6  # fixed time of one kernel (launch, prologue, tail)
+    static_power_w: float = 100.0  # idle with a CUDA context, paid for the whole wall time
+    busy_power_w: float = 150.0  # clocks and leakage while any kernel runs (at boost clock)
+    energy_per_tensor_flop_j: float = 0.6e-12  # bf16 tensor-core FLOP (fp8 at half)
+    energy_per_vector_flop_j: float = 3.0e-12
+    energy_per_hbm_byte_j: float = 30.0e-12  # ~3.9 pJ/bit (HBM2, O'Connor et al. MICRO'17)
+    voltage_floor: float = 0.55  # V(f_min)/V(f_max) ratio proxy for DVFS (assumed)
+    memory_clock_sensitivity: float = 0.05  # memory-bound slowdown per unit of 1/f - 1
+    engine_step_overhead_s: float = 0.0  # serving engine time per step (scheduling, sampling)
+    engine_per_sequence_overhead_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConstants:
+    """Collective constants of one interconnect (all-reduce bus bandwidth convention)."""
+
+    latency_s: float = 10.0e-6  # base latency of one collective
+    latency_per_hop_s: float = 1.0e-6  # added per doubling of the group
+    bus_bandwidth_fraction: float = 0.80  # max achieved bus bandwidth / link bandwidth
+    half_bandwidth_bytes: float = 4.0e6  # message size at which half the max is reached
+    energy_per_byte_j: float = 40.0e-12  # link + switch energy per byte moved (assumed)
+    power_w: float = 40.0  # extra power of a GPU while its communication kernels run
+    saturation_sms: float = 16.0  # SMs at which a communication kernel saturates the link
+    overlap_sync_s: float = 8.0e-6  # synchronisation cost of one overlapped pair
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
+class Calibration:
+    """All constants, by GPU name and by ``<gpu>:<link kind>``; ``source`` names the file."""
+
+    kernels: dict[str, KernelConstants] = field(default_factory=dict)
+    links: dict[str, LinkConstants] = field(default_factory=dict)
+    source: str = "built-in defaults (uncalibrated)"
+
+    def kernel(self, gpu: str) -> KernelConstants:
+        """Kernel constants of ``gpu`` (defaults if not calibrated)."""
+        return self.kernels.get(gpu, KernelConstants())
+
+    def link(self, *, gpu: str, kind: str) -> LinkConstants:
+        """Link constants of ``kind`` on ``gpu`` (defaults if not calibrated)."""
+        return self.links.get(f"{gpu}:{kind}", self.links.get(kind, LinkConstants()))
+
+    def with_kernel(self, gpu: str, **changes: float) -> Calibration:
+        """A copy with some kernel constants of ``gpu`` replaced."""
+        kernels = dict(self.kernels)
+        kernels[gpu] = replace(self.kernel(gpu), **changes)
+        return replace(self, kernels=kernels)
+
+    def with_link(self, key: str, **changes: float) -> Calibration:
+        """A copy with some constants of link ``key`` (``<gpu>:<kind>``) replaced."""
+        links = dict(self.links)
+        links[key] = replace(links.get(key, LinkConstants()), **changes)
+        return replace(self, links=links)
+
+
+KERNEL_FIELDS = tuple(f.name for f in fields(KernelConstants))
+LINK_FIELDS = tuple(f.name for f in fields(LinkConstants))

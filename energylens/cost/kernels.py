@@ -1,0 +1,188 @@
+"""Compile a layer spec into kernels: fusion groups, local shard sizes, derived collectives.
+
+Collectives are derived from the sharding, never written by hand:
+- a contraction over a rank split by a tensor-parallel dimension (``tp``/``etp``) leaves
+  partial sums: all-reduce of its output (row-parallel);
+- an output that keeps a split rank and feeds an op that is not split on it: all-gather;
+- an op that routes tokens onto an expert-parallel rank (``ep``) absent from its inputs:
+  all-to-all dispatch; the op that brings them back: all-to-all combine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from energylens.spec import Einsum, LayerSpec, TensorRef, split_sizes
+
+CollectiveKind = Literal["all_reduce", "all_gather", "all_to_all"]
+TENSOR_PARALLEL_DIMS = ("tp", "etp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collective:
+    """A collective on ``tensor`` over the group of parallel dimension ``dim``."""
+
+    kind: CollectiveKind
+    dim: str
+    tensor: TensorRef
+    after_op: str
+    sizes: dict[str, int]  # local sizes of the tensor's fixed ranks
+    overlap_kernel: int | None = None  # index of the kernel it may overlap with
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernel:
+    """One launch: a single op or a fusion group, with its external reads and writes."""
+
+    name: str
+    ops: tuple[Einsum, ...]
+    op_sizes: tuple[dict[str, int], ...]  # local fixed-rank sizes per op
+    reads: tuple[TensorRef, ...]
+    writes: tuple[TensorRef, ...]
+    io_sizes: dict[str, dict[str, int]]  # local fixed-rank sizes per external tensor name
+    is_expert: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompiledLayer:
+    """Kernels in execution order and the collectives issued after them."""
+
+    kernels: tuple[Kernel, ...]
+    collectives: tuple[Collective, ...]
+
+
+def local_sizes(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
+                degrees: dict[str, int]) -> dict[str, int]:
+    """Fixed-rank sizes that ``op`` sees on one GPU."""
+    local = dict(sizes)
+    for dim, degree in degrees.items():
+        composite = layer.sharded_rank(dim=dim, op_name=op.name)
+        if composite and degree > 1:
+            local.update(split_sizes(composite=composite, sizes=sizes, degree=degree))
+    return local
+
+
+def _split_ranks(*, layer: LayerSpec, op_name: str, dim: str, sizes: dict[str, int],
+                 degree: int) -> set[str]:
+    composite = layer.sharded_rank(dim=dim, op_name=op_name)
+    if not composite or degree <= 1:
+        return set()
+    return set(split_sizes(composite=composite, sizes=sizes, degree=degree))
+
+
+def fusion_groups(*, layer: LayerSpec, enabled: frozenset[str]) -> list[list[str]]:
+    """Enabled fusion groups of ``layer``, merged where they share ops, in op order."""
+    order = [op.name for op in layer.ops]
+    groups: list[set[str]] = []
+    for name, members in layer.fusion.items():
+        if name not in enabled:
+            continue
+        merged = set(members)
+        for other in [g for g in groups if g & merged]:
+            merged |= other
+            groups.remove(other)
+        groups.append(merged)
+    return [sorted(g, key=order.index) for g in groups]
+
+
+def compile_layer(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str, int],
+                  fusion: frozenset[str]) -> CompiledLayer:
+    """Group ops into kernels and derive the collectives that the sharding implies."""
+    groups = fusion_groups(layer=layer, enabled=fusion)
+    group_of = {name: i for i, g in enumerate(groups) for name in g}
+    consumers: dict[str, list[str]] = {}
+    for op in layer.ops:
+        for tensor in op.inputs:
+            consumers.setdefault(tensor.name, []).append(op.name)
+    kernels: list[Kernel] = []
+    kernel_of: dict[str, int] = {}
+    for op in layer.ops:
+        if op.name in kernel_of:
+            continue
+        members = groups[group_of[op.name]] if op.name in group_of else [op.name]
+        kernel = _make_kernel(layer=layer, members=members, sizes=sizes, degrees=degrees,
+                              consumers=consumers)
+        for name in members:
+            kernel_of[name] = len(kernels)
+        kernels.append(kernel)
+    collectives = [
+        _with_overlap(layer=layer, collective=c, kernel_of=kernel_of)
+        for op in layer.ops
+        for c in _derive_collectives(layer=layer, op=op, sizes=sizes, degrees=degrees,
+                                     consumers=consumers)
+    ]
+    return CompiledLayer(kernels=tuple(kernels), collectives=tuple(collectives))
+
+
+def _make_kernel(*, layer: LayerSpec, members: list[str], sizes: dict[str, int],
+                 degrees: dict[str, int], consumers: dict[str, list[str]]) -> Kernel:
+    ops = tuple(layer.op(n) for n in members)
+    op_sizes = tuple(local_sizes(layer=layer, op=op, sizes=sizes, degrees=degrees) for op in ops)
+    produced = {op.output.name for op in ops}
+    reads: dict[str, TensorRef] = {}
+    io_sizes: dict[str, dict[str, int]] = {}
+    for op, local in zip(ops, op_sizes, strict=True):
+        for tensor in op.inputs:
+            if tensor.name not in produced and tensor.name not in reads:
+                reads[tensor.name] = tensor
+                io_sizes[tensor.name] = local
+    writes: list[TensorRef] = []
+    for op, local in zip(ops, op_sizes, strict=True):
+        outside = [c for c in consumers.get(op.output.name, []) if c not in members]
+        if op.persistent_output or outside or not consumers.get(op.output.name):
+            writes.append(op.output)
+            io_sizes[op.output.name] = local
+    return Kernel(
+        name="+".join(members) if len(members) > 1 else members[0],
+        ops=ops,
+        op_sizes=op_sizes,
+        reads=tuple(reads.values()),
+        writes=tuple(writes),
+        io_sizes=io_sizes,
+        is_expert=any("x" in op.output.ranks and "t" in op.output.ranks for op in ops),
+    )
+
+
+def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
+                        degrees: dict[str, int],
+                        consumers: dict[str, list[str]]) -> list[Collective]:
+    found: list[Collective] = []
+    out_sizes = local_sizes(layer=layer, op=op, sizes=sizes, degrees=degrees)
+    for dim in TENSOR_PARALLEL_DIMS:
+        split = _split_ranks(layer=layer, op_name=op.name, dim=dim, sizes=sizes,
+                             degree=degrees.get(dim, 1))
+        if not split:
+            continue
+        if op.kind == "contraction" and split & set(op.contracted_ranks):
+            found.append(Collective(kind="all_reduce", dim=dim, tensor=op.output,
+                                    after_op=op.name, sizes=out_sizes))
+            continue
+        kept = split & set(op.output.ranks)
+        for consumer in consumers.get(op.output.name, []):
+            theirs = _split_ranks(layer=layer, op_name=consumer, dim=dim, sizes=sizes,
+                                  degree=degrees.get(dim, 1))
+            if kept - theirs:
+                found.append(Collective(kind="all_gather", dim=dim, tensor=op.output,
+                                        after_op=op.name, sizes=out_sizes))
+                break
+    ep_split = _split_ranks(layer=layer, op_name=op.name, dim="ep", sizes=sizes,
+                            degree=degrees.get("ep", 1))
+    if ep_split and op.kind == "gather":
+        input_ranks = {r for t in op.inputs for r in t.ranks}
+        if ep_split & set(op.output.ranks) - input_ranks:
+            found.append(Collective(kind="all_to_all", dim="ep", tensor=op.output,
+                                    after_op=op.name, sizes=out_sizes))
+        elif ep_split & input_ranks - set(op.output.ranks):
+            routed = next(t for t in op.inputs if ep_split & set(t.ranks))
+            found.append(Collective(kind="all_to_all", dim="ep", tensor=routed,
+                                    after_op=op.name, sizes=out_sizes))
+    return found
+
+
+def _with_overlap(*, layer: LayerSpec, collective: Collective,
+                  kernel_of: dict[str, int]) -> Collective:
+    for item in layer.overlap:
+        if item.comm_of == collective.after_op:
+            return Collective(**{**collective.__dict__, "overlap_kernel": kernel_of[item.with_ops[0]]})
+    return collective

@@ -1,0 +1,111 @@
+"""MoE routing: token load of the most-loaded EP rank and distinct activated experts.
+
+Expert popularity comes from a routing distribution (uniform, Zipf with exponent ``s``,
+Dirichlet with concentration ``alpha``, or a measured histogram). Experts are placed on
+EP ranks in contiguous blocks; the hot experts' positions are random, so rank shares are
+averaged over random placements (fixed seed: predictions are deterministic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+
+RoutingKind = Literal["uniform", "zipf", "dirichlet", "histogram"]
+_PLACEMENTS = 64
+_SEED = 20260101
+
+
+@dataclass(frozen=True, kw_only=True)
+class Routing:
+    """A routing distribution over experts. ``skew``: Zipf exponent or Dirichlet alpha."""
+
+    kind: RoutingKind = "uniform"
+    skew: float = 0.0
+    histogram: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind in ("zipf", "dirichlet") and self.skew <= 0 and self.kind == "dirichlet":
+            raise ValueError("dirichlet routing needs alpha > 0")
+        if self.skew < 0:
+            raise ValueError(f"routing skew must be >= 0, got {self.skew}")
+        if self.kind == "histogram" and (not self.histogram or min(self.histogram) < 0):
+            raise ValueError("histogram routing needs non-negative expert counts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpertLoad:
+    """Per-step expert work of the EP group, for the critical (max) rank and the mean rank."""
+
+    tokens_max_rank: float  # expected token-expert assignments on the most loaded rank
+    tokens_mean_rank: float
+    active_experts_max_rank: float  # distinct experts whose weights the slowest rank reads
+    active_experts_mean_rank: float
+
+
+def expert_popularity(*, routing: Routing, num_experts: int) -> np.ndarray:
+    """Probability that a routed slot goes to each expert (sums to 1), sorted descending."""
+    if routing.kind == "uniform" or (routing.kind == "zipf" and routing.skew == 0):
+        return np.full(num_experts, 1.0 / num_experts)
+    if routing.kind == "zipf":
+        weights = 1.0 / np.arange(1, num_experts + 1) ** routing.skew
+    elif routing.kind == "dirichlet":
+        weights = np.sort(np.random.default_rng(_SEED).dirichlet(
+            np.full(num_experts, routing.skew)))[::-1]
+    else:
+        if len(routing.histogram) != num_experts:
+            raise ValueError(
+                f"routing histogram has {len(routing.histogram)} bins, model has {num_experts} experts"
+            )
+        weights = np.sort(np.asarray(routing.histogram, dtype=float))[::-1]
+    return weights / weights.sum()
+
+
+@lru_cache(maxsize=4096)
+def _rank_shares(routing: Routing, num_experts: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Popularity per placement: shape (placements, ep, experts_per_rank)."""
+    popularity = expert_popularity(routing=routing, num_experts=num_experts)
+    per_rank = num_experts // ep
+    if routing.kind == "uniform" or np.allclose(popularity, popularity[0]):
+        placed = np.broadcast_to(popularity.reshape(1, ep, per_rank), (1, ep, per_rank))
+        return placed, placed.sum(axis=2)
+    rng = np.random.default_rng(_SEED)
+    perms = np.stack([rng.permutation(num_experts) for _ in range(_PLACEMENTS)])
+    placed = popularity[perms].reshape(_PLACEMENTS, ep, per_rank)
+    return placed, placed.sum(axis=2)
+
+
+def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> float:
+    """E[max_r X_r] for independent normals, by a fixed-seed sample (cached inputs)."""
+    if mean.shape[-1] == 1:
+        return float(mean.mean())
+    z = np.random.default_rng(_SEED).standard_normal((256, *mean.shape))
+    return float(np.maximum(mean + std * z, 0.0).max(axis=-1).mean())
+
+
+@lru_cache(maxsize=65536)
+def expert_load(*, routing: Routing, num_experts: int, top_k: int, ep: int,
+                tokens: float) -> ExpertLoad:
+    """Expected per-rank load when ``tokens`` tokens each pick ``top_k`` of the experts."""
+    if num_experts % ep:
+        raise ValueError(f"ep={ep} does not divide {num_experts} experts")
+    placed, shares = _rank_shares(routing, num_experts, ep)
+    slots = tokens * top_k
+    mean_load = slots * shares
+    std_load = np.sqrt(np.maximum(slots * shares * (1.0 - shares), 0.0))
+    tokens_max = _expected_max_normal(mean_load, std_load) if ep > 1 else slots
+    # P(expert i chosen by one token) ~= min(1, k * p_i) for top-k without replacement.
+    pick = np.minimum(1.0, top_k * placed)
+    chosen = 1.0 - (1.0 - pick) ** tokens
+    active = chosen.sum(axis=2)  # (placements, ep)
+    active_std = np.sqrt((chosen * (1.0 - chosen)).sum(axis=2))
+    active_max = _expected_max_normal(active, active_std) if ep > 1 else float(active.mean())
+    return ExpertLoad(
+        tokens_max_rank=max(tokens_max, slots / ep),
+        tokens_mean_rank=slots / ep,
+        active_experts_max_rank=min(max(active_max, float(active.mean())), num_experts / ep),
+        active_experts_mean_rank=float(active.mean()),
+    )

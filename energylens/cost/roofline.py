@@ -1,0 +1,128 @@
+"""Latency and dynamic energy of one kernel: a roofline with fitted efficiency curves.
+
+compute time = tensor FLOPs / (peak(dtype) x f/f_boost x eff_gemm)
+             + vector FLOPs / (fp32 peak x f/f_boost x eff_vector)
+memory time  = external bytes / (HBM peak x eff_mem(bytes)), barely clock dependent
+latency      = (compute^q + memory^q)^(1/q) + kernel overhead   (q: roofline sharpness)
+dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes + busy power x v(f)^2 f x latency
+A kernel whose power would exceed the board limit is stretched until it does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.cost.constants import KernelConstants
+from energylens.cost.kernels import Kernel
+from energylens.cost.work import Size, gemm_shape, op_flops, tensor_bytes
+from energylens.hardware import GPU
+
+TILE = 128.0  # output tile edge used for wave quantisation
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClockState:
+    """GPU core clock relative to boost, and the dynamic-power scale it implies."""
+
+    ratio: float  # f / f_boost
+    dynamic_scale: float  # (V(f)/V(f_boost))^2
+
+    @classmethod
+    def at(cls, *, gpu: GPU, freq_mhz: float | None, constants: KernelConstants) -> ClockState:
+        """Clock state at ``freq_mhz`` (boost clock when None)."""
+        ratio = 1.0 if freq_mhz is None else freq_mhz / gpu.boost_clock_mhz
+        floor = constants.voltage_floor
+        low = gpu.min_clock_mhz / gpu.boost_clock_mhz
+        voltage = floor + (1.0 - floor) * max(ratio - low, 0.0) / (1.0 - low)
+        return cls(ratio=ratio, dynamic_scale=voltage**2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelCost:
+    """Latency and dynamic energy of one kernel (arrays over the phase's context points)."""
+
+    latency_s: Size
+    compute_s: Size
+    memory_s: Size
+    compute_energy_j: Size  # FLOP energy + busy power while compute-bound
+    memory_energy_j: Size  # byte energy + busy power while memory-bound
+    flops: Size
+    bytes: Size
+
+
+def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
+                    constants: KernelConstants) -> Size:
+    """Fraction of dense peak for an (M x K) @ (K x N) GEMM batch: waves, K ramp, small M."""
+    tiles = np.ceil(m / TILE) * np.ceil(n / TILE) * batch
+    waves = np.ceil(tiles / gpu.sm_count)
+    wave_eff = tiles / (waves * gpu.sm_count)
+    return (constants.gemm_efficiency_max * wave_eff**constants.wave_exponent
+            * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
+
+
+def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
+    """Fraction of HBM peak reached when streaming ``nbytes``."""
+    return constants.memory_efficiency_max * nbytes / (nbytes + constants.memory_half_bytes)
+
+
+def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None, gpu: GPU,
+                constants: KernelConstants, clock: ClockState, weight_dtype: str,
+                compute_slowdown: float = 1.0) -> KernelCost:
+    """Price one kernel. ``compute_slowdown`` > 1 when overlapped communication holds SMs."""
+    tensor_time: Size = 0.0
+    vector_time: Size = 0.0
+    tensor_flops: Size = 0.0
+    tensor_energy_flops: Size = 0.0  # fp8/int8 FLOPs count half
+    vector_flops: Size = 0.0
+    fused_attention = sum(1 for op in kernel.ops if op.causal) > 1
+    for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
+        sizes = {**local, **phase}
+        flops = op_flops(op=op, sizes=sizes, window=window)
+        if op.kind != "contraction":
+            vector_flops = vector_flops + flops
+            vector_time = vector_time + flops / (
+                gpu.peak_flops_per_s("fp32") * constants.vector_efficiency)
+            continue
+        uses_weight = any(t.name.startswith("W") for t in op.inputs)
+        dtype = weight_dtype if uses_weight else "bf16"
+        peak = gpu.peak_flops_per_s(dtype)
+        shape = gemm_shape(op=op, sizes=sizes, window=window)
+        if fused_attention and op.causal:
+            eff = constants.attention_efficiency_max * shape.m / (shape.m + constants.gemm_m_half)
+        else:
+            eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
+                                  constants=constants)
+        scale = 0.5 if dtype in ("fp8", "int8") else 1.0
+        tensor_flops = tensor_flops + flops
+        tensor_energy_flops = tensor_energy_flops + flops * scale
+        tensor_time = tensor_time + flops / (peak * eff)
+    nbytes: Size = 0.0
+    for tensor in (*kernel.reads, *kernel.writes):
+        sizes = {**kernel.io_sizes[tensor.name], **phase}
+        nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
+                                       window=window)
+    compute_s = (tensor_time + vector_time) * compute_slowdown / clock.ratio
+    memory_s = (nbytes / (gpu.hbm_bandwidth_bytes_per_s
+                          * memory_efficiency(nbytes=nbytes, constants=constants))
+                * (1.0 + constants.memory_clock_sensitivity * (1.0 / clock.ratio - 1.0)))
+    q = constants.roofline_sharpness
+    latency = (compute_s**q + memory_s**q) ** (1.0 / q) + constants.kernel_overhead_s
+    flop_energy = (tensor_energy_flops * constants.energy_per_tensor_flop_j
+                   + vector_flops * constants.energy_per_vector_flop_j) * clock.dynamic_scale
+    byte_energy = nbytes * constants.energy_per_hbm_byte_j
+    busy_w = constants.busy_power_w * clock.ratio * clock.dynamic_scale
+    headroom_w = gpu.tdp_w - constants.static_power_w - busy_w
+    latency = np.maximum(latency, (flop_energy + byte_energy) / max(headroom_w, 1.0))
+    compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
+    busy_energy = busy_w * latency
+    return KernelCost(
+        latency_s=latency,
+        compute_s=compute_s,
+        memory_s=memory_s,
+        compute_energy_j=flop_energy + busy_energy * compute_share,
+        memory_energy_j=byte_energy + busy_energy * (1.0 - compute_share),
+        flops=tensor_flops + vector_flops,
+        bytes=nbytes,
+    )

@@ -1,0 +1,98 @@
+"""FLOPs, bytes and GEMM shape of one op at given rank sizes (scalars or numpy arrays).
+
+Phase ranks (``b, m, p, t, n``) may be numpy arrays, so one call prices an op at several
+context lengths at once. Under a causal mask over (m, p) the op visits
+sum_{i=1..m} min(p - m + i, window) query-key pairs instead of m * p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.spec import Einsum, TensorRef
+
+Size = float | np.ndarray
+ACTIVATION_BYTES = 2.0  # bf16 activations and KV cache
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0}
+KV_TENSORS = ("KC", "VC")
+EXPERT_WEIGHT_RANK = "x"
+ACTIVE_EXPERTS = "x_active"  # size key: distinct experts whose weights are read
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmShape:
+    """Rows (tokens), columns, reduction length and independent batch of a contraction."""
+
+    m: Size
+    n: Size
+    k: Size
+    batch: Size
+
+
+def causal_pairs(*, m: Size, p: Size, window: float | None) -> Size:
+    """Query-key pairs visited by m new queries at the end of a context of p keys."""
+    first = p - m + 1  # keys visible to the first new query
+    if window is None:
+        return m * (first + p) / 2
+    w = window
+    full = m * (first + p) / 2
+    saturated = m * w
+    partial = (w * (w + 1) / 2 - (first - 1) * first / 2) + (p - w) * w
+    return np.where(p <= w, full, np.where(first >= w, saturated, partial))
+
+
+def _product(ranks: tuple[str, ...], sizes: dict[str, Size]) -> Size:
+    out: Size = 1.0
+    for rank in ranks:
+        out = out * sizes[rank]
+    return out
+
+
+def _pair_factor(op: Einsum, sizes: dict[str, Size], window: float | None) -> Size:
+    """Visited (m, p) pairs relative to the full m * p rectangle (1 without a mask)."""
+    if op.causal is None:
+        return 1.0
+    q, k = op.causal
+    return causal_pairs(m=sizes[q], p=sizes[k], window=window) / (sizes[q] * sizes[k])
+
+
+def op_flops(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> Size:
+    """FLOPs of ``op``: 2 x all ranks for a contraction, per-element cost otherwise."""
+    factor = _pair_factor(op, sizes, window)
+    if op.kind == "contraction":
+        return 2.0 * _product(op.ranks, sizes) * factor
+    return op.flops_per_element * _product(op.output.ranks, sizes) * factor
+
+
+def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str,
+                 window: float | None) -> Size:
+    """Bytes of ``tensor``: weights in the weight dtype, KV cache clipped to the window."""
+    if tensor.name.startswith("W"):
+        ranks = sizes
+        if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
+            ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
+        return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype]
+    if tensor.name in KV_TENSORS and window is not None:
+        kv_len = np.minimum(sizes["p"], window + sizes["m"] - 1)
+        return _product(tensor.ranks, {**sizes, "p": kv_len}) * ACTIVATION_BYTES
+    return _product(tensor.ranks, sizes) * ACTIVATION_BYTES
+
+
+def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> GemmShape:
+    """Batch = ranks on all three tensors; M = output x first input; N = output x second."""
+    first, second = op.inputs
+    out = set(op.output.ranks)
+    batch = [r for r in op.output.ranks if r in first.ranks and r in second.ranks]
+    rows = [r for r in op.output.ranks if r in first.ranks and r not in batch]
+    cols = [r for r in op.output.ranks if r in second.ranks and r not in first.ranks]
+    red = [r for r in op.ranks if r not in out]
+    n = _product(tuple(cols), sizes)
+    k = _product(tuple(red), sizes)
+    factor = _pair_factor(op, sizes, window)
+    if op.causal and op.causal[1] in cols:
+        n = n * factor
+    elif op.causal and op.causal[1] in red:
+        k = k * factor
+    return GemmShape(m=_product(tuple(rows), sizes), n=n, k=k, batch=_product(tuple(batch), sizes))

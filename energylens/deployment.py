@@ -1,0 +1,148 @@
+"""Deployment and workload descriptions, checked against a model at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from energylens.cost.moe import Routing
+from energylens.modelconfig import ModelConfig
+from energylens.spec import SpecError, split_sizes
+
+#: Fusion groups the families declare. vLLM's defaults: all but ``act`` (SiLU-and-mul
+#: runs as its own kernel there).
+FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
+DEFAULT_FUSIONS = frozenset({"attention", "qkv", "gate_up", "norm_residual"})
+
+
+class ConfigError(ValueError):
+    """A deployment or workload that cannot describe a real run (one-line message)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    """How a model is placed on GPUs and run.
+
+    A replica spans ``tp x ep x pp`` GPUs; ``dp`` replicas serve independent requests.
+    For MoE models under EP, attention and dense layers are tensor-parallel over the
+    whole ``tp x ep`` group (vLLM's layout: EP size = TP size) and each expert is split
+    ``tp`` ways.
+    """
+
+    num_gpus: int | None = None
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int | None = None
+    weight_dtype: str | None = None  # None: the checkpoint's dtype
+    fusion: frozenset[str] = DEFAULT_FUSIONS
+    overlap_sms: int = 0
+    freq_mhz: float | None = None
+    routing: Routing = field(default_factory=Routing)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "ep"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.dp is not None and self.dp < 1:
+            raise ConfigError(f"dp must be >= 1, got {self.dp}")
+        if self.num_gpus is not None and self.num_gpus < 1:
+            raise ConfigError(f"num_gpus must be >= 1, got {self.num_gpus}")
+        if self.overlap_sms < 0:
+            raise ConfigError(f"overlap_sms must be >= 0, got {self.overlap_sms}")
+        if self.freq_mhz is not None and self.freq_mhz <= 0:
+            raise ConfigError(f"freq_mhz must be > 0, got {self.freq_mhz}")
+        unknown = set(self.fusion) - set(FUSIONS)
+        if unknown:
+            raise ConfigError(f"unknown fusion {sorted(unknown)}; known: {', '.join(FUSIONS)}")
+        if self.weight_dtype not in (None, "bf16", "fp16", "fp8"):
+            raise ConfigError(f"weight dtype must be bf16, fp16 or fp8, got {self.weight_dtype}")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one model replica occupies."""
+        return self.tp * self.ep * self.pp
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas (inferred from ``num_gpus`` when ``dp`` is not given)."""
+        if self.dp is not None:
+            return self.dp
+        if self.num_gpus is None:
+            return 1
+        return max(1, self.num_gpus // self.gpus_per_replica)
+
+    @property
+    def total_gpus(self) -> int:
+        """All GPUs of the deployment."""
+        return self.gpus_per_replica * self.replicas
+
+    def degrees(self, model: ModelConfig) -> dict[str, int]:
+        """Split degree per sharding dimension of the family specs."""
+        return {"tp": self.tp * self.ep, "etp": self.tp, "ep": self.ep}
+
+
+def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,
+                     gpu_clock_range: tuple[float, float]) -> None:
+    """Raise :class:`ConfigError` if the deployment cannot run ``model`` at all."""
+    d = deployment
+    if d.num_gpus is not None:
+        if d.gpus_per_replica * (d.dp or 1) > d.num_gpus:
+            raise ConfigError(
+                f"tp*ep*pp*dp = {d.gpus_per_replica * (d.dp or 1)} parallel ranks "
+                f"exceed num_gpus = {d.num_gpus}"
+            )
+        if d.num_gpus % d.gpus_per_replica:
+            raise ConfigError(
+                f"num_gpus = {d.num_gpus} is not a multiple of tp*ep*pp = {d.gpus_per_replica}"
+            )
+        if d.dp is not None and d.gpus_per_replica * d.dp != d.num_gpus:
+            raise ConfigError(f"tp*ep*pp*dp = {d.gpus_per_replica * d.dp} != num_gpus = {d.num_gpus}")
+    if d.ep > 1:
+        if model.moe is None:
+            raise ConfigError(f"ep = {d.ep} but {model.name} is a dense model (no experts)")
+        if model.moe.num_experts % d.ep:
+            raise ConfigError(
+                f"ep = {d.ep} does not divide the {model.moe.num_experts} experts of {model.name}"
+            )
+    attention_tp = d.tp * d.ep
+    if model.num_heads % attention_tp:
+        raise ConfigError(
+            f"tp{'*ep' if d.ep > 1 else ''} = {attention_tp} does not divide the "
+            f"{model.num_heads} attention heads of {model.name}"
+        )
+    try:
+        split_sizes(composite="g*r", sizes={"g": model.num_kv_heads,
+                    "r": model.num_heads // model.num_kv_heads}, degree=attention_tp)
+    except SpecError:
+        raise ConfigError(
+            f"tp = {attention_tp} does not divide the {model.num_kv_heads} KV heads of "
+            f"{model.name} (nor a multiple of them)"
+        ) from None
+    if d.pp > model.num_layers:
+        raise ConfigError(f"pp = {d.pp} exceeds the {model.num_layers} layers of {model.name}")
+    if d.freq_mhz is not None:
+        low, high = gpu_clock_range
+        if not low <= d.freq_mhz <= high:
+            raise ConfigError(
+                f"freq_mhz = {d.freq_mhz:g} is outside {gpu_name}'s range {low:g}-{high:g} MHz"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """``batch``: one static batch, prefill then decode. ``serving``: continuous batching
+    at steady state with ``batch`` running sequences of mean input/output lengths."""
+
+    kind: Literal["batch", "serving"] = "batch"
+    batch: float = 1  # may be fractional in ``serving`` (a measured mean)
+    input_tokens: float = 512
+    output_tokens: float = 128
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("batch", "serving"):
+            raise ConfigError(f"workload must be 'batch' or 'serving', got {self.kind!r}")
+        for name in ("batch", "input_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ConfigError(f"{name} must be > 0, got {value}")

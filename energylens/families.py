@@ -1,0 +1,157 @@
+"""Model families written once as einsums (YAML parts) and bound to a model's sizes.
+
+A layer is assembled from parts in ``energylens/data/families``: attention, then a dense
+MLP (gated or plain) or routed experts (plus optional shared experts). A model is a set
+of layer groups (dense/MoE x full/sliding attention) with layer counts, and a head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from energylens.modelconfig import ModelConfig
+from energylens.spec import (
+    Einsum,
+    LayerSpec,
+    Overlap,
+    SpecError,
+    parse_einsum,
+    validate_layer,
+)
+
+#: Ranks whose sizes depend on the phase (batch, new tokens, context, tokens per expert).
+PHASE_RANKS = ("b", "m", "p", "t", "n")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
+class LayerGroup:
+    """``count`` identical layers sharing one spec, attention window and model sizes."""
+
+    name: str
+    layer: LayerSpec
+    count: float
+    window: int | None
+    sizes: dict[str, int]
+    is_moe: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelGraph:
+    """A model as einsum layer groups plus its head (embedding, final norm, LM head)."""
+
+    model: ModelConfig
+    groups: tuple[LayerGroup, ...]
+    head: LayerSpec
+    head_sizes: dict[str, int]
+
+
+@cache
+def _part(name: str) -> dict[str, Any]:
+    text = resources.files("energylens.data.families").joinpath(f"{name}.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str) -> LayerSpec:
+    """Assemble a layer from YAML parts (ops, fusion, sharding, overlap), in order."""
+    ops: list[Einsum] = []
+    fusion: dict[str, list[str]] = {}
+    sharding: dict[str, dict[str, list[str]]] = {}
+    overlap: list[Overlap] = []
+    for part in parts:
+        for op_name, body in part.get("ops", {}).items():
+            ops.append(_parse_op(op_name=op_name, body=body, norm=norm))
+        for group, members in part.get("fusion", {}).items():
+            fusion.setdefault(group, []).extend(m for m in members if m not in fusion.get(group, []))
+        for dim, ranks in part.get("sharding", {}).items():
+            for rank, members in ranks.items():
+                sharding.setdefault(dim, {}).setdefault(rank, []).extend(members)
+        for item in part.get("overlap", []):
+            overlap.append(Overlap(comm_of=item["comm"], with_ops=tuple(item["with"])))
+    names = [op.name for op in ops]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise SpecError(f"layer {name!r}: op names used twice: {sorted(duplicates)}")
+    return LayerSpec(
+        name=name,
+        ops=tuple(ops),
+        fusion={g: tuple(m) for g, m in fusion.items()},
+        sharding={d: {r: tuple(m) for r, m in rs.items()} for d, rs in sharding.items()},
+        overlap=tuple(overlap),
+    )
+
+
+def _parse_op(*, op_name: str, body: Any, norm: str) -> Einsum:
+    if isinstance(body, str):
+        body = {"einsum": body}
+    if not isinstance(body, dict) or "einsum" not in body:
+        raise SpecError(f"op {op_name!r}: expected a string or a mapping with 'einsum'")
+    return parse_einsum(
+        name=op_name,
+        text=body["einsum"].replace("{norm}", norm),
+        persistent_output=bool(body.get("persistent", False)),
+        causal=body.get("causal"),
+    )
+
+
+def _norm(model: ModelConfig) -> str:
+    return "rmsnorm" if model.norm_type == "rmsnorm" else "layernorm"
+
+
+def attention_sizes(model: ModelConfig) -> dict[str, int]:
+    """Sizes of the attention ranks (MLA is approximated by its decompressed heads)."""
+    g = model.num_kv_heads
+    return {"d": model.hidden_size, "g": g, "r": model.num_heads // g, "e": model.head_dim}
+
+
+@cache
+def build_graph(model: ModelConfig) -> ModelGraph:
+    """Bind the family einsums to ``model``'s sizes; validates every layer."""
+    norm = _norm(model)
+    attention = _part("attention")
+    mlp = _part("mlp_gated" if model.gated_mlp else "mlp_plain")
+    base = attention_sizes(model)
+    groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
+    moe = model.moe
+    num_dense = model.num_layers - (moe.num_moe_layers if moe else 0)
+    if num_dense > 0:
+        ffn = moe.dense_layer_ffn if moe and moe.dense_layer_ffn else model.ffn_size
+        layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm)
+        groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
+    if moe:
+        parts = [attention, _part("moe")]
+        sizes = {**base, "f": moe.expert_ffn, "x": moe.num_experts}
+        if moe.num_shared_experts:
+            parts.append(_part("shared_expert"))
+            sizes["s"] = moe.num_shared_experts * moe.shared_expert_ffn
+        layer = parse_layer(name="moe", parts=parts, norm=norm)
+        groups.append(("moe", layer, float(moe.num_moe_layers), sizes, True))
+    bound = _split_by_window(model=model, groups=groups)
+    for group in bound:
+        validate_layer(layer=group.layer, sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+    head = parse_layer(name="head", parts=[_part("head")], norm=norm)
+    head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
+    validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+    return ModelGraph(model=model, groups=tuple(bound), head=head, head_sizes=head_sizes)
+
+
+def _split_by_window(
+    *, model: ModelConfig, groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]]
+) -> list[LayerGroup]:
+    """Split each group into sliding-window and full-attention layers, pro rata."""
+    window = model.sliding_window
+    share = model.num_sliding_layers / model.num_layers if window else 0.0
+    bound: list[LayerGroup] = []
+    for name, layer, count, sizes, is_moe in groups:
+        sliding = count * share
+        if sliding > 0:
+            bound.append(LayerGroup(name=f"{name}-sliding", layer=layer, count=sliding,
+                                    window=window, sizes=sizes, is_moe=is_moe))
+        if count - sliding > 0:
+            bound.append(LayerGroup(name=name, layer=layer, count=count - sliding,
+                                    window=None, sizes=sizes, is_moe=is_moe))
+    return bound

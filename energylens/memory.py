@@ -1,0 +1,78 @@
+"""Memory per GPU: weights + KV cache + activations + runtime reserve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from energylens.cost.kernels import local_sizes
+from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES
+from energylens.families import LayerGroup, ModelGraph
+from energylens.hardware import GPU
+
+#: CUDA context, cuBLAS/NCCL workspaces and allocator slack (assumed, vLLM-like).
+RUNTIME_RESERVE_BYTES = 2.0e9
+#: Share of HBM a serving engine leaves unused (vLLM gpu_memory_utilization = 0.9).
+UNUSABLE_FRACTION = 0.10
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryUse:
+    """Bytes per GPU on the most loaded pipeline stage."""
+
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    reserve_bytes: float
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything that must fit."""
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.reserve_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether it fits in the usable share of HBM."""
+        return self.total_bytes <= self.capacity_bytes * (1.0 - UNUSABLE_FRACTION)
+
+
+def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dtype: str) -> float:
+    total = 0.0
+    for op in group.layer.ops:
+        local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
+        for tensor in op.inputs:
+            if tensor.name.startswith("W"):
+                elements = 1.0
+                for rank in tensor.ranks:
+                    elements *= local[rank]
+                total += elements * DTYPE_BYTES[weight_dtype]
+    return total
+
+
+def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int]) -> float:
+    op = group.layer.op("k")
+    local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
+    return 2.0 * local["g"] * local["e"] * ACTIVATION_BYTES
+
+
+def memory_use(*, graph: ModelGraph, gpu: GPU, degrees: dict[str, int], pp: int,
+               weight_dtype: str, sequences: float, context_tokens: float,
+               step_tokens: float) -> MemoryUse:
+    """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``."""
+    weights = 0.0
+    kv = 0.0
+    for group in graph.groups:
+        weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
+                                                     weight_dtype=weight_dtype)
+        kept = min(context_tokens, group.window) if group.window else context_tokens
+        kv += group.count * sequences * kept * _kv_bytes_per_token(group=group, degrees=degrees)
+    weights /= pp
+    kv /= pp
+    model = graph.model
+    vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"] * DTYPE_BYTES[weight_dtype]
+    weights += vocab_shard * (1 if model.tie_word_embeddings else 2)
+    widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
+    per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
+    activations = step_tokens * per_token
+    return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, activation_bytes=activations,
+                     reserve_bytes=RUNTIME_RESERVE_BYTES, capacity_bytes=gpu.hbm_capacity_bytes)

@@ -1,0 +1,41 @@
+"""Human-readable tables of a prediction (ms, GB and kJ at the edge only)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from energylens.predict import Prediction
+
+
+def print_prediction(result: Prediction, *, console: Console | None = None) -> None:
+    """Print the summary and the per-phase energy breakdown."""
+    console = console or Console()
+    status = "[green]feasible[/]" if result.feasible else f"[red]infeasible[/]: {result.infeasible_reason}"
+    console.print(f"[bold]{result.model}[/] on {result.num_gpus} x {result.gpu} "
+                  f"({result.workload} workload): feasible: {str(result.feasible).lower()} "
+                  f"({status})")
+    summary = Table(show_header=False)
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("memory per GPU", f"{result.memory_per_gpu_gb:.1f} GB"),
+        ("TTFT", f"{result.ttft_s * 1e3:.1f} ms"),
+        ("TPOT" if result.workload == "batch" else "inter-token latency",
+         f"{result.tpot_s * 1e3:.2f} ms"),
+        ("output tokens/s", f"{result.output_tokens_per_s:,.0f}"),
+        ("average power (all GPUs)", f"{result.avg_power_w:,.0f} W"),
+        ("energy per output token", f"{result.energy_per_output_token_j:.3f} J"),
+        ("energy per request", f"{result.energy_per_request_j:,.1f} J"),
+    ]
+    for name, value in rows:
+        summary.add_row(name, value)
+    console.print(summary)
+    breakdown = Table(title="Energy breakdown (J)")
+    for column in ("phase", "latency", "compute", "memory", "communication", "static", "total"):
+        breakdown.add_column(column, justify="right")
+    for name, phase in (("prefill", result.prefill), ("decode", result.decode)):
+        breakdown.add_row(name, f"{phase.latency_s * 1e3:.1f} ms", f"{phase.compute_j:,.1f}",
+                          f"{phase.memory_j:,.1f}", f"{phase.communication_j:,.1f}",
+                          f"{phase.static_j:,.1f}", f"{phase.energy_j:,.1f}")
+    console.print(breakdown)

@@ -1,0 +1,243 @@
+"""Einsum specification: ops in named-rank notation, fusion groups, sharding, overlap.
+
+An op reads like ``Q[b,m,g,r,e] = N[b,m,d] * WQ[d,g,r,e]`` (a contraction: every rank of
+the inputs that is not on the output is summed over) or
+``A[b,m,p,g,r] = softmax_p(S[b,m,p,g,r])`` (a named elementwise/reduction function).
+FLOPs and bytes follow from the rank sizes; see :mod:`energylens.cost.ops`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+OpKind = Literal["contraction", "elementwise", "reduction", "softmax", "copy", "gather"]
+
+#: FLOPs per output element of the named functions (vector-unit work, not tensor cores).
+FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
+    "rmsnorm": ("reduction", 4.0),
+    "layernorm": ("reduction", 6.0),
+    "softmax": ("softmax", 5.0),
+    "silu_mul": ("elementwise", 5.0),
+    "gelu": ("elementwise", 8.0),
+    "add": ("elementwise", 1.0),
+    "rope": ("elementwise", 3.0),
+    "copy": ("copy", 0.0),
+    "dispatch": ("gather", 0.0),
+    "combine": ("gather", 1.0),
+    "topk": ("reduction", 2.0),
+}
+
+_TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"
+_CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?\s*$")
+_FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+?)(?:_([a-z]))?\((.*)\)\s*$")
+
+
+class SpecError(ValueError):
+    """A model specification is malformed; the message names the op and the rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorRef:
+    """A tensor as an op sees it: name and ordered ranks."""
+
+    name: str
+    ranks: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Einsum:
+    """One op of a layer. ``persistent`` outputs (KV-cache appends) always reach HBM."""
+
+    name: str
+    output: TensorRef
+    inputs: tuple[TensorRef, ...]
+    kind: OpKind
+    function: str | None = None
+    reduced_rank: str | None = None
+    flops_per_element: float = 0.0
+    persistent_output: bool = False
+    causal: tuple[str, str] | None = None  # (query rank, key rank) under a causal mask
+
+    @property
+    def ranks(self) -> tuple[str, ...]:
+        """All ranks the op iterates over, output ranks first."""
+        seen = list(self.output.ranks)
+        for tensor in self.inputs:
+            seen.extend(r for r in tensor.ranks if r not in seen)
+        return tuple(seen)
+
+    @property
+    def contracted_ranks(self) -> tuple[str, ...]:
+        """Ranks read by the op that do not appear on its output."""
+        return tuple(r for r in self.ranks if r not in self.output.ranks)
+
+
+def _tensor(name: str, ranks: str) -> TensorRef:
+    return TensorRef(name=name, ranks=tuple(r.strip() for r in ranks.split(",") if r.strip()))
+
+
+def parse_einsum(
+    *, name: str, text: str, persistent_output: bool = False, causal: str | None = None
+) -> Einsum:
+    """Parse one op from named-rank notation; raises :class:`SpecError` naming the op."""
+    causal_pair = _parse_causal(name=name, causal=causal)
+    match = _FUNCTION.match(text)
+    if match and match.group(3) in FUNCTION_FLOPS_PER_ELEMENT:
+        out = _tensor(match.group(1), match.group(2))
+        args = [_tensor(n, r) for n, r in re.findall(_TENSOR, match.group(5))]
+        if not args:
+            raise SpecError(f"op {name!r}: function {match.group(3)} has no tensor argument")
+        kind, flops = FUNCTION_FLOPS_PER_ELEMENT[match.group(3)]
+        op = Einsum(
+            name=name, output=out, inputs=tuple(args), kind=kind, function=match.group(3),
+            reduced_rank=match.group(4), flops_per_element=flops,
+            persistent_output=persistent_output, causal=causal_pair,
+        )
+    else:
+        match = _CONTRACTION.match(text)
+        if not match:
+            raise SpecError(f"op {name!r}: cannot parse {text!r} (expected 'Y[..] = A[..] * B[..]')")
+        groups = match.groups()
+        out = _tensor(groups[0], groups[1])
+        inputs = [_tensor(groups[2], groups[3])]
+        if groups[4]:
+            inputs.append(_tensor(groups[4], groups[5]))
+        kind: OpKind = "contraction" if len(inputs) == 2 else "copy"
+        op = Einsum(name=name, output=out, inputs=tuple(inputs), kind=kind,
+                    persistent_output=persistent_output, causal=causal_pair)
+    _check_ranks(op)
+    return op
+
+
+def _parse_causal(*, name: str, causal: str | None) -> tuple[str, str] | None:
+    if causal is None:
+        return None
+    parts = [p.strip() for p in causal.split(",")]
+    if len(parts) != 2:
+        raise SpecError(f"op {name!r}: causal must name two ranks 'query,key', got {causal!r}")
+    return parts[0], parts[1]
+
+
+def _check_ranks(op: Einsum) -> None:
+    input_ranks = {r for t in op.inputs for r in t.ranks}
+    for rank in op.output.ranks:
+        if rank not in input_ranks and op.kind not in ("gather",):
+            raise SpecError(
+                f"op {op.name!r}: output rank {rank!r} of {op.output.name} is missing from its inputs"
+            )
+    if op.reduced_rank and op.reduced_rank not in input_ranks:
+        raise SpecError(f"op {op.name!r}: reduced rank {op.reduced_rank!r} is not an input rank")
+    if op.causal:
+        for rank in op.causal:
+            if rank not in op.ranks:
+                raise SpecError(f"op {op.name!r}: causal rank {rank!r} is not a rank of the op")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overlap:
+    """Communication of ``comm_of`` runs concurrently with the compute of ``with_ops``."""
+
+    comm_of: str
+    with_ops: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
+class LayerSpec:
+    """The ops of one transformer layer (or the model head), with fusion/sharding/overlap."""
+
+    name: str
+    ops: tuple[Einsum, ...]
+    fusion: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    sharding: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    overlap: tuple[Overlap, ...] = ()
+
+    def op(self, name: str) -> Einsum:
+        """The op called ``name``."""
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise SpecError(f"layer {self.name!r}: unknown op {name!r}")
+
+    def sharded_rank(self, *, dim: str, op_name: str) -> str | None:
+        """The rank that parallel dimension ``dim`` splits in op ``op_name`` (or None)."""
+        for rank, ops in self.sharding.get(dim, {}).items():
+            if op_name in ops:
+                return rank
+        return None
+
+
+def validate_layer(*, layer: LayerSpec, sizes: dict[str, object]) -> None:
+    """Check a layer against rank sizes: known ranks, consistent tensors, known op names."""
+    op_names = {op.name for op in layer.ops}
+    tensor_ranks: dict[str, tuple[str, ...]] = {}
+    for op in layer.ops:
+        for rank in op.ranks:
+            if rank not in sizes:
+                raise SpecError(f"op {op.name!r}: unknown rank {rank!r} (no size given)")
+        for tensor in (op.output, *op.inputs):
+            known = tensor_ranks.setdefault(tensor.name, tensor.ranks)
+            if known != tensor.ranks:
+                raise SpecError(
+                    f"op {op.name!r}: size mismatch for tensor {tensor.name}: ranks "
+                    f"{list(tensor.ranks)} here but {list(known)} elsewhere"
+                )
+    for group, members in layer.fusion.items():
+        for member in members:
+            if member not in op_names:
+                raise SpecError(f"fusion group {group!r}: unknown op {member!r}")
+    for dim, ranks in layer.sharding.items():
+        for rank, ops in ranks.items():
+            for op_name in ops:
+                if op_name not in op_names:
+                    raise SpecError(f"sharding {dim}.{rank}: unknown op {op_name!r}")
+                if rank.split("*")[0] not in layer.op(op_name).ranks:
+                    raise SpecError(
+                        f"op {op_name!r}: sharded rank {rank!r} ({dim}) is not a rank of the op"
+                    )
+    for item in layer.overlap:
+        for op_name in (item.comm_of, *item.with_ops):
+            if op_name not in op_names:
+                raise SpecError(f"overlap: unknown op {op_name!r}")
+
+
+def split_sizes(*, composite: str, sizes: dict[str, int], degree: int) -> dict[str, int]:
+    """Local sizes after splitting ``composite`` (``"f"`` or ``"g*r"``) over ``degree`` ranks.
+
+    A composite splits its first rank as far as it goes and the next one for the rest
+    (``g*r`` under TP: KV heads first; with more ranks than KV heads, KV heads are
+    replicated and query heads split further, as vLLM does). Raises :class:`SpecError`
+    when the degree does not divide.
+    """
+    local: dict[str, int] = {}
+    remaining = degree
+    for rank in composite.split("*"):
+        size = sizes[rank]
+        if remaining == 1:
+            break
+        if size % remaining == 0:
+            local[rank] = size // remaining
+            remaining = 1
+        elif remaining % size == 0:
+            local[rank] = 1
+            remaining //= size
+        else:
+            raise SpecError(f"rank {rank!r} of size {size} does not divide by {remaining}")
+    if remaining != 1:
+        raise SpecError(f"ranks {composite!r} of sizes {[sizes[r] for r in composite.split('*')]}"
+                        f" do not divide by {degree}")
+    return local
+
+
+def check_divisible(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str, int]) -> None:
+    """Every sharded rank must divide by its parallel degree; names the op and rank if not."""
+    for dim, ranks in layer.sharding.items():
+        degree = degrees.get(dim, 1)
+        if degree <= 1:
+            continue
+        for rank, ops in ranks.items():
+            try:
+                split_sizes(composite=rank, sizes=sizes, degree=degree)
+            except SpecError as exc:
+                raise SpecError(f"op {ops[0]!r}: {exc} ({dim}={degree})") from None

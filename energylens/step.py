@@ -1,0 +1,216 @@
+"""Price one forward step of a model replica: every layer group, the head, collectives.
+
+A step serves one or more sequence groups at once (a decode batch, a prefill chunk, or
+both under continuous batching). Kernels that touch the context rank ``p`` (attention)
+run once per group; all other kernels see the step's tokens merged into one batch, so
+weights are read once per step. Context lengths may be numpy arrays: one call prices
+several decode steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from energylens.cost.comm import collective_cost, link_for_group, overlapped_time
+from energylens.cost.constants import Calibration, KernelConstants
+from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
+from energylens.cost.moe import Routing, expert_load
+from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
+from energylens.families import LayerGroup, ModelGraph
+from energylens.hardware import GPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceGroup:
+    """``sequences`` sequences each adding ``new_tokens`` to a context of ``context``."""
+
+    sequences: float
+    new_tokens: float
+    context: Size
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCost:
+    """Wall time of one step on a replica and its energy summed over the replica's GPUs."""
+
+    latency_s: Size
+    compute_energy_j: Size
+    memory_energy_j: Size
+    communication_energy_j: Size
+    communication_s: Size  # exposed (not overlapped) communication time
+
+    def __add__(self, other: StepCost) -> StepCost:
+        return StepCost(**{k: getattr(self, k) + getattr(other, k) for k in self.__dict__})
+
+    def scaled(self, factor: float) -> StepCost:
+        """Every field times ``factor``."""
+        return StepCost(**{k: v * factor for k, v in self.__dict__.items()})
+
+
+ZERO = StepCost(latency_s=0.0, compute_energy_j=0.0, memory_energy_j=0.0,
+                communication_energy_j=0.0, communication_s=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepContext:
+    """Everything fixed across the steps of one prediction."""
+
+    graph: ModelGraph
+    gpu: GPU
+    calibration: Calibration
+    degrees: tuple[tuple[str, int], ...]
+    fusion: frozenset[str]
+    weight_dtype: str
+    overlap_sms: int
+    clock: ClockState
+    routing: Routing
+    pp: int
+
+    @property
+    def constants(self) -> KernelConstants:
+        """Kernel constants of this GPU."""
+        return self.calibration.kernel(self.gpu.name)
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one pipeline stage (a tensor/expert-parallel group)."""
+        d = dict(self.degrees)
+        return d["tp"] * self.pp
+
+
+@lru_cache(maxsize=512)
+def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
+              fusion: frozenset[str]) -> CompiledLayer:
+    return compile_layer(layer=group.layer, sizes=group.sizes, degrees=dict(degrees),
+                         fusion=fusion)
+
+
+def _touches_context(kernel: Kernel) -> bool:
+    return any("p" in op.ranks for op in kernel.ops)
+
+
+def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
+                 critical: bool) -> tuple[dict[str, Size], list[dict[str, Size]]]:
+    """Merged-token sizes for linear kernels, and per-group sizes for attention kernels."""
+    sequences = sum(s.sequences for s in seqs)
+    tokens = sum(s.sequences * s.new_tokens for s in seqs)
+    # Linear kernels depend on b*m only; n = 1 logit row per sequence.
+    merged: dict[str, Size] = {"b": sequences, "m": tokens / sequences, "n": 1.0, "p": 1.0,
+                               "t": 1.0}
+    if group.is_moe:
+        moe = ctx.graph.model.moe
+        ep = dict(ctx.degrees)["ep"]
+        load = expert_load(routing=ctx.routing, num_experts=moe.num_experts, top_k=moe.top_k,
+                           ep=ep, tokens=float(tokens))
+        per_rank = moe.num_experts / ep
+        rank_tokens = load.tokens_max_rank if critical else load.tokens_mean_rank
+        merged["t"] = rank_tokens / per_rank
+        merged[ACTIVE_EXPERTS] = (load.active_experts_max_rank if critical
+                                  else load.active_experts_mean_rank)
+    attention = [{"b": s.sequences, "m": s.new_tokens, "p": s.context, "n": 1.0, "t": 1.0}
+                 for s in seqs]
+    return merged, attention
+
+
+def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
+                critical: bool) -> tuple[Size, Size, Size, Size, Size]:
+    """Per-GPU (latency, compute J, memory J, comm J, exposed comm s) of one layer."""
+    compiled = _compiled(group, ctx.degrees, ctx.fusion)
+    merged, attention = _phase_sizes(ctx=ctx, group=group, seqs=seqs, critical=critical)
+    degrees = dict(ctx.degrees)
+    constants = ctx.constants
+    overlapping = {c.overlap_kernel for c in compiled.collectives
+                   if ctx.overlap_sms > 0 and c.overlap_kernel is not None}
+    slowdown = ctx.gpu.sm_count / max(ctx.gpu.sm_count - ctx.overlap_sms, 1)
+    latencies: dict[int, Size] = {}
+    compute_j: Size = 0.0
+    memory_j: Size = 0.0
+    for index, kernel in enumerate(compiled.kernels):
+        phases = attention if _touches_context(kernel) else [merged]
+        for phase in phases:
+            cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
+                               constants=constants, clock=ctx.clock,
+                               weight_dtype=ctx.weight_dtype,
+                               compute_slowdown=slowdown if index in overlapping else 1.0)
+            latencies[index] = latencies.get(index, 0.0) + cost.latency_s
+            compute_j = compute_j + cost.compute_energy_j
+            memory_j = memory_j + cost.memory_energy_j
+    comm_j: Size = 0.0
+    exposed: Size = 0.0
+    for collective in compiled.collectives:
+        size = degrees[collective.dim]
+        kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
+        link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
+        nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **merged},
+                              weight_dtype=ctx.weight_dtype, window=None)
+        overlapped = collective.overlap_kernel in overlapping
+        cost = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
+                               bandwidth=bandwidth, constants=link,
+                               sms=ctx.overlap_sms if overlapped else None)
+        comm_j = comm_j + cost.energy_j
+        if overlapped:
+            index = collective.overlap_kernel
+            hidden = latencies[index]
+            latencies[index] = overlapped_time(compute_s=hidden, comm_s=cost.latency_s,
+                                               sync_s=link.overlap_sync_s)
+        else:
+            exposed = exposed + cost.latency_s
+    latency = sum(latencies.values()) + exposed
+    return latency, compute_j, memory_j, comm_j, exposed
+
+
+def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup]) -> StepCost:
+    """All ``group.count`` layers: latency of the critical GPU, energy of the whole stage."""
+    latency, compute_j, memory_j, comm_j, exposed = _layer_cost(
+        ctx=ctx, group=group, seqs=seqs, critical=True)
+    if group.is_moe and dict(ctx.degrees)["ep"] > 1:
+        _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
+                                                        critical=False)
+    gpus = dict(ctx.degrees)["tp"]
+    return StepCost(latency_s=latency * group.count,
+                    compute_energy_j=compute_j * gpus * group.count,
+                    memory_energy_j=memory_j * gpus * group.count,
+                    communication_energy_j=comm_j * gpus * group.count,
+                    communication_s=exposed * group.count)
+
+
+def _head_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
+    head = LayerGroup(name="head", layer=ctx.graph.head, count=1.0, window=None,
+                      sizes=ctx.graph.head_sizes, is_moe=False)
+    return _group_cost(ctx=ctx, group=head, seqs=seqs)
+
+
+def pipeline_send_s(*, ctx: StepContext, tokens: float) -> float:
+    """Time to pass one micro-batch's activations to the next pipeline stage."""
+    if ctx.pp <= 1:
+        return 0.0
+    kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus)
+    link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
+    message = tokens * ctx.graph.model.hidden_size * ACTIVATION_BYTES
+    return float(collective_cost(kind="send_recv", message_bytes=message, group_size=2,
+                                 bandwidth=bandwidth, constants=link).latency_s)
+
+
+def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
+    """One step through the whole model, pipelined over ``pp`` micro-batches when possible."""
+    batch = sum(s.sequences for s in seqs)
+    micro = max(1.0, min(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
+    micro_seqs = [SequenceGroup(sequences=s.sequences / micro, new_tokens=s.new_tokens,
+                                context=s.context) for s in seqs]
+    total = _head_cost(ctx=ctx, seqs=micro_seqs)
+    for group in ctx.graph.groups:
+        total = total + _group_cost(ctx=ctx, group=group, seqs=micro_seqs)
+    stages = float(ctx.pp)
+    send = pipeline_send_s(ctx=ctx, tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
+    # Stage time = a micro-batch's whole-model time / pp; fill + drain = micro + pp - 1 stages.
+    wall = (micro + stages - 1.0) * (total.latency_s / stages + send)
+    return StepCost(latency_s=wall,
+                    compute_energy_j=total.compute_energy_j * micro,
+                    memory_energy_j=total.memory_energy_j * micro,
+                    communication_energy_j=total.communication_energy_j * micro,
+                    communication_s=total.communication_s * micro / stages
+                    + (micro + stages - 1.0) * send)

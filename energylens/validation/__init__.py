@@ -1,0 +1,1 @@
+"""Loading published measurements to validate and calibrate EnergyLens predictions."""
