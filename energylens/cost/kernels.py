@@ -10,7 +10,7 @@ Collectives are derived from the sharding, never written by hand:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from energylens.spec import Einsum, LayerSpec, TensorRef, split_sizes
@@ -169,11 +169,12 @@ def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
     ep_split = _split_ranks(layer=layer, op_name=op.name, dim="ep", sizes=sizes,
                             degree=degrees.get("ep", 1))
     if ep_split and op.kind == "gather":
-        input_ranks = {r for t in op.inputs for r in t.ranks}
-        if ep_split & set(op.output.ranks) - input_ranks:
-            found.append(Collective(kind="all_to_all", dim="ep", tensor=op.output,
-                                    after_op=op.name, sizes=out_sizes))
-        elif ep_split & input_ranks - set(op.output.ranks):
+        # Dispatch: tokens without the expert rank land on expert-split shards; combine: back.
+        if ep_split & set(op.output.ranks):
+            if any(not ep_split & set(t.ranks) for t in op.inputs):
+                found.append(Collective(kind="all_to_all", dim="ep", tensor=op.output,
+                                        after_op=op.name, sizes=out_sizes))
+        else:
             routed = next(t for t in op.inputs if ep_split & set(t.ranks))
             found.append(Collective(kind="all_to_all", dim="ep", tensor=routed,
                                     after_op=op.name, sizes=out_sizes))
@@ -184,5 +185,5 @@ def _with_overlap(*, layer: LayerSpec, collective: Collective,
                   kernel_of: dict[str, int]) -> Collective:
     for item in layer.overlap:
         if item.comm_of == collective.after_op:
-            return Collective(**{**collective.__dict__, "overlap_kernel": kernel_of[item.with_ops[0]]})
+            return replace(collective, overlap_kernel=kernel_of[item.with_ops[0]])
     return collective

@@ -223,9 +223,7 @@ def _flat_parallelism(config: dict[str, Any]) -> dict[str, Any]:
     return {**flat, **config, "parallelization_notes": nested.get("notes", "")}
 
 
-def _mlenergy_row(
-    path: Path, i: int, entry: dict[str, Any], kind: str, gpu: str | None
-) -> MeasurementRow:
+def _mlenergy_row(path: Path, i: int, entry: dict[str, Any], kind: str, gpu: str | None) -> MeasurementRow:
     for key in (*_MLENERGY_INPUT, *_MLENERGY_MEASURED):
         if key not in entry:
             raise _fail(path, f"configuration {i}: missing key '{key}'")
@@ -274,9 +272,7 @@ def _json_text(path: Path, key: str, raw: Any, where: str) -> str:
     return raw
 
 
-def _check_mlenergy_units(
-    path: Path, where: str, values: dict[str, Any], measured: dict[str, float]
-) -> None:
+def _check_mlenergy_units(path: Path, where: str, values: dict[str, Any], measured: dict[str, float]) -> None:
     """Power per GPU below any board power; energy/token = power / throughput (J = W·s)."""
     per_gpu = measured["avg_power_watts"] / values["num_gpus"]
     if per_gpu >= MAX_POWER_PER_GPU_W:
@@ -333,8 +329,7 @@ def _load_vidur_mlp(path: Path, gpu: str | None) -> list[MeasurementRow]:
     out = []
     for n, row in _numbered(rows):
         values: dict[str, Any] = {
-            k: _bool(path, k, row[k], n) if k == "use_gated_mlp" else _count(path, k, row[k], n)
-            for k in keys
+            k: _bool(path, k, row[k], n) if k == "use_gated_mlp" else _count(path, k, row[k], n) for k in keys
         }
         measured = {op: _ms(path, column, row[column], n) for op, column in ops.items()}
         context = {"gpu": gpu, "model": model, "dtype": "fp16", "time_unit": "ms"}
@@ -352,7 +347,8 @@ _DUPLICATES = {("h100_pairwise_nvlink", "send_recv.csv"): "a100_pairwise_nvlink/
 
 def _sku_context(path: Path, gpu: str | None) -> dict[str, Any]:
     """GPU and link from ``network/<gpu>_<dgx|pairwise_nvlink>/``; ``gpu`` overrides."""
-    sku = path.parent.name if path.parent.parent.name == "network" else None
+    folder = path.resolve().parent
+    sku = folder.name if folder.parent.name == "network" else None
     folder_gpu, _, link = (sku or "").partition("_")
     context: dict[str, Any] = {"sku": sku, "gpu": gpu or (folder_gpu.upper() or None)}
     context["link"] = _LINKS.get(link)
@@ -405,9 +401,7 @@ def _load_splitwise(path: Path, gpu: str | None) -> list[MeasurementRow]:
     out = []
     for n, row in _numbered(rows):
         values: dict[str, Any] = {
-            k: _text(path, k, row[k], n)
-            if k in ("model", "hardware")
-            else _count(path, k, row[k], n)
+            k: _text(path, k, row[k], n) if k in ("model", "hardware") else _count(path, k, row[k], n)
             for k in _SPLITWISE_INPUT
         }
         measured = {k: _positive(path, k, row[k], n) for k in _SPLITWISE_MEASURED}
@@ -434,8 +428,7 @@ def _with_unit(path: Path, column: str, raw: str, units: dict[str, float], row: 
     if scale is None:
         raise _fail(
             path,
-            f"column '{column}' has unknown unit {unit!r} in row {row} "
-            f"(expected one of {', '.join(units)})",
+            f"column '{column}' has unknown unit {unit!r} in row {row} (expected one of {', '.join(units)})",
         )
     return _positive(path, column, number, row) * scale
 
@@ -465,9 +458,7 @@ def _load_llmcompass_matmul(path: Path, gpu: str | None) -> list[MeasurementRow]
             )
         context = {"gpu": gpu, "dtype": "fp16", "tflops": rate / 1e12}
         out.append(
-            MeasurementRow(
-                input={"M": m, "N": nn, "K": k}, measured={"time_s": time_s}, context=context
-            )
+            MeasurementRow(input={"M": m, "N": nn, "K": k}, measured={"time_s": time_s}, context=context)
         )
     return out
 
