@@ -108,7 +108,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                           * memory_efficiency(nbytes=nbytes, constants=constants))
                 * (1.0 + constants.memory_clock_sensitivity * (1.0 / clock.ratio - 1.0)))
     q = constants.roofline_sharpness
-    latency = (compute_s**q + memory_s**q) ** (1.0 / q) + constants.kernel_overhead_s
+    bound = np.maximum(compute_s, memory_s)
+    ratio = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
+    latency = bound * (1.0 + ratio**q) ** (1.0 / q) + constants.kernel_overhead_s  # p-norm, no underflow
     flop_energy = (tensor_energy_flops * constants.energy_per_tensor_flop_j
                    + vector_flops * constants.energy_per_vector_flop_j) * clock.dynamic_scale
     byte_energy = nbytes * constants.energy_per_hbm_byte_j

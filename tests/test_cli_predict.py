@@ -1,0 +1,78 @@
+"""The predict CLI: JSON keys, infeasible configurations, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from energylens.cli import main
+
+JSON_KEYS = {"feasible", "infeasible_reason", "memory_per_gpu_gb", "ttft_s", "tpot_s",
+             "energy_per_output_token_j", "energy_per_request_j", "avg_power_w",
+             "output_tokens_per_s", "prefill", "decode"}
+
+
+def test_json_has_the_documented_keys_in_si_units(capsys):
+    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "4", "--batch", "8",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert JSON_KEYS <= out.keys()
+    for phase in ("prefill", "decode"):
+        assert set(out[phase]) >= {"latency_s", "energy_j", "breakdown_j"}
+        assert set(out[phase]["breakdown_j"]) == {"compute", "memory", "communication", "static"}
+        assert sum(out[phase]["breakdown_j"].values()) == pytest.approx(out[phase]["energy_j"])
+    assert out["feasible"] is True and out["infeasible_reason"] is None
+    # energy per output token ties to the two phases
+    total = out["prefill"]["energy_j"] + out["decode"]["energy_j"]
+    assert out["energy_per_output_token_j"] == pytest.approx(total / (8 * 128))
+
+
+def test_infeasible_but_valid_config_reports_reason_and_exits_zero(capsys):
+    assert main(["predict", "--model", "llama-3.1-405b", "--gpu", "h100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] is False
+    assert "GB" in out["infeasible_reason"]
+    assert main(["predict", "--model", "llama-3.1-405b", "--gpu", "h100"]) == 0
+    assert "feasible: false" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--model", "llama-3.1-7b", "--gpu", "h100"], "llama-3.1-8b"),  # closest name suggested
+        (["--model", "llama-3.1-8b", "--gpu", "h1000"], "H100"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "0"], "positive"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--input-tokens", "-5"], "positive"),
+        (["--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "3"], "does not divide the 64 attention heads"),
+        (["--model", "qwen3-30b-a3b", "--gpu", "h100", "--ep", "3"], "does not divide the 128 experts"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--ep", "2"], "dense model"),
+        (["--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "8", "--num-gpus", "4"], "exceed num_gpus"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--freq-mhz", "5000"], "outside"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--fusion", "magic"], "unknown fusion"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment, capsys):
+    code = main(["predict", *args]) if "--batch" not in args and "--input-tokens" not in args \
+        and "--fusion" not in args else _argparse_exit(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert fragment in lines[0]
+    assert "Traceback" not in err
+
+
+def _argparse_exit(args):
+    with pytest.raises(SystemExit) as info:
+        main(["predict", *args])
+    return info.value.code
+
+
+def test_console_script_never_prints_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "energylens.cli", "predict", "--model", "nope",
+                           "--gpu", "h100"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
