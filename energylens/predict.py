@@ -146,7 +146,7 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
         f"{memory.capacity_bytes * 0.9 / 1e9:.0f} GB usable")
     if workload.kind == "serving":
         return _serving(ctx=ctx, model=model, gpu=gpu, gpus=gpus, replicas=replicas, batch=batch,
-                        s_in=s_in, s_out=s_out, memory_gb=memory.total_bytes / 1e9, reason=reason)
+                        s_in=s_in, s_out=s_out, memory_gb=float(memory.total_bytes / 1e9), reason=reason)
     overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * batch
     prefill_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=batch, new_tokens=s_in,
                                                           context=s_in)])
@@ -170,7 +170,7 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
     return Prediction(
         model=model.name, gpu=gpu.name, num_gpus=gpus, workload="batch",
         feasible=reason is None, infeasible_reason=reason,
-        memory_per_gpu_gb=memory.total_bytes / 1e9, ttft_s=prefill_wall, tpot_s=tpot,
+        memory_per_gpu_gb=float(memory.total_bytes / 1e9), ttft_s=prefill_wall, tpot_s=tpot,
         energy_per_output_token_j=total_energy / output_tokens,
         energy_per_request_j=total_energy / workload.batch,
         avg_power_w=total_energy / wall, output_tokens_per_s=output_tokens / wall,
