@@ -14,12 +14,13 @@ from energylens.calibration_file import CalibrationFileError
 from energylens.cost.moe import Routing
 from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, list_gpus
+from energylens.objective import ProblemError
 from energylens.spec import SpecError
 from energylens.zoo import UnknownModelError, list_models, parameter_count
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError, UnknownGPUError, UnknownModelError, SpecError, CalibrationFileError,
-    FileNotFoundError,
+    FileNotFoundError, ProblemError,
 )
 
 
