@@ -1,0 +1,36 @@
+"""A generic multi-objective search engine (knows nothing about LLMs).
+
+Modules: ``space`` (YAML search spaces), ``config`` (study files), ``problem`` (the
+objective protocol), ``runner`` (run/resume/join studies), ``engines`` (optuna, pymoo,
+grid), ``pareto`` (fronts, hypervolume), ``report`` (CSV and plots), ``rank`` (ablation
+and importance), ``commands`` (CLI entry points), ``toy`` (a cheap test problem).
+"""
+
+from search.config import StudyConfig, StudyError, load_study
+from search.problem import Evaluation, Problem
+from search.runner import (
+    StudyStateError,
+    create_study,
+    open_study,
+    resume_study,
+    run_study,
+    run_worker,
+)
+from search.space import Space, SpaceError, load_space
+
+__all__ = [
+    "Evaluation",
+    "Problem",
+    "Space",
+    "SpaceError",
+    "StudyConfig",
+    "StudyError",
+    "StudyStateError",
+    "create_study",
+    "load_space",
+    "load_study",
+    "open_study",
+    "resume_study",
+    "run_study",
+    "run_worker",
+]

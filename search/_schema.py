@@ -1,0 +1,132 @@
+"""Small helpers that validate YAML-loaded data and fail with one-line messages."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return text.replace("\n", " ")
+
+
+class Checker:
+    """Validates values at key paths of one source file.
+
+    Every failure raises ``error_type`` with a single line
+    ``<source>: <key path>: expected <what>, got <value>``.
+    """
+
+    def __init__(self, *, source: str, error_type: type[ValueError], prefix: str = "") -> None:
+        self.source = source
+        self.error_type = error_type
+        self.prefix = prefix
+
+    def fail(self, path: str, expected: str, *, got: Any = ...) -> NoReturn:
+        """Raise the checker's error for ``path``."""
+        where = self.prefix + path if path else (self.prefix.rstrip(".") or "<top level>")
+        suffix = "" if got is ... else f", got {_show(got)}"
+        raise self.error_type(f"{self.source}: {where}: expected {expected}{suffix}")
+
+    def mapping(
+        self,
+        value: Any,
+        path: str,
+        *,
+        required: Sequence[str] = (),
+        allowed: Sequence[str] | None = None,
+    ) -> Mapping[str, Any]:
+        """Check that ``value`` is a mapping with string keys, the required keys, no others."""
+        if not isinstance(value, Mapping):
+            self.fail(path, "a mapping", got=value)
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(path, "string keys", got=key)
+            if allowed is not None and key not in allowed:
+                self.fail(_join(path, key), f"no such key (allowed: {', '.join(allowed)})")
+        for key in required:
+            if key not in value:
+                self.fail(_join(path, key), "this key to be present")
+        return value
+
+    def sequence(self, value: Any, path: str, *, non_empty: bool = True) -> list[Any]:
+        """Check that ``value`` is a list (non-empty unless told otherwise)."""
+        if not isinstance(value, list):
+            self.fail(path, "a list", got=value)
+        if non_empty and not value:
+            self.fail(path, "a non-empty list", got=value)
+        return value
+
+    def string(self, value: Any, path: str) -> str:
+        """Check that ``value`` is a non-empty string."""
+        if not isinstance(value, str) or not value.strip():
+            self.fail(path, "a non-empty string", got=value)
+        return value
+
+    def choice(self, value: Any, path: str, options: Sequence[str]) -> str:
+        """Check that ``value`` is one of ``options``."""
+        if value not in options:
+            self.fail(path, "one of " + ", ".join(options), got=value)
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool:
+        """Check that ``value`` is true or false."""
+        if not isinstance(value, bool):
+            self.fail(path, "true or false", got=value)
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None) -> int:
+        """Check that ``value`` is an integer (not a bool), at least ``minimum``."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, "an integer", got=value)
+        if minimum is not None and value < minimum:
+            self.fail(path, f"an integer >= {minimum}", got=value)
+        return value
+
+    def number(self, value: Any, path: str) -> float:
+        """Check that ``value`` is a finite number; numeric strings such as '1e-3' are accepted.
+
+        PyYAML reads ``1e-3`` (no dot) as a string, hence the string form.
+        """
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, "a number", got=value)
+        if not math.isfinite(value):
+            self.fail(path, "a finite number", got=value)
+        return float(value)
+
+    def scalar(self, value: Any, path: str) -> Any:
+        """Check that ``value`` is a string, number, bool or null."""
+        if not isinstance(value, _SCALAR_TYPES):
+            self.fail(path, "a string, number, bool or null", got=value)
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def read_yaml(path: Path, *, error_type: type[ValueError]) -> Any:
+    """Read a YAML file; unreadable files and YAML syntax errors raise ``error_type``."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error_type(f"{path}: cannot read file ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise error_type(f"{path}: invalid YAML{where}: {problem}") from None

@@ -1,0 +1,265 @@
+"""Study definitions loaded from YAML.
+
+Format (paths are relative to the study file's folder)::
+
+    name: llama70b-decode            # default: the file name without .yaml
+    space: ../spaces/deploy.yaml     # or an inline mapping with knobs/fixed
+    objectives:
+      - minimize energy_per_output_token_j
+      - {metric: output_tokens_per_s, direction: maximize}
+    constraints: ["tpot_s <= 0.05", "ttft_s <= 2"]
+    engine: optuna                   # optuna | pymoo | grid
+    sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3
+    population_size: 50
+    trials: 500                      # budget; grid default: the whole grid
+    seed: 0
+    storage: sqlite:///study.db      # default: <results>/storage.journal (Optuna journal)
+    results: results/llama70b-decode # default: results/<name>
+    model: {...}                     # any other key is kept verbatim in StudyConfig.problem
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from search._schema import Checker, read_yaml
+from search.space import Space, load_space, parse_space
+
+ENGINES = ("optuna", "pymoo", "grid")
+SAMPLERS = {"optuna": ("nsga2", "tpe", "random"), "pymoo": ("nsga2", "nsga3"), "grid": ("grid",)}
+DEFAULT_TRIALS = 100
+RESERVED_COLUMNS = ("number", "feasible", "infeasible_reason")
+
+_GENERIC_KEYS = (
+    "name",
+    "space",
+    "objectives",
+    "constraints",
+    "engine",
+    "sampler",
+    "population_size",
+    "trials",
+    "seed",
+    "storage",
+    "results",
+)
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_METRIC = r"[A-Za-z_][A-Za-z0-9_]*"
+_CONSTRAINT = re.compile(rf"^\s*({_METRIC})\s*(<=|>=)\s*(\S+)\s*$")
+_OBJECTIVE = re.compile(rf"^\s*(minimize|maximize)\s+({_METRIC})\s*$")
+
+
+class StudyError(ValueError):
+    """A study file that does not follow the schema (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric to minimise or maximise."""
+
+    metric: str
+    direction: Literal["minimize", "maximize"]
+
+    def __str__(self) -> str:
+        return f"{self.direction} {self.metric}"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """An SLO ``metric <= bound`` or ``metric >= bound``."""
+
+    metric: str
+    op: Literal["<=", ">="]
+    bound: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+    def violation(self, value: float) -> float:
+        """Relative violation: <= 0 when satisfied, e.g. 0.2 means 20 % past the bound.
+
+        Relative (divided by ``|bound|``, raw when the bound is 0) so that constraints in
+        different units add up sensibly in the engines' total-violation ranking.
+        """
+        excess = value - self.bound if self.op == "<=" else self.bound - value
+        return excess / abs(self.bound) if self.bound else excess
+
+    def satisfied(self, value: float) -> bool:
+        """Whether ``value`` meets the constraint."""
+        return self.violation(value) <= 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyConfig:
+    """A validated study: what to search, for what, with which engine, stored where.
+
+    Attributes:
+        storage: Optuna journal file path, or an SQLAlchemy URL.
+        results: Folder for reports and pymoo checkpoints.
+        problem: Every top-level key that is not generic (``model``, ``workload``...),
+            verbatim, for the caller's problem factory.
+    """
+
+    name: str
+    space: Space
+    objectives: tuple[Objective, ...]
+    constraints: tuple[Constraint, ...] = ()
+    engine: str = "optuna"
+    sampler: str = "nsga2"
+    population_size: int = 50
+    trials: int | None = None
+    seed: int | None = None
+    storage: str
+    results: Path
+    source: Path = Path("<study>")
+    problem: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> list[str]:
+        """Optimisation direction of each objective."""
+        return [o.direction for o in self.objectives]
+
+    def budget(self) -> int:
+        """Trials to run: ``trials``, else the whole grid (grid engine) or DEFAULT_TRIALS."""
+        if self.trials is not None:
+            return self.trials
+        return self.space.grid_size if self.engine == "grid" else DEFAULT_TRIALS
+
+    def with_engine(self, engine: str) -> StudyConfig:
+        """This config run by another engine with that engine's default sampler.
+
+        Raises:
+            StudyError: unknown engine.
+        """
+        if engine not in ENGINES:
+            raise StudyError(f"{self.source}: engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine == self.engine:
+            return self
+        return replace(self, engine=engine, sampler=SAMPLERS[engine][0])
+
+
+def load_study(path: str | Path) -> StudyConfig:
+    """Load and validate a study YAML file (and the space file it names).
+
+    Raises:
+        StudyError: unreadable file, bad YAML or schema violation (one line).
+        SpaceError: the same for the space file.
+    """
+    path = Path(path)
+    data = read_yaml(path, error_type=StudyError)
+    check = Checker(source=str(path), error_type=StudyError)
+    check.mapping(data, "", required=("space", "objectives"))
+    folder = path.parent.resolve()
+
+    name = check.string(data.get("name", path.stem), "name")
+    if not _NAME.match(name):
+        check.fail("name", "letters, digits, '_', '.' or '-' only", got=name)
+    space = _space(data["space"], check, folder)
+    objectives = _objectives(data["objectives"], check)
+    constraints = _constraints(data.get("constraints") or [], check)
+    _check_names(space, objectives, constraints, check)
+
+    engine = check.choice(data.get("engine", "optuna"), "engine", ENGINES)
+    sampler = check.choice(data.get("sampler", SAMPLERS[engine][0]), "sampler", SAMPLERS[engine])
+    population_size = check.integer(data.get("population_size", 50), "population_size", minimum=2)
+    trials = data.get("trials")
+    if trials is not None:
+        check.integer(trials, "trials", minimum=1)
+    seed = data.get("seed")
+    if seed is not None:
+        check.integer(seed, "seed", minimum=0)
+    results = folder / check.string(data.get("results", f"results/{name}"), "results")
+    storage = data.get("storage")
+    storage = (
+        str(results / "storage.journal")
+        if storage is None
+        else resolve_storage(check.string(storage, "storage"), base=folder)
+    )
+    if engine == "grid":
+        try:
+            space.grid_size  # noqa: B018  (validates that the space is enumerable)
+        except ValueError as exc:
+            check.fail("engine", f"a space without continuous knobs for grid ({exc})")
+    return StudyConfig(
+        name=name,
+        space=space,
+        objectives=objectives,
+        constraints=constraints,
+        engine=engine,
+        sampler=sampler,
+        population_size=population_size,
+        trials=trials,
+        seed=seed,
+        storage=storage,
+        results=results,
+        source=path,
+        problem={k: v for k, v in data.items() if k not in _GENERIC_KEYS},
+    )
+
+
+def resolve_storage(spec: str, *, base: Path) -> str:
+    """A storage URL as is; a plain path (journal file) made absolute against ``base``."""
+    return spec if "://" in spec else str((base / spec).resolve())
+
+
+def _space(value: Any, check: Checker, folder: Path) -> Space:
+    if isinstance(value, str):
+        return load_space(folder / value)
+    inline = Checker(source=check.source, error_type=check.error_type, prefix="space.")
+    return parse_space(value, inline)
+
+
+def _objectives(value: Any, check: Checker) -> tuple[Objective, ...]:
+    items = check.sequence(value, "objectives")
+    objectives = []
+    for i, item in enumerate(items):
+        path = f"objectives[{i}]"
+        if isinstance(item, str):
+            match = _OBJECTIVE.match(item)
+            if not match:
+                check.fail(path, "'minimize <metric>' or 'maximize <metric>'", got=item)
+            objectives.append(Objective(match.group(2), match.group(1)))  # type: ignore[arg-type]
+            continue
+        check.mapping(item, path, required=("metric",), allowed=("metric", "direction"))
+        metric = check.string(item["metric"], f"{path}.metric")
+        if not re.fullmatch(_METRIC, metric):
+            check.fail(f"{path}.metric", "a metric name (letters, digits, '_')", got=metric)
+        direction = check.choice(
+            item.get("direction", "minimize"), f"{path}.direction", ("minimize", "maximize")
+        )
+        objectives.append(Objective(metric, direction))  # type: ignore[arg-type]
+    seen = [o.metric for o in objectives]
+    for i, metric in enumerate(seen):
+        if metric in seen[:i]:
+            check.fail(f"objectives[{i}]", "a metric not listed before", got=metric)
+    return tuple(objectives)
+
+
+def _constraints(value: Any, check: Checker) -> tuple[Constraint, ...]:
+    items = check.sequence(value, "constraints", non_empty=False)
+    constraints = []
+    for i, item in enumerate(items):
+        path = f"constraints[{i}]"
+        match = _CONSTRAINT.match(item) if isinstance(item, str) else None
+        if not match:
+            check.fail(path, "'<metric> <= <number>' or '<metric> >= <number>'", got=item)
+        bound = check.number(match.group(3), path)
+        constraints.append(Constraint(match.group(1), match.group(2), bound))  # type: ignore[arg-type]
+    return tuple(constraints)
+
+
+def _check_names(
+    space: Space, objectives: tuple[Objective, ...], constraints: tuple[Constraint, ...], check: Checker
+) -> None:
+    params = set(space.names) | set(space.fixed)
+    for name in sorted(params & set(RESERVED_COLUMNS)):
+        check.fail("space", f"no knob named {name!r} (reserved report column)")
+    for i, objective in enumerate(objectives):
+        if objective.metric in params:
+            check.fail(f"objectives[{i}]", "a metric name that is not a knob name", got=objective.metric)
+    for i, constraint in enumerate(constraints):
+        if constraint.metric in params:
+            check.fail(f"constraints[{i}]", "a metric name that is not a knob name", got=constraint.metric)

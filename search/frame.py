@@ -1,0 +1,66 @@
+"""A study's completed trials as a table, whatever engine wrote them."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pandas as pd
+
+from search.config import StudyConfig
+from search.outcome import VALID_KEY, completed_trials, is_feasible
+from search.pareto import non_dominated_mask
+
+
+def constraint_column(key: str) -> str:
+    """Column holding a constraint value (relative violation, feasible when <= 0)."""
+    return f"constraint[{key}]"
+
+
+def metric_columns(config: StudyConfig) -> list[str]:
+    """Objective metrics, then SLO metrics that are not objectives."""
+    names = [o.metric for o in config.objectives]
+    return names + [c.metric for c in config.constraints if c.metric not in names]
+
+
+def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
+    """One row per completed trial.
+
+    Columns: ``number``, the knobs, the objective and SLO metrics (as the problem computed
+    them; empty when an invalid configuration has none), ``constraint[<key>]`` values,
+    ``feasible`` and ``infeasible_reason`` (empty when valid).
+    """
+    metrics = metric_columns(config)
+    keys = [VALID_KEY] + [str(c) for c in config.constraints]
+    rows = []
+    for trial in completed_trials(study):
+        values = trial.user_attrs.get("metrics", {})
+        row = {"number": trial.number}
+        row |= {name: trial.params.get(name) for name in config.space.names}
+        row |= {name: values.get(name, np.nan) for name in metrics}
+        row |= {constraint_column(k): trial.constraints.get(k, np.nan) for k in keys}
+        row["feasible"] = is_feasible(trial)
+        row["infeasible_reason"] = trial.user_attrs.get("infeasible_reason") or ""
+        rows.append(row)
+    columns = [
+        "number",
+        *config.space.names,
+        *metrics,
+        *map(constraint_column, keys),
+        "feasible",
+        "infeasible_reason",
+    ]
+    return pd.DataFrame(rows, columns=columns).astype({"feasible": bool})
+
+
+def front_frame(*, config: StudyConfig, trials: pd.DataFrame) -> pd.DataFrame:
+    """The feasible, non-dominated rows of ``trials``, best first objective first.
+
+    A configuration evaluated several times appears once (its first trial).
+    """
+    feasible = trials[trials["feasible"]]
+    names = [o.metric for o in config.objectives]
+    mask = non_dominated_mask(feasible[names].to_numpy(dtype=float), directions=config.directions)
+    first = config.objectives[0]
+    front = feasible[mask].drop_duplicates(subset=list(config.space.names))
+    front = front.sort_values(first.metric, ascending=first.direction == "minimize")
+    return front.drop(columns=["feasible", "infeasible_reason"]).reset_index(drop=True)

@@ -1,0 +1,125 @@
+"""Study files: parsing, and one clear error line with exit code 2 for bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search.commands import cmd_report, cmd_resume, cmd_run
+from search.config import Constraint, Objective, load_study
+from search.toy import TOY_SPACE, toy_problem, write_toy_study
+
+
+def test_study_file_is_parsed(tmp_path: Path) -> None:
+    (tmp_path / "spaces").mkdir()
+    (tmp_path / "spaces" / "toy.yaml").write_text(yaml.safe_dump(TOY_SPACE))
+    path = tmp_path / "studies" / "s.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "space": "../spaces/toy.yaml",
+                "objectives": [
+                    "minimize energy_per_token_j",
+                    {"metric": "tokens_per_s", "direction": "maximize"},
+                ],
+                "constraints": ["latency_s <= 0.05", "tokens_per_s >= 1e3"],
+                "engine": "pymoo",
+                "sampler": "nsga3",
+                "trials": 10,
+                "seed": 3,
+                "model": {"name": "llama"},
+                "workload": {"batch": 8},
+            }
+        )
+    )
+    config = load_study(path)
+    assert config.name == "s"
+    assert config.objectives == (
+        Objective("energy_per_token_j", "minimize"),
+        Objective("tokens_per_s", "maximize"),
+    )
+    assert config.constraints == (
+        Constraint("latency_s", "<=", 0.05),
+        Constraint("tokens_per_s", ">=", 1000.0),
+    )
+    assert config.problem == {"model": {"name": "llama"}, "workload": {"batch": 8}}
+    assert config.results == tmp_path / "studies" / "results" / "s"
+    assert config.storage == str(config.results / "storage.journal")
+    assert (config.engine, config.sampler, config.trials, config.seed) == ("pymoo", "nsga3", 10, 3)
+
+
+def test_constraint_violation_is_relative_and_signed() -> None:
+    assert Constraint("tpot_s", "<=", 0.05).violation(0.06) == pytest.approx(0.2)
+    assert Constraint("tpot_s", "<=", 0.05).violation(0.04) == pytest.approx(-0.2)
+    assert Constraint("tps", ">=", 1000).violation(900) == pytest.approx(0.1)
+    assert Constraint("x", ">=", 0).violation(-2) == 2
+
+
+BAD_STUDIES = [
+    ({"objectives": ["minimise energy_j"]}, "objectives[0]"),
+    ({"objectives": [{"metric": "e_j", "direction": "down"}]}, "objectives[0].direction"),
+    ({"constraints": ["tpot_s < 0.05"]}, "constraints[0]"),
+    ({"constraints": ["tpot_s <= fast"]}, "constraints[0]"),
+    ({"engine": "hyperopt"}, "engine"),
+    ({"engine": "pymoo", "sampler": "tpe"}, "sampler"),
+    ({"population_size": 1}, "population_size"),
+    ({"trials": "many"}, "trials"),
+    ({"objectives": ["minimize gpu"]}, "objectives[0]"),
+    ({"space": {"knobs": {"tp": {"type": "ordinal", "values": []}}}}, "space.knobs.tp.values"),
+    ({"engine": "grid", "space": {"knobs": {"x": {"type": "float", "low": 0, "high": 1}}}}, "engine"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "where"), BAD_STUDIES)
+def test_bad_study_gives_one_error_line_and_exit_code_2(tmp_path, capsys, overrides, where) -> None:
+    path = write_toy_study(tmp_path, **overrides)
+    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {path}: {where}: expected")
+    assert not (tmp_path / "results").exists()
+
+
+def test_bad_space_file_names_the_space_file(tmp_path, capsys) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text("knobs:\n  tp: {type: ordinal, values: [1, 2, four]}\n")
+    path = write_toy_study(tmp_path, space="space.yaml")
+    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    assert (
+        capsys.readouterr().err == f"error: {space}: knobs.tp.values[2]: expected a number "
+        "(ordinal values are ordered numbers), got 'four'\n"
+    )
+
+
+@pytest.mark.parametrize("text", ["space: [unclosed\n", "- just\n- a list\n"])
+def test_malformed_study_file(tmp_path, capsys, text) -> None:
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}: ")
+
+
+def test_missing_file_and_missing_study(tmp_path, capsys) -> None:
+    assert cmd_report(tmp_path / "nope.yaml") == 2
+    assert "cannot read file" in capsys.readouterr().err
+    assert cmd_report(write_toy_study(tmp_path)) == 2
+    assert capsys.readouterr().err.startswith("error: no study 'toy' in ")
+    assert not (tmp_path / "results").exists()
+
+
+def test_commands_run_resume_report_and_refuse_a_rerun(tmp_path, capsys) -> None:
+    path = write_toy_study(tmp_path, population_size=10, seed=0)
+    assert cmd_run(path, trials=20, problem_factory=toy_problem) == 0
+    out = capsys.readouterr().out
+    assert "toy: feasible Pareto front" in out and "20 trials" in out
+    assert cmd_resume(path, trials=30, problem_factory=toy_problem) == 0
+    assert "30 trials" in capsys.readouterr().out
+    assert cmd_report(path) == 0
+    assert (tmp_path / "results" / "toy" / "pareto.csv").exists()
+    assert cmd_run(path, trials=20, problem_factory=toy_problem) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already has 30 completed trials" in err

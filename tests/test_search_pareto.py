@@ -1,0 +1,78 @@
+"""Non-dominated sorting and hypervolume invariants."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from search.pareto import hypervolume, hypervolume_history, non_dominated_mask
+from search.plots import axis_label
+
+
+def naive_mask(points: np.ndarray, directions: list[str]) -> np.ndarray:
+    signs = np.array([1 if d == "minimize" else -1 for d in directions])
+    f = points * signs
+    return np.array(
+        [
+            not any((f[j] <= f[i]).all() and (f[j] < f[i]).any() for j in range(len(f)) if j != i)
+            for i in range(len(f))
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "directions",
+    [list(d) for d in itertools.product(["minimize", "maximize"], repeat=2)]
+    + [["minimize", "maximize", "minimize"]],
+)
+def test_mask_matches_pairwise_definition_with_ties(directions) -> None:
+    rng = np.random.default_rng(len(directions))
+    for _ in range(20):
+        points = rng.integers(0, 6, size=(40, len(directions))).astype(float)  # many ties
+        assert (non_dominated_mask(points, directions=directions) == naive_mask(points, directions)).all()
+
+
+def test_every_domination_case() -> None:
+    mm = ["minimize", "maximize"]
+    # equal points are both kept; better-in-one-equal-in-other dominates; trade-offs coexist
+    assert non_dominated_mask(np.array([[1, 1], [1, 1]]), directions=mm).tolist() == [True, True]
+    assert non_dominated_mask(np.array([[1, 2], [1, 1]]), directions=mm).tolist() == [True, False]
+    assert non_dominated_mask(np.array([[1, 1], [2, 2]]), directions=mm).tolist() == [True, True]
+    assert non_dominated_mask(np.array([[2, 1], [1, 2]]), directions=mm).tolist() == [False, True]
+    assert non_dominated_mask(np.empty((0, 2)), directions=mm).tolist() == []
+
+
+def test_hypervolume_of_two_corners() -> None:
+    ideal, nadir = np.zeros(2), np.ones(2)
+    corners = np.array([[0.0, 1.0], [1.0, 0.0]])
+    # Union of [0,1.1]x[1,1.1] and [1,1.1]x[0,1.1].
+    assert hypervolume(corners, directions=["minimize"] * 2, ideal=ideal, nadir=nadir) == pytest.approx(0.21)
+    # Maximising the second objective mirrors it; the box is given in minimisation form.
+    mirrored = corners * [1, -1]
+    assert hypervolume(
+        mirrored, directions=["minimize", "maximize"], ideal=ideal, nadir=nadir
+    ) == pytest.approx(0.21)
+    assert hypervolume(np.array([[2.0, 2.0]]), directions=["minimize"] * 2, ideal=ideal, nadir=nadir) == 0.0
+
+
+def test_history_is_monotone_and_ignores_infeasible_points() -> None:
+    rng = np.random.default_rng(1)
+    points = rng.random((60, 2))
+    feasible = rng.random(60) < 0.7
+    history = hypervolume_history(
+        points, feasible, directions=["minimize"] * 2, ideal=np.zeros(2), nadir=np.ones(2)
+    )
+    assert (np.diff(history) >= -1e-12).all()
+    final = hypervolume(points[feasible], directions=["minimize"] * 2, ideal=np.zeros(2), nadir=np.ones(2))
+    assert history[-1] == pytest.approx(final)
+    assert (history[~feasible.cumsum().astype(bool)] == 0).all()
+
+
+def test_axis_labels_carry_units() -> None:
+    assert axis_label("energy_per_output_token_j") == "energy per output token [J]"
+    assert axis_label("output_tokens_per_s") == "output tokens [1/s]"
+    assert axis_label("tpot_s") == "tpot [s]"
+    assert axis_label("power_w") == "power [W]"
+    assert axis_label("score") == "score"
