@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     worker = actions.add_parser("worker", help="join a shared study as one more worker")
     worker.add_argument("study")
     worker.add_argument("--storage", required=True)
-    worker.add_argument("--trials", type=int)
+    worker.add_argument("--trials", type=int,
+                        help="stop once the study holds this many trials (default: its budget)")
     worker.set_defaults(handler=_worker)
 
 

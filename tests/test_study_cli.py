@@ -1,0 +1,79 @@
+"""`energylens study` on the real objective: SLOs, recorded reasons, one-line errors."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from energylens.cli import main
+from energylens.deployment import Deployment, Workload
+from energylens.predict import predict
+
+SPACE = """
+knobs:
+  tp: {type: ordinal, values: [1, 2, 4, 8, 16]}
+  batch: {type: ordinal, values: [1, 8, 64, 256]}
+  fuse_attention: {type: bool, baseline: false}
+fixed: {gpu: H100, num_gpus: 8}
+"""
+
+
+def _study(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "space.yaml").write_text(textwrap.dedent(SPACE))
+    path = tmp_path / "study.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD = """
+name: tiny
+space: space.yaml
+model: llama-3.1-70b
+workload: {kind: batch, input_tokens: 512, output_tokens: 64}
+objectives: [minimize energy_per_output_token_j, minimize tpot_s]
+constraints: ["tpot_s <= 0.03"]
+engine: grid
+results: out
+"""
+
+
+def test_grid_study_respects_slo_and_records_reasons(tmp_path, capsys):
+    path = _study(tmp_path, GOOD)
+    assert main(["study", "run", str(path)]) == 0
+    trials = pd.read_csv(tmp_path / "out" / "trials.csv")
+    assert len(trials) == 5 * 4 * 2  # every grid point is a trial, none skipped
+    bad_tp = trials[trials["tp"] == 16]
+    assert not bad_tp["feasible"].any()
+    assert bad_tp["infeasible_reason"].str.contains("exceed num_gpus").all()
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    assert len(front) > 0
+    for row in front.itertuples():
+        p = predict(model="llama-3.1-70b", gpu="H100",
+                    deployment=Deployment(num_gpus=8, tp=int(row.tp)),
+                    workload=Workload(batch=int(row.batch), input_tokens=512, output_tokens=64))
+        assert p.tpot_s <= 0.03 + 1e-12
+    violating = trials[trials["tpot_s"] > 0.03]
+    assert not violating["feasible"].any()
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (("llama-3.1-70b", "llama-9"), "model"),
+        (("output_tokens: 64}", "output_tokens: 64, colour: red}"), "workload.colour"),
+        (("output_tokens: 64}", "output_tokens: 0}"), "output_tokens must be > 0"),
+        (("space.yaml", "missing.yaml"), "missing.yaml"),
+        (("engine: grid", "engine: magic"), "engine"),
+    ],
+)
+def test_bad_study_files_give_one_line_and_exit_2(tmp_path, capsys, edit, fragment):
+    path = _study(tmp_path, GOOD.replace(*edit))
+    code = main(["study", "run", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and fragment in lines[0], err
+    assert "Traceback" not in err
