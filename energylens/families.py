@@ -103,7 +103,12 @@ def _norm(model: ModelConfig) -> str:
 
 
 def attention_sizes(model: ModelConfig) -> dict[str, int]:
-    """Sizes of the attention ranks (MLA is approximated by its decompressed heads)."""
+    """Sizes of the attention ranks (GQA/MHA, or MLA's heads and latent widths)."""
+    if model.mla is not None:
+        mla = model.mla
+        return {"d": model.hidden_size, "h": model.num_heads, "c": mla.q_lora_rank,
+                "k": mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+                "l": mla.kv_lora_rank + mla.qk_rope_head_dim, "v": mla.v_head_dim}
     g = model.num_kv_heads
     return {"d": model.hidden_size, "g": g, "r": model.num_heads // g, "e": model.head_dim}
 
@@ -112,7 +117,7 @@ def attention_sizes(model: ModelConfig) -> dict[str, int]:
 def build_graph(model: ModelConfig) -> ModelGraph:
     """Bind the family einsums to ``model``'s sizes; validates every layer."""
     norm = _norm(model)
-    attention = _part("attention")
+    attention = _part("attention_mla" if model.mla is not None else "attention")
     mlp = _part("mlp_gated" if model.gated_mlp else "mlp_plain")
     base = attention_sizes(model)
     groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []

@@ -50,9 +50,18 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
 
 
 def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int]) -> float:
-    op = group.layer.op("k")
-    local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
-    return 2.0 * local["g"] * local["e"] * ACTIVATION_BYTES
+    """Cache bytes one token adds to this layer: the persistent outputs (K and V, or the
+    MLA latent), at their local shard sizes."""
+    total = 0.0
+    for op in group.layer.ops:
+        if op.persistent_output:
+            local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
+            elements = 1.0
+            for rank in op.output.ranks:
+                if rank not in ("b", "m"):
+                    elements *= local[rank]
+            total += elements * ACTIVATION_BYTES
+    return total
 
 
 def memory_use(*, graph: ModelGraph, gpu: GPU, degrees: dict[str, int], pp: int,
