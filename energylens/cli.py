@@ -10,17 +10,20 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from energylens.calibration import CalibrationDataError
 from energylens.calibration_file import CalibrationFileError
 from energylens.cost.moe import Routing
 from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, list_gpus
 from energylens.objective import ProblemError
+from energylens.regression import RegressionError
 from energylens.spec import SpecError
+from energylens.validation.formats import MeasurementError
 from energylens.zoo import UnknownModelError, list_models, parameter_count
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError, UnknownGPUError, UnknownModelError, SpecError, CalibrationFileError,
-    FileNotFoundError, ProblemError,
+    FileNotFoundError, ProblemError, MeasurementError, CalibrationDataError, RegressionError,
 )
 
 

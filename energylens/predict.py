@@ -28,6 +28,8 @@ from energylens.step import SequenceGroup, StepContext, StepCost, step_cost
 from energylens.zoo import get_model
 
 DECODE_SEGMENTS = 4
+#: Median of Poisson(lambda) ~ max(lambda - ln 2, 0) (exact at the threshold lambda = ln 2).
+MEDIAN_POISSON_OFFSET = float(np.log(2.0))
 #: Prefill tokens processed per forward pass when sizing activation memory (chunked prefill).
 PREFILL_CHUNK_TOKENS = 16384
 
@@ -86,6 +88,19 @@ def _phase(*, cost: StepCost, wall_s: float, static_w: float, gpus: int) -> Phas
                        communication_j=float(cost.communication_energy_j), static_j=float(static))
 
 
+def engine_cost(*, ctx: StepContext, sequences: float) -> StepCost:
+    """Serving-engine time of one step on a replica: a fixed part (scheduling, input
+    preparation: CPU work the GPUs idle through, static power only) and a part per running
+    sequence (sampling and logits processing, KV block bookkeeping), during which the GPUs
+    are busy and draw busy power."""
+    constants = ctx.constants
+    per_sequence_s = constants.engine_per_sequence_overhead_s * sequences
+    busy_j = constants.busy_power_w * per_sequence_s * ctx.replica_gpus
+    return StepCost(latency_s=constants.engine_step_overhead_s + per_sequence_s,
+                    compute_energy_j=busy_j, memory_energy_j=0.0, communication_energy_j=0.0,
+                    communication_s=0.0)
+
+
 def _totals(cost: StepCost, weights: np.ndarray | float, scale: float) -> StepCost:
     return StepCost(**{k: float(np.sum(np.asarray(v) * weights)) * scale
                        for k, v in cost.__dict__.items()})
@@ -134,10 +149,16 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
     gpus = deployment.total_gpus
     batch = workload.batch / replicas  # sequences per replica
     s_in, s_out = workload.input_tokens, workload.output_tokens
+    if workload.kind == "serving":
+        # Running sequences are spread over their lifetimes: mean context in + out / 2,
+        # and a step holds the decodes plus the prompts admitted in it.
+        context, step_tokens = s_in + s_out / 2, batch + batch / s_out * s_in
+    else:
+        context, step_tokens = s_in + s_out, np.ceil(batch) * s_in
     memory = memory_use(graph=ctx.graph, gpu=gpu, degrees=degrees, pp=deployment.pp,
                         weight_dtype=weight_dtype, sequences=np.ceil(batch),
-                        context_tokens=s_in + s_out,
-                        step_tokens=min(np.ceil(batch) * s_in, PREFILL_CHUNK_TOKENS))
+                        context_tokens=context,
+                        step_tokens=min(step_tokens, PREFILL_CHUNK_TOKENS))
     reason = None if memory.fits else (
         f"needs {memory.total_bytes / 1e9:.1f} GB per GPU (weights "
         f"{memory.weights_bytes / 1e9:.1f}, KV {memory.kv_cache_bytes / 1e9:.1f}, activations "
@@ -147,17 +168,17 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
     if workload.kind == "serving":
         return _serving(ctx=ctx, model=model, gpu=gpu, gpus=gpus, replicas=replicas, batch=batch,
                         s_in=s_in, s_out=s_out, memory_gb=float(memory.total_bytes / 1e9), reason=reason)
-    overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * batch
+    engine = engine_cost(ctx=ctx, sequences=batch)
     prefill_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=batch, new_tokens=s_in,
-                                                          context=s_in)])
-    prefill_wall = float(prefill_cost.latency_s) + overhead
+                                                          context=s_in)]) + engine
+    prefill_wall = float(prefill_cost.latency_s)
     steps = max(int(round(s_out)) - 1, 0)  # the first token comes out of the prefill
     edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
     contexts = (edges[:-1] + edges[1:]) / 2
     decode_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=batch, new_tokens=1.0,
                                                          context=contexts)])
-    per_step = _totals(decode_cost, 1.0 / DECODE_SEGMENTS, 1.0)
-    tpot = float(per_step.latency_s) + overhead
+    per_step = _totals(decode_cost, 1.0 / DECODE_SEGMENTS, 1.0) + engine
+    tpot = float(per_step.latency_s)
     decode_total = per_step.scaled(float(steps))
     static_w = constants.static_power_w
     prefill = _phase(cost=prefill_cost.scaled(float(replicas)), wall_s=prefill_wall,
@@ -181,14 +202,22 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
 def _serving(*, ctx: StepContext, model: ModelConfig, gpu: GPU, gpus: int, replicas: int,
              batch: float, s_in: float, s_out: float, memory_gb: float,
              reason: str | None) -> Prediction:
+    """Steady state: each step decodes ``batch`` sequences and admits ``batch / s_out``
+    prompts on average. Throughput and energy per token follow the MEAN step (prompts
+    amortised); the inter-token latency is the MEDIAN step: prompt admissions per step
+    are about Poisson(lambda = batch / s_out), whose median is 0 while lambda < ln 2 and
+    ~lambda - ln 2 beyond (a smooth stand-in for the integer median)."""
     constants = ctx.constants
     decode_seqs = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
-    prefill_seqs = SequenceGroup(sequences=batch / s_out, new_tokens=s_in, context=s_in)
-    overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * batch
-    full = step_cost(ctx=ctx, seqs=[decode_seqs, prefill_seqs])
-    decode_only = step_cost(ctx=ctx, seqs=[decode_seqs])
-    step_s = float(full.latency_s) + overhead
-    decode_s = float(decode_only.latency_s) + overhead
+    arrivals = batch / s_out
+    prefill_seqs = SequenceGroup(sequences=arrivals, new_tokens=s_in, context=s_in)
+    engine = engine_cost(ctx=ctx, sequences=batch)
+    full = step_cost(ctx=ctx, seqs=[decode_seqs, prefill_seqs]) + engine
+    decode_only = step_cost(ctx=ctx, seqs=[decode_seqs]) + engine
+    step_s = float(full.latency_s)
+    decode_s = float(decode_only.latency_s)
+    per_prompt_s = max(step_s - decode_s, 0.0) / arrivals
+    median_itl_s = decode_s + per_prompt_s * max(arrivals - MEDIAN_POISSON_OFFSET, 0.0)
     static_w = constants.static_power_w
     decode = _phase(cost=decode_only.scaled(float(replicas)), wall_s=decode_s,
                     static_w=static_w, gpus=gpus)
@@ -200,7 +229,7 @@ def _serving(*, ctx: StepContext, model: ModelConfig, gpu: GPU, gpus: int, repli
     return Prediction(
         model=model.name, gpu=gpu.name, num_gpus=gpus, workload="serving",
         feasible=reason is None, infeasible_reason=reason, memory_per_gpu_gb=memory_gb,
-        ttft_s=step_s, tpot_s=step_s, energy_per_output_token_j=per_token,
+        ttft_s=decode_s + per_prompt_s, tpot_s=median_itl_s, energy_per_output_token_j=per_token,
         energy_per_request_j=per_token * s_out, avg_power_w=whole.energy_j / step_s,
         output_tokens_per_s=tokens_per_step / step_s,
         prefill=replace(prefill, latency_s=step_s), decode=replace(decode, latency_s=step_s),

@@ -9,19 +9,20 @@ several decode steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from energylens.cost.comm import collective_cost, link_for_group, overlapped_time
 from energylens.cost.constants import Calibration, KernelConstants
-from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
+from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, expert_load
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.families import LayerGroup, ModelGraph
 from energylens.hardware import GPU
+from energylens.spec import LayerSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +117,39 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, attention
 
 
+#: Reductions vLLM folds into the MoE output's single all-reduce (shared expert output
+#: is added to the routed output before reducing).
+FUSED_INTO_COMBINE = ("sdown",)
+
+
+def vllm_layout(collectives: tuple[Collective, ...], *, layer: LayerSpec,
+                degrees: dict[str, int]) -> list[Collective]:
+    """Collectives as vLLM runs them when attention is tensor-parallel over the EP group.
+
+    The spec derives all-to-all dispatch and combine for EP (right when each rank holds
+    different tokens). Under vLLM's ``--enable-expert-parallel`` with TP attention every
+    rank of the group already holds every token after the attention all-reduce, so
+    dispatch is a local selection (no communication) and combine is one all-reduce of the
+    MoE output over the group, into which the shared expert's partial sums are folded.
+    """
+    ep = degrees.get("ep", 1)
+    if ep <= 1 or degrees.get("tp", 1) % ep:
+        return list(collectives)
+    out: list[Collective] = []
+    combined = False
+    for c in collectives:
+        if c.kind == "all_to_all" and c.dim == "ep":
+            if "x" in layer.op(c.after_op).output.ranks:  # dispatch: tokens land on experts
+                continue
+            out.append(replace(c, kind="all_reduce", tensor=layer.op(c.after_op).output))
+            combined = True
+        else:
+            out.append(c)
+    if combined:
+        out = [c for c in out if not (c.kind == "all_reduce" and c.after_op in FUSED_INTO_COMBINE)]
+    return out
+
+
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                 critical: bool) -> tuple[Size, Size, Size, Size, Size]:
     """Per-GPU (latency, compute J, memory J, comm J, exposed comm s) of one layer."""
@@ -141,13 +175,17 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
             memory_j = memory_j + cost.memory_energy_j
     comm_j: Size = 0.0
     exposed: Size = 0.0
-    for collective in compiled.collectives:
+    for collective in vllm_layout(compiled.collectives, layer=group.layer, degrees=degrees):
         size = degrees[collective.dim]
         kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
         link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
         nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **merged},
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
+        if (collective.kind == "all_reduce" and link.engine_allreduce_latency_s > 0
+                and np.all(np.asarray(nbytes) <= link.engine_allreduce_max_bytes)):
+            # vLLM's custom one-/two-shot all-reduce over NVLink peer memory, not NCCL.
+            link = replace(link, latency_s=link.engine_allreduce_latency_s, latency_per_hop_s=0.0)
         cost = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
                                bandwidth=bandwidth, constants=link,
                                sms=ctx.overlap_sms if overlapped else None)

@@ -21,6 +21,8 @@ class KernelConstants:
     attention_efficiency_max: float = 0.45  # fused attention, fraction of dense peak
     memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
     memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
+    kv_bandwidth_efficiency: float = 0.80  # fraction of HBM peak fused attention reaches on KV
+    expert_bandwidth_efficiency: float = 0.80  # HBM fraction of fused-MoE GEMMs (assumed, not fitted)
     vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
     roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time
     kernel_overhead_s: float = 4.0e-6  # fixed time of one kernel (launch, prologue, tail)
@@ -43,6 +45,12 @@ class LinkConstants:
     latency_per_hop_s: float = 1.0e-6  # added per doubling of the group
     bus_bandwidth_fraction: float = 0.80  # max achieved bus bandwidth / link bandwidth
     half_bandwidth_bytes: float = 4.0e6  # message size at which half the max is reached
+    bandwidth_group_exponent: float = 0.0  # bus fraction grows as (n/2)^this with group size
+    latency_sharpness: float = 1.0  # p-norm joining latency and wire time (1 = their sum)
+    p2p_latency_s: float = 8.0e-6  # fixed time of one send/recv
+    engine_allreduce_latency_s: float = 0.0  # serving engine's own small all-reduce (0 = NCCL)
+    engine_allreduce_max_bytes: float = 8.0 * 2**20  # vLLM custom all-reduce size limit
+    p2p_bandwidth_fraction: float = 0.80  # send/recv achieved bandwidth / link bandwidth
     energy_per_byte_j: float = 40.0e-12  # link + switch energy per byte moved (assumed)
     power_w: float = 40.0  # extra power of a GPU while its communication kernels run
     saturation_sms: float = 16.0  # SMs at which a communication kernel saturates the link

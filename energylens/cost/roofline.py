@@ -3,6 +3,8 @@
 compute time = tensor FLOPs / (peak(dtype) x f/f_boost x eff_gemm)
              + vector FLOPs / (fp32 peak x f/f_boost x eff_vector)
 memory time  = external bytes / (HBM peak x eff_mem(bytes)), barely clock dependent
+               (fused attention reading the paged KV cache and grouped expert GEMMs
+               reach their own fractions of HBM peak)
 latency      = (compute^q + memory^q)^(1/q) + kernel overhead   (q: roofline sharpness)
 dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes + busy power x v(f)^2 f x latency
 A kernel whose power would exceed the board limit is stretched until it does not.
@@ -16,7 +18,18 @@ import numpy as np
 
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel
-from energylens.cost.work import Size, gemm_shape, op_flops, tensor_bytes
+from energylens.cost.work import (
+    ACTIVE_EXPERTS,
+    COMPUTE_DTYPE,
+    EXPERT_WEIGHT_RANK,
+    LOW_PRECISION,
+    GemmShape,
+    Size,
+    gemm_shape,
+    op_flops,
+    tensor_bytes,
+    weight_dtype_of,
+)
 from energylens.hardware import GPU
 
 TILE = 128.0  # output tile edge used for wave quantisation
@@ -77,6 +90,10 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     tensor_energy_flops: Size = 0.0  # fp8/int8 FLOPs count half
     vector_flops: Size = 0.0
     fused_attention = sum(1 for op in kernel.ops if op.causal) > 1
+    # Horizontally fused GEMMs (q+k+v, gate+up) run as ONE GEMM: contractions of a kernel
+    # that read the same activation over the same reduction ranks share rows and K, and
+    # their columns concatenate (wave quantisation and efficiency of the merged shape).
+    merged: dict[tuple[str, tuple[str, ...]], list] = {}
     for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
         sizes = {**local, **phase}
         flops = op_flops(op=op, sizes=sizes, window=window)
@@ -85,27 +102,46 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
             vector_time = vector_time + flops / (
                 gpu.peak_flops_per_s("fp32") * constants.vector_efficiency)
             continue
-        uses_weight = any(t.name.startswith("W") for t in op.inputs)
-        dtype = weight_dtype if uses_weight else "bf16"
-        peak = gpu.peak_flops_per_s(dtype)
+        weight = next((t for t in op.inputs if t.name.startswith("W")), None)
+        uses_weight = weight is not None
+        dtype = "bf16" if weight is None else weight_dtype_of(weight, weight_dtype)
+        dtype = COMPUTE_DTYPE.get(dtype, dtype)
         shape = gemm_shape(op=op, sizes=sizes, window=window)
-        if fused_attention and op.causal:
-            eff = constants.attention_efficiency_max * shape.m / (shape.m + constants.gemm_m_half)
-        else:
-            eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
-                                  constants=constants)
-        scale = 0.5 if dtype in ("fp8", "int8") else 1.0
+        scale = 0.5 if dtype in LOW_PRECISION else 1.0
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * scale
-        tensor_time = tensor_time + flops / (peak * eff)
+        if fused_attention and op.causal:
+            eff = constants.attention_efficiency_max * shape.m / (shape.m + constants.gemm_m_half)
+            tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
+            continue
+        if EXPERT_WEIGHT_RANK in op.ranks and ACTIVE_EXPERTS in sizes:
+            # Grouped expert GEMM: only experts that received tokens run (fused MoE kernels
+            # skip empty experts), each with its share of the tokens as rows.
+            active = np.maximum(np.minimum(sizes[ACTIVE_EXPERTS], shape.batch), 1e-9)
+            shape = GemmShape(m=shape.m * shape.batch / active, n=shape.n, k=shape.k, batch=active)
+        key = (op.inputs[0].name, op.contracted_ranks) if uses_weight else (op.name, ())
+        entry = merged.setdefault(key, [dtype, shape, 0.0, 0.0])
+        if entry[1] is not shape:
+            entry[1] = GemmShape(m=shape.m, n=entry[1].n + shape.n, k=shape.k, batch=shape.batch)
+        entry[2] = entry[2] + flops
+    for dtype, shape, flops, _ in merged.values():
+        eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
+                              constants=constants)
+        tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
     nbytes: Size = 0.0
     for tensor in (*kernel.reads, *kernel.writes):
         sizes = {**kernel.io_sizes[tensor.name], **phase}
         nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
                                        window=window)
     compute_s = (tensor_time + vector_time) * compute_slowdown / clock.ratio
-    memory_s = (nbytes / (gpu.hbm_bandwidth_bytes_per_s
-                          * memory_efficiency(nbytes=nbytes, constants=constants))
+    bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
+    if fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
+        bandwidth_eff = bandwidth_eff * (constants.kv_bandwidth_efficiency
+                                         / constants.memory_efficiency_max)
+    elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
+        bandwidth_eff = bandwidth_eff * (constants.expert_bandwidth_efficiency
+                                         / constants.memory_efficiency_max)
+    memory_s = (nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
                 * (1.0 + constants.memory_clock_sensitivity * (1.0 / clock.ratio - 1.0)))
     q = constants.roofline_sharpness
     bound = np.maximum(compute_s, memory_s)

@@ -15,8 +15,17 @@ from energylens.spec import Einsum, TensorRef
 
 Size = float | np.ndarray
 ACTIVATION_BYTES = 2.0  # bf16 activations and KV cache
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0}
-KV_TENSORS = ("KC", "VC")
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0,
+               "mxfp4": 4.25 / 8.0}  # OCP MX: 4-bit elements + one 8-bit scale per 32
+#: Weight dtypes whose tensor-core work counts half the energy of a bf16 FLOP.
+LOW_PRECISION = ("fp8", "int8")
+#: Checkpoint formats that quantise only the routed experts (gpt-oss: MXFP4 experts,
+#: bf16 attention, router, embeddings); other weights stay bf16.
+EXPERT_ONLY_DTYPES = ("mxfp4",)
+#: Tensor-core dtype a weight dtype computes in (MXFP4 weights are dequantised to bf16
+#: in the GEMM on GPUs without FP4 units, and vLLM 0.11 keeps bf16 activations).
+COMPUTE_DTYPE = {"mxfp4": "bf16"}
+KV_TENSORS = ("KC", "VC", "LC")  # GQA keys/values; MLA latent
 EXPERT_WEIGHT_RANK = "x"
 ACTIVE_EXPERTS = "x_active"  # size key: distinct experts whose weights are read
 
@@ -73,11 +82,18 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
         ranks = sizes
         if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
-        return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype]
+        return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
     if tensor.name in KV_TENSORS and window is not None:
         kv_len = np.minimum(sizes["p"], window + sizes["m"] - 1)
         return _product(tensor.ranks, {**sizes, "p": kv_len}) * ACTIVATION_BYTES
     return _product(tensor.ranks, sizes) * ACTIVATION_BYTES
+
+
+def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
+    """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype``."""
+    if weight_dtype in EXPERT_ONLY_DTYPES and EXPERT_WEIGHT_RANK not in tensor.ranks:
+        return "bf16"
+    return weight_dtype
 
 
 def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> GemmShape:

@@ -1,0 +1,162 @@
+"""Fit collective latency/bandwidth constants per ``<GPU>:<link kind>`` to Vidur NCCL data.
+
+Rows of ``all_reduce.csv`` / ``send_recv.csv`` give the NCCL kernel time of one
+collective by message size and worker layout; a group spans nodes when
+``num_workers > devices_per_node`` (then the scale-out link, e.g. InfiniBand, carries it).
+The form is :func:`energylens.cost.comm.collective_cost`; its latency, per-hop latency,
+achieved bus-bandwidth fraction and half-bandwidth size are fitted by least squares on
+log time. Honesty: each worker count is held out in turn (fit on the others, predict it).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
+from energylens.cost.comm import collective_cost
+from energylens.cost.constants import LinkConstants
+from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.validation.formats import MeasurementSet, load_measurements
+from energylens.validation.topology import PAIRWISE_KIND, link_of
+
+ALL_REDUCE_PARAMS = (
+    Param("latency_s", 20.0e-6, 1.0e-6, 200.0e-6, log=True),
+    Param("latency_per_hop_s", 2.0e-6, 0.0, 30.0e-6),
+    Param("bus_bandwidth_fraction", 0.6, 0.02, 1.0),
+    Param("bandwidth_group_exponent", 0.1, -0.5, 1.0),
+    Param("half_bandwidth_bytes", 1.0e5, 1.0e3, 1.0e8, log=True),
+    Param("latency_sharpness", 2.0, 1.0, 8.0, log=True),
+)
+#: Only identifiable with several group sizes.
+GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
+P2P_PARAMS = (
+    Param("p2p_latency_s", 8.0e-6, 1.0e-6, 100.0e-6, log=True),
+    Param("p2p_bandwidth_fraction", 0.7, 0.02, 1.0),
+)
+@dataclass(frozen=True)
+class CollectiveCase:
+    """Rows of one file with the same collective and worker layout."""
+
+    source: str
+    collective: str
+    num_workers: int
+    devices_per_node: int
+    size_bytes: np.ndarray
+    measured_s: np.ndarray
+
+
+def collective_cases(sets: list[MeasurementSet]) -> dict[str, list[CollectiveCase]]:
+    """Cases grouped by link key ``<GPU>:<kind>`` (duplicated upstream files skipped)."""
+    out: dict[str, list[CollectiveCase]] = defaultdict(list)
+    for mset in sets:
+        grouped: dict[tuple, list] = defaultdict(list)
+        for row in mset.rows:
+            if row.context.get("duplicate_of"):
+                continue
+            grouped[(row.input["collective"], row.input["num_workers"],
+                     row.input["devices_per_node"])].append(row)
+        for (collective, workers, per_node), rows in grouped.items():
+            try:
+                gpu = load_gpu(rows[0].context["gpu"])
+            except UnknownGPUError:  # e.g. Vidur's A40 SKU: not in the hardware database
+                continue
+            kind, _ = link_of(gpu=gpu, num_workers=workers, devices_per_node=per_node,
+                              topology=rows[0].context.get("link"), collective=collective)
+            out[f"{gpu.name}:{kind}"].append(CollectiveCase(
+                source=mset.file, collective=collective, num_workers=workers,
+                devices_per_node=per_node,
+                size_bytes=np.array([r.input["size"] for r in rows], dtype=float),
+                measured_s=np.array([r.measured[collective] for r in rows]) * 1e-3))
+    return out
+
+
+def predict_case(case: CollectiveCase, *, bandwidth: float, constants: LinkConstants) -> np.ndarray:
+    """Predicted NCCL time (s) of every row of ``case``."""
+    group = 2 if case.collective == "send_recv" else case.num_workers
+    return np.asarray(collective_cost(kind=case.collective, message_bytes=case.size_bytes,
+                                      group_size=group, bandwidth=bandwidth,
+                                      constants=constants).latency_s)
+
+
+def _fit(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstants,
+         params: tuple[Param, ...]) -> dict[str, float]:
+    weights = [1.0 / np.sqrt(c.measured_s.size) for c in cases]
+
+    def residuals(values: dict[str, float]) -> np.ndarray:
+        constants = replace(base, **values)
+        return np.concatenate([w * log_residual(predict_case(c, bandwidth=bandwidth,
+                                                             constants=constants), c.measured_s)
+                               for w, c in zip(weights, cases, strict=True)])
+
+    values, _, _ = fit_bounded(params=params, residuals=residuals)
+    return values
+
+
+def _errors(cases: list[CollectiveCase], predicted: list[np.ndarray]) -> dict[str, ErrorStats]:
+    by: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for case, pred in zip(cases, predicted, strict=True):
+        for metric in (case.collective, f"{case.collective}@{case.num_workers}"):
+            by[metric][0].append(pred)
+            by[metric][1].append(case.measured_s)
+    return {m: ErrorStats.of(np.concatenate(p), np.concatenate(y)) for m, (p, y) in by.items()}
+
+
+def _fit_all(cases: list[CollectiveCase], *, bandwidth: float,
+             base: LinkConstants) -> dict[str, float]:
+    """All-reduce constants on the all-reduce cases, then send/recv ones on the rest."""
+    values: dict[str, float] = {}
+    reduce_cases = [c for c in cases if c.collective != "send_recv"]
+    p2p_cases = [c for c in cases if c.collective == "send_recv"]
+    if reduce_cases:
+        several = len({c.num_workers for c in reduce_cases}) > 1
+        params = tuple(p for p in ALL_REDUCE_PARAMS if several or p.name not in GROUP_PARAMS)
+        values.update(_fit(reduce_cases, bandwidth=bandwidth, base=base, params=params))
+    if p2p_cases:
+        values.update(_fit(p2p_cases, bandwidth=bandwidth, base=replace(base, **values),
+                           params=P2P_PARAMS))
+    return values
+
+
+def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | None = None,
+             leave_out: bool = True) -> FitResult:
+    """Fit link ``key`` (``<GPU>:<kind>``) on its cases; hold out each all-reduce group size."""
+    gpu_name, kind = key.split(":", 1)
+    gpu = load_gpu(gpu_name)
+    base = base or LinkConstants()
+    first = cases[0]
+    bandwidth = link_of(gpu=gpu, num_workers=first.num_workers,
+                        devices_per_node=first.devices_per_node,
+                        topology=PAIRWISE_KIND if kind.startswith(PAIRWISE_KIND) else None,
+                        collective=first.collective)[1]
+    values = _fit_all(cases, bandwidth=bandwidth, base=base)
+    fitted = replace(base, **values)
+    predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in cases]
+    rms = float(np.sqrt(np.mean(np.concatenate(
+        [log_residual(p, c.measured_s) for p, c in zip(predicted, cases, strict=True)]) ** 2)))
+    result = FitResult(values=values, rms_log_residual=rms, in_sample=_errors(cases, predicted),
+                       fitted_on=sorted({c.source for c in cases}),
+                       n_points=sum(c.measured_s.size for c in cases))
+    reduce_cases = [c for c in cases if c.collective != "send_recv"]
+    groups = sorted({c.num_workers for c in reduce_cases})
+    if leave_out and len(groups) > 2:
+        held: list[CollectiveCase] = []
+        held_pred: list[np.ndarray] = []
+        for workers in groups:
+            train = [c for c in reduce_cases if c.num_workers != workers]
+            test = [c for c in reduce_cases if c.num_workers == workers]
+            out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base))
+            held += test
+            held_pred += [predict_case(c, bandwidth=bandwidth, constants=out) for c in test]
+        result.leave_out = _errors(held, held_pred)
+    return result
+
+
+def fit_links(*, files: list[Path], leave_out: bool = True) -> dict[str, FitResult]:
+    """Fit every link found in the Vidur network files."""
+    sets = [load_measurements(format="vidur-network", path=f) for f in files]
+    return {key: fit_link(key=key, cases=cases, leave_out=leave_out)
+            for key, cases in sorted(collective_cases(sets).items())}

@@ -1,0 +1,229 @@
+"""Fit serving-engine overheads and power constants to ML.ENERGY steady-state rows.
+
+The latency constants of the GPU's kernels come from the Vidur fit and stay fixed here.
+What the ML.ENERGY rows add: the engine's time per step and per running sequence
+(scheduling, sampling, input preparation: CPU work the GPU waits for), and the power
+constants (static power paid by every GPU for the whole wall time, busy power while
+kernels run, energy per tensor FLOP and per HBM byte, and the extra power of a GPU while
+its communication kernels run). Residuals are log errors of energy per output token and
+of the median inter-token latency. Each model is held out in turn (leave-one-model-out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
+from energylens.cost.constants import Calibration
+from energylens.hardware import load_gpu
+from energylens.predict import predict
+from energylens.validation.formats import load_measurements
+from energylens.validation.mlenergy import ServingCase, UnsupportedRow, predicted_metrics, serving_case
+
+#: Metrics the fit minimises (log error), with their weights.
+FIT_METRICS = {"energy_per_token_joules": 1.0, "median_itl_ms": 1.0}
+REPORT_METRICS = ("energy_per_token_joules", "median_itl_ms", "avg_power_watts",
+                  "output_throughput_tokens_per_sec")
+LINK_PREFIX = "link."
+FLOP_SHARE = "tensor_power_share"
+
+
+def serving_params(gpu_name: str) -> tuple[Param, ...]:
+    """Fitted constants and their physical ranges for ``gpu_name``."""
+    gpu = load_gpu(gpu_name)
+    idle = gpu.idle_power_w
+    return (
+        Param("kv_bandwidth_efficiency", 0.6, 0.2, 0.95),
+        Param("engine_step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
+        Param("engine_per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
+        # Idle with a CUDA context: datasheet-ish idle to idle + 80 W (arXiv 2605.23918).
+        Param("static_power_w", idle + 30.0, idle * 0.85, idle + 80.0),
+        Param("busy_power_w", 150.0, 0.0, 0.6 * gpu.tdp_w),
+        # Fitted as the share of the power headroom (TDP - static - busy) that a GEMM at
+        # the Vidur-measured rate (peak x gemm_efficiency_max) draws for its FLOPs; < 1 so
+        # the power cap never slows the GEMMs the latency fit already timed.
+        Param(FLOP_SHARE, 0.5, 0.02, 0.95),
+        Param("energy_per_hbm_byte_j", 30.0e-12, 5.0e-12, 150.0e-12, log=True),
+        Param(f"{LINK_PREFIX}{gpu.intra_node.kind}.power_w", 40.0, 0.0, 300.0),
+        Param(f"{LINK_PREFIX}{gpu.intra_node.kind}.engine_allreduce_latency_s", 10.0e-6, 2.0e-6,
+              60.0e-6, log=True),
+    )
+
+
+@dataclass(frozen=True)
+class ServingRow:
+    """One supported row: model group, prediction inputs, measured metrics."""
+
+    model: str
+    values: dict[str, Any]
+    case: ServingCase
+    measured: dict[str, float]
+
+
+def serving_rows(*, files: list[Path], gpu_name: str,
+                 input_tokens: dict[str, float] | None = None) -> tuple[list[ServingRow], int]:
+    """Supported rows of ``gpu_name`` (deduplicated across files) and how many were skipped."""
+    gpu = load_gpu(gpu_name).name
+    rows: list[ServingRow] = []
+    seen: set[tuple] = set()
+    skipped = 0
+    for path in files:
+        for row in load_measurements(format="mlenergy", path=path).rows:
+            try:
+                if load_gpu(str(row.input["gpu_model"])).name != gpu:
+                    continue
+            except ValueError:
+                continue
+            key = tuple(sorted((k, str(v)) for k, v in row.input.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                case = serving_case(row.input, input_tokens=input_tokens)
+            except UnsupportedRow:
+                skipped += 1
+                continue
+            rows.append(ServingRow(model=str(row.input["model_id"]), values=row.input,
+                                   case=case, measured=row.measured))
+    return rows, skipped
+
+
+def materialise(calibration: Calibration, gpu_name: str,
+                values: dict[str, float]) -> dict[str, float]:
+    """Fit variables -> constants: ``tensor_power_share`` becomes ``energy_per_tensor_flop_j``."""
+    if FLOP_SHARE not in values:
+        return dict(values)
+    gpu = load_gpu(gpu_name)
+    k = calibration.kernel(gpu.name)
+    static = values.get("static_power_w", k.static_power_w)
+    busy = values.get("busy_power_w", k.busy_power_w)
+    rate = gpu.peak_flops_per_s("bf16") * k.gemm_efficiency_max
+    out = {n: v for n, v in values.items() if n != FLOP_SHARE}
+    out["energy_per_tensor_flop_j"] = values[FLOP_SHARE] * max(gpu.tdp_w - static - busy, 1.0) / rate
+    return out
+
+
+def apply(calibration: Calibration, gpu_name: str, values: dict[str, float]) -> Calibration:
+    """``calibration`` with fitted kernel (``name``) and link (``link.<kind>.<name>``) values."""
+    values = materialise(calibration, gpu_name, values)
+    kernel = {k: v for k, v in values.items() if not k.startswith(LINK_PREFIX)}
+    out = calibration.with_kernel(gpu_name, **kernel) if kernel else calibration
+    for key, value in values.items():
+        if key.startswith(LINK_PREFIX):
+            kind, name = key[len(LINK_PREFIX):].rsplit(".", 1)
+            out = out.with_link(f"{gpu_name}:{kind}", **{name: value})
+    return out
+
+
+def predict_rows(rows: list[ServingRow], calibration: Calibration) -> list[dict[str, float] | None]:
+    """Predicted metrics per row (None when the prediction is infeasible)."""
+    out: list[dict[str, float] | None] = []
+    for row in rows:
+        c = row.case
+        result = predict(model=c.model, gpu=c.gpu, deployment=c.deployment, workload=c.workload,
+                         calibration=calibration)
+        out.append(predicted_metrics(result) if result.feasible else None)
+    return out
+
+
+def _residuals(rows: list[ServingRow], predicted: list[dict[str, float] | None]) -> np.ndarray:
+    res = []
+    for row, pred in zip(rows, predicted, strict=True):
+        for metric, weight in FIT_METRICS.items():
+            value = np.nan if pred is None else pred[metric]
+            res.append(weight * float(log_residual(np.array([value]), np.array([row.measured[metric]]))[0]))
+    return np.nan_to_num(np.array(res), nan=10.0)
+
+
+def errors(rows: list[ServingRow], predicted: list[dict[str, float] | None]) -> dict[str, ErrorStats]:
+    """MAPE per metric over rows with a prediction."""
+    out = {}
+    for metric in REPORT_METRICS:
+        pairs = [(p[metric], r.measured[metric]) for r, p in zip(rows, predicted, strict=True)
+                 if p is not None]
+        p, m = (np.array(x) for x in zip(*pairs, strict=True)) if pairs else (np.array([]),) * 2
+        out[metric] = ErrorStats.of(p, m)
+    return out
+
+
+def row_group(row: ServingRow) -> str:
+    """``dense``/``moe`` x ``1-gpu``/``multi-gpu``: the groups the accuracy targets name."""
+    kind = "moe" if row.case.model.moe is not None else "dense"
+    return f"{kind},{'1-gpu' if int(row.values['num_gpus']) == 1 else 'multi-gpu'}"
+
+
+def grouped_errors(rows: list[ServingRow],
+                   predicted: list[dict[str, float] | None]) -> dict[str, dict[str, ErrorStats]]:
+    """:func:`errors` per :func:`row_group` and per model kind."""
+    out = {}
+    keys = {row_group(r) for r in rows} | {row_group(r).split(",")[0] for r in rows}
+    for key in sorted(keys):
+        pick = [i for i, r in enumerate(rows) if row_group(r) == key or row_group(r).split(",")[0] == key]
+        out[key] = errors([rows[i] for i in pick], [predicted[i] for i in pick])
+    return out
+
+
+def _fit(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
+         params: tuple[Param, ...], max_nfev: int) -> dict[str, float]:
+    def residuals(values: dict[str, float]) -> np.ndarray:
+        return _residuals(rows, predict_rows(rows, apply(base, gpu_name, values)))
+
+    values, _, _ = fit_bounded(params=params, residuals=residuals, max_nfev=max_nfev)
+    return values
+
+
+def _fold(args: tuple) -> list[dict[str, float] | None]:
+    """One leave-one-model-out fold (module level so a process pool can run it)."""
+    train, test, gpu, base, params, max_nfev = args
+    values = _fit(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
+    return predict_rows(test, apply(base, gpu, values))
+
+
+def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
+                leave_out: bool = True, input_tokens: dict[str, float] | None = None,
+                max_nfev: int = 60, jobs: int = 1) -> tuple[FitResult, dict[str, list]]:
+    """Fit engine overheads and power constants of ``gpu_name`` on ML.ENERGY files.
+
+    Leave-one-model-out folds start from the full fit (warm start, a third of the
+    evaluation budget) and run on ``jobs`` processes.
+    """
+    gpu = load_gpu(gpu_name).name
+    rows, skipped = serving_rows(files=files, gpu_name=gpu, input_tokens=input_tokens)
+    # Memory feasibility does not depend on any fitted constant: drop those rows up front.
+    feasible = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
+    notes = [f"{skipped} row(s) of {gpu} not modelled (reason per row in `energylens validate`)",
+             f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted"]
+    rows = feasible
+    params = serving_params(gpu)
+    values = _fit(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
+    predicted = predict_rows(rows, apply(base, gpu, values))
+    rms = float(np.sqrt(np.mean(_residuals(rows, predicted) ** 2)))
+    result = FitResult(values=materialise(base, gpu, values), rms_log_residual=rms,
+                       in_sample=errors(rows, predicted),
+                       fitted_on=[str(f) for f in files], n_points=len(rows),
+                       in_sample_groups=grouped_errors(rows, predicted), notes=notes)
+    held: dict[str, list] = {"rows": [], "predicted": []}
+    models = sorted({r.model for r in rows})
+    if leave_out and len(models) > 1:
+        warm = tuple(Param(p.name, values[p.name], p.low, p.high, p.log) for p in params)
+        tasks = [([r for r in rows if r.model != m], [r for r in rows if r.model == m], gpu, base,
+                  warm, max(max_nfev // 3, 5)) for m in models]
+        if jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+                outputs = list(pool.map(_fold, tasks))
+        else:
+            outputs = [_fold(t) for t in tasks]
+        for task, pred in zip(tasks, outputs, strict=True):
+            held["rows"] += task[1]
+            held["predicted"] += pred
+        result.leave_out = errors(held["rows"], held["predicted"])
+        result.leave_out_groups = grouped_errors(held["rows"], held["predicted"])
+    return result, held

@@ -1,0 +1,111 @@
+"""Bounded least squares with physically meaningful parameter ranges, and fit reports.
+
+Every fitted constant has a range (``Param``); the optimiser works on an unbounded
+logistic (or log-logistic) transform, so a fit can never leave the range. Residuals are
+on log values (relative errors, symmetric for over- and under-prediction). A fit
+reports the in-sample error and, separately, the error of leave-one-group-out refits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted constant: name, initial value and bounds; ``log`` for scale parameters."""
+
+    name: str
+    init: float
+    low: float
+    high: float
+    log: bool = False
+
+    def to_unbounded(self, value: float) -> float:
+        """Inverse of :meth:`to_bounded`."""
+        lo, hi, v = (np.log(x) for x in (self.low, self.high, value)) if self.log else (
+            self.low, self.high, value)
+        frac = np.clip((v - lo) / (hi - lo), 1e-6, 1 - 1e-6)
+        return float(np.log(frac / (1 - frac)))
+
+    def to_bounded(self, z: float) -> float:
+        """Map an unbounded optimiser variable into [low, high]."""
+        frac = 1.0 / (1.0 + np.exp(-np.clip(z, -50.0, 50.0)))
+        if self.log:
+            return float(np.exp(np.log(self.low) + frac * (np.log(self.high) - np.log(self.low))))
+        return float(self.low + frac * (self.high - self.low))
+
+
+@dataclass
+class ErrorStats:
+    """Relative errors of a set of predictions."""
+
+    mape: float  # mean |pred/meas - 1|
+    median_ape: float
+    n: int
+
+    @classmethod
+    def of(cls, predicted: np.ndarray, measured: np.ndarray) -> ErrorStats:
+        """Errors of ``predicted`` against ``measured`` (same shape, measured > 0)."""
+        ape = np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)
+        if ape.size == 0:
+            return cls(mape=float("nan"), median_ape=float("nan"), n=0)
+        return cls(mape=float(ape.mean()), median_ape=float(np.median(ape)), n=int(ape.size))
+
+    def as_dict(self) -> dict[str, float | int]:
+        """JSON/YAML form (fractions, not percent)."""
+        return {"mape": round(self.mape, 5), "median_ape": round(self.median_ape, 5), "n": self.n}
+
+
+@dataclass
+class FitResult:
+    """Fitted values, the residual of the fit and the data it was fitted on."""
+
+    values: dict[str, float]
+    rms_log_residual: float
+    in_sample: dict[str, ErrorStats] = field(default_factory=dict)  # per metric
+    leave_out: dict[str, ErrorStats] = field(default_factory=dict)  # per metric, held-out
+    fitted_on: list[str] = field(default_factory=list)
+    n_points: int = 0
+    at_bound: list[str] = field(default_factory=list)
+    in_sample_groups: dict[str, dict[str, ErrorStats]] = field(default_factory=dict)
+    leave_out_groups: dict[str, dict[str, ErrorStats]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def fit_bounded(*, params: Sequence[Param], residuals: Callable[[dict[str, float]], np.ndarray],
+                max_nfev: int = 400) -> tuple[dict[str, float], float, list[str]]:
+    """Minimise sum of squared ``residuals(values)``; returns values, rms residual, at-bound."""
+    z0 = np.array([p.to_unbounded(p.init) for p in params])
+
+    def unpack(z: np.ndarray) -> dict[str, float]:
+        return {p.name: p.to_bounded(v) for p, v in zip(params, z, strict=True)}
+
+    def fun(z: np.ndarray) -> np.ndarray:
+        r = residuals(unpack(z))
+        return np.where(np.isfinite(r), r, 10.0)
+
+    # Forward differences with an absolute step (a relative step is zero at z = 0).
+    def jac(z: np.ndarray) -> np.ndarray:
+        f0 = fun(z)
+        cols = []
+        for i in range(z.size):
+            step = np.zeros_like(z)
+            step[i] = 1e-4
+            cols.append((fun(z + step) - f0) / 1e-4)
+        return np.stack(cols, axis=1)
+
+    result = least_squares(fun, z0, jac=jac, method="trf", x_scale=1.0, max_nfev=max_nfev)
+    values = unpack(result.x)
+    rms = float(np.sqrt(np.mean(result.fun**2))) if result.fun.size else 0.0
+    at_bound = [p.name for p, z in zip(params, result.x, strict=True) if abs(z) > 9.0]
+    return values, rms, at_bound
+
+
+def log_residual(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """log(pred) - log(meas), safe for non-positive predictions."""
+    return np.log(np.maximum(np.asarray(predicted, dtype=float), 1e-30)) - np.log(measured)

@@ -1,0 +1,247 @@
+"""``energylens calibrate``: fit every constant the data identifies and write the file.
+
+Order: (1) kernel latency curves per GPU from Vidur per-op profiles; (2) collective
+curves per ``<GPU>:<topology>`` from Vidur NCCL profiles; (3) serving-engine overheads and
+power constants per GPU from ML.ENERGY steady-state rows, on top of (1) and (2). GPUs
+with serving data but no per-op profile (B200) take the latency-curve constants of the
+profiled GPU of the nearest generation (H100), recorded as ``assumed``. Everything not
+fitted keeps its built-in default, recorded as ``default``.
+
+The written YAML (format version 1, read by :mod:`energylens.calibration_file`) records
+for every constant its value, its kind (fitted / assumed / default), the files it was
+fitted on and the fit's residual, and a ``fits`` section with in-sample and
+leave-one-group-out errors of every fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from energylens import __version__
+from energylens.calibration import CalibrationDataError
+from energylens.calibration.fit_kernels import KERNEL_PARAMS, fit_gpu_kernels
+from energylens.calibration.fit_links import fit_links
+from energylens.calibration.fit_serving import LINK_PREFIX, fit_serving, serving_params
+from energylens.calibration.fitting import FitResult
+from energylens.calibration_file import FORMAT_VERSION
+from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
+from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.validation.mlenergy import TASK_INPUT_TOKENS
+
+#: GPUs without a per-op profile borrow the latency curves of this profiled GPU.
+LATENCY_PRIOR = {"B200": "H100-SXM", "H200-SXM": "H100-SXM", "H100-PCIe": "H100-SXM",
+                 "A100-40GB-SXM": "A100-80GB-SXM"}
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class CalibrationData:
+    """Measurement files to fit on, by format."""
+
+    vidur_mlp: list[Path] = field(default_factory=list)
+    vidur_network: list[Path] = field(default_factory=list)
+    mlenergy: list[Path] = field(default_factory=list)
+
+    def all_files(self) -> list[Path]:
+        """Every file, sorted."""
+        return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy})
+
+
+def discover(root: Path) -> CalibrationData:
+    """Find the known layouts under a data folder (``data/measurements`` or ``../shared/data``)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise CalibrationDataError(f"{root}: no such data folder")
+    tasks = sorted((root / "mlenergy" / "tasks").glob("*.json"))
+    models = sorted((root / "mlenergy" / "models").glob("*.json"))
+    return CalibrationData(
+        vidur_mlp=sorted((root / "vidur" / "compute").glob("*/*/*/mlp.csv")),
+        vidur_network=sorted((root / "vidur" / "network").glob("*/*.csv")),
+        mlenergy=tasks or models,  # model files repeat the task files' rows
+    )
+
+
+def merge(*parts: CalibrationData) -> CalibrationData:
+    """Union of several discoveries and user files."""
+    out = CalibrationData()
+    for part in parts:
+        for f in fields(CalibrationData):
+            getattr(out, f.name).extend(p for p in getattr(part, f.name)
+                                        if p not in getattr(out, f.name))
+    return out
+
+
+def vidur_gpu(path: Path) -> str:
+    """GPU of a Vidur ``compute/<gpu>/<org>/<model>/mlp.csv`` path (``h100`` -> H100-SXM)."""
+    return load_gpu(path.parts[-4]).name
+
+
+def _rel(path: Path | str) -> str:
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(p)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass
+class Outcome:
+    """Fitted calibration and the fit reports behind it."""
+
+    calibration: Calibration
+    provenance: dict[str, dict[str, dict[str, Any]]]  # section key -> constant -> entry
+    fits: dict[str, dict[str, Any]]
+    data: CalibrationData
+
+
+def _report(fit_id: str, result: FitResult, *, leave_out_kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "data": [_rel(f) for f in result.fitted_on],
+        "n_points": result.n_points,
+        "rms_log_residual": round(result.rms_log_residual, 5),
+        "in_sample": {k: v.as_dict() for k, v in sorted(result.in_sample.items())},
+    }
+    if result.leave_out:
+        out[leave_out_kind] = {k: v.as_dict() for k, v in sorted(result.leave_out.items())}
+    if result.at_bound:
+        out["at_bound"] = sorted(result.at_bound)
+    if result.notes:
+        out["notes"] = list(result.notes)
+    out["fit"] = fit_id
+    return out
+
+
+def _entry(value: float, *, kind: str, fit_id: str | None = None, report: dict | None = None,
+           note: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"value": float(f"{value:.6g}"), "kind": kind}
+    if fit_id is not None and report is not None:
+        entry["fit"] = fit_id
+        entry["fitted_on"] = report["data"]
+        entry["residual"] = {"rms_log": report["rms_log_residual"]}
+    if note:
+        entry["note"] = note
+    return entry
+
+
+def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
+              log: Callable[[str], None] = lambda _: None) -> Outcome:
+    """Run every fit the data allows."""
+    if not data.all_files():
+        raise CalibrationDataError("no measurement files found to calibrate on")
+    kernels: dict[str, KernelConstants] = {}
+    links: dict[str, LinkConstants] = {}
+    prov: dict[str, dict[str, dict[str, Any]]] = {}
+    fits: dict[str, dict[str, Any]] = {}
+
+    by_gpu: dict[str, list[Path]] = {}
+    for path in data.vidur_mlp:
+        by_gpu.setdefault(vidur_gpu(path), []).append(path)
+    for gpu, files in sorted(by_gpu.items()):
+        log(f"kernels {gpu}: fitting {len(KERNEL_PARAMS)} latency constants on {len(files)} files")
+        result = fit_gpu_kernels(files=files, gpu_name=gpu, leave_out=leave_out)
+        fit_id = f"vidur-mlp/{gpu}"
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
+        kernels[gpu] = replace(KernelConstants(), **result.values)
+        prov[f"kernels/{gpu}"] = {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+                                  for k, v in result.values.items()}
+
+    if data.vidur_network:
+        log(f"links: fitting collectives on {len(data.vidur_network)} files")
+        for key, result in fit_links(files=data.vidur_network, leave_out=leave_out).items():
+            fit_id = f"vidur-network/{key}"
+            fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_group_size_out")
+            links[key] = replace(LinkConstants(), **result.values)
+            prov[f"links/{key}"] = {k: _entry(v, kind="fitted", fit_id=fit_id,
+                                              report=fits[fit_id])
+                                    for k, v in result.values.items()}
+
+    if data.mlenergy:
+        from energylens.validation.formats import load_measurements
+
+        gpus: set[str] = set()
+        for path in data.mlenergy:
+            for row in load_measurements(format="mlenergy", path=path).rows:
+                try:
+                    gpus.add(load_gpu(str(row.input["gpu_model"])).name)
+                except UnknownGPUError:
+                    continue
+        for gpu in sorted(gpus):
+            if gpu not in kernels and LATENCY_PRIOR.get(gpu) in kernels:
+                prior = LATENCY_PRIOR[gpu]
+                borrowed = {p.name: getattr(kernels[prior], p.name) for p in KERNEL_PARAMS}
+                kernels[gpu] = replace(KernelConstants(), **borrowed)
+                prov[f"kernels/{gpu}"] = {
+                    k: _entry(v, kind="assumed", note=f"no per-op profile of {gpu}: "
+                              f"latency curve of {prior} (fit vidur-mlp/{prior})")
+                    for k, v in borrowed.items()}
+            base = Calibration(kernels=dict(kernels), links=dict(links))
+            log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
+            result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
+                                    leave_out=leave_out, jobs=jobs)
+            fit_id = f"mlenergy/{gpu}"
+            fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
+            fits[fit_id]["task_input_tokens"] = dict(TASK_INPUT_TOKENS)
+            if result.leave_out_groups:
+                fits[fit_id]["leave_one_model_out_by_group"] = {
+                    g: {k: v.as_dict() for k, v in sorted(m.items())}
+                    for g, m in sorted(result.leave_out_groups.items())}
+            if result.in_sample_groups:
+                fits[fit_id]["in_sample_by_group"] = {
+                    g: {k: v.as_dict() for k, v in sorted(m.items())}
+                    for g, m in sorted(result.in_sample_groups.items())}
+            for name, value in result.values.items():
+                entry = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+                if name.startswith(LINK_PREFIX):
+                    link_kind, constant = name[len(LINK_PREFIX):].rsplit(".", 1)
+                    key = f"{gpu}:{link_kind}"
+                    links[key] = replace(links.get(key, LinkConstants()), **{constant: value})
+                    prov.setdefault(f"links/{key}", {})[constant] = entry
+                else:
+                    kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
+                    prov.setdefault(f"kernels/{gpu}", {})[name] = entry
+    return Outcome(calibration=Calibration(kernels=kernels, links=links, source="calibrate"),
+                   provenance=prov, fits=fits, data=data)
+
+
+def to_yaml(outcome: Outcome) -> str:
+    """The calibration file text (version 1)."""
+    cal = outcome.calibration
+    doc: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "generated_by": f"energylens calibrate (energylens {__version__})",
+        "regenerate": "energylens calibrate --output energylens/data/calibration.yaml",
+        "data": [{"path": _rel(p), "sha256": _sha256(p)} for p in outcome.data.all_files()],
+        "kernels": {},
+        "links": {},
+    }
+    for gpu, constants in sorted(cal.kernels.items()):
+        known = outcome.provenance.get(f"kernels/{gpu}", {})
+        doc["kernels"][gpu] = {name: known.get(name, _entry(value, kind="default"))
+                               for name, value in asdict(constants).items()}
+    for key, constants in sorted(cal.links.items()):
+        known = outcome.provenance.get(f"links/{key}", {})
+        doc["links"][key] = {name: known.get(name, _entry(value, kind="default"))
+                             for name, value in asdict(constants).items()}
+    doc["fits"] = outcome.fits
+    header = ("# EnergyLens calibration: generated by `energylens calibrate`; do not edit by hand.\n"
+              "# kind: fitted (value, data fitted on, fit residual), assumed (borrowed, with a\n"
+              "# note) or default (built-in, not identified by the data). `fits` holds in-sample\n"
+              "# and leave-one-group-out errors (mape/median_ape are fractions).\n")
+    return header + yaml.safe_dump(doc, sort_keys=False, width=100)
+
+
+def write(outcome: Outcome, path: Path) -> None:
+    """Write the calibration file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_yaml(outcome))

@@ -1,0 +1,224 @@
+"""``energylens validate``, ``energylens calibrate`` and ``energylens regress``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from energylens.validation.formats import FORMATS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``validate``, ``calibrate`` and ``regress`` commands."""
+    v = sub.add_parser(
+        "validate", help="predict every row of a measurement file and report MAPE",
+        description="Predict every row of FILE (a FORMAT measurement file) and report MAPE "
+                    "per metric with a per-row table. With --all: every known file under "
+                    "--data, against the accuracy targets (--write-docs DIR also writes "
+                    "DIR/accuracy.md and parity plots).")
+    v.add_argument("format", nargs="?", choices=FORMATS, metavar="FORMAT",
+                   help=f"one of {', '.join(FORMATS)}")
+    v.add_argument("file", nargs="?", metavar="FILE")
+    v.add_argument("--gpu", help="GPU the file was measured on (default: from the file/path)")
+    v.add_argument("--topology", help="vidur-network: interconnect (nvswitch, nvlink-pairwise; "
+                                      "default: from the folder name)")
+    v.add_argument("--calibration", help="calibration file (default: the shipped one)")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--max-rows", type=int, default=None, help="rows in the table (default: all)")
+    v.add_argument("--all", action="store_true", help="every known file under --data")
+    v.add_argument("--data", default=None, help="data folder for --all (default: data/measurements)")
+    v.add_argument("--write-docs", metavar="DIR", help="with --all: write DIR/accuracy.md + PNGs")
+    v.set_defaults(handler=_cmd_validate, parser=v)
+
+    c = sub.add_parser(
+        "calibrate", help="fit the cost model's constants to measurements",
+        description="Fit kernel latency curves (Vidur per-op), collective curves (Vidur NCCL) "
+                    "and serving/power constants (ML.ENERGY) and write a versioned "
+                    "calibration file with per-constant provenance and held-out errors.")
+    c.add_argument("--data", action="append", default=None,
+                   help="data folder with the known layout (repeatable; default: data/measurements)")
+    c.add_argument("--vidur-mlp", action="append", default=[], metavar="FILE",
+                   help="extra Vidur mlp.csv (path .../compute/<gpu>/<org>/<model>/mlp.csv)")
+    c.add_argument("--vidur-network", action="append", default=[], metavar="FILE")
+    c.add_argument("--mlenergy", action="append", default=[], metavar="FILE")
+    c.add_argument("--output", "-o", default="calibration.yaml",
+                   help="file to write (default: ./calibration.yaml; the shipped one is "
+                        "energylens/data/calibration.yaml)")
+    c.add_argument("--no-leave-out", action="store_true",
+                   help="skip the leave-one-group-out refits (faster; no held-out errors)")
+    c.add_argument("--jobs", type=int, default=2, help="processes for held-out refits")
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(handler=_cmd_calibrate)
+
+    r = sub.add_parser(
+        "regress", help="fit e = a0*tin + a1*tout + a2*tin*tout to predictions (Wilkins 2024)")
+    r.add_argument("--model", required=True)
+    r.add_argument("--gpu", required=True)
+    r.add_argument("--num-gpus", type=int)
+    for name in ("tp", "pp", "ep"):
+        r.add_argument(f"--{name}", type=int, default=1)
+    r.add_argument("--batch", type=float, default=32)
+    r.add_argument("--workload", choices=("batch", "serving"), default="batch")
+    r.add_argument("--input-tokens", type=_int_list, default=None, help="comma list")
+    r.add_argument("--output-tokens", type=_int_list, default=None, help="comma list")
+    r.add_argument("--calibration")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(handler=_cmd_regress)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _console():  # noqa: ANN202 - rich console
+    from energylens.cli import _console as console
+
+    return console()
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.all:
+        return _validate_all(args)
+    if args.format is None or args.file is None:
+        args.parser.error("validate needs FORMAT and FILE (or --all)")
+    from energylens.validation.predictors import validate
+
+    report = validate(format=args.format, path=args.file, gpu=args.gpu,
+                      calibration=args.calibration, topology=args.topology)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    from rich.table import Table
+
+    console = _console()
+    summary = Table(title=f"{args.format}: {args.file}")
+    for column in ("metric", "MAPE", "median APE", "rows"):
+        summary.add_column(column, justify="right" if column != "metric" else "left")
+    for name, err in report.metrics.items():
+        summary.add_row(name, f"{100 * err.mape:.1f} %", f"{100 * err.median_ape:.1f} %",
+                        str(err.n))
+    console.print(summary)
+    for metric, why in report.notes.items():
+        console.print(f"not predicted: {metric}: {why}")
+    failed = sum(1 for r in report.rows if r.error)
+    if failed:
+        console.print(f"{failed} of {len(report.rows)} rows not predicted (reason per row below)")
+    metrics = list(report.metrics) or sorted({m for r in report.rows for m in r.measured})
+    table = Table(title="rows (measured / predicted / error)")
+    keys = list(report.rows[0].input) if report.rows else []
+    for column in (*keys, *metrics, "note"):
+        table.add_column(column)
+    for row in report.rows[: args.max_rows]:
+        cells = [str(row.input.get(k, "")) for k in keys]
+        for m in metrics:
+            meas, pred = row.measured.get(m), row.predicted.get(m)
+            if meas is None:
+                cells.append("")
+            elif pred is None:
+                cells.append(f"{_fmt(meas)} / -")
+            else:
+                cells.append(f"{_fmt(meas)} / {_fmt(pred)} / {100 * (pred / meas - 1):+.0f}%")
+        cells.append(row.error or "")
+        table.add_row(*cells)
+    console.print(table)
+    return 0
+
+
+def _validate_all(args: argparse.Namespace) -> int:
+    from energylens.validation.accuracy import DEFAULT_DATA, TARGETS, collect
+
+    report = collect(data=Path(args.data) if args.data else DEFAULT_DATA,
+                     calibration=args.calibration)
+    if args.write_docs:
+        from energylens.validation.docs import write_docs
+
+        for path in write_docs(report, Path(args.write_docs)):
+            print(f"wrote {path}", file=sys.stderr)
+    rows = []
+    for target in TARGETS:
+        held, now = report.leave_out(target), report.in_sample(target)
+        gate = report.gating(target)
+        rows.append({"target": target.name, "limit": target.limit, "in_sample": now,
+                     "held_out": held, "meets": None if gate is None else gate <= target.limit})
+    if args.json:
+        print(json.dumps({"calibration": report.calibration_source, "targets": rows,
+                          "datasets": {k: {m: e.as_dict() for m, e in d.summary.items()}
+                                       for k, d in report.datasets.items()}}))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"accuracy targets (calibration: {report.calibration_source})")
+    for column in ("target", "limit", "in-sample", "held out", "meets"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["target"], f"{100 * row['limit']:.0f} %",
+                      "-" if row["in_sample"] is None else f"{100 * row['in_sample']:.1f} %",
+                      "-" if row["held_out"] is None else f"{100 * row['held_out']:.1f} %",
+                      {None: "?", True: "yes", False: "NO"}[row["meets"]])
+    _console().print(table)
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import time
+
+    from energylens.calibration.run import (
+        REPO_ROOT,
+        CalibrationData,
+        calibrate,
+        discover,
+        merge,
+        write,
+    )
+
+    roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
+    extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
+                            vidur_network=[Path(p) for p in args.vidur_network],
+                            mlenergy=[Path(p) for p in args.mlenergy])
+    for path in extra.all_files():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    data = merge(*(discover(r) for r in roots), extra)
+    start = time.time()
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"[{time.time() - start:6.1f} s] {message}", file=sys.stderr)
+
+    outcome = calibrate(data=data, leave_out=not args.no_leave_out, jobs=max(args.jobs, 1), log=log)
+    write(outcome, Path(args.output))
+    log(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_regress(args: argparse.Namespace) -> int:
+    from energylens.deployment import Deployment
+    from energylens.regression import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, fit_energy_regression
+
+    deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep)
+    fit = fit_energy_regression(model=args.model, gpu=args.gpu, deployment=deployment,
+                                batch=args.batch, workload=args.workload,
+                                input_tokens=args.input_tokens or DEFAULT_INPUT_TOKENS,
+                                output_tokens=args.output_tokens or DEFAULT_OUTPUT_TOKENS,
+                                calibration=args.calibration)
+    if args.json:
+        print(json.dumps(fit.as_dict()))
+        return 0
+    console = _console()
+    console.print(f"[bold]{fit.model}[/] on {fit.deployment['num_gpus']} x {fit.gpu} "
+                  f"({fit.workload}, batch {fit.batch:g}): e = a0*tin + a1*tout + a2*tin*tout")
+    console.print(f"a0 = {fit.a0:.4g} J/token, a1 = {fit.a1:.4g} J/token, "
+                  f"a2 = {fit.a2:.4g} J/token^2, R^2 = {fit.r2:.4f} over {fit.n} grid points")
+    return 0

@@ -1,0 +1,215 @@
+"""Accuracy against every measurement file, against the targets: ``validate --all``.
+
+In-sample numbers are computed here, now, by predicting every row with the calibration
+in use. Held-out numbers (leave one model out, leave one group size out) come from the
+calibration file's ``fits`` section, written by ``energylens calibrate``, which refits
+without each group in turn; recomputing them takes minutes, so it is not done here.
+``write_docs`` renders ``docs/accuracy.md`` and parity plots from the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from energylens.calibration_file import SHIPPED
+from energylens.hardware import load_gpu
+from energylens.validation.ops import GEMM_OPS
+from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO_ROOT / "data" / "measurements"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One accuracy target: a metric over a dataset, and which number gates it."""
+
+    name: str
+    dataset: str  # key of AccuracyReport.datasets
+    metric: str  # key in the dataset's summary
+    limit: float  # MAPE fraction
+    leave_out: tuple[str, ...] | None  # path into the calibration file's fits, if any
+
+
+def _mlenergy_targets() -> list[Target]:
+    out = []
+    fit = "mlenergy/H100-SXM"
+    for metric, label in (("energy_per_token_joules", "energy per output token"),
+                          ("median_itl_ms", "inter-token latency")):
+        out.append(Target(f"ML.ENERGY H100 {label}, all rows", "mlenergy-H100", metric, 0.12,
+                          (fit, "leave_one_model_out", metric, "mape")))
+        for group in ("dense", "moe", "dense,1-gpu", "dense,multi-gpu", "moe,1-gpu",
+                      "moe,multi-gpu"):
+            out.append(Target(f"ML.ENERGY H100 {label}, {group}", "mlenergy-H100",
+                              f"{metric}[{group}]", 0.12,
+                              (fit, "leave_one_model_out_by_group", group, metric, "mape")))
+    return out
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("GEMM per-op latency, Vidur H100", "vidur-mlp-H100-SXM", "gemm", 0.10,
+           ("vidur-mlp/H100-SXM", "leave_one_model_out", "gemm", "mape")),
+    Target("GEMM per-op latency, Vidur A100", "vidur-mlp-A100-80GB-SXM", "gemm", 0.10,
+           ("vidur-mlp/A100-80GB-SXM", "leave_one_model_out", "gemm", "mape")),
+    Target("All-reduce latency, Vidur h100_dgx", "vidur-network-h100_dgx", "all_reduce", 0.10,
+           None),
+    Target("All-reduce latency, Vidur a100_dgx", "vidur-network-a100_dgx", "all_reduce", 0.10,
+           None),
+    *_mlenergy_targets(),
+)
+
+
+@dataclass
+class Dataset:
+    """Validation of one group of files, with summary metrics and per-row results."""
+
+    name: str
+    title: str
+    files: list[str]
+    rows: list[RowResult]
+    summary: dict[str, MetricError]
+    unpredicted: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows in the files."""
+        return len(self.rows)
+
+    @property
+    def n_errors(self) -> int:
+        """Rows that could not be predicted (each with its reason)."""
+        return sum(1 for r in self.rows if r.error is not None)
+
+
+@dataclass
+class AccuracyReport:
+    """All datasets and the calibration file whose fits hold the held-out numbers."""
+
+    datasets: dict[str, Dataset]
+    fits: dict[str, Any]
+    calibration_source: str
+
+    def leave_out(self, target: Target) -> float | None:
+        """The held-out MAPE of ``target`` from the calibration file (None if not fitted)."""
+        if target.leave_out is None:
+            return None
+        node: Any = self.fits
+        for key in target.leave_out:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return None if node is None else float(node)
+
+    def in_sample(self, target: Target) -> float | None:
+        """The MAPE of ``target`` computed now with the calibration in use."""
+        dataset = self.datasets.get(target.dataset)
+        if dataset is None or target.metric not in dataset.summary:
+            return None
+        return dataset.summary[target.metric].mape
+
+    def gating(self, target: Target) -> float | None:
+        """The number the target is judged on: held out where the data allows."""
+        held = self.leave_out(target)
+        return held if held is not None else self.in_sample(target)
+
+
+def _merge(reports: list[ValidationReport]) -> tuple[list[RowResult], dict[str, str]]:
+    rows: list[RowResult] = []
+    notes: dict[str, str] = {}
+    for report in reports:
+        rows += report.rows
+        notes.update(report.notes)
+    return rows, notes
+
+
+def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]] | None = None,
+             aggregate: dict[str, tuple[str, ...]] | None = None) -> dict[str, MetricError]:
+    from energylens.validation.predictors import metric_errors
+
+    summary = dict(metric_errors(rows))
+    for name, metrics in (aggregate or {}).items():
+        ape = [abs(r.predicted[m] / r.measured[m] - 1) for r in rows if r.error is None
+               for m in metrics if m in r.predicted and m in r.measured]
+        if ape:
+            summary[name] = MetricError(mape=float(np.mean(ape)), median_ape=float(np.median(ape)),
+                                        n=len(ape))
+    for name, keep in (extra or {}).items():
+        for metric, err in metric_errors(rows, keep).items():
+            summary[f"{metric}[{name}]"] = err
+    return summary
+
+
+def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
+    from energylens.zoo import get_model
+
+    def is_moe(row: RowResult) -> bool:
+        try:
+            return get_model(str(row.input["model_id"])).moe is not None
+        except ValueError:
+            return False
+
+    def multi(row: RowResult) -> bool:
+        return int(row.input["num_gpus"]) > 1
+
+    return {
+        "dense": lambda r: not is_moe(r), "moe": is_moe,
+        "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
+        "dense,1-gpu": lambda r: not is_moe(r) and not multi(r),
+        "dense,multi-gpu": lambda r: not is_moe(r) and multi(r),
+        "moe,1-gpu": lambda r: is_moe(r) and not multi(r),
+        "moe,multi-gpu": lambda r: is_moe(r) and multi(r),
+    }
+
+
+def _fits_of(calibration: str | Path | None) -> tuple[dict[str, Any], str]:
+    if calibration is None:
+        shipped = resources.files("energylens.data").joinpath(SHIPPED)
+        if not shipped.is_file():
+            return {}, "built-in defaults (uncalibrated)"
+        return (yaml.safe_load(shipped.read_text()) or {}).get("fits", {}), f"energylens/data/{SHIPPED}"
+    doc = yaml.safe_load(Path(calibration).read_text()) or {}
+    return doc.get("fits", {}), str(calibration)
+
+
+def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None) -> AccuracyReport:
+    """Validate every known file under ``data`` and gather the held-out numbers."""
+    data = Path(data)
+    fits, source = _fits_of(calibration)
+    datasets: dict[str, Dataset] = {}
+
+    def add(name: str, title: str, fmt: str, files: list[Path], **kwargs: Any) -> None:
+        if not files:
+            return
+        reports = [validate(format=fmt, path=f, calibration=calibration) for f in files]
+        rows, notes = _merge(reports)
+        datasets[name] = Dataset(name=name, title=title, files=[str(f) for f in files],
+                                 rows=rows, summary=_summary(rows, **kwargs), unpredicted=notes)
+
+    compute = sorted((data / "vidur" / "compute").glob("*/*/*/mlp.csv"))
+    for gpu in sorted({p.parts[-4] for p in compute}):
+        name = load_gpu(gpu).name
+        add(f"vidur-mlp-{name}", f"Vidur per-op kernel time, {name}", "vidur-mlp",
+            [p for p in compute if p.parts[-4] == gpu], aggregate={"gemm": GEMM_OPS})
+    for sku_dir in sorted((data / "vidur" / "network").glob("*")):
+        add(f"vidur-network-{sku_dir.name}", f"Vidur NCCL collectives, {sku_dir.name}",
+            "vidur-network", sorted(sku_dir.glob("*.csv")))
+    add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
+        sorted((data / "llmcompass").glob("matmul_*.csv")))
+    tasks = sorted((data / "mlenergy" / "tasks").glob("*.json"))
+    if tasks:
+        reports = [validate(format="mlenergy", path=f, calibration=calibration) for f in tasks]
+        rows, _ = _merge(reports)
+        for gpu in sorted({str(r.input["gpu_model"]) for r in rows}):
+            mine = [r for r in rows if str(r.input["gpu_model"]) == gpu]
+            datasets[f"mlenergy-{gpu}"] = Dataset(
+                name=f"mlenergy-{gpu}", title=f"ML.ENERGY steady-state serving, {gpu}",
+                files=[str(f) for f in tasks], rows=mine,
+                summary=_summary(mine, extra=_mlenergy_groups()))
+    return AccuracyReport(datasets=datasets, fits=fits, calibration_source=source)

@@ -1,0 +1,269 @@
+"""Predict every row of a measurement file and compare: ``energylens validate FORMAT FILE``.
+
+One predictor per format turns a loaded row into predicted values under the source's
+own metric names and units (ms stay ms). A row the model cannot predict keeps its place
+with the reason; it is never dropped. Metrics are the mean and median absolute
+percentage errors over the rows that have both a measurement and a prediction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energylens.calibration_file import default_calibration, load_calibration
+from energylens.cost.comm import collective_cost
+from energylens.cost.constants import Calibration
+from energylens.cost.kernels import compile_layer
+from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.deployment import ConfigError, Deployment, Workload
+from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.predict import predict
+from energylens.spec import LayerSpec, SpecError, parse_einsum
+from energylens.validation import mlenergy
+from energylens.validation.formats import MeasurementRow, load_measurements
+from energylens.validation.ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.validation.topology import link_of
+from energylens.zoo import UnknownModelError, get_model
+
+Calibrated = Calibration | str | Path | None
+
+
+@dataclass
+class RowResult:
+    """One row: the source's key fields, measured and predicted values, or why not."""
+
+    input: dict[str, Any]
+    measured: dict[str, float]
+    predicted: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"input": self.input, "measured": self.measured, "predicted": self.predicted,
+                "error": self.error}
+
+
+@dataclass
+class MetricError:
+    """Errors of one metric over the predicted rows (fractions, not percent)."""
+
+    mape: float
+    median_ape: float
+    n: int
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON form (NaN as null)."""
+        def clean(x: float) -> float | None:
+            return None if not np.isfinite(x) else round(float(x), 6)
+        return {"mape": clean(self.mape), "median_ape": clean(self.median_ape), "n": self.n}
+
+
+@dataclass
+class ValidationReport:
+    """Everything ``energylens validate`` prints."""
+
+    format: str
+    file: str
+    rows: list[RowResult]
+    notes: dict[str, str] = field(default_factory=dict)  # metric -> why it is not predicted
+
+    @property
+    def metrics(self) -> dict[str, MetricError]:
+        """MAPE per metric, in the order metrics first appear."""
+        return metric_errors(self.rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` object."""
+        out: dict[str, Any] = {"format": self.format, "file": self.file,
+                               "metrics": {k: v.as_dict() for k, v in self.metrics.items()},
+                               "rows": [r.as_dict() for r in self.rows]}
+        if self.notes:
+            out["unpredicted_metrics"] = self.notes
+        return out
+
+
+def metric_errors(rows: list[RowResult],
+                  keep: Callable[[RowResult], bool] | None = None) -> dict[str, MetricError]:
+    """Mean/median absolute percentage error per metric over rows with a prediction."""
+    ape: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.error is not None or (keep is not None and not keep(row)):
+            continue
+        for name, measured in row.measured.items():
+            if name in row.predicted and measured > 0:
+                ape[name].append(abs(row.predicted[name] / measured - 1.0))
+    return {name: MetricError(mape=float(np.mean(v)), median_ape=float(np.median(v)), n=len(v))
+            for name, v in ape.items()}
+
+
+def _calibration(calibration: Calibrated) -> Calibration:
+    if calibration is None:
+        return default_calibration()
+    if isinstance(calibration, Calibration):
+        return calibration
+    return load_calibration(calibration)
+
+
+# --- ML.ENERGY ---------------------------------------------------------------------------
+
+
+def _mlenergy(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+              **_: Any) -> list[RowResult]:
+    out = []
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        try:
+            result.predicted = mlenergy.predict_row(row.input, gpu=gpu, calibration=cal)
+        except mlenergy.UnsupportedRow as exc:
+            result.error = str(exc)
+        out.append(result)
+    return out
+
+
+# --- Vidur per-op compute ------------------------------------------------------------------
+
+
+def _vidur_mlp(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+               **_: Any) -> list[RowResult]:
+    results = [RowResult(input=dict(r.input), measured=dict(r.measured)) for r in rows]
+    groups: dict[tuple[str, Geometry], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        groups[(gpu or str(row.context["gpu"]), Geometry.of(row.input))].append(i)
+    for (gpu_name, geometry), index in groups.items():
+        try:
+            spec = load_gpu(gpu_name)
+            if geometry.n_head % geometry.tp or geometry.n_embd % geometry.n_head:
+                raise SpecError(f"{geometry.n_head} heads do not split over TP {geometry.tp}")
+            constants = cal.kernel(spec.name)
+            tokens = np.array([rows[i].input["num_tokens"] for i in index], dtype=float)
+            ops = [op for op in VIDUR_OPS if op in rows[index[0]].measured]
+            times = {op: np.atleast_1d(op_latency_s(op=op, geometry=geometry, num_tokens=tokens,
+                                                    gpu=spec, constants=constants)) * 1e3
+                     for op in ops}
+        except (UnknownGPUError, SpecError, KeyError) as exc:
+            for i in index:
+                results[i].error = str(exc)
+            continue
+        for j, i in enumerate(index):
+            results[i].predicted = {op: float(v[j]) for op, v in times.items()}
+    return results
+
+
+# --- Vidur collectives ---------------------------------------------------------------------
+
+
+def _vidur_network(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+                   topology: str | None = None, **_: Any) -> list[RowResult]:
+    results = []
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        results.append(result)
+        collective = str(row.input["collective"])
+        try:
+            spec = load_gpu(gpu or str(row.context["gpu"]))
+        except UnknownGPUError as exc:
+            result.error = str(exc)
+            continue
+        workers, per_node = int(row.input["num_workers"]), int(row.input["devices_per_node"])
+        kind, bandwidth = link_of(gpu=spec, num_workers=workers, devices_per_node=per_node,
+                                  topology=topology or row.context.get("link"),
+                                  collective=collective)
+        constants = cal.link(gpu=spec.name, kind=kind)
+        try:
+            cost = collective_cost(kind=collective, message_bytes=float(row.input["size"]),
+                                   group_size=2 if collective == "send_recv" else workers,
+                                   bandwidth=bandwidth, constants=constants)
+        except KeyError:
+            result.error = f"collective {collective!r} is not modelled"
+            continue
+        result.predicted = {collective: float(cost.latency_s) * 1e3}
+    return results
+
+
+# --- Splitwise-style prompt/token timings --------------------------------------------------
+
+
+def _splitwise(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+               **_: Any) -> list[RowResult]:
+    out = []
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        out.append(result)
+        values = row.input
+        try:
+            model = get_model(str(values["model"]))
+            tp = int(values["tensor_parallel"])
+            prediction = predict(
+                model=model, gpu=gpu or str(values["hardware"]),
+                deployment=Deployment(tp=tp, num_gpus=tp),
+                workload=Workload(kind="batch", batch=int(values["batch_size"]),
+                                  input_tokens=int(values["prompt_size"]),
+                                  output_tokens=int(values["token_size"])),
+                calibration=cal)
+        except (UnknownModelError, UnknownGPUError, ConfigError) as exc:
+            result.error = str(exc)
+            continue
+        if not prediction.feasible:
+            result.error = f"infeasible: {prediction.infeasible_reason}"
+            continue
+        result.predicted = {"prompt_time": prediction.ttft_s * 1e3,
+                            "token_time": prediction.tpot_s * 1e3}
+    return out
+
+
+# --- LLMCompass GEMMs ----------------------------------------------------------------------
+
+
+@cache
+def _gemm_layer() -> LayerSpec:
+    op = parse_einsum(name="matmul", text="Y[m,n] = X[m,k] * W[k,n]")
+    return LayerSpec(name="matmul", ops=(op,))
+
+
+def _llmcompass_matmul(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+                       **_: Any) -> list[RowResult]:
+    out = []
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        out.append(result)
+        try:
+            spec = load_gpu(gpu or str(row.context["gpu"]))
+        except UnknownGPUError as exc:
+            result.error = str(exc)
+            continue
+        sizes = {"m": int(row.input["M"]), "n": int(row.input["N"]), "k": int(row.input["K"])}
+        kernel = compile_layer(layer=_gemm_layer(), sizes=sizes, degrees={},
+                               fusion=frozenset()).kernels[0]
+        cost = kernel_cost(kernel=kernel, phase={}, window=None, gpu=spec,
+                           constants=cal.kernel(spec.name),
+                           clock=ClockState(ratio=1.0, dynamic_scale=1.0), weight_dtype="fp16")
+        result.predicted = {"time_s": float(cost.latency_s)}
+    return out
+
+
+PREDICTORS: dict[str, Callable[..., list[RowResult]]] = {
+    "mlenergy": _mlenergy,
+    "vidur-mlp": _vidur_mlp,
+    "vidur-network": _vidur_network,
+    "splitwise": _splitwise,
+    "llmcompass-matmul": _llmcompass_matmul,
+}
+_NOTES = {"vidur-mlp": UNSUPPORTED_OPS}
+
+
+def validate(*, format: str, path: str | Path, gpu: str | None = None,
+             calibration: Calibrated = None, topology: str | None = None) -> ValidationReport:
+    """Predict every row of ``path`` (a ``format`` measurement file) and compare."""
+    measurements = load_measurements(format=format, path=path, gpu=gpu)
+    cal = _calibration(calibration)
+    rows = PREDICTORS[format](measurements.rows, gpu=gpu, cal=cal, topology=topology)
+    present = {m for r in measurements.rows for m in r.measured}
+    notes = {m: why for m, why in _NOTES.get(format, {}).items() if m in present}
+    return ValidationReport(format=format, file=str(path), rows=rows, notes=notes)

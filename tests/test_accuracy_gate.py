@@ -1,0 +1,86 @@
+"""Accuracy gate: fails when any accuracy number regresses past its target.
+
+Every target of ``energylens.validation.accuracy.TARGETS`` (the issue's: per-op GEMM
+latency <= 10 % on Vidur H100/A100, all-reduce latency <= 10 % on Vidur h100_dgx/a100_dgx,
+ML.ENERGY H100 energy per output token and inter-token latency <= 12 % for dense and MoE,
+single- and multi-GPU) is judged on its held-out number (leave one model out, recorded in
+the shipped calibration by ``energylens calibrate``) where the data allows one, else on
+the in-sample number computed here from ``data/measurements``. Targets missed today are
+held at today's value plus a small margin (KNOWN_MISSES) so they cannot silently get
+worse; ``docs/accuracy.md`` lists them as missed. Needs nothing outside the repository.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from energylens.validation.accuracy import DEFAULT_DATA, TARGETS, collect
+
+SHIPPED_FITS = Path(__file__).resolve().parents[1] / "energylens" / "data" / "calibration.yaml"
+
+#: Targets not met by the shipped calibration: today's number + 1.5 points. Shrink these
+#: when the model improves; never raise them to make a regression pass.
+KNOWN_MISSES: dict[str, float] = {
+    # NCCL switches algorithm (tree/ring) with message size across nodes: 2 nodes x 2 GPUs
+    # and 2 x 8 GPUs layouts are stepwise in size, which a smooth curve cannot follow.
+    "All-reduce latency, Vidur a100_dgx": 0.16,
+    # Llama-4 Scout/Maverick under EP8: measured per-GPU power is lower and latency longer
+    # than the model's (more idle time per GPU); see docs/accuracy.md.
+    "ML.ENERGY H100 energy per output token, moe": 0.15,
+    "ML.ENERGY H100 energy per output token, moe,multi-gpu": 0.17,
+    "ML.ENERGY H100 inter-token latency, moe": 0.145,
+    "ML.ENERGY H100 inter-token latency, moe,multi-gpu": 0.155,
+}
+
+
+@pytest.fixture(scope="module")
+def report():
+    assert DEFAULT_DATA.is_dir()
+    return collect()
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_target_is_met_or_does_not_regress(report, target):
+    gate = report.gating(target)
+    assert gate is not None, f"no number for {target.name}: recalibrate"
+    limit = KNOWN_MISSES.get(target.name, target.limit)
+    assert gate <= limit, f"{target.name}: {100 * gate:.1f} % > {100 * limit:.1f} %"
+    now = report.in_sample(target)
+    if now is not None:
+        assert now <= limit + 0.02, f"{target.name}: in-sample {100 * now:.1f} %"
+
+
+def test_known_misses_are_still_misses(report):
+    """A target that is met again must leave KNOWN_MISSES (the doc would say 'missed')."""
+    for target in TARGETS:
+        if target.name in KNOWN_MISSES:
+            assert report.gating(target) > target.limit, f"{target.name} is met now: remove it"
+
+
+def test_held_out_numbers_are_recorded_where_the_data_allows(report):
+    for target in TARGETS:
+        if target.leave_out is not None:
+            assert report.leave_out(target) is not None, target.name
+
+
+def test_shipped_calibration_matches_the_code(report):
+    """In-sample errors computed now equal what calibrate recorded: the shipped file is
+    not stale with respect to the cost model's functional forms."""
+    fits = yaml.safe_load(SHIPPED_FITS.read_text())["fits"]
+    now = report.datasets["mlenergy-H100"].summary
+    recorded = fits["mlenergy/H100-SXM"]["in_sample"]
+    for metric in ("energy_per_token_joules", "median_itl_ms"):
+        assert now[metric].mape == pytest.approx(recorded[metric]["mape"], abs=0.005), metric
+    gemm = report.datasets["vidur-mlp-A100-80GB-SXM"].summary["gemm"].mape
+    assert gemm == pytest.approx(fits["vidur-mlp/A100-80GB-SXM"]["in_sample"]["gemm"]["mape"],
+                                 abs=0.005)
+
+
+def test_every_row_is_kept(report):
+    for dataset in report.datasets.values():
+        assert dataset.n_rows > 0
+        for row in dataset.rows:
+            assert row.error is not None or row.predicted, dataset.name

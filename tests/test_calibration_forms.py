@@ -1,0 +1,132 @@
+"""The functional forms calibration introduced into the cost model behave as documented."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from energylens.cost.comm import collective_cost
+from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
+from energylens.cost.kernels import compile_layer
+from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.work import DTYPE_BYTES, tensor_bytes
+from energylens.deployment import Deployment, Workload
+from energylens.families import build_graph
+from energylens.hardware import load_gpu
+from energylens.predict import predict
+from energylens.step import vllm_layout
+from energylens.zoo import get_model
+
+H100 = load_gpu("H100")
+CLOCK = ClockState(ratio=1.0, dynamic_scale=1.0)
+
+
+def _kernels(model: str, fusion: frozenset[str], degrees=None, group: int = 0):
+    g = build_graph(get_model(model)).groups[group]
+    degrees = degrees or {"tp": 1, "etp": 1, "ep": 1}
+    return g, {k.name: k for k in compile_layer(layer=g.layer, sizes=g.sizes, degrees=degrees,
+                                                fusion=fusion).kernels}
+
+
+def test_fused_qkv_is_priced_as_one_gemm_with_concatenated_columns():
+    _, fused = _kernels("llama-3.1-70b", frozenset({"qkv"}))
+    _, split = _kernels("llama-3.1-70b", frozenset())
+    phase = {"b": 4096.0, "m": 1.0, "n": 1.0, "p": 1.0, "t": 1.0}
+    k = KernelConstants(energy_per_tensor_flop_j=0.0, energy_per_hbm_byte_j=0.0)
+
+    def t(kernel):
+        return float(kernel_cost(kernel=kernel, phase=phase, window=None, gpu=H100, constants=k,
+                                 clock=CLOCK, weight_dtype="bf16").latency_s)
+
+    one = t(fused["q+k+v"])
+    three = t(split["q"]) + t(split["k"]) + t(split["v"])
+    assert one < three  # one launch, better waves for the narrow k and v projections
+
+
+def test_expert_gemms_skip_experts_that_received_no_tokens():
+    group, kernels = _kernels("gpt-oss-120b", frozenset({"gate_up"}), group=1)
+    k = KernelConstants(energy_per_tensor_flop_j=0.0, energy_per_hbm_byte_j=0.0)
+    # 8 tokens, top-4 of 128 experts: 0.25 token per expert on average, ~29 experts active
+    phase = {"b": 8.0, "m": 1.0, "n": 1.0, "p": 1.0, "t": 0.25, "x_active": 28.6}
+    cost = kernel_cost(kernel=kernels["egate+eup"], phase=phase, window=None, gpu=H100,
+                       constants=k, clock=CLOCK, weight_dtype="bf16")
+    assert cost.compute_s < cost.memory_s  # decode expert GEMMs are weight-bandwidth bound
+
+
+def test_mxfp4_quantises_only_the_experts():
+    graph = build_graph(get_model("gpt-oss-20b"))
+    layer = graph.groups[0].layer
+    sizes = {**graph.groups[0].sizes, "b": 1, "m": 1, "t": 1, "x_active": 32}
+    wq = next(t for op in layer.ops for t in op.inputs if t.name == "WQ")
+    weg = next(t for op in layer.ops for t in op.inputs if t.name == "WEG")
+    assert tensor_bytes(tensor=wq, sizes=sizes, weight_dtype="mxfp4", window=None) == \
+        tensor_bytes(tensor=wq, sizes=sizes, weight_dtype="bf16", window=None)
+    ratio = (tensor_bytes(tensor=weg, sizes=sizes, weight_dtype="mxfp4", window=None)
+             / tensor_bytes(tensor=weg, sizes=sizes, weight_dtype="bf16", window=None))
+    assert ratio == pytest.approx(DTYPE_BYTES["mxfp4"] / 2.0)
+    model = replace(get_model("gpt-oss-120b"), weight_dtype="mxfp4")
+    assert predict(model=model, gpu="H100").feasible  # 120B fits one H100 in MXFP4
+
+
+def test_ep_under_tp_attention_reduces_once_and_dispatches_locally():
+    g = build_graph(get_model("llama-4-scout-17b-16e")).groups[-1]
+    degrees = {"tp": 8, "etp": 1, "ep": 8}
+    compiled = compile_layer(layer=g.layer, sizes=g.sizes, degrees=degrees, fusion=frozenset())
+    priced = vllm_layout(compiled.collectives, layer=g.layer, degrees=degrees)
+    kinds = sorted((c.kind, c.after_op) for c in priced)
+    assert ("all_to_all", "dispatch") not in kinds
+    assert ("all_reduce", "combine") in kinds and ("all_reduce", "o") in kinds
+    assert all(c.after_op != "sdown" for c in priced)  # shared expert folded into combine
+    # without EP nothing changes
+    dense = {"tp": 8, "etp": 8, "ep": 1}
+    plain = compile_layer(layer=g.layer, sizes=g.sizes, degrees=dense, fusion=frozenset())
+    assert vllm_layout(plain.collectives, layer=g.layer, degrees=dense) == list(plain.collectives)
+
+
+def test_collective_forms():
+    link = LinkConstants(latency_s=20e-6, latency_per_hop_s=0.0, bus_bandwidth_fraction=0.7,
+                         half_bandwidth_bytes=1e3, latency_sharpness=1.0, p2p_latency_s=7e-6,
+                         p2p_bandwidth_fraction=0.8)
+    sizes = np.array([2e3, 1e5, 1e6, 1e7, 6e7])
+    ar = collective_cost(kind="all_reduce", message_bytes=sizes, group_size=8, bandwidth=450e9,
+                         constants=link).latency_s
+    assert np.all(np.diff(ar) > 0)
+    sharp = collective_cost(kind="all_reduce", message_bytes=sizes, group_size=8, bandwidth=450e9,
+                            constants=replace(link, latency_sharpness=8.0)).latency_s
+    assert np.all(sharp <= ar) and np.all(sharp >= np.maximum(20e-6, ar - 20e-6) - 1e-12)
+    p2p = collective_cost(kind="send_recv", message_bytes=sizes, group_size=2, bandwidth=450e9,
+                          constants=link).latency_s
+    assert p2p == pytest.approx(7e-6 + sizes / (450e9 * 0.8))
+    assert collective_cost(kind="all_reduce", message_bytes=1e6, group_size=1, bandwidth=450e9,
+                           constants=link).latency_s == 0.0
+
+
+def test_engine_all_reduce_replaces_nccl_latency_for_small_messages_only():
+    base = Calibration(kernels={}, links={})
+    fast = base.with_link("H100-SXM:nvswitch", engine_allreduce_latency_s=2e-6)
+    small = Workload(kind="serving", batch=8, input_tokens=256, output_tokens=256)
+    a = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(tp=4), workload=small,
+                calibration=base)
+    b = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(tp=4), workload=small,
+                calibration=fast)
+    assert b.tpot_s < a.tpot_s
+
+
+def test_serving_median_itl_never_exceeds_the_mean_step():
+    for batch, out in ((8, 2000), (64, 400), (512, 300)):
+        p = predict(model="llama-3.1-8b", gpu="H100",
+                    workload=Workload(kind="serving", batch=batch, input_tokens=400,
+                                      output_tokens=out))
+        mean_step = batch / p.output_tokens_per_s
+        assert p.tpot_s <= mean_step * (1 + 1e-9)
+        assert p.tpot_s < mean_step  # prompts admitted in some steps lengthen the mean
+
+
+def test_serving_memory_uses_the_mean_context():
+    # 64 sequences of a reasoning task (long outputs) fit: running sequences are, on
+    # average, halfway through their outputs.
+    p = predict(model="qwen3-8b", gpu="H100",
+                workload=Workload(kind="serving", batch=64, input_tokens=256, output_tokens=8000))
+    assert p.feasible
