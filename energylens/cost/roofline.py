@@ -6,7 +6,8 @@ memory time  = external bytes / (HBM peak x eff_mem(bytes)), barely clock depend
                (fused attention reading the paged KV cache and grouped expert GEMMs
                reach their own fractions of HBM peak)
 latency      = (compute^q + memory^q)^(1/q) + kernel overhead   (q: roofline sharpness)
-dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes + busy power x v(f)^2 f x latency
+dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes
+                 + busy power x v(f)^2 f x (latency - kernel overhead)
 A kernel whose power would exceed the board limit is stretched until it does not.
 """
 
@@ -154,7 +155,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     headroom_w = gpu.tdp_w - constants.static_power_w - busy_w
     latency = np.maximum(latency, (flop_energy + byte_energy) / max(headroom_w, 1.0))
     compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
-    busy_energy = busy_w * latency
+    # Busy power is drawn while a kernel streams or computes; during its fixed overhead
+    # (launch, prologue, tail, waits between small kernels) the GPU draws static power only.
+    busy_energy = busy_w * np.maximum(latency - constants.kernel_overhead_s, 0.0)
     return KernelCost(
         latency_s=latency,
         compute_s=compute_s,
