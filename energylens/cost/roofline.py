@@ -153,7 +153,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     byte_energy = nbytes * constants.energy_per_hbm_byte_j
     busy_w = constants.busy_power_w * clock.ratio * clock.dynamic_scale
     headroom_w = gpu.tdp_w - constants.static_power_w - busy_w
-    latency = np.maximum(latency, (flop_energy + byte_energy) / max(headroom_w, 1.0))
+    # Power cap: (flop + byte + busy_w (t - overhead)) / t + static <= TDP.
+    capped = (flop_energy + byte_energy - busy_w * constants.kernel_overhead_s) / max(headroom_w, 1.0)
+    latency = np.maximum(latency, capped)
     compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
     # Busy power is drawn while a kernel streams or computes; during its fixed overhead
     # (launch, prologue, tail, waits between small kernels) the GPU draws static power only.
