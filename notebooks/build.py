@@ -51,7 +51,8 @@ spread = {phase: ok[phase].max() / ok[phase].min()
 print(f"{len(ok)} feasible of {len(grid)}; spread prefill {spread['prefill_j_per_token']:.2f}x, "
       f"decode {spread['decode_j_per_token']:.1f}x")
 ok.sort_values("decode_j_per_token").head(5)"""),
-    ("markdown", """Decode spreads far more than prefill: prefill is compute-bound at every batch,
+    ("markdown", """As in the paper, decode spreads far more than prefill (compare the printed spreads
+with the paper's 1.47x and 52.9x; the spaces differ). Prefill is compute-bound at every batch,
 so its energy per token is set by FLOPs; decode energy per token falls roughly as 1/batch
 while weights are re-read every step, and static power is paid by every GPU of a wide
 TP group. Batch size is the dominant lever (ML.ENERGY also reports 3-5x from batch)."""),
@@ -101,9 +102,12 @@ for label, dep in [("TP8", Deployment(tp=8)), ("EP8", Deployment(ep=8, num_gpus=
         rows.append(dict(layout=label, zipf_skew=skew, itl_ms=p.tpot_s * 1e3,
                          j_per_token=p.energy_per_output_token_j, tokens_per_s=p.output_tokens_per_s))
 pd.DataFrame(rows).round(3)"""),
-    ("markdown", """Replicas avoid communication entirely and win on energy when the model fits;
-EP pays all-to-all and waits for the most-loaded rank, so routing skew costs it latency
-and energy, while TP and replicas are insensitive to skew."""),
+    ("markdown", """Read the table above: EP splits expert weights so each GPU reads fewer bytes per
+step than TP or full replicas, but pays the combine and waits for the most-loaded rank,
+so routing skew slows it. Without EP (replicas, TP) skew does the opposite: a skewed
+router activates fewer distinct experts per step, so a memory-bound decode reads fewer
+expert weights (the METRO observation, arXiv 2512.09277). Which layout wins depends on
+batch and skew, which is why the `qwen3_*_moe` studies search it."""),
     ("markdown", "## 5. More GPUs at equal batch (ML.ENERGY: +energy per token in 93 % of cases)"),
     ("code", """rows = []
 for model in ("llama-3.1-8b", "qwen3-32b", "llama-3.1-70b"):
