@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pandas as pd
 from rich.console import Console
@@ -18,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from search.config import StudyConfig, StudyError, load_study
-from search.frame import front_frame, trials_frame
+from search.frame import distinct_configurations
+from search.outcome import completed_trials
 from search.problem import Problem
 from search.rank import rank_optimizations
 from search.report import write_report
@@ -27,6 +29,7 @@ from search.space import SpaceError
 
 ProblemFactory = Callable[[StudyConfig], Problem]
 MAX_ROWS = 20
+WIDE_CONSOLE = 200
 USER_ERRORS = (StudyError, SpaceError, StudyStateError)
 
 
@@ -88,26 +91,35 @@ def cmd_rank(study_path: str | Path, *, problem_factory: ProblemFactory, budget:
     try:
         config = load_study(study_path)
         study = open_study(config=config)
+        ranking = rank_optimizations(
+            config=config, problem=problem_factory(config), budget_per_ablation=budget, study=study
+        )
     except USER_ERRORS as exc:
         return _fail(exc)
-    ranking = rank_optimizations(
-        config=config, problem=problem_factory(config), budget_per_ablation=budget, study=study
-    )
-    console = Console()
-    console.print(_table(ranking, title=f"{config.name}: ranking ({config.objectives[0]})"))
+    console = _console()
+    _print_table(console, ranking, title=f"{config.name}: ranking ({config.objectives[0]})")
     console.print(f"wrote {config.results / 'ranking.csv'} and {config.results / 'ranking.png'}")
     return 0
 
 
-def cmd_worker(study_path: str | Path, *, storage: str | None = None, problem_factory: ProblemFactory) -> int:
-    """Join a shared study as one more worker until the study's budget is done."""
+def cmd_worker(
+    study_path: str | Path,
+    *,
+    storage: str | None = None,
+    trials: int | None = None,
+    problem_factory: ProblemFactory,
+) -> int:
+    """Join a shared study as one more worker until it holds ``trials`` completed trials in
+    total (default: the study file's budget)."""
     _quiet_optuna()
     try:
         config = load_study(study_path)
-        study = run_worker(config=config, problem=problem_factory(config), storage=storage, progress=True)
+        study = run_worker(
+            config=config, problem=problem_factory(config), storage=storage, n_trials=trials, progress=True
+        )
     except USER_ERRORS as exc:
         return _fail(exc)
-    Console().print(f"{config.name}: {len(study.trials)} trials in the study")
+    _console().print(f"{config.name}: {len(completed_trials(study))} completed trials in the study")
     return 0
 
 
@@ -122,32 +134,49 @@ def _fail(exc: Exception) -> int:
 
 
 def _finish(config: StudyConfig, study: optuna.Study) -> None:
-    paths = write_report(config=config, study=study)
-    trials = trials_frame(config=config, study=study)
-    front = front_frame(config=config, trials=trials)
+    report = write_report(config=config, study=study)
+    trials, front = report.trials, report.front  # exactly what pareto.csv holds
     columns = [*config.space.names, *(o.metric for o in config.objectives)]
-    n_feasible = int(trials["feasible"].sum())
+    feasible = trials[trials["feasible"]]
+    n_configs = len(distinct_configurations(config, feasible))
     title = (
-        f"{config.name}: feasible Pareto front ({len(front)} of {n_feasible} feasible, {len(trials)} trials)"
+        f"{config.name}: feasible Pareto front ({len(front)} of {n_configs} distinct feasible "
+        f"configurations, {len(trials)} trials)"
     )
-    console = Console()
-    console.print(_table(front[columns], title=title))
-    for path in (paths.pareto_csv, paths.trials_csv, paths.pareto_png, paths.hypervolume_png):
+    console = _console()
+    _print_table(console, front[columns], title=title)
+    for path in (report.pareto_csv, report.trials_csv, report.pareto_png, report.hypervolume_png):
         console.print(f"wrote {path}")
 
 
-def _table(frame: pd.DataFrame, *, title: str) -> Table:
-    table = Table(title=Text(title))
+def _console() -> Console:
+    """The terminal's console; a wide one when stdout is a file or pipe (rich would
+    otherwise truncate every table to 80 columns)."""
+    return Console() if sys.stdout.isatty() else Console(width=WIDE_CONSOLE)
+
+
+def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:
+    """Print ``title`` on its own line (a table title would wrap at the table's width),
+    then the first rows of ``frame``, never truncated when stdout is not a terminal."""
+    table = Table()
     for column in frame.columns:
         table.add_column(Text(str(column)), justify="right")
-    for _, row in frame.head(MAX_ROWS).iterrows():
+    for row in frame.head(MAX_ROWS).astype(object).itertuples(index=False):
         table.add_row(*(Text(_cell(v)) for v in row))
     if len(frame) > MAX_ROWS:
         table.caption = Text(f"{len(frame) - MAX_ROWS} more rows in the CSV")
-    return table
+    if not console.is_terminal:
+        needed = max(len(title), Console(width=10_000).measure(table).maximum)
+        if needed > console.width:
+            console = Console(width=needed)
+    console.print(Text(title, style="bold"))
+    console.print(table)
 
 
 def _cell(value: object) -> str:
-    if isinstance(value, float):
+    """Floats with 4 significant digits, '-' for NaN; everything else as is."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, float | np.floating):
         return "-" if math.isnan(value) else f"{value:.4g}"
     return str(value)

@@ -55,12 +55,29 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
 def front_frame(*, config: StudyConfig, trials: pd.DataFrame) -> pd.DataFrame:
     """The feasible, non-dominated rows of ``trials``, best first objective first.
 
-    A configuration evaluated several times appears once (its first trial).
+    A configuration evaluated several times appears once (its first trial, see
+    :func:`distinct_configurations`).
     """
     feasible = trials[trials["feasible"]]
     names = [o.metric for o in config.objectives]
     mask = non_dominated_mask(feasible[names].to_numpy(dtype=float), directions=config.directions)
     first = config.objectives[0]
-    front = feasible[mask].drop_duplicates(subset=list(config.space.names))
-    front = front.sort_values(first.metric, ascending=first.direction == "minimize")
+    front = distinct_configurations(config, feasible[mask])
+    front = front.sort_values(first.metric, ascending=first.direction == "minimize", kind="stable")
     return front.drop(columns=["feasible", "infeasible_reason"]).reset_index(drop=True)
+
+
+def distinct_configurations(config: StudyConfig, trials: pd.DataFrame) -> pd.DataFrame:
+    """The first row of every configuration (knob values) in ``trials``.
+
+    Float knob values are compared at 12 significant digits, so that e.g. a pymoo
+    log-scale round trip does not make one configuration look like two.
+    """
+    key = trials[list(config.space.names)].apply(_comparable)
+    return trials[~key.duplicated()]
+
+
+def _comparable(column: pd.Series) -> pd.Series:
+    if pd.api.types.is_float_dtype(column):
+        return column.map(lambda v: float(f"{v:.12g}"))
+    return column

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from search.config import StudyConfig
+
+LOG_AXIS_DECADES = 1.0
+"""An axis whose positive values span more than this many decades is drawn in log scale
+(energy per token spans 0.5-100 J: on a linear axis the front is squashed against it)."""
 
 # Longest suffix first: "_per_s" before "_s".
 _UNITS = (
@@ -33,8 +38,14 @@ def axis_label(metric: str) -> str:
 
 
 def plot_pareto(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFrame, path: Path) -> None:
+    """Write :func:`pareto_figure` to ``path``."""
+    _save(pareto_figure(config=config, trials=trials, front=front), path)
+
+
+def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFrame) -> Figure:
     """First two objectives (or the only one against trial number): feasible and infeasible
-    points, the feasible front as a step line, and SLO lines on plotted metrics."""
+    points, the feasible front as a step line, and SLO lines on plotted metrics; an axis
+    whose values span more than :data:`LOG_AXIS_DECADES` decades is logarithmic."""
     fig = Figure(figsize=(7, 5))
     ax = fig.subplots()
     if len(config.objectives) >= 2:
@@ -57,13 +68,15 @@ def plot_pareto(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFram
             ax.axhline(constraint.bound, ls="--", c="tab:orange", label=f"SLO {constraint}")
         elif constraint.metric == xcol:
             ax.axvline(constraint.bound, ls="--", c="tab:orange", label=f"SLO {constraint}")
-    _log_if_wide(ax.set_xscale, trials[xcol])
-    _log_if_wide(ax.set_yscale, trials[ycol])
+    for column, set_scale in ((xcol, ax.set_xscale), (ycol, ax.set_yscale)):
+        slo_bounds = [c.bound for c in config.constraints if c.metric == column]
+        if spans_decades(np.concatenate([trials[column].to_numpy(dtype=float), slo_bounds])):
+            set_scale("log")
     ax.set_xlabel("trial" if x is None else axis_label(xcol))
     ax.set_ylabel(axis_label(ycol))
     ax.set_title(config.name)
     ax.legend(loc="best", fontsize="small")
-    _save(fig, path)
+    return fig
 
 
 def plot_hypervolume(*, numbers: np.ndarray, history: np.ndarray, title: str, path: Path) -> None:
@@ -79,28 +92,42 @@ def plot_hypervolume(*, numbers: np.ndarray, history: np.ndarray, title: str, pa
 
 
 def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path) -> None:
-    """Horizontal bars: loss when pinned to baseline beside global importance."""
+    """Horizontal bars: loss when pinned to baseline (with the seed-noise band) beside
+    global importance."""
     ranking = ranking.iloc[::-1]
     fig = Figure(figsize=(10, 0.5 * len(ranking) + 1.5))
     left, right = fig.subplots(1, 2, sharey=True)
     lost = ranking["feasibility_lost"].to_numpy()
     loss = ranking["loss_pct"].fillna(0.0).to_numpy()
+    noise = float(ranking["noise_pct"].iloc[0]) if "noise_pct" in ranking and len(ranking) else 0.0
+    if noise > 0:
+        left.axvspan(-noise, noise, color="0.88", zorder=0, label=f"seed noise (\u00b1{noise:.3g} %)")
+        left.legend(loc="lower right", fontsize="small")
     left.barh(ranking["knob"], loss, color=np.where(lost, "tab:red", "tab:blue"))
     for i, flag in enumerate(lost):
         if flag:
             left.text(0, i, " no feasible configuration", va="center", fontsize="small")
-    left.set_xlabel("loss of best feasible value when pinned [%]")
+    left.axvline(0, c="0.3", lw=0.8)
+    linear_up_to = max(noise if noise > 0 else 0.0, 1.0)
+    largest = float(np.abs(loss).max()) if len(loss) else 0.0
+    if largest > 30 * linear_up_to:  # one knob dwarfs the rest: log beyond the noise band
+        left.set_xscale("symlog", linthresh=linear_up_to)
+        decades = 10.0 ** np.arange(np.ceil(np.log10(linear_up_to)), np.ceil(np.log10(largest)) + 1)
+        left.set_xticks([*(-decades[decades <= -loss.min()]), 0.0, *decades])
+        left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    left.set_xlabel("loss of best feasible value when pinned, vs unpinned control [%]")
     right.barh(ranking["knob"], ranking["importance"].fillna(0.0), color="tab:gray")
     right.set_xlabel("PED-ANOVA importance (feasible trials)")
     fig.suptitle(title)
     _save(fig, path)
 
 
-def _log_if_wide(set_scale: Callable[[str], None], values: pd.Series) -> None:
-    """Log scale when positive values span more than two decades."""
-    values = values.dropna()
-    if len(values) and values.min() > 0 and values.max() / values.min() > 100:
-        set_scale("log")
+def spans_decades(values: Sequence[float] | np.ndarray, decades: float = LOG_AXIS_DECADES) -> bool:
+    """Whether ``values`` (NaN ignored) are all positive and span more than ``decades``
+    (the test for a log axis; plotted SLO bounds count as values)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    return bool(values.size and values.min() > 0 and values.max() / values.min() > 10**decades)
 
 
 def _save(fig: Figure, path: Path) -> None:

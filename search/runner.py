@@ -18,7 +18,7 @@ from search.engines import run_engine
 from search.outcome import completed_trials
 from search.problem import Problem
 from search.progress import trial_progress
-from search.storage import open_storage, storage_exists
+from search.storage import open_storage, storage_exists, sync_storage
 
 
 class StudyStateError(RuntimeError):
@@ -93,9 +93,15 @@ def resume_study(
 
 
 def run_worker(
-    *, config: StudyConfig, problem: Problem, storage: str | None = None, progress: bool = False
+    *,
+    config: StudyConfig,
+    problem: Problem,
+    storage: str | None = None,
+    n_trials: int | None = None,
+    progress: bool = False,
 ) -> optuna.Study:
-    """Join a shared study (Optuna engine) until it holds the study file's ``trials``.
+    """Join a shared study (Optuna engine) until it holds ``n_trials`` completed trials in
+    total, by default the study file's budget.
 
     Workers sample with unseeded samplers so they do not propose the same points.
 
@@ -106,7 +112,8 @@ def run_worker(
         raise StudyStateError(f"workers need engine 'optuna', the study file has {config.engine!r}")
     if storage is not None:
         config = replace(config, storage=resolve_storage(storage, base=Path.cwd()))
-    return _drive(config, problem, _existing(config), config.budget(), None, progress)
+    n_total = config.budget() if n_trials is None else n_trials
+    return _drive(config, problem, _existing(config), n_total, None, progress)
 
 
 def ensure_study(
@@ -162,5 +169,10 @@ def _drive(
     with trial_progress(
         enabled=progress, description=config.name, done=n_done, total=max(n_total, n_done)
     ) as bar:
-        run_engine(config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar)
+        try:
+            run_engine(
+                config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar
+            )
+        finally:
+            sync_storage(storage)
     return optuna.load_study(study_name=config.name, storage=storage)

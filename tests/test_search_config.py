@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from search.commands import cmd_report, cmd_resume, cmd_run
+from search.commands import cmd_report, cmd_resume, cmd_run, cmd_worker
 from search.config import Constraint, Objective, load_study
 from search.toy import TOY_SPACE, toy_problem, write_toy_study
 
@@ -123,3 +124,35 @@ def test_commands_run_resume_report_and_refuse_a_rerun(tmp_path, capsys) -> None
     assert cmd_run(path, trials=20, problem_factory=toy_problem) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "already has 30 completed trials" in err
+
+
+def table_rows(out: str) -> list[list[str]]:
+    lines = [line for line in out.splitlines() if line.startswith("│")]
+    return [[cell.strip() for cell in line.strip("│").split("│")] for line in lines]
+
+
+def test_tables_are_wide_with_four_significant_digits_and_distinct_rows(tmp_path, capsys) -> None:
+    knobs = {k: v for k, v in TOY_SPACE["knobs"].items() if k != "batch"}
+    space = {"knobs": knobs, "fixed": {"batch": 8}}  # 864 points
+    path = write_toy_study(tmp_path, space=space, population_size=10, seed=0, sampler="random")
+    assert cmd_run(path, trials=300, problem_factory=toy_problem) == 0  # many repeated points
+    out = capsys.readouterr().out
+    assert "…" not in out and "energy_per_token_j" in out  # not cut to 80 columns
+    pareto = pd.read_csv(tmp_path / "results" / "toy" / "pareto.csv")
+    rows = table_rows(out)
+    assert len(rows) == min(len(pareto), 20) and len({tuple(r) for r in rows}) == len(rows)
+    energy = rows[0][len(space["knobs"])]
+    assert energy == f"{pareto['energy_per_token_j'].iloc[0]:.4g}"
+    trials = pd.read_csv(tmp_path / "results" / "toy" / "trials.csv")
+    feasible = trials[trials["feasible"]].drop_duplicates(subset=list(space["knobs"]))
+    assert len(feasible) < trials["feasible"].sum()  # the random sampler repeated itself
+    assert f"({len(pareto)} of {len(feasible)} distinct feasible configurations, 300 trials)" in out
+
+
+def test_worker_stops_at_the_requested_total(tmp_path, capsys) -> None:
+    path = write_toy_study(tmp_path, trials=25, seed=0)
+    assert cmd_run(path, trials=10, problem_factory=toy_problem) == 0
+    assert cmd_worker(path, trials=15, problem_factory=toy_problem) == 0
+    assert "toy: 15 completed trials in the study" in capsys.readouterr().out
+    assert cmd_worker(path, problem_factory=toy_problem) == 0  # the study file's budget
+    assert "toy: 25 completed trials in the study" in capsys.readouterr().out

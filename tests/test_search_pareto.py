@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from search.config import StudyConfig, load_study
+from search.frame import front_frame
 from search.pareto import hypervolume, hypervolume_history, non_dominated_mask
-from search.plots import axis_label
+from search.plots import axis_label, pareto_figure, spans_decades
+from search.toy import write_toy_study
 
 
 def naive_mask(points: np.ndarray, directions: list[str]) -> np.ndarray:
@@ -76,3 +81,58 @@ def test_axis_labels_carry_units() -> None:
     assert axis_label("tpot_s") == "tpot [s]"
     assert axis_label("power_w") == "power [W]"
     assert axis_label("score") == "score"
+
+
+def frames(
+    folder: Path, energy: list[float], tpot: list[float]
+) -> tuple[StudyConfig, pd.DataFrame, pd.DataFrame]:
+    config = load_study(
+        write_toy_study(
+            folder,
+            objectives=["minimize energy_per_token_j", "minimize latency_s"],
+            constraints=["latency_s <= 0.05"],
+        )
+    )
+    trials = pd.DataFrame(
+        {
+            "number": range(len(energy)),
+            "energy_per_token_j": energy,
+            "latency_s": tpot,
+            "feasible": [t <= 0.05 for t in tpot],
+        }
+    )
+    front = trials[trials["feasible"]].iloc[:2]
+    return config, trials, front
+
+
+def test_pareto_axes_are_logarithmic_past_one_decade_and_keep_slo_and_front_lines(tmp_path) -> None:
+    # energy spans 0.5-100 J (2.3 decades), latency 0.01-0.08 s (less than one)
+    config, trials, front = frames(tmp_path, [0.5, 0.8, 3.0, 100.0], [0.04, 0.01, 0.02, 0.08])
+    ax = pareto_figure(config=config, trials=trials, front=front).axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "linear")
+    slo = [line for line in ax.get_lines() if list(line.get_ydata()) == [0.05, 0.05]]
+    steps = [line for line in ax.get_lines() if line.get_drawstyle() == "steps-post"]
+    assert len(slo) == 1 and len(steps) == 1
+    # 9x is less than a decade: linear
+    config, trials, front = frames(tmp_path, [1.0, 2.0, 5.0, 9.0], [0.04, 0.01, 0.02, 0.08])
+    assert pareto_figure(config=config, trials=trials, front=front).axes[0].get_xscale() == "linear"
+
+
+def test_spans_decades() -> None:
+    assert spans_decades([0.5, 100.0]) and spans_decades([0.5, np.nan, 5.1])
+    assert not spans_decades([0.5, 5.0]) and not spans_decades([0.0, 100.0])
+    assert not spans_decades([-1.0, 100.0]) and not spans_decades([np.nan]) and not spans_decades([])
+
+
+def test_front_lists_each_configuration_once_despite_float_noise(tmp_path) -> None:
+    config, _, _ = frames(tmp_path, [1.0], [0.01])
+    knobs = {"gpu": "large", "gpus": 2, "tp": 2, "batch": 8, "fuse": True}
+    trials = pd.DataFrame(
+        [
+            {"number": 0, **knobs, "freq": 0.85, "energy_per_token_j": 1.0, "latency_s": 0.02},
+            {"number": 1, **knobs, "freq": 0.8500000000000001, "energy_per_token_j": 1.0, "latency_s": 0.02},
+            {"number": 2, **knobs, "freq": 0.9, "energy_per_token_j": 1.0, "latency_s": 0.02},
+        ]
+    ).assign(feasible=True, infeasible_reason="")
+    front = front_frame(config=config, trials=trials)
+    assert front["number"].tolist() == [0, 2]
