@@ -9,6 +9,7 @@ Usage: ``python benchmarks/bench_study.py [--repeats 3] [--trials 2000]``.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import statistics
@@ -16,6 +17,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import optuna
 
 from energylens.cli_study import study_problem
 from search.config import load_study
@@ -44,6 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trials", type=int, default=2000)
     args = parser.parse_args()
+    optuna.logging.set_verbosity(logging.WARNING)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
     for kind in ("journal", "sqlite"):
         walls = [one_run(storage_kind=kind, trials=args.trials) for _ in range(args.repeats)]
