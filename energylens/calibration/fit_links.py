@@ -30,6 +30,8 @@ ALL_REDUCE_PARAMS = (
     Param("bandwidth_group_exponent", 0.1, -0.5, 1.0),
     Param("half_bandwidth_bytes", 1.0e5, 1.0e3, 1.0e8, log=True),
     Param("latency_sharpness", 2.0, 1.0, 8.0, log=True),
+    Param("bulk_latency_s", 150.0e-6, 5.0e-6, 5.0e-3, log=True),
+    Param("bulk_bandwidth_fraction", 0.8, 0.02, 1.0),  # start active at large sizes
 )
 #: Only identifiable with several group sizes.
 GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
@@ -96,6 +98,13 @@ def _fit(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstants,
     return values
 
 
+def _bulk_used(cases: list[CollectiveCase], *, bandwidth: float, constants: LinkConstants) -> bool:
+    without = replace(constants, bulk_bandwidth_fraction=0.0)
+    return any(np.any(predict_case(c, bandwidth=bandwidth, constants=constants)
+                      < predict_case(c, bandwidth=bandwidth, constants=without))
+               for c in cases)
+
+
 def _errors(cases: list[CollectiveCase], predicted: list[np.ndarray]) -> dict[str, ErrorStats]:
     by: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for case, pred in zip(cases, predicted, strict=True):
@@ -115,6 +124,9 @@ def _fit_all(cases: list[CollectiveCase], *, bandwidth: float,
         several = len({c.num_workers for c in reduce_cases}) > 1
         params = tuple(p for p in ALL_REDUCE_PARAMS if several or p.name not in GROUP_PARAMS)
         values.update(_fit(reduce_cases, bandwidth=bandwidth, base=base, params=params))
+        if not _bulk_used(reduce_cases, bandwidth=bandwidth, constants=replace(base, **values)):
+            # Never the faster protocol on the data: unidentified, so not extrapolated either.
+            values["bulk_bandwidth_fraction"] = 0.0
     if p2p_cases:
         values.update(_fit(p2p_cases, bandwidth=bandwidth, base=replace(base, **values),
                            params=P2P_PARAMS))

@@ -6,6 +6,8 @@ time = (base^q + wire^q)^(1/q)                        (q = latency_sharpness; 1 
 achieved = link bandwidth x min(1, f(n)) x s / (s + half_bandwidth_bytes),
 f(n) = bus_bandwidth_fraction x (n / 2)^bandwidth_group_exponent
 send/recv: time = p2p_latency + s / (link bandwidth x p2p_bandwidth_fraction)
+large messages: time = min(time, bulk_latency + moved / (link bandwidth x bulk fraction)),
+as NCCL's tuner picks the faster of its protocols/algorithms per message size
 with NCCL's bus-bandwidth convention: all-reduce moves 2(n-1)/n of the message per GPU,
 all-gather and all-to-all (n-1)/n, send/recv the whole message. A group that spans
 nodes runs at the scale-out bandwidth. Communication kernels hold ``sms`` SMs;
@@ -78,6 +80,12 @@ def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidt
         q = constants.latency_sharpness
         bound = np.maximum(wire, base)
         latency = bound * (1.0 + (np.minimum(wire, base) / np.maximum(bound, 1e-30)) ** q) ** (1.0 / q)
+        if constants.bulk_bandwidth_fraction > 0:  # NCCL picks the faster protocol per size
+            sm_share = 1.0 if sms is None else min(1.0, max(sms, 1.0) / constants.saturation_sms)
+            bulk_wire = moved / (bandwidth * constants.bulk_bandwidth_fraction * sm_share)
+            bulk = constants.bulk_latency_s + bulk_wire
+            wire = np.where(bulk < latency, bulk_wire, wire)
+            latency = np.minimum(latency, bulk)
     energy = moved * constants.energy_per_byte_j + constants.power_w * latency
     return CommCost(latency_s=latency, energy_j=energy, wire_s=wire)
 

@@ -48,6 +48,8 @@ class LinkConstants:
     bandwidth_group_exponent: float = 0.0  # bus fraction grows as (n/2)^this with group size
     latency_sharpness: float = 1.0  # p-norm joining latency and wire time (1 = their sum)
     p2p_latency_s: float = 8.0e-6  # fixed time of one send/recv
+    bulk_latency_s: float = 0.0  # second NCCL protocol/algorithm for large messages ...
+    bulk_bandwidth_fraction: float = 0.0  # ... its bus bandwidth / link (0 = not used)
     engine_allreduce_latency_s: float = 0.0  # serving engine's own small all-reduce (0 = NCCL)
     engine_allreduce_max_bytes: float = 8.0 * 2**20  # vLLM custom all-reduce size limit
     p2p_bandwidth_fraction: float = 0.80  # send/recv achieved bandwidth / link bandwidth
