@@ -181,7 +181,6 @@ def test_lower_clock_saves_decode_energy_at_small_latency_cost():
 
 
 def test_decode_integration_matches_a_per_token_sum():
-    from energylens.predict import _predict  # noqa: F401  (the integration lives there)
     from energylens.step import SequenceGroup, StepContext, step_cost
 
     model = get_model("llama-3.1-8b")
