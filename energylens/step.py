@@ -208,6 +208,8 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     if group.is_moe and dict(ctx.degrees)["ep"] > 1:
         _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
                                                         critical=False)
+    if group.is_moe and dict(ctx.degrees)["ep"] > 1:
+        latency = latency + ctx.constants.ep_moe_layer_overhead_s
     gpus = dict(ctx.degrees)["tp"]
     return StepCost(latency_s=latency * group.count,
                     compute_energy_j=compute_j * gpus * group.count,

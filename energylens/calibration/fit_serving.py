@@ -40,6 +40,7 @@ def serving_params(gpu_name: str) -> tuple[Param, ...]:
         Param("kv_bandwidth_efficiency", 0.6, 0.2, 0.95),
         Param("engine_step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
         Param("engine_per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
+        Param("ep_moe_layer_overhead_s", 20.0e-6, 1.0e-7, 500.0e-6, log=True),
         # Idle with a CUDA context: datasheet-ish idle to idle + 80 W (arXiv 2605.23918).
         Param("static_power_w", idle + 30.0, idle * 0.85, idle + 80.0),
         Param("busy_power_w", 150.0, 0.0, 0.6 * gpu.tdp_w),

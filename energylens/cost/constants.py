@@ -35,6 +35,9 @@ class KernelConstants:
     memory_clock_sensitivity: float = 0.05  # memory-bound slowdown per unit of 1/f - 1
     engine_step_overhead_s: float = 0.0  # serving engine time per step (scheduling, sampling)
     engine_per_sequence_overhead_s: float = 0.0
+    # Serving engine's fixed time per MoE layer under expert parallelism (expert-map and
+    # routing bookkeeping outside the CUDA graph; GPUs idle at static power). 0 = none.
+    ep_moe_layer_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
