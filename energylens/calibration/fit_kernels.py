@@ -15,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
+from energylens.calibration.fitting import (
+    ErrorStats,
+    FitResult,
+    Param,
+    fit_bounded,
+    rms_log_residual,
+)
 from energylens.cost.constants import KernelConstants
 from energylens.hardware import GPU, load_gpu
 from energylens.validation.formats import MeasurementSet, load_measurements
@@ -118,8 +124,7 @@ def fit_gpu_kernels(*, files: list[Path], gpu_name: str, base: KernelConstants |
     values, _, at_bound = _fit(cases, gpu=gpu, base=base)
     fitted = replace(base, **values)
     predicted = predict_cases(cases, gpu=gpu, constants=fitted)
-    rms = float(np.sqrt(np.mean(np.concatenate(
-        [log_residual(p, c.measured_s) for p, c in zip(predicted, cases, strict=True)]) ** 2)))
+    rms = rms_log_residual(predicted, [c.measured_s for c in cases])
     result = FitResult(values=values, rms_log_residual=rms, in_sample=_errors(cases, predicted),
                        fitted_on=[str(f) for f in files],
                        n_points=sum(c.measured_s.size for c in cases), at_bound=at_bound)

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
+from energylens.calibration.fitting import (
+    ErrorStats,
+    FitResult,
+    Param,
+    fit_bounded,
+    log_residual,
+    rms_log_residual,
+)
 from energylens.cost.comm import collective_cost
 from energylens.cost.constants import LinkConstants
 from energylens.hardware import UnknownGPUError, load_gpu
@@ -147,8 +154,7 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
     values = _fit_all(cases, bandwidth=bandwidth, base=base)
     fitted = replace(base, **values)
     predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in cases]
-    rms = float(np.sqrt(np.mean(np.concatenate(
-        [log_residual(p, c.measured_s) for p, c in zip(predicted, cases, strict=True)]) ** 2)))
+    rms = rms_log_residual(predicted, [c.measured_s for c in cases])
     result = FitResult(values=values, rms_log_residual=rms, in_sample=_errors(cases, predicted),
                        fitted_on=sorted({c.source for c in cases}),
                        n_points=sum(c.measured_s.size for c in cases))

@@ -109,3 +109,9 @@ def fit_bounded(*, params: Sequence[Param], residuals: Callable[[dict[str, float
 def log_residual(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     """log(pred) - log(meas), safe for non-positive predictions."""
     return np.log(np.maximum(np.asarray(predicted, dtype=float), 1e-30)) - np.log(measured)
+
+
+def rms_log_residual(predicted: list[np.ndarray], measured: list[np.ndarray]) -> float:
+    """Root-mean-square log residual over several groups of points."""
+    residuals = [log_residual(p, m) for p, m in zip(predicted, measured, strict=True)]
+    return float(np.sqrt(np.mean(np.concatenate(residuals) ** 2)))
