@@ -5,8 +5,9 @@ decode steps with a growing context, integrated with the midpoint rule over a fe
 context segments (per-op costs are piecewise linear in the context, so a handful of
 points is exact up to the roofline kink) instead of a per-token loop.
 ``serving``: steady-state continuous batching: every step decodes one token for each of
-``batch`` running sequences at the mean context and prefills ``batch / output_tokens``
-new prompts (vLLM-style chunked prefill, merged into the same forward pass).
+``batch`` running sequences at the mean context and admits a Poisson number of new
+prompts (mean ``batch / output_tokens``), prefilled whole in the same forward pass
+(vLLM-style chunked prefill with prompts shorter than the token budget).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from energylens.families import build_graph
 from energylens.hardware import GPU, load_gpu
 from energylens.memory import memory_use
 from energylens.modelconfig import ModelConfig
-from energylens.step import SequenceGroup, StepContext, StepCost, step_cost
+from energylens.step import ZERO, SequenceGroup, StepContext, StepCost, step_cost
 from energylens.zoo import get_model
 
 DECODE_SEGMENTS = 4
 #: Median of Poisson(lambda) ~ max(lambda - ln 2, 0) (exact at the threshold lambda = ln 2).
 MEDIAN_POISSON_OFFSET = float(np.log(2.0))
+#: Prompt counts priced exactly (0, 1, ...); larger counts are priced at their conditional mean.
+EXACT_ARRIVAL_COUNTS = 2
 #: Prefill tokens processed per forward pass when sizing activation memory (chunked prefill).
 PREFILL_CHUNK_TOKENS = 16384
 
@@ -199,29 +202,58 @@ def _predict(model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Wor
     )
 
 
+def arrival_mixture(mean: float) -> list[tuple[float, float]]:
+    """(prompt count, probability) points standing in for Poisson(``mean``) arrivals per
+    step: counts 0 .. EXACT_ARRIVAL_COUNTS - 1 exactly, the tail at its conditional mean.
+    Probabilities sum to 1 and the points' mean is ``mean``."""
+    points: list[tuple[float, float]] = []
+    prob = float(np.exp(-mean))
+    head_mass = head_mean = 0.0
+    for count in range(EXACT_ARRIVAL_COUNTS):
+        points.append((float(count), prob))
+        head_mass += prob
+        head_mean += count * prob
+        prob *= mean / (count + 1)
+    tail = 1.0 - head_mass
+    if tail > 1e-12:
+        points.append(((mean - head_mean) / tail, tail))
+    return points
+
+
 def _serving(*, ctx: StepContext, model: ModelConfig, gpu: GPU, gpus: int, replicas: int,
              batch: float, s_in: float, s_out: float, memory_gb: float,
              reason: str | None) -> Prediction:
-    """Steady state: each step decodes ``batch`` sequences and admits ``batch / s_out``
-    prompts on average. Throughput and energy per token follow the MEAN step (prompts
-    amortised); the inter-token latency is the MEDIAN step: prompt admissions per step
-    are about Poisson(lambda = batch / s_out), whose median is 0 while lambda < ln 2 and
-    ~lambda - ln 2 beyond (a smooth stand-in for the integer median)."""
+    """Steady state: each step decodes ``batch`` sequences and admits k prompts, k ~
+    Poisson(``batch / s_out``). A prompt is prefilled whole in the step that admits it, so
+    the mean step is the Poisson mixture of step costs (not the cost of the mean: a step
+    with one whole prompt wakes far more experts, and is far less memory-bound, than
+    every step carrying a sliver of one). Throughput and energy per token follow the MEAN
+    step; the inter-token latency is the MEDIAN step, the step with the median prompt
+    count (0 while the mean is below ln 2, ~mean - ln 2 beyond: a smooth stand-in for the
+    integer median, interpolated between priced counts)."""
     constants = ctx.constants
     decode_seqs = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
     arrivals = batch / s_out
-    prefill_seqs = SequenceGroup(sequences=arrivals, new_tokens=s_in, context=s_in)
     engine = engine_cost(ctx=ctx, sequences=batch)
-    full = step_cost(ctx=ctx, seqs=[decode_seqs, prefill_seqs]) + engine
     decode_only = step_cost(ctx=ctx, seqs=[decode_seqs]) + engine
-    step_s = float(full.latency_s)
+    counts, costs, probs = [], [], []
+    for count, prob in arrival_mixture(arrivals):
+        counts.append(count)
+        probs.append(prob)
+        costs.append(decode_only if count == 0 else step_cost(
+            ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
+                                                      context=s_in)]) + engine)
+    mean = ZERO
+    for cost, prob in zip(costs, probs, strict=True):
+        mean = mean + cost.scaled(prob)
+    step_s = float(mean.latency_s)
     decode_s = float(decode_only.latency_s)
-    per_prompt_s = max(step_s - decode_s, 0.0) / arrivals
-    median_itl_s = decode_s + per_prompt_s * max(arrivals - MEDIAN_POISSON_OFFSET, 0.0)
+    times = [float(c.latency_s) for c in costs]
+    median_itl_s = float(np.interp(max(arrivals - MEDIAN_POISSON_OFFSET, 0.0), counts, times))
     static_w = constants.static_power_w
     decode = _phase(cost=decode_only.scaled(float(replicas)), wall_s=decode_s,
                     static_w=static_w, gpus=gpus)
-    whole = _phase(cost=full.scaled(float(replicas)), wall_s=step_s, static_w=static_w, gpus=gpus)
+    whole = _phase(cost=mean.scaled(float(replicas)), wall_s=step_s, static_w=static_w, gpus=gpus)
     prefill = PhaseResult(**{k: getattr(whole, k) - getattr(decode, k)
                              for k in whole.__dict__})
     tokens_per_step = batch * replicas
@@ -229,7 +261,8 @@ def _serving(*, ctx: StepContext, model: ModelConfig, gpu: GPU, gpus: int, repli
     return Prediction(
         model=model.name, gpu=gpu.name, num_gpus=gpus, workload="serving",
         feasible=reason is None, infeasible_reason=reason, memory_per_gpu_gb=memory_gb,
-        ttft_s=decode_s + per_prompt_s, tpot_s=median_itl_s, energy_per_output_token_j=per_token,
+        ttft_s=float(np.interp(1.0, counts, times)), tpot_s=median_itl_s,
+        energy_per_output_token_j=per_token,
         energy_per_request_j=per_token * s_out, avg_power_w=whole.energy_j / step_s,
         output_tokens_per_s=tokens_per_step / step_s,
         prefill=replace(prefill, latency_s=step_s), decode=replace(decode, latency_s=step_s),

@@ -23,13 +23,7 @@ SHIPPED_FITS = Path(__file__).resolve().parents[1] / "energylens" / "data" / "ca
 
 #: Targets not met by the shipped calibration: today's number + 1.5 points. Shrink these
 #: when the model improves; never raise them to make a regression pass.
-KNOWN_MISSES: dict[str, float] = {
-    # Llama-4 Scout/Maverick under EP: measured per-GPU power is lower than the model's
-    # (about 250 W vs 320 W at batch 8): kernels with little work per GPU draw less than
-    # the fitted busy power; see docs/accuracy.md.
-    "ML.ENERGY H100 energy per output token, moe": 0.145,
-    "ML.ENERGY H100 energy per output token, moe,multi-gpu": 0.155,
-}
+KNOWN_MISSES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")

@@ -199,3 +199,56 @@ def test_decode_integration_matches_a_per_token_sum():
     exact = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=4, new_tokens=1.0, context=contexts)])
     overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * 4
     assert p.tpot_s == pytest.approx(float(np.mean(exact.latency_s)) + overhead, rel=0.01)
+
+
+@pytest.mark.parametrize("mean", [0.01, 0.158, 0.69, 1.3, 4.0, 25.0])
+def test_arrival_mixture_is_a_poisson_with_the_right_mean(mean):
+    from math import exp
+
+    from energylens.predict import arrival_mixture
+
+    points = arrival_mixture(mean)
+    counts = [c for c, _ in points]
+    probs = [p for _, p in points]
+    assert sum(probs) == pytest.approx(1.0, abs=1e-12)
+    assert sum(c * p for c, p in points) == pytest.approx(mean, rel=1e-9)
+    assert probs[0] == pytest.approx(exp(-mean)) and probs[1] == pytest.approx(mean * exp(-mean))
+    assert counts == sorted(counts) and min(probs) >= 0
+
+
+def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
+    """MoE serving at a low admission rate: the mean step is mostly decode-only steps plus
+    the odd step holding one whole prompt, hand-assembled from step costs here."""
+    from math import exp
+
+    from energylens.calibration_file import default_calibration
+    from energylens.predict import engine_cost
+    from energylens.step import SequenceGroup, StepContext, step_cost
+
+    model = get_model("qwen3-30b-a3b")
+    gpu = load_gpu("H100")
+    batch, s_in, s_out = 16.0, 400.0, 800.0
+    p = predict(model=model, gpu=gpu,
+                workload=Workload(kind="serving", batch=batch, input_tokens=s_in, output_tokens=s_out))
+    cal = default_calibration()
+    ctx = StepContext(graph=build_graph(model), gpu=gpu, calibration=cal,
+                      degrees=(("ep", 1), ("etp", 1), ("tp", 1)), fusion=Deployment().fusion,
+                      weight_dtype=model.weight_dtype, overlap_sms=0,
+                      clock=ClockState.at(gpu=gpu, freq_mhz=None, constants=cal.kernel(gpu.name)),
+                      routing=Routing(), pp=1)
+    decode = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
+    engine = float(engine_cost(ctx=ctx, sequences=batch).latency_s)
+
+    def step_s(prompts):
+        seqs = [decode] + ([SequenceGroup(sequences=prompts, new_tokens=s_in, context=s_in)]
+                           if prompts else [])
+        return float(step_cost(ctx=ctx, seqs=seqs).latency_s) + engine
+
+    a = batch / s_out
+    p0, p1 = exp(-a), a * exp(-a)
+    tail = 1 - p0 - p1
+    mean_step = p0 * step_s(0) + p1 * step_s(1) + tail * step_s((a - p1) / tail)
+    assert p.output_tokens_per_s == pytest.approx(batch / mean_step, rel=1e-9)
+    assert p.tpot_s == pytest.approx(step_s(0), rel=1e-9)  # median step admits no prompt
+    # Pricing a sliver of a prompt in every step instead would wake more experts per step.
+    assert batch / step_s(a) < p.output_tokens_per_s
