@@ -3,9 +3,10 @@
 Order: (1) kernel latency curves per GPU from Vidur per-op profiles; (2) collective
 curves per ``<GPU>:<topology>`` from Vidur NCCL profiles; (3) serving-engine overheads and
 power constants per GPU from ML.ENERGY steady-state rows, on top of (1) and (2). GPUs
-with serving data but no per-op profile (B200) take the latency-curve constants of the
-profiled GPU of the nearest generation (H100), recorded as ``assumed``. Everything not
-fitted keeps its built-in default, recorded as ``default``.
+without data of their own borrow what they lack from a measured relative
+(:mod:`energylens.calibration.transfer`), recorded as ``assumed``: before the serving fits
+(B200 has serving rows but no per-op profile) and after them. Everything else keeps its
+built-in default, recorded as ``default``.
 
 The written YAML (format version 1, read by :mod:`energylens.calibration_file`) records
 for every constant its value, its kind (fitted / assumed / default), the files it was
@@ -29,14 +30,12 @@ from energylens.calibration.fit_kernels import KERNEL_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
 from energylens.calibration.fit_serving import LINK_PREFIX, fit_serving, serving_params
 from energylens.calibration.fitting import FitResult
+from energylens.calibration.transfer import borrow_from_relatives
 from energylens.calibration_file import FORMAT_VERSION
 from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
 from energylens.hardware import UnknownGPUError, load_gpu
 from energylens.validation.mlenergy import TASK_INPUT_TOKENS
 
-#: GPUs without a per-op profile borrow the latency curves of this profiled GPU.
-LATENCY_PRIOR = {"B200": "H100-SXM", "H200-SXM": "H100-SXM", "H100-PCIe": "H100-SXM",
-                 "A100-40GB-SXM": "A100-80GB-SXM"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -175,15 +174,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     gpus.add(load_gpu(str(row.input["gpu_model"])).name)
                 except UnknownGPUError:
                     continue
+        borrow_from_relatives(kernels=kernels, links=links, prov=prov)
         for gpu in sorted(gpus):
-            if gpu not in kernels and LATENCY_PRIOR.get(gpu) in kernels:
-                prior = LATENCY_PRIOR[gpu]
-                borrowed = {p.name: getattr(kernels[prior], p.name) for p in KERNEL_PARAMS}
-                kernels[gpu] = replace(KernelConstants(), **borrowed)
-                prov[f"kernels/{gpu}"] = {
-                    k: _entry(v, kind="assumed", note=f"no per-op profile of {gpu}: "
-                              f"latency curve of {prior} (fit vidur-mlp/{prior})")
-                    for k, v in borrowed.items()}
             base = Calibration(kernels=dict(kernels), links=dict(links))
             log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
             result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
@@ -209,6 +201,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                 else:
                     kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
                     prov.setdefault(f"kernels/{gpu}", {})[name] = entry
+    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
     return Outcome(calibration=Calibration(kernels=kernels, links=links, source="calibrate"),
                    provenance=prov, fits=fits, data=data)
 

@@ -54,10 +54,6 @@ METRICS: dict[str, tuple[str, float]] = {
 }
 _PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16",
               "fp8": "fp8", "mxfp4": "mxfp4"}
-_UNSUPPORTED_ARCH = {
-    "deepseek": "DeepSeek-V3/R1 use multi-head latent attention (MLA), which the zoo only "
-                "approximates by its decompressed heads; not validated",
-}
 
 
 class UnsupportedRow(Exception):
@@ -78,9 +74,6 @@ def serving_case(values: dict[str, Any], *, gpu: str | None = None,
                  input_tokens: dict[str, float] | None = None) -> ServingCase:
     """Build the prediction inputs of one ML.ENERGY row; raises UnsupportedRow."""
     model_id = str(values["model_id"])
-    for key, reason in _UNSUPPORTED_ARCH.items():
-        if key in model_id.lower():
-            raise UnsupportedRow(reason)
     try:
         model = get_model(model_id)
     except UnknownModelError:
