@@ -236,16 +236,12 @@ def _serving(*, ctx: StepContext, model: ModelConfig, gpu: GPU, gpus: int, repli
     arrivals = batch / s_out
     engine = engine_cost(ctx=ctx, sequences=batch)
     decode_only = step_cost(ctx=ctx, seqs=[decode_seqs]) + engine
-    counts, costs, probs = [], [], []
-    for count, prob in arrival_mixture(arrivals):
-        counts.append(count)
-        probs.append(prob)
-        costs.append(decode_only if count == 0 else step_cost(
-            ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
-                                                      context=s_in)]) + engine)
-    mean = ZERO
-    for cost, prob in zip(costs, probs, strict=True):
-        mean = mean + cost.scaled(prob)
+    points = arrival_mixture(arrivals)
+    counts = [count for count, _ in points]
+    costs = [decode_only if count == 0 else step_cost(
+        ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
+                                                  context=s_in)]) + engine for count in counts]
+    mean = sum((cost.scaled(prob) for cost, (_, prob) in zip(costs, points, strict=True)), ZERO)
     step_s = float(mean.latency_s)
     decode_s = float(decode_only.latency_s)
     times = [float(c.latency_s) for c in costs]
