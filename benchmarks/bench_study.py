@@ -20,7 +20,7 @@ from pathlib import Path
 
 import optuna
 
-from energylens.cli_study import study_problem
+from energylens.cli.study import study_problem
 from search.config import load_study
 from search.report import write_report
 from search.runner import run_study

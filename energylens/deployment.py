@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from energylens.cost.moe import Routing
-from energylens.modelconfig import ModelConfig
-from energylens.spec import SpecError, split_sizes
+from energylens.model.config import ModelConfig
+from energylens.model.spec import SpecError, split_sizes
 
 #: Fusion groups the families declare. vLLM's defaults: all but ``act`` (SiLU-and-mul
 #: runs as its own kernel there).

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from energylens.calibration_file import default_calibration
+from energylens.calibration.file import default_calibration
 from energylens.cost.constants import Calibration
+from energylens.cost.memory import memory_use
 from energylens.cost.roofline import ClockState
+from energylens.cost.step import ZERO, SequenceGroup, StepContext, StepCost, step_cost
 from energylens.deployment import Deployment, Workload, check_deployment
-from energylens.families import build_graph
 from energylens.hardware import GPU, load_gpu
-from energylens.memory import memory_use
-from energylens.modelconfig import ModelConfig
-from energylens.step import ZERO, SequenceGroup, StepContext, StepCost, step_cost
-from energylens.zoo import get_model
+from energylens.model.config import ModelConfig
+from energylens.model.families import build_graph
+from energylens.model.zoo import get_model
 
 DECODE_SEGMENTS = 4
 #: Median of Poisson(lambda) ~ max(lambda - ln 2, 0) (exact at the threshold lambda = ln 2).
@@ -131,7 +131,7 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
 
 
 def _load_calibration(path: str | Path) -> Calibration:
-    from energylens.calibration_file import load_calibration
+    from energylens.calibration.file import load_calibration
 
     return load_calibration(path)
 

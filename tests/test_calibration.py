@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import yaml
 
+from energylens.calibration.file import default_calibration, load_calibration, parse_calibration
 from energylens.calibration.fit_kernels import fit_gpu_kernels
 from energylens.calibration.fit_links import collective_cases, fit_link
 from energylens.calibration.fitting import Param, fit_bounded
 from energylens.calibration.run import CalibrationData, calibrate, discover, to_yaml
-from energylens.calibration_file import default_calibration, load_calibration, parse_calibration
 from energylens.cli import main
 from energylens.cost.constants import KERNEL_FIELDS, LINK_FIELDS, KernelConstants
+from energylens.measurements.formats import load_measurements
 from energylens.predict import predict
-from energylens.validation.formats import load_measurements
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "measurements"

@@ -11,13 +11,13 @@ from energylens.cost.comm import collective_cost
 from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.step import vllm_layout
 from energylens.cost.work import DTYPE_BYTES, tensor_bytes
 from energylens.deployment import Deployment, Workload
-from energylens.families import build_graph
 from energylens.hardware import load_gpu
+from energylens.model.families import build_graph
+from energylens.model.zoo import get_model
 from energylens.predict import predict
-from energylens.step import vllm_layout
-from energylens.zoo import get_model
 
 H100 = load_gpu("H100")
 CLOCK = ClockState(ratio=1.0, dynamic_scale=1.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from energylens.calibration.file import default_calibration
 from energylens.calibration.transfer import RELATIVE, borrow_from_relatives
-from energylens.calibration_file import default_calibration
 from energylens.cost.constants import KernelConstants, LinkConstants
 from energylens.hardware import load_gpu
 

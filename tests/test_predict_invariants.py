@@ -13,10 +13,10 @@ from energylens.cost.moe import Routing
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import tensor_bytes
 from energylens.deployment import FUSIONS, Deployment, Workload
-from energylens.families import build_graph
 from energylens.hardware import load_gpu
+from energylens.model.families import build_graph
+from energylens.model.zoo import get_model
 from energylens.predict import predict
-from energylens.zoo import get_model
 
 CASES = [
     ("llama-3.1-8b", "H100", Deployment(tp=1)),
@@ -126,7 +126,7 @@ def test_power_cap_stretches_a_kernel_instead_of_exceeding_tdp():
 @pytest.mark.parametrize(("model", "gpu", "deployment"), CASES)
 def test_static_energy_is_static_power_times_gpus_times_wall_time(model, gpu, deployment):
     p = predict(model=model, gpu=gpu, deployment=deployment, workload=Workload(batch=4))
-    from energylens.calibration_file import default_calibration
+    from energylens.calibration.file import default_calibration
 
     static_w = default_calibration().kernel(load_gpu(gpu).name).static_power_w
     for phase in (p.prefill, p.decode):
@@ -181,12 +181,12 @@ def test_lower_clock_saves_decode_energy_at_small_latency_cost():
 
 
 def test_decode_integration_matches_a_per_token_sum():
-    from energylens.step import SequenceGroup, StepContext, step_cost
+    from energylens.cost.step import SequenceGroup, StepContext, step_cost
 
     model = get_model("llama-3.1-8b")
     gpu = load_gpu("H100")
     p = predict(model=model, gpu=gpu, workload=Workload(batch=4, input_tokens=100, output_tokens=201))
-    from energylens.calibration_file import default_calibration
+    from energylens.calibration.file import default_calibration
 
     cal = default_calibration()
     constants = cal.kernel(gpu.name)
@@ -221,9 +221,9 @@ def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
     the odd step holding one whole prompt, hand-assembled from step costs here."""
     from math import exp
 
-    from energylens.calibration_file import default_calibration
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.step import SequenceGroup, StepContext, step_cost
     from energylens.predict import engine_cost
-    from energylens.step import SequenceGroup, StepContext, step_cost
 
     model = get_model("qwen3-30b-a3b")
     gpu = load_gpu("H100")

@@ -8,7 +8,7 @@ import pytest
 
 from energylens.cli import main
 from energylens.deployment import Deployment
-from energylens.regression import RegressionError, fit_energy_regression
+from energylens.validation.regression import RegressionError, fit_energy_regression
 
 
 @pytest.mark.parametrize(("model", "gpu", "deployment"), [

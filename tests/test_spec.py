@@ -6,9 +6,9 @@ import pytest
 
 from energylens.cost.kernels import compile_layer, fusion_groups
 from energylens.cost.work import causal_pairs, op_flops, tensor_bytes
-from energylens.families import _part, build_graph, parse_layer
-from energylens.spec import LayerSpec, SpecError, check_divisible, parse_einsum, validate_layer
-from energylens.zoo import get_model
+from energylens.model.families import _part, build_graph, parse_layer
+from energylens.model.spec import LayerSpec, SpecError, check_divisible, parse_einsum, validate_layer
+from energylens.model.zoo import get_model
 
 
 def test_contraction_flops_are_twice_the_product_of_all_ranks():
@@ -114,7 +114,7 @@ def test_flash_attention_keeps_scores_out_of_hbm():
 def test_kv_cache_per_token_gqa_and_mla():
     """GQA caches K and V per KV head; MLA caches one latent of kv_lora + rope dims
     shared by all heads (DeepSeek-V3: 576 x 2 B = 1,152 B per token per layer)."""
-    from energylens.memory import _kv_bytes_per_token
+    from energylens.cost.memory import _kv_bytes_per_token
 
     llama = build_graph(get_model("llama-3.1-70b")).groups[0]
     assert _kv_bytes_per_token(group=llama, degrees={"tp": 8, "etp": 8, "ep": 1}) == 2 * 1 * 128 * 2

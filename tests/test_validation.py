@@ -12,7 +12,7 @@ import pytest
 
 from energylens.cli import main
 from energylens.cost.work import op_flops
-from energylens.validation.ops import GEMM_OPS, VIDUR_OPS, Geometry, kernel_for, op_latency_s
+from energylens.measurements.vidur_ops import GEMM_OPS, VIDUR_OPS, Geometry, kernel_for, op_latency_s
 from energylens.validation.predictors import validate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"

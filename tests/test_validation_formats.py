@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from energylens.validation.formats import (
+from energylens.measurements.formats import (
     FORMATS,
     MeasurementError,
     MeasurementRow,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from energylens.modelconfig import ModelConfig
-from energylens.zoo import (
+from energylens.model.config import ModelConfig
+from energylens.model.zoo import (
     UnknownModelError,
     get_model,
     list_models,

@@ -3,7 +3,7 @@
 Light on purpose: the fits (scipy) live in the submodules and load on demand.
 """
 
-from energylens.calibration_file import load_calibration
+from energylens.calibration.file import load_calibration
 
 
 class CalibrationDataError(ValueError):

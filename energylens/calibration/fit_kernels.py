@@ -1,7 +1,7 @@
 """Fit per-GPU kernel latency constants to Vidur per-operator profiles (``mlp.csv``).
 
 Each Vidur op is priced as the one kernel of our family spec it corresponds to (see
-:mod:`energylens.validation.ops`). The GEMM and memory-efficiency curves, the roofline
+:mod:`energylens.measurements.vidur_ops`). The GEMM and memory-efficiency curves, the roofline
 sharpness, the fixed kernel time and the vector-unit efficiency are fitted per GPU by
 least squares on log latency over every modelled op of every model file of that GPU.
 Honesty: each model is also held out in turn (fit on the other models, predict it).
@@ -24,8 +24,8 @@ from energylens.calibration.fitting import (
 )
 from energylens.cost.constants import KernelConstants
 from energylens.hardware import GPU, load_gpu
-from energylens.validation.formats import MeasurementSet, load_measurements
-from energylens.validation.ops import GEMM_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.measurements.formats import MeasurementSet, load_measurements
+from energylens.measurements.vidur_ops import GEMM_OPS, VIDUR_OPS, Geometry, op_latency_s
 
 #: Fitted latency constants and their physically meaningful ranges.
 KERNEL_PARAMS = (

@@ -27,8 +27,8 @@ from energylens.calibration.fitting import (
 from energylens.cost.comm import collective_cost
 from energylens.cost.constants import LinkConstants
 from energylens.hardware import UnknownGPUError, load_gpu
-from energylens.validation.formats import MeasurementSet, load_measurements
-from energylens.validation.topology import PAIRWISE_KIND, link_of
+from energylens.measurements.formats import MeasurementSet, load_measurements
+from energylens.measurements.topology import PAIRWISE_KIND, link_of
 
 ALL_REDUCE_PARAMS = (
     Param("latency_s", 20.0e-6, 1.0e-6, 200.0e-6, log=True),

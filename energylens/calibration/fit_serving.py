@@ -20,9 +20,9 @@ import numpy as np
 from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
 from energylens.cost.constants import Calibration
 from energylens.hardware import load_gpu
+from energylens.measurements.formats import load_measurements
+from energylens.measurements.mlenergy import ServingCase, UnsupportedRow, predicted_metrics, serving_case
 from energylens.predict import predict
-from energylens.validation.formats import load_measurements
-from energylens.validation.mlenergy import ServingCase, UnsupportedRow, predicted_metrics, serving_case
 
 #: Metrics the fit minimises (log error), with their weights.
 FIT_METRICS = {"energy_per_token_joules": 1.0, "median_itl_ms": 1.0}

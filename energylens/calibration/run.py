@@ -8,7 +8,7 @@ without data of their own borrow what they lack from a measured relative
 (B200 has serving rows but no per-op profile) and after them. Everything else keeps its
 built-in default, recorded as ``default``.
 
-The written YAML (format version 1, read by :mod:`energylens.calibration_file`) records
+The written YAML (format version 1, read by :mod:`energylens.calibration.file`) records
 for every constant its value, its kind (fitted / assumed / default), the files it was
 fitted on and the fit's residual, and a ``fits`` section with in-sample and
 leave-one-group-out errors of every fit.
@@ -26,15 +26,15 @@ import yaml
 
 from energylens import __version__
 from energylens.calibration import CalibrationDataError
+from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
 from energylens.calibration.fit_serving import LINK_PREFIX, fit_serving, serving_params
 from energylens.calibration.fitting import FitResult
 from energylens.calibration.transfer import borrow_from_relatives
-from energylens.calibration_file import FORMAT_VERSION
 from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
 from energylens.hardware import UnknownGPUError, load_gpu
-from energylens.validation.mlenergy import TASK_INPUT_TOKENS
+from energylens.measurements.mlenergy import TASK_INPUT_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,7 +165,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                                     for k, v in result.values.items()}
 
     if data.mlenergy:
-        from energylens.validation.formats import load_measurements
+        from energylens.measurements.formats import load_measurements
 
         gpus: set[str] = set()
         for path in data.mlenergy:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from energylens.spec import Einsum, LayerSpec, TensorRef, split_sizes
+from energylens.model.spec import Einsum, LayerSpec, TensorRef, split_sizes
 
 CollectiveKind = Literal["all_reduce", "all_gather", "all_to_all"]
 TENSOR_PARALLEL_DIMS = ("tp", "etp")

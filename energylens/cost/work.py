@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energylens.spec import Einsum, TensorRef
+from energylens.model.spec import Einsum, TensorRef
 
 Size = float | np.ndarray
 ACTIVATION_BYTES = 2.0  # bf16 activations and KV cache

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from energylens.calibration_file import SHIPPED
+from energylens.calibration.file import SHIPPED
 from energylens.hardware import load_gpu
-from energylens.validation.ops import GEMM_OPS
+from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,7 @@ def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]
 
 
 def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
-    from energylens.zoo import get_model
+    from energylens.model.zoo import get_model
 
     def is_moe(row: RowResult) -> bool:
         try:

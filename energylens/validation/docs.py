@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from energylens.measurements.mlenergy import TASK_INPUT_TOKENS
+from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.validation.accuracy import TARGETS, AccuracyReport, Dataset, Target
-from energylens.validation.mlenergy import TASK_INPUT_TOKENS
-from energylens.validation.ops import GEMM_OPS
 
 COMMAND = "energylens validate --all --write-docs docs/"
 PLOTS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -134,7 +134,7 @@ REGRESSIONS = (
 
 def _regressions() -> list[str]:
     from energylens.deployment import Deployment
-    from energylens.regression import fit_energy_regression
+    from energylens.validation.regression import fit_energy_regression
 
     lines = ["| model | GPUs | a0 (J/input token) | a1 (J/output token) | a2 (J/token^2) | R^2 |",
              "|---|---|---|---|---|---|"]
@@ -149,7 +149,7 @@ def _input_sensitivity(report: AccuracyReport) -> list[str]:
     """ML.ENERGY H100 MAPE when each task's assumed input length is halved or doubled."""
     import numpy as np
 
-    from energylens.validation.mlenergy import UnsupportedRow, predict_row
+    from energylens.measurements.mlenergy import UnsupportedRow, predict_row
 
     dataset = report.datasets.get("mlenergy-H100")
     if dataset is None:
@@ -234,7 +234,7 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "",
         "- ML.ENERGY input lengths are not in the data; per-task constants "
         + ", ".join(f"`{k}` = {v:g}" for k, v in TASK_INPUT_TOKENS.items())
-        + " tokens (reasoning in `energylens/validation/mlenergy.py`).",
+        + " tokens (reasoning in `energylens/measurements/mlenergy.py`).",
         "- Sensitivity of the ML.ENERGY H100 errors to the assumed input lengths (shipped "
         "calibration, no refit; longer prompts also make more rows infeasible in memory):",
         "",

@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration_file import default_calibration, load_calibration
+from energylens.calibration.file import default_calibration, load_calibration
 from energylens.cost.comm import collective_cost
 from energylens.cost.constants import Calibration
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.deployment import ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.measurements import mlenergy
+from energylens.measurements.formats import MeasurementRow, load_measurements
+from energylens.measurements.topology import link_of
+from energylens.measurements.vidur_ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.model.spec import LayerSpec, SpecError, parse_einsum
+from energylens.model.zoo import UnknownModelError, get_model
 from energylens.predict import predict
-from energylens.spec import LayerSpec, SpecError, parse_einsum
-from energylens.validation import mlenergy
-from energylens.validation.formats import MeasurementRow, load_measurements
-from energylens.validation.ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
-from energylens.validation.topology import link_of
-from energylens.zoo import UnknownModelError, get_model
 
 Calibrated = Calibration | str | Path | None
 

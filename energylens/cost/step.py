@@ -20,9 +20,9 @@ from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_l
 from energylens.cost.moe import Routing, expert_load
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
-from energylens.families import LayerGroup, ModelGraph
 from energylens.hardware import GPU
-from energylens.spec import LayerSpec
+from energylens.model.families import LayerGroup, ModelGraph
+from energylens.model.spec import LayerSpec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,8 +23,8 @@ from typing import Any
 
 from energylens.deployment import ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.model.zoo import UnknownModelError, get_model
 from energylens.predict import Prediction, predict
-from energylens.zoo import UnknownModelError, get_model
 
 #: Mean prompt tokens per task (documented assumptions; the data does not record them).
 #:

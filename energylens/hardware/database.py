@@ -79,7 +79,7 @@ class UnknownGPUError(ValueError):
     """A GPU name that matches no entry of the hardware database."""
 
 
-_DATA_DIR = Path(__file__).parent / "data" / "gpus"
+_DATA_DIR = Path(__file__).parents[1] / "data" / "gpus"
 _KINDS = frozenset(get_args(ProvenanceKind))
 _REQUIRED_DTYPES = ("bf16", "fp16", "int8", "fp32")
 _FLOAT_SPECS = (

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from energylens.cost.kernels import local_sizes
 from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES
-from energylens.families import LayerGroup, ModelGraph
 from energylens.hardware import GPU
+from energylens.model.families import LayerGroup, ModelGraph
 
 #: CUDA context, cuBLAS/NCCL workspaces and allocator slack (assumed, vLLM-like).
 RUNTIME_RESERVE_BYTES = 2.0e9

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from energylens.modelconfig import ModelConfig
-from energylens.spec import (
+from energylens.model.config import ModelConfig
+from energylens.model.spec import (
     Einsum,
     LayerSpec,
     Overlap,

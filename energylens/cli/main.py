@@ -7,29 +7,24 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from energylens.calibration import CalibrationDataError
-from energylens.calibration_file import CalibrationFileError
+from energylens.calibration.file import CalibrationFileError
+from energylens.cli.tables import console
 from energylens.cost.moe import Routing
 from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, list_gpus
-from energylens.objective import ProblemError
-from energylens.regression import RegressionError
-from energylens.spec import SpecError
-from energylens.validation.formats import MeasurementError
-from energylens.zoo import UnknownModelError, list_models, parameter_count
+from energylens.measurements.formats import MeasurementError
+from energylens.model.spec import SpecError
+from energylens.model.zoo import UnknownModelError, list_models, parameter_count
+from energylens.study.objective import ProblemError
+from energylens.validation.regression import RegressionError
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError, UnknownGPUError, UnknownModelError, SpecError, CalibrationFileError,
     FileNotFoundError, ProblemError, MeasurementError, CalibrationDataError, RegressionError,
 )
-
-
-def _console() -> Console:
-    """A console that does not truncate tables when output is not a terminal."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,9 +92,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict()))
         return 0
-    from energylens.report_table import print_prediction
 
-    print_prediction(result, console=_console())
+    from energylens.cli.tables import print_prediction
+
+    print_prediction(result, console=console())
     return 0
 
 
@@ -113,7 +109,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         experts = f"{model.moe.num_experts} (top-{model.moe.top_k})" if model.moe else "-"
         table.add_row(model.name, model.family, f"{total / 1e9:.1f}B", f"{active / 1e9:.1f}B",
                       str(model.num_layers), experts, model.hf_id)
-    _console().print(table)
+    console().print(table)
     return 0
 
 
@@ -129,7 +125,7 @@ def _cmd_gpus(args: argparse.Namespace) -> int:
                       f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}", str(gpu.sm_count),
                       f"{gpu.tdp_w:.0f}", gpu.intra_node.kind,
                       f"{gpu.intra_node.bandwidth_bytes_per_s / 1e9:.0f}")
-    _console().print(table)
+    console().print(table)
     return 0
 
 
@@ -138,7 +134,7 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 
 def _registrars() -> list[Registrar]:
     registrars: list[Registrar] = [_add_predict]
-    for module_name in ("energylens.cli_validate", "energylens.cli_study"):
+    for module_name in ("energylens.cli.validate", "energylens.cli.study"):
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:

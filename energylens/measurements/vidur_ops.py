@@ -34,8 +34,8 @@ import numpy as np
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
-from energylens.families import _part, parse_layer
 from energylens.hardware import GPU
+from energylens.model.families import _part, parse_layer
 
 #: Vidur op -> kernel name for (gated, plain) MLPs.
 VIDUR_OPS: dict[str, tuple[str, str]] = {

@@ -25,13 +25,13 @@ from typing import Any
 
 import pandas as pd
 
-from energylens.calibration_file import CalibrationFileError, load_calibration
+from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
 from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
 from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
-from energylens.zoo import get_model
 from search.problem import Evaluation
 
 #: Rental price per GPU-hour used when a study gives none (assumed, 2026 cloud list prices

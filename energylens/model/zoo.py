@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from energylens.modelconfig import MLAConfig, ModelConfig, MoEConfig
+from energylens.model.config import MLAConfig, ModelConfig, MoEConfig
 
 # Keys of a models.yaml entry that are provenance/lookup data, not ModelConfig fields.
 _META_KEYS = frozenset({"aliases", "verification", "source"})

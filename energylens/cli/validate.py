@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from energylens.validation.formats import FORMATS
+from energylens.cli.tables import console as make_console
+from energylens.measurements.formats import FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,12 +79,6 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def _console():  # noqa: ANN202 - rich console
-    from energylens.cli import _console as console
-
-    return console()
-
-
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
@@ -102,7 +97,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    console = _console()
+    console = make_console()
     summary = Table(title=f"{args.format}: {args.file}")
     for column in ("metric", "MAPE", "median APE", "rows"):
         summary.add_column(column, justify="right" if column != "metric" else "left")
@@ -167,7 +162,7 @@ def _validate_all(args: argparse.Namespace) -> int:
                       "-" if row["in_sample"] is None else f"{100 * row['in_sample']:.1f} %",
                       "-" if row["held_out"] is None else f"{100 * row['held_out']:.1f} %",
                       {None: "?", True: "yes", False: "NO"}[row["meets"]])
-    _console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -205,7 +200,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_regress(args: argparse.Namespace) -> int:
     from energylens.deployment import Deployment
-    from energylens.regression import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, fit_energy_regression
+    from energylens.validation.regression import (
+        DEFAULT_INPUT_TOKENS,
+        DEFAULT_OUTPUT_TOKENS,
+        fit_energy_regression,
+    )
 
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep)
     fit = fit_energy_regression(model=args.model, gpu=args.gpu, deployment=deployment,
@@ -216,7 +215,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(fit.as_dict()))
         return 0
-    console = _console()
+    console = make_console()
     console.print(f"[bold]{fit.model}[/] on {fit.deployment['num_gpus']} x {fit.gpu} "
                   f"({fit.workload}, batch {fit.batch:g}): e = a0*tin + a1*tout + a2*tin*tout")
     console.print(f"a0 = {fit.a0:.4g} J/token, a1 = {fit.a1:.4g} J/token, "

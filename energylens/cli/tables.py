@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from energylens.predict import Prediction
+if TYPE_CHECKING:
+    from energylens.predict import Prediction
+
+
+def console() -> Console:
+    """A console that does not truncate tables when output is not a terminal."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def print_prediction(result: Prediction, *, console: Console | None = None) -> None:

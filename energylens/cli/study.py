@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from energylens.objective import DeploymentProblem, problem_from_study
+from energylens.study.objective import DeploymentProblem, problem_from_study
 from search.config import StudyConfig
 
 

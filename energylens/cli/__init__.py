@@ -1,0 +1,5 @@
+"""The ``energylens`` command line."""
+
+from energylens.cli.main import main
+
+__all__ = ["main"]
