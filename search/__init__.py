@@ -1,9 +1,10 @@
 """A generic multi-objective search engine (knows nothing about LLMs).
 
 Modules: ``space`` (YAML search spaces), ``config`` (study files), ``problem`` (the
-objective protocol), ``runner`` (run/resume/join studies), ``engines`` (optuna, pymoo,
-grid), ``pareto`` (fronts, hypervolume), ``report`` (CSV and plots), ``rank`` (ablation
-and importance), ``commands`` (CLI entry points), ``toy`` (a cheap test problem).
+objective protocol), ``runner`` (run/resume/join studies), ``engines`` (the engine
+registry: optuna, pymoo, grid), ``pareto`` (fronts, hypervolume), ``report`` (CSV and
+plots), ``rank`` (ablation and importance), ``commands`` (CLI entry points), ``toy`` (a
+cheap test problem).
 """
 
 from search.config import StudyConfig, StudyError, load_study

@@ -8,10 +8,10 @@ Format (paths are relative to the study file's folder)::
       - minimize energy_per_output_token_j
       - {metric: output_tokens_per_s, direction: maximize}
     constraints: ["tpot_s <= 0.05", "ttft_s <= 2"]
-    engine: optuna                   # optuna | pymoo | grid
+    engine: optuna                   # a registered engine: optuna (default) | pymoo | grid
     sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3
     population_size: 50
-    trials: 500                      # budget; grid default: the whole grid
+    trials: 500                      # budget; exhaustive engines (grid): the whole grid
     seed: 0
     storage: sqlite:///study.db      # default: <results>/storage.journal (Optuna journal)
     results: results/llama70b-decode # default: results/<name>
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from search._schema import Checker, read_yaml
+from search.engines import engine_names, get_engine
 from search.space import Space, load_space, parse_space
 
-ENGINES = ("optuna", "pymoo", "grid")
-SAMPLERS = {"optuna": ("nsga2", "tpe", "random"), "pymoo": ("nsga2", "nsga3"), "grid": ("grid",)}
+DEFAULT_ENGINE = engine_names()[0]
 DEFAULT_TRIALS = 100
 RESERVED_COLUMNS = ("number", "feasible", "infeasible_reason")
 
@@ -107,8 +107,8 @@ class StudyConfig:
     space: Space
     objectives: tuple[Objective, ...]
     constraints: tuple[Constraint, ...] = ()
-    engine: str = "optuna"
-    sampler: str = "nsga2"
+    engine: str = DEFAULT_ENGINE
+    sampler: str = get_engine(DEFAULT_ENGINE).samplers[0]
     population_size: int = 50
     trials: int | None = None
     seed: int | None = None
@@ -123,10 +123,10 @@ class StudyConfig:
         return [o.direction for o in self.objectives]
 
     def budget(self) -> int:
-        """Trials to run: ``trials``, else the whole grid (grid engine) or DEFAULT_TRIALS."""
+        """Trials to run: ``trials``, else the whole grid (exhaustive engine) or DEFAULT_TRIALS."""
         if self.trials is not None:
             return self.trials
-        return self.space.grid_size if self.engine == "grid" else DEFAULT_TRIALS
+        return self.space.grid_size if get_engine(self.engine).exhaustive else DEFAULT_TRIALS
 
     def with_engine(self, engine: str) -> StudyConfig:
         """This config run by another engine with that engine's default sampler.
@@ -134,11 +134,13 @@ class StudyConfig:
         Raises:
             StudyError: unknown engine.
         """
-        if engine not in ENGINES:
-            raise StudyError(f"{self.source}: engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine not in engine_names():
+            raise StudyError(
+                f"{self.source}: engine: expected one of {', '.join(engine_names())}, got {engine!r}"
+            )
         if engine == self.engine:
             return self
-        return replace(self, engine=engine, sampler=SAMPLERS[engine][0])
+        return replace(self, engine=engine, sampler=get_engine(engine).samplers[0])
 
 
 def load_study(path: str | Path) -> StudyConfig:
@@ -162,8 +164,8 @@ def load_study(path: str | Path) -> StudyConfig:
     constraints = _constraints(data.get("constraints") or [], check)
     _check_names(space, objectives, constraints, check)
 
-    engine = check.choice(data.get("engine", "optuna"), "engine", ENGINES)
-    sampler = check.choice(data.get("sampler", SAMPLERS[engine][0]), "sampler", SAMPLERS[engine])
+    engine = get_engine(check.choice(data.get("engine", DEFAULT_ENGINE), "engine", engine_names()))
+    sampler = check.choice(data.get("sampler", engine.samplers[0]), "sampler", engine.samplers)
     population_size = check.integer(data.get("population_size", 50), "population_size", minimum=2)
     trials = data.get("trials")
     if trials is not None:
@@ -178,17 +180,17 @@ def load_study(path: str | Path) -> StudyConfig:
         if storage is None
         else resolve_storage(check.string(storage, "storage"), base=folder)
     )
-    if engine == "grid":
+    if engine.needs_enumerable_space:
         try:
             space.grid_size  # noqa: B018  (validates that the space is enumerable)
         except ValueError as exc:
-            check.fail("engine", f"a space without continuous knobs for grid ({exc})")
+            check.fail("engine", f"a space without continuous knobs for {engine.name} ({exc})")
     return StudyConfig(
         name=name,
         space=space,
         objectives=objectives,
         constraints=constraints,
-        engine=engine,
+        engine=engine.name,
         sampler=sampler,
         population_size=population_size,
         trials=trials,

@@ -23,14 +23,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.config import StudyConfig
 from search.problem import Evaluation
 from search.space import Space
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
 
 VALID_KEY = "valid"
 PENALTY = 1e30

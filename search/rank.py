@@ -17,10 +17,10 @@ a knob that does not matter, whose pinned study is in effect one more seed of th
 Losses within about twice that are consistent with chance. One extra seed would do
 (``|a - b|``) but is unreliable: on ``studies/llama70b_tpot.yaml`` with 500 trials, seeds 0
 and 1 agreed within 0.2 % while 8 seeds spread over 0.536-0.619 J (about 6 %), so two extra
-seeds are the default; each costs one re-optimisation (the ablation runs one per knob). The
-grid engine is exhaustive and deterministic: its control is the main study and
-``noise_pct`` is 0 (with a ``budget`` or study ``trials`` below the grid size, the grids are
-truncated in grid order and the comparison is only as good as that coverage).
+seeds are the default; each costs one re-optimisation (the ablation runs one per knob). An
+exhaustive engine (``Engine.exhaustive``, e.g. grid) is deterministic: its control is the main
+study and ``noise_pct`` is 0 (with a ``budget`` or study ``trials`` below the grid size, the
+grids are truncated in grid order and the comparison is only as good as that coverage).
 
 Every best counts only the first ``budget`` completed trials of its study, so studies left
 by an earlier ranking with a larger budget do not tilt the comparison.
@@ -38,6 +38,7 @@ import pandas as pd
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
 from search.config import Objective, StudyConfig, StudyError
+from search.engines import get_engine
 from search.frame import trials_frame
 from search.outcome import completed_trials, is_feasible
 from search.plots import plot_ranking
@@ -86,7 +87,8 @@ def rank_optimizations(
     first = config.objectives[0]
     best = _best_feasible(trials_frame(config=config, study=study), first)
     importance = _importance(study, first)
-    if config.engine == "grid":
+    exhaustive = get_engine(config.engine).exhaustive
+    if exhaustive:
         best_control, noise_pct = best, 0.0
     else:
         budget = budget_per_ablation or max(1, config.budget() // 2)
@@ -106,7 +108,7 @@ def rank_optimizations(
     for knob in config.space.knobs:
         space = config.space.pin(knob.name, knob.baseline)
         budget = budget_per_ablation or (
-            replace(config, space=space).budget() if config.engine == "grid" else max(1, config.budget() // 2)
+            replace(config, space=space).budget() if exhaustive else max(1, config.budget() // 2)
         )
         best_pinned = _reoptimised_best(config, problem, knob.name, space, budget, config.seed)
         rows.append(

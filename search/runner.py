@@ -14,7 +14,7 @@ import optuna
 from optuna.storages import BaseStorage
 
 from search.config import StudyConfig, resolve_storage
-from search.engines import run_engine
+from search.engines import ENGINES, get_engine
 from search.outcome import completed_trials
 from search.problem import Problem
 from search.progress import trial_progress
@@ -100,16 +100,17 @@ def run_worker(
     n_trials: int | None = None,
     progress: bool = False,
 ) -> optuna.Study:
-    """Join a shared study (Optuna engine) until it holds ``n_trials`` completed trials in
-    total, by default the study file's budget.
+    """Join a shared study (an engine with ``shared_study``, e.g. optuna) until it holds
+    ``n_trials`` completed trials in total, by default the study file's budget.
 
     Workers sample with unseeded samplers so they do not propose the same points.
 
     Raises:
-        StudyStateError: the study does not exist yet, or the engine is not optuna.
+        StudyStateError: the study does not exist yet, or its engine cannot share it.
     """
-    if config.engine != "optuna":
-        raise StudyStateError(f"workers need engine 'optuna', the study file has {config.engine!r}")
+    if not get_engine(config.engine).shared_study:
+        shared = " or ".join(repr(e.name) for e in ENGINES if e.shared_study)
+        raise StudyStateError(f"workers need engine {shared}, the study file has {config.engine!r}")
     if storage is not None:
         config = replace(config, storage=resolve_storage(storage, base=Path.cwd()))
     n_total = config.budget() if n_trials is None else n_trials
@@ -170,7 +171,7 @@ def _drive(
         enabled=progress, description=config.name, done=n_done, total=max(n_total, n_done)
     ) as bar:
         try:
-            run_engine(
+            get_engine(config.engine).run(
                 config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar
             )
         finally:

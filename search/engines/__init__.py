@@ -1,4 +1,4 @@
-"""Engines: each runs a study until it holds a number of completed trials.
+"""Search engines, registered once here (to add one, see ``search/engines/README.md``).
 
 Every engine writes evaluations into the same Optuna storage with the conventions of
 :mod:`search.outcome`, so reports and rankings work the same whatever ran.
@@ -6,36 +6,34 @@ Every engine writes evaluations into the same Optuna storage with the convention
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from search.engines.base import Engine
+from search.engines.grid_engine import GridEngine
+from search.engines.optuna_engine import OptunaEngine
+from search.engines.pymoo_engine import PymooEngine
 
-from optuna.storages import BaseStorage
-
-from search.config import StudyConfig
-from search.engines import grid_engine, optuna_engine, pymoo_engine
-from search.problem import Problem
-from search.progress import TrialProgress
-
-EngineRun = Callable[..., None]
-"""``run(*, config, problem, storage, n_total, seed, progress) -> None``."""
-
-_RUNS: dict[str, EngineRun] = {
-    "optuna": optuna_engine.run,
-    "pymoo": pymoo_engine.run,
-    "grid": grid_engine.run,
-}
+ENGINES: tuple[Engine, ...] = (
+    OptunaEngine(),  # the first is the default engine of study files
+    PymooEngine(),
+    GridEngine(),
+)
+"""The registry: one entry per engine, names unique."""
 
 
-def run_engine(
-    *,
-    config: StudyConfig,
-    problem: Problem,
-    storage: BaseStorage,
-    n_total: int,
-    seed: int | None,
-    progress: TrialProgress,
-) -> None:
-    """Run ``config.engine`` until the study has ``n_total`` completed trials (or, for grid
-    and pymoo, until the space has no new point to offer)."""
-    _RUNS[config.engine](
-        config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=progress
-    )
+def engine_names() -> tuple[str, ...]:
+    """Names of the registered engines, the default first (the choices for ``engine:``)."""
+    return tuple(engine.name for engine in ENGINES)
+
+
+def get_engine(name: str) -> Engine:
+    """The registered engine called ``name``.
+
+    Raises:
+        KeyError: no such engine.
+    """
+    for engine in ENGINES:
+        if engine.name == name:
+            return engine
+    raise KeyError(f"no engine {name!r}; registered: {', '.join(engine_names())}")
+
+
+__all__ = ["ENGINES", "Engine", "engine_names", "get_engine"]

@@ -4,45 +4,60 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages import BaseStorage
 
-from search.config import StudyConfig
+from search.engines.base import Engine
 from search.outcome import completed_trials, frozen_trial, make_outcome
 from search.problem import Problem, evaluate_batch
 from search.progress import TrialProgress
 from search.space import Space
 
+if TYPE_CHECKING:
+    from search.config import StudyConfig
+
 BATCH_SIZE = 1024
 
 
-def run(
-    *,
-    config: StudyConfig,
-    problem: Problem,
-    storage: BaseStorage,
-    n_total: int,
-    seed: int | None,
-    progress: TrialProgress,
-) -> None:
-    """Evaluate grid points not yet in the study, in grid order, up to ``n_total`` trials.
+class GridEngine(Engine):
+    """Every point of an enumerable space, in grid order."""
 
-    ``seed`` is unused: the grid is deterministic.
-    """
-    del seed
-    space = config.space
-    study = optuna.load_study(study_name=config.name, storage=storage)
-    done = completed_trials(study)
-    seen = {_key(space, t.params) for t in done if set(t.params) == set(space.names)}
-    pending = (p for p in space.grid() if _key(space, p) not in seen)
-    for batch in chunks(islice(pending, max(0, n_total - len(done))), BATCH_SIZE):
-        evaluations = evaluate_batch(problem, [space.with_fixed(p) for p in batch])
-        study.add_trials(
-            [frozen_trial(space, p, make_outcome(config, e)) for p, e in zip(batch, evaluations, strict=True)]
-        )
-        progress.advance(len(batch))
+    name = "grid"
+    samplers = ("grid",)
+    exhaustive = True
+    needs_enumerable_space = True
+
+    def run(
+        self,
+        *,
+        config: StudyConfig,
+        problem: Problem,
+        storage: BaseStorage,
+        n_total: int,
+        seed: int | None,
+        progress: TrialProgress,
+    ) -> None:
+        """Evaluate grid points not yet in the study, in grid order, up to ``n_total`` trials.
+
+        ``seed`` is unused: the grid is deterministic.
+        """
+        del seed
+        space = config.space
+        study = optuna.load_study(study_name=config.name, storage=storage)
+        done = completed_trials(study)
+        seen = {_key(space, t.params) for t in done if set(t.params) == set(space.names)}
+        pending = (p for p in space.grid() if _key(space, p) not in seen)
+        for batch in chunks(islice(pending, max(0, n_total - len(done))), BATCH_SIZE):
+            evaluations = evaluate_batch(problem, [space.with_fixed(p) for p in batch])
+            study.add_trials(
+                [
+                    frozen_trial(space, p, make_outcome(config, e))
+                    for p, e in zip(batch, evaluations, strict=True)
+                ]
+            )
+            progress.advance(len(batch))
 
 
 def _key(space: Space, params: Mapping[str, Any]) -> tuple[Any, ...]:

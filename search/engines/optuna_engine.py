@@ -6,16 +6,21 @@ reads; several processes may run this engine on one shared study at once.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import optuna
 from optuna.samplers import BaseSampler, NSGAIISampler, RandomSampler, TPESampler
 from optuna.storages import BaseStorage
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from search.config import StudyConfig
+from search.engines.base import Engine
 from search.outcome import completed_trials, make_outcome, record
 from search.problem import Problem
 from search.progress import TrialProgress
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
 
 
 def make_sampler(config: StudyConfig, seed: int | None) -> BaseSampler:
@@ -27,34 +32,42 @@ def make_sampler(config: StudyConfig, seed: int | None) -> BaseSampler:
     return RandomSampler(seed=seed)
 
 
-def run(
-    *,
-    config: StudyConfig,
-    problem: Problem,
-    storage: BaseStorage,
-    n_total: int,
-    seed: int | None,
-    progress: TrialProgress,
-) -> None:
-    """Ask, evaluate and tell until the study holds ``n_total`` completed trials."""
-    study = optuna.load_study(study_name=config.name, storage=storage, sampler=make_sampler(config, seed))
-    remaining = n_total - len(completed_trials(study))
-    if remaining <= 0:
-        return
+class OptunaEngine(Engine):
+    """Optuna samplers, one trial at a time; workers may share the study."""
 
-    def objective(trial: optuna.Trial) -> list[float]:
-        params = config.space.suggest(trial)
-        outcome = make_outcome(config, problem.evaluate(config.space.with_fixed(params)))
-        record(trial, outcome)
-        return outcome.values
+    name = "optuna"
+    samplers = ("nsga2", "tpe", "random")
+    shared_study = True
 
-    def advance(_: optuna.Study, trial: FrozenTrial) -> None:
-        if trial.state == TrialState.COMPLETE:
-            progress.advance()
+    def run(
+        self,
+        *,
+        config: StudyConfig,
+        problem: Problem,
+        storage: BaseStorage,
+        n_total: int,
+        seed: int | None,
+        progress: TrialProgress,
+    ) -> None:
+        """Ask, evaluate and tell until the study holds ``n_total`` completed trials."""
+        study = optuna.load_study(study_name=config.name, storage=storage, sampler=make_sampler(config, seed))
+        remaining = n_total - len(completed_trials(study))
+        if remaining <= 0:
+            return
 
-    # MaxTrialsCallback stops at the total even when other workers add trials meanwhile.
-    study.optimize(
-        objective,
-        n_trials=remaining,
-        callbacks=[advance, MaxTrialsCallback(n_total, states=(TrialState.COMPLETE,))],
-    )
+        def objective(trial: optuna.Trial) -> list[float]:
+            params = config.space.suggest(trial)
+            outcome = make_outcome(config, problem.evaluate(config.space.with_fixed(params)))
+            record(trial, outcome)
+            return outcome.values
+
+        def advance(_: optuna.Study, trial: FrozenTrial) -> None:
+            if trial.state == TrialState.COMPLETE:
+                progress.advance()
+
+        # MaxTrialsCallback stops at the total even when other workers add trials meanwhile.
+        study.optimize(
+            objective,
+            n_trials=remaining,
+            callbacks=[advance, MaxTrialsCallback(n_total, states=(TrialState.COMPLETE,))],
+        )

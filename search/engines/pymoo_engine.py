@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
@@ -35,10 +36,13 @@ from pymoo.operators.selection.tournament import TournamentSelection
 from pymoo.problems.static import StaticProblem
 from pymoo.util.ref_dirs import get_reference_directions
 
-from search.config import StudyConfig
+from search.engines.base import Engine
 from search.outcome import VALID_KEY, Outcome, completed_trials, frozen_trial, make_outcome
 from search.problem import Problem, evaluate_batch
 from search.progress import TrialProgress
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
 
 
 class _Shape(PymooProblem):
@@ -52,37 +56,46 @@ class _Shape(PymooProblem):
         )
 
 
-def run(
-    *,
-    config: StudyConfig,
-    problem: Problem,
-    storage: BaseStorage,
-    n_total: int,
-    seed: int | None,
-    progress: TrialProgress,
-) -> None:
-    """Run generations until the study holds ``n_total`` completed trials.
+class PymooEngine(Engine):
+    """NSGA-II or NSGA-III, one generation per batch, resumable from a checkpoint."""
 
-    Stops early if the algorithm cannot propose a new configuration (tiny spaces).
-    """
-    study = optuna.load_study(study_name=config.name, storage=storage)
-    done = completed_trials(study)
-    algorithm = _load_checkpoint(config, _fingerprint(done)) or _new_algorithm(config, seed, done)
-    n_done = len(done)
-    while n_done < n_total:
-        pop = algorithm.ask()
-        if pop is None or len(pop) == 0:
-            break
-        pop = pop[: n_total - n_done]
-        params = [config.space.decode(ind.X) for ind in pop]
-        evaluations = evaluate_batch(problem, [config.space.with_fixed(p) for p in params])
-        outcomes = [make_outcome(config, e) for e in evaluations]
-        _assign(config, pop, outcomes)
-        algorithm.tell(infills=pop)
-        study.add_trials([frozen_trial(config.space, p, o) for p, o in zip(params, outcomes, strict=True)])
-        n_done += len(pop)
-        _save_checkpoint(config, algorithm, _fingerprint(completed_trials(study)))
-        progress.advance(len(pop))
+    name = "pymoo"
+    samplers = ("nsga2", "nsga3")
+
+    def run(
+        self,
+        *,
+        config: StudyConfig,
+        problem: Problem,
+        storage: BaseStorage,
+        n_total: int,
+        seed: int | None,
+        progress: TrialProgress,
+    ) -> None:
+        """Run generations until the study holds ``n_total`` completed trials.
+
+        Stops early if the algorithm cannot propose a new configuration (tiny spaces).
+        """
+        study = optuna.load_study(study_name=config.name, storage=storage)
+        done = completed_trials(study)
+        algorithm = _load_checkpoint(config, _fingerprint(done)) or _new_algorithm(config, seed, done)
+        n_done = len(done)
+        while n_done < n_total:
+            pop = algorithm.ask()
+            if pop is None or len(pop) == 0:
+                break
+            pop = pop[: n_total - n_done]
+            params = [config.space.decode(ind.X) for ind in pop]
+            evaluations = evaluate_batch(problem, [config.space.with_fixed(p) for p in params])
+            outcomes = [make_outcome(config, e) for e in evaluations]
+            _assign(config, pop, outcomes)
+            algorithm.tell(infills=pop)
+            study.add_trials(
+                [frozen_trial(config.space, p, o) for p, o in zip(params, outcomes, strict=True)]
+            )
+            n_done += len(pop)
+            _save_checkpoint(config, algorithm, _fingerprint(completed_trials(study)))
+            progress.advance(len(pop))
 
 
 def checkpoint_path(config: StudyConfig) -> Path:
