@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from energylens.cost.moe import Routing
+from energylens.errors import ConfigError
 from energylens.model.config import ModelConfig
 from energylens.model.spec import SpecError, split_sizes
 
@@ -15,8 +16,6 @@ FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
 DEFAULT_FUSIONS = frozenset({"attention", "qkv", "gate_up", "norm_residual"})
 
 
-class ConfigError(ValueError):
-    """A deployment or workload that cannot describe a real run (one-line message)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,10 +4,6 @@ Light on purpose: the fits (scipy) live in the submodules and load on demand.
 """
 
 from energylens.calibration.file import load_calibration
-
-
-class CalibrationDataError(ValueError):
-    """No usable measurement files where calibration looked (message names the place)."""
-
+from energylens.errors import CalibrationDataError
 
 __all__ = ["CalibrationDataError", "load_calibration"]

@@ -16,13 +16,12 @@ from energylens.cost.constants import (
     KernelConstants,
     LinkConstants,
 )
+from energylens.errors import CalibrationFileError
 
 FORMAT_VERSION = 1
 SHIPPED = "calibration.yaml"
 
 
-class CalibrationFileError(ValueError):
-    """A calibration file that cannot be read (one-line message naming file and key)."""
 
 
 def _values(*, section: dict[str, Any], allowed: tuple[str, ...], where: str) -> dict[str, float]:

@@ -9,22 +9,12 @@ from collections.abc import Callable, Sequence
 
 from rich.table import Table
 
-from energylens.calibration import CalibrationDataError
-from energylens.calibration.file import CalibrationFileError
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
-from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
-from energylens.hardware import UnknownGPUError, list_gpus
-from energylens.measurements.formats import MeasurementError
-from energylens.model.spec import SpecError
-from energylens.model.zoo import UnknownModelError, list_models, parameter_count
-from energylens.study.objective import ProblemError
-from energylens.validation.regression import RegressionError
-
-USER_ERRORS: tuple[type[Exception], ...] = (
-    ConfigError, UnknownGPUError, UnknownModelError, SpecError, CalibrationFileError,
-    FileNotFoundError, ProblemError, MeasurementError, CalibrationDataError, RegressionError,
-)
+from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, Deployment, Workload
+from energylens.errors import EnergyLensError
+from energylens.hardware import list_gpus
+from energylens.model.zoo import list_models, parameter_count
 
 
 class _Parser(argparse.ArgumentParser):
@@ -161,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except USER_ERRORS as exc:
+    except EnergyLensError as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"energylens: error: {message}", file=sys.stderr)
         return 2

@@ -23,6 +23,8 @@ from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
+from energylens.errors import UnknownGPUError
+
 ProvenanceKind = Literal["datasheet", "measured", "assumed", "derived"]
 
 
@@ -75,8 +77,6 @@ class GPU:
         raise KeyError(f"GPU {self.name} has no rate for dtype {dtype!r}")
 
 
-class UnknownGPUError(ValueError):
-    """A GPU name that matches no entry of the hardware database."""
 
 
 _DATA_DIR = Path(__file__).parents[1] / "data" / "gpus"

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from energylens.errors import MeasurementError
+
 MAX_OP_MS = 10_000.0  # a per-kernel / per-collective median above 10 s means a unit error
 MAX_POWER_PER_GPU_W = 2_000.0  # above any GPU's board power: a mW or kW mix-up
 
 
-class MeasurementError(ValueError):
-    """A measurement file that cannot be loaded; the message names the file and column."""
 
 
 @dataclass(frozen=True, kw_only=True)

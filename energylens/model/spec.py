@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from energylens.errors import SpecError
+
 OpKind = Literal["contraction", "elementwise", "reduction", "softmax", "copy", "gather"]
 
 #: FLOPs per output element of the named functions (vector-unit work, not tensor cores).
@@ -34,8 +36,6 @@ _CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?
 _FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+?)(?:_([a-z]))?\((.*)\)\s*$")
 
 
-class SpecError(ValueError):
-    """A model specification is malformed; the message names the op and the rank."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from energylens.errors import UnknownModelError
 from energylens.model.config import MLAConfig, ModelConfig, MoEConfig
 
 # Keys of a models.yaml entry that are provenance/lookup data, not ModelConfig fields.
@@ -54,16 +55,6 @@ _HF_MODEL_TYPES = (
 )
 
 
-class UnknownModelError(ValueError):
-    """A model name that is not in the zoo; the message suggests the closest names."""
-
-    def __init__(self, name: str, suggestions: list[str]) -> None:
-        self.name = name
-        self.suggestions = suggestions
-        hint = ", ".join(suggestions)
-        super().__init__(
-            f"unknown model {name!r}; closest zoo names: {hint} (list_models() has them all)"
-        )
 
 
 # --------------------------------------------------------------------------- zoo data

@@ -29,6 +29,7 @@ from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
 from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
+from energylens.errors import ProblemError
 from energylens.hardware import UnknownGPUError, load_gpu
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
@@ -43,8 +44,6 @@ DEFAULT_GPU_COST_PER_HOUR = {
 WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace")
 
 
-class ProblemError(ValueError):
-    """A study's problem section that cannot be used (one line naming file and key)."""
 
 
 @dataclass(frozen=True, kw_only=True)

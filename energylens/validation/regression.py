@@ -18,14 +18,13 @@ import numpy as np
 
 from energylens.cost.constants import Calibration
 from energylens.deployment import Deployment, Workload
+from energylens.errors import RegressionError
 from energylens.predict import predict
 
 DEFAULT_INPUT_TOKENS = (64, 128, 256, 512, 1024, 2048)
 DEFAULT_OUTPUT_TOKENS = (32, 64, 128, 256, 512, 1024)
 
 
-class RegressionError(ValueError):
-    """Too few feasible grid points to fit (one-line message)."""
 
 
 @dataclass
