@@ -1,19 +1,23 @@
-"""Deployment and workload descriptions, checked against a model at construction."""
+"""How a model is deployed: GPUs, parallel degrees, precision, fusions, clock, runtime.
+
+``Workload`` lives in :mod:`energylens.workloads` and is re-exported here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from energylens.cost.moe import Routing
 from energylens.errors import ConfigError
 from energylens.model.config import ModelConfig
 from energylens.model.spec import SpecError, split_sizes
+from energylens.runtime import DEFAULT_RUNTIME, get_runtime
+from energylens.workloads.workload import Workload
 
-#: Fusion groups the families declare. vLLM's defaults: all but ``act`` (SiLU-and-mul
-#: runs as its own kernel there).
+__all__ = ["FUSIONS", "Deployment", "Workload", "check_deployment"]
+
+#: Fusion groups the families declare (a runtime's defaults are a subset).
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
-DEFAULT_FUSIONS = frozenset({"attention", "qkv", "gate_up", "norm_residual"})
 
 
 
@@ -34,10 +38,11 @@ class Deployment:
     ep: int = 1
     dp: int | None = None
     weight_dtype: str | None = None  # None: the checkpoint's dtype
-    fusion: frozenset[str] = DEFAULT_FUSIONS
+    fusion: frozenset[str] | None = None  # None: the runtime's default fusions
     overlap_sms: int = 0
     freq_mhz: float | None = None
     routing: Routing = field(default_factory=Routing)
+    runtime: str = DEFAULT_RUNTIME  # the serving engine (energylens.runtime)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "ep"):
@@ -51,7 +56,8 @@ class Deployment:
             raise ConfigError(f"overlap_sms must be >= 0, got {self.overlap_sms}")
         if self.freq_mhz is not None and self.freq_mhz <= 0:
             raise ConfigError(f"freq_mhz must be > 0, got {self.freq_mhz}")
-        unknown = set(self.fusion) - set(FUSIONS)
+        get_runtime(self.runtime)  # one-line error for an unknown runtime
+        unknown = set(self.fusion or ()) - set(FUSIONS)
         if unknown:
             raise ConfigError(f"unknown fusion {sorted(unknown)}; known: {', '.join(FUSIONS)}")
         if self.weight_dtype not in (None, "bf16", "fp16", "fp8"):
@@ -126,22 +132,3 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
             raise ConfigError(
                 f"freq_mhz = {d.freq_mhz:g} is outside {gpu_name}'s range {low:g}-{high:g} MHz"
             )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Workload:
-    """``batch``: one static batch, prefill then decode. ``serving``: continuous batching
-    at steady state with ``batch`` running sequences of mean input/output lengths."""
-
-    kind: Literal["batch", "serving"] = "batch"
-    batch: float = 1  # may be fractional in ``serving`` (a measured mean)
-    input_tokens: float = 512
-    output_tokens: float = 128
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("batch", "serving"):
-            raise ConfigError(f"workload must be 'batch' or 'serving', got {self.kind!r}")
-        for name in ("batch", "input_tokens", "output_tokens"):
-            value = getattr(self, name)
-            if value <= 0:
-                raise ConfigError(f"{name} must be > 0, got {value}")

@@ -11,13 +11,13 @@ from energylens.cost.comm import collective_cost
 from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
-from energylens.cost.step import vllm_layout
 from energylens.cost.work import DTYPE_BYTES, tensor_bytes
 from energylens.deployment import Deployment, Workload
 from energylens.hardware import load_gpu
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
 from energylens.predict import predict
+from energylens.runtime import get_runtime
 
 H100 = load_gpu("H100")
 CLOCK = ClockState(ratio=1.0, dynamic_scale=1.0)
@@ -74,7 +74,7 @@ def test_ep_under_tp_attention_reduces_once_and_dispatches_locally():
     g = build_graph(get_model("llama-4-scout-17b-16e")).groups[-1]
     degrees = {"tp": 8, "etp": 1, "ep": 8}
     compiled = compile_layer(layer=g.layer, sizes=g.sizes, degrees=degrees, fusion=frozenset())
-    priced = vllm_layout(compiled.collectives, layer=g.layer, degrees=degrees)
+    priced = get_runtime("vllm").collective_layout(compiled.collectives, layer=g.layer, degrees=degrees)
     kinds = sorted((c.kind, c.after_op) for c in priced)
     assert ("all_to_all", "dispatch") not in kinds
     assert ("all_reduce", "combine") in kinds and ("all_reduce", "o") in kinds
@@ -82,7 +82,9 @@ def test_ep_under_tp_attention_reduces_once_and_dispatches_locally():
     # without EP nothing changes
     dense = {"tp": 8, "etp": 8, "ep": 1}
     plain = compile_layer(layer=g.layer, sizes=g.sizes, degrees=dense, fusion=frozenset())
-    assert vllm_layout(plain.collectives, layer=g.layer, degrees=dense) == list(plain.collectives)
+    vllm = get_runtime("vllm")
+    assert vllm.collective_layout(plain.collectives, layer=g.layer, degrees=dense) == list(
+        plain.collectives)
 
 
 def test_collective_forms():

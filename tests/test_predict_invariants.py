@@ -16,7 +16,7 @@ from energylens.deployment import FUSIONS, Deployment, Workload
 from energylens.hardware import load_gpu
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
-from energylens.predict import predict
+from energylens.predict import predict, step_context
 
 CASES = [
     ("llama-3.1-8b", "H100", Deployment(tp=1)),
@@ -181,7 +181,7 @@ def test_lower_clock_saves_decode_energy_at_small_latency_cost():
 
 
 def test_decode_integration_matches_a_per_token_sum():
-    from energylens.cost.step import SequenceGroup, StepContext, step_cost
+    from energylens.cost.step import SequenceGroup, step_cost
 
     model = get_model("llama-3.1-8b")
     gpu = load_gpu("H100")
@@ -190,11 +190,7 @@ def test_decode_integration_matches_a_per_token_sum():
 
     cal = default_calibration()
     constants = cal.kernel(gpu.name)
-    ctx = StepContext(graph=build_graph(model), gpu=gpu, calibration=cal,
-                      degrees=(("ep", 1), ("etp", 1), ("tp", 1)),
-                      fusion=Deployment().fusion, weight_dtype="bf16", overlap_sms=0,
-                      clock=ClockState.at(gpu=gpu, freq_mhz=None, constants=constants),
-                      routing=Routing(), pp=1)
+    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(), calibration=cal)
     contexts = np.arange(101, 301, dtype=float)
     exact = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=4, new_tokens=1.0, context=contexts)])
     overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * 4
@@ -205,7 +201,7 @@ def test_decode_integration_matches_a_per_token_sum():
 def test_arrival_mixture_is_a_poisson_with_the_right_mean(mean):
     from math import exp
 
-    from energylens.predict import arrival_mixture
+    from energylens.workloads.steady_state import arrival_mixture
 
     points = arrival_mixture(mean)
     counts = [c for c, _ in points]
@@ -222,8 +218,7 @@ def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
     from math import exp
 
     from energylens.calibration.file import default_calibration
-    from energylens.cost.step import SequenceGroup, StepContext, step_cost
-    from energylens.predict import engine_cost
+    from energylens.cost.step import SequenceGroup, engine_cost, step_cost
 
     model = get_model("qwen3-30b-a3b")
     gpu = load_gpu("H100")
@@ -231,11 +226,7 @@ def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
     p = predict(model=model, gpu=gpu,
                 workload=Workload(kind="serving", batch=batch, input_tokens=s_in, output_tokens=s_out))
     cal = default_calibration()
-    ctx = StepContext(graph=build_graph(model), gpu=gpu, calibration=cal,
-                      degrees=(("ep", 1), ("etp", 1), ("tp", 1)), fusion=Deployment().fusion,
-                      weight_dtype=model.weight_dtype, overlap_sms=0,
-                      clock=ClockState.at(gpu=gpu, freq_mhz=None, constants=cal.kernel(gpu.name)),
-                      routing=Routing(), pp=1)
+    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(), calibration=cal)
     decode = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
     engine = float(engine_cost(ctx=ctx, sequences=batch).latency_s)
 

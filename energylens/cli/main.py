@@ -11,7 +11,7 @@ from rich.table import Table
 
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
-from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, Deployment, Workload
+from energylens.deployment import FUSIONS, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import list_gpus
 from energylens.model.zoo import list_models, parameter_count
@@ -55,8 +55,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("bf16", "fp8"), default=None,
                    help="weight dtype (default: the checkpoint's)")
     fusion = p.add_mutually_exclusive_group()
-    fusion.add_argument("--fusion", type=_fusions, default=DEFAULT_FUSIONS,
-                        help=f"comma list of {', '.join(FUSIONS)} (default: vLLM's)")
+    fusion.add_argument("--fusion", type=_fusions, default=None,
+                        help=f"comma list of {', '.join(FUSIONS)} (default: the runtime's)")
     fusion.add_argument("--no-fusion", action="store_const", const=frozenset(), dest="fusion")
     p.add_argument("--overlap-sms", type=int, default=0)
     p.add_argument("--freq-mhz", type=float)

@@ -1,4 +1,4 @@
-"""Memory per GPU: weights + KV cache + activations + runtime reserve."""
+"""Memory per GPU: weights + KV cache + activations + the runtime's reserve."""
 
 from __future__ import annotations
 
@@ -8,11 +8,7 @@ from energylens.cost.kernels import local_sizes
 from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
-
-#: CUDA context, cuBLAS/NCCL workspaces and allocator slack (assumed, vLLM-like).
-RUNTIME_RESERVE_BYTES = 2.0e9
-#: Share of HBM a serving engine leaves unused (vLLM gpu_memory_utilization = 0.9).
-UNUSABLE_FRACTION = 0.10
+from energylens.runtime.profile import RuntimeProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +20,7 @@ class MemoryUse:
     activation_bytes: float
     reserve_bytes: float
     capacity_bytes: float
+    usable_bytes: float  # the share of capacity the runtime may use
 
     @property
     def total_bytes(self) -> float:
@@ -33,7 +30,17 @@ class MemoryUse:
     @property
     def fits(self) -> bool:
         """Whether it fits in the usable share of HBM."""
-        return self.total_bytes <= self.capacity_bytes * (1.0 - UNUSABLE_FRACTION)
+        return self.total_bytes <= self.usable_bytes
+
+    def shortfall(self, *, gpu_name: str) -> str | None:
+        """Why it does not fit (one line), or None when it does."""
+        if self.fits:
+            return None
+        return (f"needs {self.total_bytes / 1e9:.1f} GB per GPU (weights "
+                f"{self.weights_bytes / 1e9:.1f}, KV {self.kv_cache_bytes / 1e9:.1f}, activations "
+                f"{self.activation_bytes / 1e9:.1f}, reserve {self.reserve_bytes / 1e9:.1f}) but "
+                f"{gpu_name} has {self.capacity_bytes / 1e9:.0f} GB, of which "
+                f"{self.usable_bytes / 1e9:.0f} GB usable")
 
 
 def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dtype: str) -> float:
@@ -64,10 +71,11 @@ def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int]) -> float:
     return total
 
 
-def memory_use(*, graph: ModelGraph, gpu: GPU, degrees: dict[str, int], pp: int,
-               weight_dtype: str, sequences: float, context_tokens: float,
+def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
+               pp: int, weight_dtype: str, sequences: float, context_tokens: float,
                step_tokens: float) -> MemoryUse:
-    """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``."""
+    """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``, with
+    ``step_tokens`` tokens in one forward pass (capped at the runtime's prefill chunk)."""
     weights = 0.0
     kv = 0.0
     for group in graph.groups:
@@ -82,6 +90,7 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, degrees: dict[str, int], pp: int,
     weights += vocab_shard * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
-    activations = step_tokens * per_token
+    activations = min(step_tokens, runtime.prefill_chunk_tokens) * per_token
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, activation_bytes=activations,
-                     reserve_bytes=RUNTIME_RESERVE_BYTES, capacity_bytes=gpu.hbm_capacity_bytes)
+                     reserve_bytes=runtime.reserve_bytes, capacity_bytes=gpu.hbm_capacity_bytes,
+                     usable_bytes=gpu.hbm_capacity_bytes * runtime.memory_utilization)

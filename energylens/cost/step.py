@@ -9,20 +9,20 @@ several decode steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from energylens.cost.comm import collective_cost, link_for_group, overlapped_time
 from energylens.cost.constants import Calibration, KernelConstants
-from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
+from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, expert_load
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
-from energylens.model.spec import LayerSpec
+from energylens.runtime.profile import RuntimeProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +70,7 @@ class StepContext:
     clock: ClockState
     routing: Routing
     pp: int
+    runtime: RuntimeProfile
 
     @property
     def constants(self) -> KernelConstants:
@@ -117,39 +118,6 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, attention
 
 
-#: Reductions vLLM folds into the MoE output's single all-reduce (shared expert output
-#: is added to the routed output before reducing).
-FUSED_INTO_COMBINE = ("sdown",)
-
-
-def vllm_layout(collectives: tuple[Collective, ...], *, layer: LayerSpec,
-                degrees: dict[str, int]) -> list[Collective]:
-    """Collectives as vLLM runs them when attention is tensor-parallel over the EP group.
-
-    The spec derives all-to-all dispatch and combine for EP (right when each rank holds
-    different tokens). Under vLLM's ``--enable-expert-parallel`` with TP attention every
-    rank of the group already holds every token after the attention all-reduce, so
-    dispatch is a local selection (no communication) and combine is one all-reduce of the
-    MoE output over the group, into which the shared expert's partial sums are folded.
-    """
-    ep = degrees.get("ep", 1)
-    if ep <= 1 or degrees.get("tp", 1) % ep:
-        return list(collectives)
-    out: list[Collective] = []
-    combined = False
-    for c in collectives:
-        if c.kind == "all_to_all" and c.dim == "ep":
-            if "x" in layer.op(c.after_op).output.ranks:  # dispatch: tokens land on experts
-                continue
-            out.append(replace(c, kind="all_reduce", tensor=layer.op(c.after_op).output))
-            combined = True
-        else:
-            out.append(c)
-    if combined:
-        out = [c for c in out if not (c.kind == "all_reduce" and c.after_op in FUSED_INTO_COMBINE)]
-    return out
-
-
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                 critical: bool) -> tuple[Size, Size, Size, Size, Size]:
     """Per-GPU (latency, compute J, memory J, comm J, exposed comm s) of one layer."""
@@ -175,28 +143,27 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
             memory_j = memory_j + cost.memory_energy_j
     comm_j: Size = 0.0
     exposed: Size = 0.0
-    for collective in vllm_layout(compiled.collectives, layer=group.layer, degrees=degrees):
+    for collective in ctx.runtime.collective_layout(compiled.collectives, layer=group.layer,
+                                                    degrees=degrees):
         size = degrees[collective.dim]
         kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
         link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
         nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **merged},
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
-        if (collective.kind == "all_reduce" and link.engine_allreduce_latency_s > 0
-                and np.all(np.asarray(nbytes) <= link.engine_allreduce_max_bytes)):
-            # vLLM's custom one-/two-shot all-reduce over NVLink peer memory, not NCCL.
-            link = replace(link, latency_s=link.engine_allreduce_latency_s, latency_per_hop_s=0.0)
-        cost = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
+        if collective.kind == "all_reduce":
+            link = ctx.runtime.allreduce_link(link=link, message_bytes=nbytes)
+        comm = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
                                bandwidth=bandwidth, constants=link,
                                sms=ctx.overlap_sms if overlapped else None)
-        comm_j = comm_j + cost.energy_j
+        comm_j = comm_j + comm.energy_j
         if overlapped:
             index = collective.overlap_kernel
             hidden = latencies[index]
-            latencies[index] = overlapped_time(compute_s=hidden, comm_s=cost.latency_s,
+            latencies[index] = overlapped_time(compute_s=hidden, comm_s=comm.latency_s,
                                                sync_s=link.overlap_sync_s)
         else:
-            exposed = exposed + cost.latency_s
+            exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
     return latency, compute_j, memory_j, comm_j, exposed
 
@@ -206,9 +173,9 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     latency, compute_j, memory_j, comm_j, exposed = _layer_cost(
         ctx=ctx, group=group, seqs=seqs, critical=True)
     if group.is_moe and dict(ctx.degrees)["ep"] > 1:
+        # Energy of the mean rank; latency of the critical one plus the engine's fixed time.
         _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
                                                         critical=False)
-    if group.is_moe and dict(ctx.degrees)["ep"] > 1:
         latency = latency + ctx.constants.ep_moe_layer_overhead_s
     gpus = dict(ctx.degrees)["tp"]
     return StepCost(latency_s=latency * group.count,
@@ -254,3 +221,13 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
                     communication_energy_j=total.communication_energy_j * micro,
                     communication_s=total.communication_s * micro / stages
                     + (micro + stages - 1.0) * send)
+
+
+def engine_cost(*, ctx: StepContext, sequences: float) -> StepCost:
+    """The runtime's own time in one step on a replica: a fixed part the GPUs idle through
+    (static power only, charged by the caller over the wall time) and a part per running
+    sequence during which they draw busy power."""
+    idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.constants, sequences=sequences)
+    busy_j = ctx.constants.busy_power_w * busy_s * ctx.replica_gpus
+    return StepCost(latency_s=idle_s + busy_s, compute_energy_j=busy_j, memory_energy_j=0.0,
+                    communication_energy_j=0.0, communication_s=0.0)

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from energylens.deployment import ConfigError, Deployment, Workload
+from energylens.deployment import Deployment, Workload
+from energylens.errors import ConfigError
 from energylens.hardware import UnknownGPUError, load_gpu
 from energylens.model.zoo import UnknownModelError, get_model
 from energylens.predict import Prediction, predict

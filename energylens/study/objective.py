@@ -11,7 +11,7 @@ Study keys read here (everything else belongs to ``search``)::
 
 Knobs a space may use: ``gpu, num_gpus, tp, pp, ep, dp, batch, input_tokens,
 output_tokens, fusion`` (comma list) or ``fuse_<name>`` booleans, ``overlap_sms``,
-``freq_mhz`` or ``clock_fraction`` (of the GPU's boost clock; with
+``runtime``, ``freq_mhz`` or ``clock_fraction`` (of the GPU's boost clock; with
 ``decode_clock_fraction`` the decode phase runs at its own clock), ``dtype``, ``moe_skew``.
 A configuration that cannot run comes back with its reason, never as an exception.
 """
@@ -28,11 +28,12 @@ import pandas as pd
 from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
-from energylens.deployment import DEFAULT_FUSIONS, FUSIONS, ConfigError, Deployment, Workload
-from energylens.errors import ProblemError
+from energylens.deployment import FUSIONS, Deployment, Workload
+from energylens.errors import ConfigError, ProblemError
 from energylens.hardware import UnknownGPUError, load_gpu
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
+from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from search.problem import Evaluation
 
 #: Rental price per GPU-hour used when a study gives none (assumed, 2026 cloud list prices
@@ -107,13 +108,15 @@ def with_decode_from(*, prefill_run: Prediction, decode_run: Prediction,
 
 def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float) -> Deployment:
     """A :class:`Deployment` from knob values (missing knobs take their defaults)."""
-    fusion = DEFAULT_FUSIONS
+    runtime = str(params.get("runtime", DEFAULT_RUNTIME))
+    fusion: frozenset[str] | None = None  # the runtime's defaults
     if "fusion" in params:
         text = str(params["fusion"])
         fusion = frozenset() if text in ("", "none") else frozenset(text.split(","))
     flags = {name: params[f"fuse_{name}"] for name in FUSIONS if f"fuse_{name}" in params}
     if flags:
-        fusion = frozenset(n for n in fusion if flags.get(n, True)) | {
+        base = get_runtime(runtime).default_fusions if fusion is None else fusion
+        fusion = frozenset(n for n in base if flags.get(n, True)) | {
             n for n, on in flags.items() if on}
     freq = params.get("freq_mhz")
     if freq is None and "clock_fraction" in params:
@@ -128,6 +131,7 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float) -> De
         overlap_sms=int(params.get("overlap_sms", 0)),
         freq_mhz=None if freq is None else float(freq),
         routing=Routing(kind="zipf", skew=skew) if skew > 0 else Routing(),
+        runtime=runtime,
     )
 
 

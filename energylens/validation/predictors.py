@@ -22,7 +22,8 @@ from energylens.cost.comm import collective_cost
 from energylens.cost.constants import Calibration
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
-from energylens.deployment import ConfigError, Deployment, Workload
+from energylens.deployment import Deployment, Workload
+from energylens.errors import ConfigError
 from energylens.hardware import UnknownGPUError, load_gpu
 from energylens.measurements import mlenergy
 from energylens.measurements.formats import MeasurementRow, load_measurements

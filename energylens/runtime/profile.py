@@ -1,0 +1,94 @@
+"""A serving runtime (engine) profile: the facts of one engine that change a prediction.
+
+Facts are data (``energylens/data/runtimes/<name>.yaml``: value, kind, source); what an
+engine does differently in code (how it lays out collectives, how its step overhead is
+shaped) are the methods of its module's :class:`RuntimeProfile` subclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from energylens.cost.constants import KernelConstants, LinkConstants
+from energylens.cost.kernels import Collective
+from energylens.errors import EnergyLensError
+from energylens.model.spec import LayerSpec
+
+_FACTS = ("default_fusions", "memory_utilization", "reserve_bytes", "prefill_chunk_tokens",
+          "expert_parallel_layout", "fused_into_combine", "custom_allreduce")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
+    """Where a runtime fact comes from."""
+
+    source: str
+    kind: str
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (one per runtime)
+class RuntimeProfile:
+    """The facts of one serving runtime; subclasses override the behaviour hooks."""
+
+    name: str
+    display_name: str
+    default_fusions: frozenset[str]
+    memory_utilization: float  # share of HBM the engine may use
+    reserve_bytes: float  # CUDA context, workspaces, allocator slack
+    prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
+    expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
+    fused_into_combine: tuple[str, ...]  # reductions folded into the MoE combine
+    custom_allreduce: bool  # own small all-reduce instead of NCCL when calibrated
+    provenance: dict[str, Fact]
+
+    def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
+                          degrees: dict[str, int]) -> list[Collective]:
+        """The collectives this runtime issues for a layer (default: as the spec derives)."""
+        del layer, degrees
+        return list(collectives)
+
+    def allreduce_link(self, *, link: LinkConstants, message_bytes: Any) -> LinkConstants:
+        """Link constants of an all-reduce of ``message_bytes`` (default: NCCL's)."""
+        del message_bytes
+        return link
+
+    def step_overhead_s(self, *, constants: KernelConstants, sequences: float) -> tuple[float, float]:
+        """(idle, busy) seconds of engine work per step: CPU work the GPUs idle through
+        (static power only), and per-sequence work during which they draw busy power."""
+        return constants.engine_step_overhead_s, constants.engine_per_sequence_overhead_s * sequences
+
+
+@cache
+def load_facts(name: str) -> dict[str, Any]:
+    """Constructor arguments of runtime ``name`` from its data file."""
+    path = resources.files("energylens.data").joinpath(f"runtimes/{name}.yaml")
+    data = yaml.safe_load(path.read_text("utf-8"))
+    unknown = set(data) - {"name", "display_name", *_FACTS}
+    missing = set(_FACTS) - set(data)
+    if unknown or missing:
+        raise EnergyLensError(f"runtimes/{name}.yaml: unknown {sorted(unknown)} / missing "
+                              f"{sorted(missing)} facts")
+    values: dict[str, Any] = {"name": data["name"], "display_name": data["display_name"]}
+    provenance: dict[str, Fact] = {}
+    for key in _FACTS:
+        entry = data[key]
+        values[key] = entry["value"]
+        provenance[key] = Fact(source=entry["source"], kind=entry["kind"])
+    values["default_fusions"] = frozenset(values["default_fusions"])
+    values["fused_into_combine"] = tuple(values["fused_into_combine"])
+    values["memory_utilization"] = float(values["memory_utilization"])
+    values["reserve_bytes"] = float(values["reserve_bytes"])
+    values["prefill_chunk_tokens"] = int(values["prefill_chunk_tokens"])
+    values["custom_allreduce"] = bool(values["custom_allreduce"])
+    values["provenance"] = provenance
+    return values
+
+
+def with_link_latency(link: LinkConstants, latency_s: float) -> LinkConstants:
+    """``link`` with a fixed latency and no per-hop term (a runtime's own collective)."""
+    return replace(link, latency_s=latency_s, latency_per_hop_s=0.0)

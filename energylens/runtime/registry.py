@@ -1,0 +1,36 @@
+"""Runtimes by name, registered once by their modules."""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING
+
+from energylens.errors import UnknownRuntimeError
+
+if TYPE_CHECKING:
+    from energylens.runtime.profile import RuntimeProfile
+
+_RUNTIMES: dict[str, RuntimeProfile] = {}
+
+
+def register(profile: RuntimeProfile) -> RuntimeProfile:
+    """Add a runtime profile under its name (once)."""
+    if profile.name in _RUNTIMES:
+        raise ValueError(f"runtime {profile.name!r} registered twice")
+    _RUNTIMES[profile.name] = profile
+    return profile
+
+
+def get_runtime(name: str) -> RuntimeProfile:
+    """The profile of runtime ``name``; one-line error with the known names otherwise."""
+    key = name.strip().lower()
+    if key not in _RUNTIMES:
+        close = difflib.get_close_matches(key, list(_RUNTIMES), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UnknownRuntimeError(f"unknown runtime {name!r}; {hint}known: {', '.join(_RUNTIMES)}")
+    return _RUNTIMES[key]
+
+
+def runtime_names() -> tuple[str, ...]:
+    """Every registered runtime, in registration order."""
+    return tuple(_RUNTIMES)

@@ -1,0 +1,72 @@
+"""Workload kinds by name: each is a scheduler that forms batches and prices them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from energylens.errors import ConfigError
+
+if TYPE_CHECKING:
+    from energylens.cost.memory import MemoryUse
+    from energylens.cost.step import StepContext
+    from energylens.model.config import ModelConfig
+    from energylens.workloads.result import Prediction
+    from energylens.workloads.workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """A deployment bound to its model, GPU, runtime and constants (``ctx``): what a
+    scheduler prices its batches with. ``sequences`` is the workload's batch per replica."""
+
+    ctx: StepContext
+    model: ModelConfig
+    replicas: int
+    gpus: int
+    sequences: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryDemand:
+    """What the memory check must hold per replica: sequences, their longest context, and
+    the tokens of one forward pass."""
+
+    sequences: float
+    context_tokens: float
+    step_tokens: float
+
+
+class WorkloadKind(Protocol):
+    """The contract of a workload kind (one module in ``energylens/workloads/``)."""
+
+    name: str
+
+    def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
+        """Memory the kind needs per replica with ``sequences`` sequences."""
+
+    def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
+        """Price the batches this kind forms, as a :class:`Prediction`."""
+
+
+_KINDS: dict[str, WorkloadKind] = {}
+
+
+def register(kind: WorkloadKind) -> WorkloadKind:
+    """Add a workload kind under its name (once)."""
+    if kind.name in _KINDS:
+        raise ValueError(f"workload kind {kind.name!r} registered twice")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def get_kind(name: str) -> WorkloadKind:
+    """The workload kind called ``name``."""
+    if name not in _KINDS:
+        raise ConfigError(f"workload must be one of {', '.join(_KINDS)}, got {name!r}")
+    return _KINDS[name]
+
+
+def kind_names() -> tuple[str, ...]:
+    """Every registered workload kind, in registration order."""
+    return tuple(_KINDS)
