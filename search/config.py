@@ -32,6 +32,7 @@ from search.space import Space, load_space, parse_space
 DEFAULT_ENGINE = engine_names()[0]
 DEFAULT_TRIALS = 100
 RESERVED_COLUMNS = ("number", "feasible", "infeasible_reason")
+Direction = Literal["minimize", "maximize"]
 
 _GENERIC_KEYS = (
     "name",
@@ -61,7 +62,7 @@ class Objective:
     """A metric to minimise or maximise."""
 
     metric: str
-    direction: Literal["minimize", "maximize"]
+    direction: Direction
 
     def __str__(self) -> str:
         return f"{self.direction} {self.metric}"
@@ -118,7 +119,7 @@ class StudyConfig:
     problem: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Direction]:
         """Optimisation direction of each objective."""
         return [o.direction for o in self.objectives]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import optuna
 import pandas as pd
@@ -34,7 +36,7 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
     rows = []
     for trial in completed_trials(study):
         values = trial.user_attrs.get("metrics", {})
-        row = {"number": trial.number}
+        row: dict[str, Any] = {"number": trial.number}
         row |= {name: trial.params.get(name) for name in config.space.names}
         row |= {name: values.get(name, np.nan) for name in metrics}
         row |= {constraint_column(k): trial.constraints.get(k, np.nan) for k in keys}

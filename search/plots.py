@@ -125,9 +125,9 @@ def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path) -> None:
 def spans_decades(values: Sequence[float] | np.ndarray, decades: float = LOG_AXIS_DECADES) -> bool:
     """Whether ``values`` (NaN ignored) are all positive and span more than ``decades``
     (the test for a log axis; plotted SLO bounds count as values)."""
-    values = np.asarray(values, dtype=float)
-    values = values[~np.isnan(values)]
-    return bool(values.size and values.min() > 0 and values.max() / values.min() > 10**decades)
+    array = np.asarray(values, dtype=float)
+    array = array[~np.isnan(array)]
+    return bool(array.size and array.min() > 0 and array.max() / array.min() > 10**decades)
 
 
 def _save(fig: Figure, path: Path) -> None:

@@ -10,6 +10,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -19,7 +20,7 @@ from rich.progress import (
 class TrialProgress:
     """Counts finished trials; draws a bar when given a rich ``Progress``."""
 
-    def __init__(self, progress: Progress | None = None, task: int | None = None) -> None:
+    def __init__(self, progress: Progress | None = None, task: TaskID | None = None) -> None:
         self._progress = progress
         self._task = task
 
