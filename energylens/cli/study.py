@@ -6,6 +6,7 @@ import argparse
 
 from energylens.study.objective import DeploymentProblem, problem_from_study
 from search.config import StudyConfig
+from search.engines import engine_names
 
 
 def study_problem(config: StudyConfig) -> DeploymentProblem:
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = actions.add_parser("run", help="run a study (a fresh one, or continue the same name)")
     run.add_argument("study")
     run.add_argument("--trials", type=int)
-    run.add_argument("--engine", choices=("optuna", "pymoo", "grid"))
+    run.add_argument("--engine", choices=engine_names(),
+                     help="search engine (default: the study file's)")
     run.add_argument("--storage", help="SQLAlchemy URL or journal file (default: embedded)")
     run.add_argument("--seed", type=int)
     run.set_defaults(handler=_run)

@@ -6,6 +6,7 @@ reads; several processes may run this engine on one shared study at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import optuna
@@ -24,12 +25,15 @@ if TYPE_CHECKING:
 
 
 def make_sampler(config: StudyConfig, seed: int | None) -> BaseSampler:
-    """The Optuna sampler named by ``config.sampler``."""
-    if config.sampler == "nsga2":
-        return NSGAIISampler(population_size=config.population_size, seed=seed)
-    if config.sampler == "tpe":
-        return TPESampler(seed=seed)
-    return RandomSampler(seed=seed)
+    """The Optuna sampler named by ``config.sampler`` (one of ``OptunaEngine.samplers``)."""
+    factories: dict[str, Callable[[], BaseSampler]] = {
+        "nsga2": lambda: NSGAIISampler(population_size=config.population_size, seed=seed),
+        "tpe": lambda: TPESampler(seed=seed),
+        "random": lambda: RandomSampler(seed=seed),
+    }
+    if set(factories) != set(OptunaEngine.samplers):  # a listed sampler must be built
+        raise RuntimeError("OptunaEngine.samplers and make_sampler disagree")
+    return factories[config.sampler]()
 
 
 class OptunaEngine(Engine):
