@@ -14,10 +14,12 @@ from energylens.model.spec import SpecError, split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from energylens.workloads.workload import Workload
 
-__all__ = ["FUSIONS", "Deployment", "Workload", "check_deployment"]
+__all__ = ["FUSIONS", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment"]
 
 #: Fusion groups the families declare (a runtime's defaults are a subset).
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
+#: Weight dtypes a deployment may choose (a checkpoint may also be mxfp4).
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 
 
 
@@ -60,8 +62,9 @@ class Deployment:
         unknown = set(self.fusion or ()) - set(FUSIONS)
         if unknown:
             raise ConfigError(f"unknown fusion {sorted(unknown)}; known: {', '.join(FUSIONS)}")
-        if self.weight_dtype not in (None, "bf16", "fp16", "fp8"):
-            raise ConfigError(f"weight dtype must be bf16, fp16 or fp8, got {self.weight_dtype}")
+        if self.weight_dtype is not None and self.weight_dtype not in WEIGHT_DTYPES:
+            raise ConfigError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, "
+                              f"got {self.weight_dtype}")
 
     @property
     def gpus_per_replica(self) -> int:

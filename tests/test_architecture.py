@@ -28,3 +28,10 @@ def test_ruff_is_clean():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)], capture_output=True,
                           text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_mypy_is_clean():
+    """mypy and the stubs come with the test extra (pyproject), as ruff does."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", "energylens", "search"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]

@@ -6,19 +6,22 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rich.table import Table
 
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
-from energylens.deployment import FUSIONS, Deployment, Workload
+from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import list_gpus
-from energylens.model.zoo import list_models, parameter_count
+from energylens.model import list_models, parameter_count
+from energylens.runtime import DEFAULT_RUNTIME, runtime_names
+from energylens.workloads import kind_names
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         self.exit(2, f"energylens: error: {message}\n")
 
 
@@ -51,8 +54,10 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=_positive_int, default=1)
     p.add_argument("--input-tokens", type=_positive_int, default=512)
     p.add_argument("--output-tokens", type=_positive_int, default=128)
-    p.add_argument("--workload", choices=("batch", "serving"), default="batch")
-    p.add_argument("--dtype", choices=("bf16", "fp8"), default=None,
+    p.add_argument("--workload", choices=kind_names(), default="batch")
+    p.add_argument("--runtime", choices=runtime_names(), default=DEFAULT_RUNTIME,
+                   help="serving engine (default: %(default)s)")
+    p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
                    help="weight dtype (default: the checkpoint's)")
     fusion = p.add_mutually_exclusive_group()
     fusion.add_argument("--fusion", type=_fusions, default=None,
@@ -74,7 +79,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                             dp=args.dp, weight_dtype=args.dtype, fusion=args.fusion,
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
-                            routing=routing)
+                            routing=routing, runtime=args.runtime)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens)
     result = predict(model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from energylens.cli.tables import console as make_console
 from energylens.measurements.formats import FORMATS
@@ -141,7 +142,7 @@ def _validate_all(args: argparse.Namespace) -> int:
 
         for path in write_docs(report, Path(args.write_docs)):
             print(f"wrote {path}", file=sys.stderr)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for target in TARGETS:
         held, now = report.leave_out(target), report.in_sample(target)
         gate = report.gating(target)

@@ -8,11 +8,14 @@ averaged over random placements (fixed seed: predictions are deterministic).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
+
+from energylens.errors import ConfigError
 
 RoutingKind = Literal["uniform", "zipf", "dirichlet", "histogram"]
 _PLACEMENTS = 64
@@ -29,11 +32,11 @@ class Routing:
 
     def __post_init__(self) -> None:
         if self.kind in ("zipf", "dirichlet") and self.skew <= 0 and self.kind == "dirichlet":
-            raise ValueError("dirichlet routing needs alpha > 0")
-        if self.skew < 0:
-            raise ValueError(f"routing skew must be >= 0, got {self.skew}")
+            raise ConfigError("dirichlet routing needs alpha > 0")
+        if not math.isfinite(self.skew) or self.skew < 0:
+            raise ConfigError(f"routing skew must be a finite number >= 0, got {self.skew}")
         if self.kind == "histogram" and (not self.histogram or min(self.histogram) < 0):
-            raise ValueError("histogram routing needs non-negative expert counts")
+            raise ConfigError("histogram routing needs non-negative expert counts")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +60,7 @@ def expert_popularity(*, routing: Routing, num_experts: int) -> np.ndarray:
             np.full(num_experts, routing.skew)))[::-1]
     else:
         if len(routing.histogram) != num_experts:
-            raise ValueError(
+            raise ConfigError(
                 f"routing histogram has {len(routing.histogram)} bins, model has {num_experts} experts"
             )
         weights = np.sort(np.asarray(routing.histogram, dtype=float))[::-1]
@@ -91,7 +94,7 @@ def expert_load(*, routing: Routing, num_experts: int, top_k: int, ep: int,
                 tokens: float) -> ExpertLoad:
     """Expected per-rank load when ``tokens`` tokens each pick ``top_k`` of the experts."""
     if num_experts % ep:
-        raise ValueError(f"ep={ep} does not divide {num_experts} experts")
+        raise ConfigError(f"ep={ep} does not divide {num_experts} experts")
     placed, shares = _rank_shares(routing, num_experts, ep)
     slots = tokens * top_k
     mean_load = slots * shares

@@ -103,8 +103,8 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     # Linear kernels depend on b*m only; n = 1 logit row per sequence.
     merged: dict[str, Size] = {"b": sequences, "m": tokens / sequences, "n": 1.0, "p": 1.0,
                                "t": 1.0}
-    if group.is_moe:
-        moe = ctx.graph.model.moe
+    moe = ctx.graph.model.moe
+    if group.is_moe and moe is not None:
         ep = dict(ctx.degrees)["ep"]
         load = expert_load(routing=ctx.routing, num_experts=moe.num_experts, top_k=moe.top_k,
                            ep=ep, tokens=float(tokens))
@@ -157,7 +157,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                bandwidth=bandwidth, constants=link,
                                sms=ctx.overlap_sms if overlapped else None)
         comm_j = comm_j + comm.energy_j
-        if overlapped:
+        if overlapped and collective.overlap_kernel is not None:
             index = collective.overlap_kernel
             hidden = latencies[index]
             latencies[index] = overlapped_time(compute_s=hidden, comm_s=comm.latency_s,

@@ -354,7 +354,7 @@ def _sku_context(path: Path, gpu: str | None) -> dict[str, Any]:
     context["link"] = _LINKS.get(link)
     if context["gpu"] is None:
         raise _no_gpu(path, ".../network/<gpu>_<dgx|pairwise_nvlink>/<collective>.csv")
-    if (sku, path.name) in _DUPLICATES:
+    if sku is not None and (sku, path.name) in _DUPLICATES:
         context["duplicate_of"] = _DUPLICATES[(sku, path.name)]
     return context
 

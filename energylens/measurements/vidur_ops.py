@@ -26,14 +26,17 @@ runs at the bf16 rate. ``num_tokens`` may be a numpy array (one call per op and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.work import Size
 from energylens.hardware import GPU
 from energylens.model.families import _part, parse_layer
 
@@ -66,7 +69,7 @@ class Geometry:
     tp: int
 
     @classmethod
-    def of(cls, values: dict[str, object]) -> Geometry:
+    def of(cls, values: Mapping[str, Any]) -> Geometry:
         """From a loaded row's ``input`` dict."""
         return cls(n_head=int(values["n_head"]), n_kv_head=int(values["n_kv_head"]),
                    n_embd=int(values["n_embd"]), n_expanded_embd=int(values["n_expanded_embd"]),
@@ -97,7 +100,7 @@ def op_latency_s(*, op: str, geometry: Geometry, num_tokens: float | np.ndarray,
     """Predicted kernel time (s) of Vidur op ``op`` at ``num_tokens`` tokens."""
     kernel = kernel_for(op=op, geometry=geometry)
     tokens = np.asarray(num_tokens, dtype=float)
-    phase = {"b": tokens, "m": 1.0, "n": 1.0, "p": 1.0, "t": 1.0}
+    phase: dict[str, Size] = {"b": tokens, "m": 1.0, "n": 1.0, "p": 1.0, "t": 1.0}
     clock = ClockState(ratio=1.0, dynamic_scale=1.0)
     cost = kernel_cost(kernel=kernel, phase=phase, window=None, gpu=gpu, constants=constants,
                        clock=clock, weight_dtype="fp16")

@@ -123,7 +123,7 @@ def _reasons(report: AccuracyReport) -> list[str]:
 
 
 #: Model/deployments whose Wilkins-form regression the doc reports (batch 32, as Wilkins).
-REGRESSIONS = (
+REGRESSIONS: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("llama-3.1-8b", "H100", {"tp": 1}),
     ("llama-3.1-70b", "H100", {"tp": 4}),
     ("qwen3-30b-a3b", "H100", {"ep": 4, "num_gpus": 4}),
@@ -139,7 +139,9 @@ def _regressions() -> list[str]:
     lines = ["| model | GPUs | a0 (J/input token) | a1 (J/output token) | a2 (J/token^2) | R^2 |",
              "|---|---|---|---|---|---|"]
     for model, gpu, layout in REGRESSIONS:
-        fit = fit_energy_regression(model=model, gpu=gpu, deployment=Deployment(**layout), batch=32)
+        deployment = Deployment(num_gpus=layout.get("num_gpus"), tp=layout.get("tp", 1),
+                                ep=layout.get("ep", 1))
+        fit = fit_energy_regression(model=model, gpu=gpu, deployment=deployment, batch=32)
         lines.append(f"| {model} | {fit.deployment['num_gpus']} x {gpu} {layout} | {fit.a0:.4g} | "
                      f"{fit.a1:.4g} | {fit.a2:.3g} | {fit.r2:.4f} |")
     return lines

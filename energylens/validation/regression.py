@@ -77,11 +77,11 @@ def fit_energy_regression(*, model: str, gpu: str, deployment: Deployment | None
     used = [g for g in grid if g["feasible"]]
     if len(used) < 4:
         raise RegressionError(f"only {len(used)} feasible grid points for {model} on {gpu}; "
-                         "need at least 4 to fit three coefficients")
-    tin = np.array([g["input_tokens"] for g in used])
-    tout = np.array([g["output_tokens"] for g in used])
+                              "need at least 4 to fit three coefficients")
+    tins = np.array([g["input_tokens"] for g in used])
+    touts = np.array([g["output_tokens"] for g in used])
     energy = np.array([g["energy_per_request_j"] for g in used])
-    design = np.stack([tin, tout, tin * tout], axis=1)
+    design = np.stack([tins, touts, tins * touts], axis=1)
     coef, *_ = np.linalg.lstsq(design, energy, rcond=None)
     fitted = design @ coef
     ss_res = float(np.sum((energy - fitted) ** 2))

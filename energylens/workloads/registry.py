@@ -40,7 +40,9 @@ class MemoryDemand:
 class WorkloadKind(Protocol):
     """The contract of a workload kind (one module in ``energylens/workloads/``)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The kind's name (``Workload(kind=...)``)."""
 
     def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
         """Memory the kind needs per replica with ``sequences`` sequences."""
