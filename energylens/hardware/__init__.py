@@ -2,14 +2,17 @@
 
 from energylens.hardware.database import (
     GPU,
+    GPU_DIR,
+    GPUDatabase,
     Link,
     Provenance,
     UnknownGPUError,
+    default_database,
     list_gpus,
     load_gpu,
     load_gpu_file,
     resolve_gpu_name,
 )
 
-__all__ = ["GPU", "Link", "Provenance", "UnknownGPUError", "list_gpus", "load_gpu",
-           "load_gpu_file", "resolve_gpu_name"]
+__all__ = ["GPU", "GPU_DIR", "GPUDatabase", "Link", "Provenance", "UnknownGPUError",
+           "default_database", "list_gpus", "load_gpu", "load_gpu_file", "resolve_gpu_name"]

@@ -6,9 +6,19 @@ assumed or derived), keyed by dotted field name (``dense_flops_per_s.bf16``,
 seconds, MHz for clocks. Tensor rates are dense (sparse = dense x ``sparsity_speedup``);
 link bandwidths are per direction per GPU.
 
+A file also declares the GPU's rental price (``price_per_hour``: US dollars per
+GPU-hour, with kind and source like every number) and, if the GPU lacks measurements of
+its own, the measured relative it borrows calibration constants from
+(``borrows: {from: <GPU name>, reason: "..."}``). The database checks borrows across
+files: the relative must exist and no chain may loop. See ``README.md`` in this folder.
+
 ``load_gpu("h100")`` resolves a name case-insensitively, ignoring spaces, dashes and
 underscores, a leading vendor and a trailing "GPU"; an unknown name raises
-``UnknownGPUError`` with the closest known names.
+``UnknownGPUError`` with the closest known names. A file that cannot be read raises
+``HardwareFileError`` naming the file and the key.
+
+Tests and tools can read other files without touching the shipped database:
+``GPUDatabase.from_dirs(GPU_DIR, extra_dir)`` or ``GPUDatabase.from_files([...])``.
 """
 
 from __future__ import annotations
@@ -16,14 +26,15 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
-from energylens.errors import UnknownGPUError
+from energylens.errors import ConfigError, HardwareFileError, UnknownGPUError
 
 ProvenanceKind = Literal["datasheet", "measured", "assumed", "derived"]
 
@@ -66,20 +77,29 @@ class GPU:
     intra_node: Link
     inter_node: Link
     gpus_per_node: int
+    price_per_hour: float  # rental price, US dollars per GPU-hour
+    borrows_from: str | None = None  # canonical name of the measured relative, if any
+    borrow_reason: str | None = None  # why that relative (set exactly when borrows_from is)
     provenance: dict[str, Provenance] = field(default_factory=dict)
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for ``dtype``; fp8 falls back to bf16 on GPUs without fp8 units."""
+        """Dense peak for ``dtype``; fp8 falls back to bf16 on GPUs without fp8 units.
+
+        Raises:
+            ConfigError: the GPU file gives no rate for ``dtype`` (a checkpoint or
+                deployment dtype this GPU cannot be priced for).
+        """
         if dtype in self.dense_flops_per_s:
             return self.dense_flops_per_s[dtype]
         if dtype == "fp8":
             return self.dense_flops_per_s["bf16"]
-        raise KeyError(f"GPU {self.name} has no rate for dtype {dtype!r}")
+        known = ", ".join(sorted(self.dense_flops_per_s))
+        raise ConfigError(f"GPU {self.name} has no tensor rate for dtype {dtype!r} "
+                          f"(its file gives {known})")
 
 
-
-
-_DATA_DIR = Path(__file__).parents[1] / "data" / "gpus"
+#: The shipped GPU files, one per GPU.
+GPU_DIR = Path(__file__).parents[1] / "data" / "gpus"
 _KINDS = frozenset(get_args(ProvenanceKind))
 _REQUIRED_DTYPES = ("bf16", "fp16", "int8", "fp32")
 _FLOAT_SPECS = (
@@ -95,8 +115,10 @@ _FLOAT_SPECS = (
 )
 _INT_SPECS = ("sm_count", "gpus_per_node")
 _SPEC_KEYS = frozenset(("dense_flops_per_s", *_FLOAT_SPECS, *_INT_SPECS))
-_TOP_KEYS = frozenset(("name", "vendor", "aliases", "specs", "intra_node", "inter_node"))
+_TOP_KEYS = frozenset(("name", "vendor", "aliases", "specs", "intra_node", "inter_node",
+                       "price_per_hour", "borrows"))
 _LINK_KEYS = frozenset(("kind", "bandwidth_bytes_per_s", "latency_s"))
+_BORROW_KEYS = frozenset(("from", "reason"))
 _VENDOR_PREFIXES = ("nvidia", "amdinstinct", "amd")
 _GENERIC_SUFFIX = "gpu"
 
@@ -126,7 +148,7 @@ class _Spec:
         self.path = path
 
     def fail(self, key: str, problem: str) -> NoReturn:
-        raise ValueError(f"{self.path}: {key}: {problem}")
+        raise HardwareFileError(f"{self.path}: {key}: {problem}")
 
     def mapping(self, node: Any, *, key: str, allowed: frozenset[str]) -> dict[str, Any]:
         if not isinstance(node, dict):
@@ -149,11 +171,11 @@ class _Spec:
         if key not in parent:
             self.fail(path, "missing")
         entry = self.mapping(parent[key], key=path, allowed=frozenset(("value", "kind", "source")))
-        kind = entry.get("kind")
+        kind: Any = entry.get("kind")
         if kind not in _KINDS:
             self.fail(path, f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
         source = self.text(entry, key="source", path=f"{path}.source")
-        value = entry.get("value")
+        value: Any = entry.get("value")
         try:  # PyYAML reads 989.4e12 (no exponent sign) as a string
             number = float(value) if not isinstance(value, bool) else float("nan")
         except (TypeError, ValueError):
@@ -206,15 +228,33 @@ class _Spec:
             self.fail("aliases", "expected a list of strings")
         return tuple(aliases)
 
+    def borrows(self, root: dict[str, Any]) -> tuple[str | None, str | None]:
+        """``(from, reason)`` of the optional ``borrows:`` mapping; the name is checked later."""
+        if "borrows" not in root:
+            return None, None
+        node = self.mapping(root["borrows"], key="borrows", allowed=_BORROW_KEYS)
+        relative = self.text(node, key="from", path="borrows.from").strip()
+        reason = self.text(node, key="reason", path="borrows.reason").strip()
+        return relative, reason
+
     def gpu(self) -> GPU:
-        with self.path.open(encoding="utf-8") as fh:
-            root = self.mapping(yaml.safe_load(fh), key="<root>", allowed=_TOP_KEYS)
+        try:
+            with self.path.open(encoding="utf-8") as fh:
+                loaded = yaml.safe_load(fh)
+        except OSError as exc:
+            self.fail("<file>", f"cannot be read ({exc.strerror or exc.__class__.__name__})")
+        except yaml.YAMLError as exc:
+            self.fail("<file>", f"not valid YAML ({exc.__class__.__name__})")
+        root = self.mapping(loaded, key="<root>", allowed=_TOP_KEYS)
         if "specs" not in root:
             self.fail("specs", "missing")
         specs = self.mapping(root["specs"], key="specs", allowed=_SPEC_KEYS)
         prov: dict[str, Provenance] = {}
-        floats = {k: self.number(specs, key=k, path=f"specs.{k}", prov=prov) for k in _FLOAT_SPECS}
-        ints = {k: self.integer(specs, key=k, path=f"specs.{k}", prov=prov) for k in _INT_SPECS}
+        floats: dict[str, Any] = {
+            k: self.number(specs, key=k, path=f"specs.{k}", prov=prov) for k in _FLOAT_SPECS}
+        ints: dict[str, Any] = {
+            k: self.integer(specs, key=k, path=f"specs.{k}", prov=prov) for k in _INT_SPECS}
+        borrows_from, borrow_reason = self.borrows(root)
         return GPU(
             name=self.text(root, key="name", path="name"),
             vendor=self.text(root, key="vendor", path="vendor"),
@@ -222,6 +262,10 @@ class _Spec:
             dense_flops_per_s=self.dense_rates(specs, prov=prov),
             intra_node=self.link(root, key="intra_node", prov=prov),
             inter_node=self.link(root, key="inter_node", prov=prov),
+            price_per_hour=self.number(root, key="price_per_hour", path="price_per_hour",
+                                       prov=prov),
+            borrows_from=borrows_from,
+            borrow_reason=borrow_reason,
             provenance=prov,
             **floats,
             **ints,
@@ -229,39 +273,130 @@ class _Spec:
 
 
 def load_gpu_file(path: Path) -> GPU:
-    """Parse and validate one GPU file; raises ValueError naming the file and key path."""
-    return _Spec(path).gpu()
+    """Parse and validate one GPU file (``borrows.from`` is checked by :class:`GPUDatabase`).
+
+    Raises:
+        HardwareFileError: naming the file and the key path.
+    """
+    return _Spec(Path(path)).gpu()
+
+
+class GPUDatabase:
+    """A set of GPU files: names and aliases resolved, ``borrows:`` checked across files.
+
+    Every ``borrows.from`` must name a GPU of the same database (any accepted spelling;
+    stored as its canonical name) and no chain of borrows may come back to where it began.
+    """
+
+    def __init__(self, files: Iterable[Path]) -> None:
+        """Parse ``files``.
+
+        Raises:
+            HardwareFileError: a file that cannot be read, two files with one name, an
+                alias claimed twice, a relative that is not in the database, or a cycle.
+        """
+        self._files: dict[str, Path] = {}
+        parsed: dict[str, GPU] = {}
+        for path in files:
+            gpu = load_gpu_file(path)
+            if gpu.name in parsed:
+                raise HardwareFileError(
+                    f"{path}: name: {gpu.name!r} is also the name in {self._files[gpu.name]}")
+            parsed[gpu.name] = gpu
+            self._files[gpu.name] = Path(path)
+        self._index = self._alias_index(parsed)
+        self._gpus = {name: self._with_relative(gpu) for name, gpu in parsed.items()}
+        self._check_cycles()
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | Path]) -> GPUDatabase:
+        """A database of exactly these files."""
+        return cls(Path(p) for p in paths)
+
+    @classmethod
+    def from_dirs(cls, *dirs: str | Path) -> GPUDatabase:
+        """A database of every ``*.yaml`` in ``dirs`` (e.g. the shipped folder plus a test's)."""
+        return cls(path for d in dirs for path in sorted(Path(d).glob("*.yaml")))
+
+    def _alias_index(self, gpus: dict[str, GPU]) -> dict[str, str]:
+        """Normalised name or alias -> canonical name; an alias claimed twice is an error."""
+        index: dict[str, str] = {}
+        for gpu in gpus.values():
+            for alias in (gpu.name, *gpu.aliases):
+                key = _normalise(alias)
+                if index.setdefault(key, gpu.name) != gpu.name:
+                    raise HardwareFileError(
+                        f"{self._files[gpu.name]}: aliases: {alias!r} also names "
+                        f"{index[key]} ({self._files[index[key]]})")
+        return index
+
+    def _with_relative(self, gpu: GPU) -> GPU:
+        """``gpu`` with ``borrows_from`` resolved to a canonical name of this database."""
+        if gpu.borrows_from is None:
+            return gpu
+        try:
+            relative = self.resolve(gpu.borrows_from)
+        except UnknownGPUError as exc:
+            raise HardwareFileError(f"{self._files[gpu.name]}: borrows.from: {exc}") from None
+        return replace(gpu, borrows_from=relative)
+
+    def _check_cycles(self) -> None:
+        for name in self._gpus:
+            chain = [name]
+            while (relative := self._gpus[chain[-1]].borrows_from) is not None:
+                if relative in chain:
+                    loop = " -> ".join([*chain[chain.index(relative):], relative])
+                    raise HardwareFileError(
+                        f"{self._files[name]}: borrows.from: borrowing goes round in a circle "
+                        f"({loop}); one of them must have measurements and no borrows")
+                chain.append(relative)
+
+    def _unknown(self, name: str) -> UnknownGPUError:
+        close = difflib.get_close_matches(_normalise(name), self._index, n=6, cutoff=0.5)
+        suggestions = list(dict.fromkeys(self._index[key] for key in close))[:3]
+        hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "no close match;"
+        known = ", ".join(sorted(self._files))
+        return UnknownGPUError(f"unknown GPU {name!r}: {hint} known GPUs: {known}")
+
+    def resolve(self, name: str) -> str:
+        """Canonical name for ``name`` (any accepted spelling); see :func:`resolve_gpu_name`."""
+        if not isinstance(name, str):
+            raise UnknownGPUError(f"GPU name must be a string, got {name!r}")
+        for key in _candidates(_normalise(name)):
+            if key in self._index:
+                return self._index[key]
+        raise self._unknown(name)
+
+    def get(self, name: str) -> GPU:
+        """The GPU named ``name`` (any accepted spelling)."""
+        return self._gpus[self.resolve(name)]
+
+    def gpus(self) -> list[GPU]:
+        """Every GPU, sorted by canonical name."""
+        return [gpu for _, gpu in sorted(self._gpus.items())]
+
+    def file_of(self, name: str) -> Path:
+        """The file that defines GPU ``name``."""
+        return self._files[self.resolve(name)]
+
+    def borrow_chain(self, name: str) -> list[GPU]:
+        """``name``'s GPU followed by its relative, the relative's relative, ..."""
+        chain = [self.get(name)]
+        while chain[-1].borrows_from is not None:
+            chain.append(self._gpus[chain[-1].borrows_from])
+        return chain
+
+    def borrow_order(self) -> list[GPU]:
+        """GPUs that borrow, each after its relative (topological order; ties by name)."""
+        depth = {gpu.name: len(self.borrow_chain(gpu.name)) - 1 for gpu in self._gpus.values()}
+        return sorted((g for g in self._gpus.values() if g.borrows_from is not None),
+                      key=lambda g: (depth[g.name], g.name))
 
 
 @cache
-def _database() -> dict[str, GPU]:
-    """All GPUs keyed by canonical name."""
-    gpus = [load_gpu_file(path) for path in sorted(_DATA_DIR.glob("*.yaml"))]
-    by_name = {gpu.name: gpu for gpu in gpus}
-    if len(by_name) != len(gpus):
-        raise ValueError(f"{_DATA_DIR}: two GPU files share a name")
-    return by_name
-
-
-@cache
-def _alias_index() -> dict[str, str]:
-    """Normalised name or alias -> canonical name; an alias claimed twice is an error."""
-    index: dict[str, str] = {}
-    for gpu in _database().values():
-        for alias in (gpu.name, *gpu.aliases):
-            key = _normalise(alias)
-            if index.setdefault(key, gpu.name) != gpu.name:
-                raise ValueError(f"alias {alias!r} of {gpu.name} also names {index[key]}")
-    return index
-
-
-def _unknown(name: str) -> UnknownGPUError:
-    index = _alias_index()
-    close = difflib.get_close_matches(_normalise(name), index, n=6, cutoff=0.5)
-    suggestions = list(dict.fromkeys(index[key] for key in close))[:3]
-    hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "no close match;"
-    known = ", ".join(sorted(_database()))
-    return UnknownGPUError(f"unknown GPU {name!r}: {hint} known GPUs: {known}")
+def default_database() -> GPUDatabase:
+    """The shipped GPU files (``energylens/data/gpus``), parsed once."""
+    return GPUDatabase.from_dirs(GPU_DIR)
 
 
 def resolve_gpu_name(name: str) -> str:
@@ -270,20 +405,15 @@ def resolve_gpu_name(name: str) -> str:
     Also accepts a leading vendor (``NVIDIA``, ``AMD``) and a trailing ``GPU``, so
     measurement-file spellings like ``Nvidia H100 GPU`` resolve.
     """
-    if not isinstance(name, str):
-        raise UnknownGPUError(f"GPU name must be a string, got {name!r}")
-    index = _alias_index()
-    for key in _candidates(_normalise(name)):
-        if key in index:
-            return index[key]
-    raise _unknown(name)
+    return default_database().resolve(name)
 
 
 def load_gpu(name: str) -> GPU:
     """The GPU named ``name`` (any accepted spelling); files are parsed once and cached."""
-    return _database()[resolve_gpu_name(name)]
+    return default_database().get(name)
 
 
 def list_gpus() -> list[GPU]:
     """Every GPU in the database, sorted by canonical name."""
-    return [gpu for _, gpu in sorted(_database().items())]
+    return default_database().gpus()
+
