@@ -44,6 +44,10 @@ class HardwareFileError(EnergyLensError):
     """A GPU file that cannot be read; the message names the file and the key."""
 
 
+class UncalibratedGPUError(EnergyLensError):
+    """A GPU with no calibration constants of its own and no ``borrows:`` to take them from."""
+
+
 class UnknownRuntimeError(EnergyLensError):
     """A serving runtime (engine) that has no profile."""
 

@@ -1,13 +1,34 @@
-"""GPUs without data borrow constants from a measured relative, scaled where physics says so."""
+"""GPUs without data borrow constants from a measured relative, scaled where physics says so.
+
+The relatives are declared in the GPU files (``borrows:``); a GPU with neither constants
+nor ``borrows:`` is refused, at prediction time and by ``energylens calibrate``.
+"""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
+
+from energylens.calibration.coverage import (
+    measured_gpus,
+    require_constants,
+    require_data_or_borrows,
+)
 from energylens.calibration.file import default_calibration
-from energylens.calibration.transfer import RELATIVE, borrow_from_relatives
+from energylens.calibration.run import CalibrationData, calibrate
+from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import KernelConstants, LinkConstants
-from energylens.hardware import load_gpu
+from energylens.errors import EnergyLensError, UncalibratedGPUError
+from energylens.hardware import GPU_DIR, GPUDatabase, list_gpus, load_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "energylens" / "data" / "calibration.yaml"
+PHI2 = ROOT / "data/measurements/vidur/compute/h100/microsoft/phi-2/mlp.csv"
+BORROWERS = [gpu.name for gpu in list_gpus() if gpu.borrows_from is not None]
 
 
 def _fitted(value: float) -> dict:
@@ -56,18 +77,125 @@ def test_own_measurements_are_never_overwritten():
     assert kernels["B200"].busy_power_w == pytest.approx(420.0 * 1000.0 / 700.0)
 
 
-@pytest.mark.parametrize("gpu", sorted(RELATIVE))
-def test_shipped_calibration_covers_every_gpu_of_the_database(gpu):
-    """No GPU a study can pick runs on the built-in defaults for its power constants."""
-    constants = default_calibration().kernel(load_gpu(gpu).name)
-    assert constants.engine_step_overhead_s > 0
-    assert constants.static_power_w != KernelConstants().static_power_w
-
-
-@pytest.mark.parametrize("gpu", sorted(RELATIVE))
+@pytest.mark.parametrize("gpu", BORROWERS)
 def test_borrowed_power_never_caps_a_gemm_at_the_fitted_efficiency(gpu):
     """Static + busy + FLOP power of a GEMM at gemm_efficiency_max stays under TDP."""
     spec = load_gpu(gpu)
     k = default_calibration().kernel(spec.name)
     flop_w = k.energy_per_tensor_flop_j * spec.peak_flops_per_s("bf16") * k.gemm_efficiency_max
     assert k.static_power_w + k.busy_power_w + flop_w < spec.tdp_w
+
+
+# --- borrowing declared in the GPU files --------------------------------------------------
+
+
+def _shipped_doc() -> dict[str, Any]:
+    return yaml.safe_load(SHIPPED.read_text())
+
+
+def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
+    """Fitted entries of the shipped file + the files' ``borrows:`` give back every
+    assumed entry it records, value and note (moving the relatives into the GPU files
+    changed nothing)."""
+    doc = _shipped_doc()
+    prov: dict[str, dict[str, dict[str, Any]]] = {}
+    for section in ("kernels", "links"):
+        for key, constants in doc[section].items():
+            fitted = {name: dict(e) for name, e in constants.items() if e["kind"] == "fitted"}
+            if fitted:
+                prov[f"{section}/{key}"] = fitted
+    kernels = {key.removeprefix("kernels/"): KernelConstants(**{n: e["value"] for n, e in v.items()})
+               for key, v in prov.items() if key.startswith("kernels/")}
+    links = {key.removeprefix("links/"): LinkConstants(**{n: e["value"] for n, e in v.items()})
+             for key, v in prov.items() if key.startswith("links/")}
+    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
+    expected = {f"{section}/{key}": {n: e for n, e in constants.items() if e["kind"] != "default"}
+                for section in ("kernels", "links") for key, constants in doc[section].items()}
+    assert prov == expected
+
+
+def test_relatives_are_filled_before_their_borrowers():
+    order = [gpu.name for gpu in GPUDatabase.from_dirs(GPU_DIR).borrow_order()]
+    assert sorted(order) == sorted(BORROWERS)
+    for position, name in enumerate(order):
+        relative = load_gpu(name).borrows_from
+        assert relative not in order[position:]
+
+
+def _without(cal, name: str):
+    return replace(cal, kernels={k: v for k, v in cal.kernels.items() if k != name},
+                   links={k: v for k, v in cal.links.items() if k.split(":")[0] != name})
+
+
+def _has_no_data(name: str) -> bool:
+    doc = _shipped_doc()
+    entries = [e for section in ("kernels", "links") for key, constants in doc[section].items()
+               if key.split(":")[0] == name for e in constants.values()]
+    return bool(entries) and all(e["kind"] != "fitted" for e in entries)
+
+
+@pytest.mark.parametrize("gpu", [name for name in BORROWERS if _has_no_data(name)])
+def test_a_borrower_missing_from_a_calibration_borrows_at_prediction_time(gpu):
+    """Adding a GPU that borrows is one file: without recalibrating, its constants are
+    those ``energylens calibrate`` would have recorded."""
+    cal = default_calibration()
+    got = require_constants(calibration=_without(cal, gpu), gpu=load_gpu(gpu))
+    assert got.kernels[gpu] == cal.kernels[gpu]
+    assert {k: v for k, v in got.links.items() if k.startswith(f"{gpu}:")} == {
+        k: v for k, v in cal.links.items() if k.startswith(f"{gpu}:")}
+
+
+def test_a_calibration_without_any_gpu_is_the_defaults_tier_and_passes():
+    empty = replace(default_calibration(), kernels={}, links={})
+    assert require_constants(calibration=empty, gpu=load_gpu("H100")) is empty
+
+
+def _new_gpu_dir(tmp_path: Path, *, borrows: dict[str, str] | None) -> Path:
+    """A folder with one extra GPU file, a renamed copy of H100 SXM."""
+    data = yaml.safe_load((GPU_DIR / "h100-sxm.yaml").read_text(encoding="utf-8"))
+    data.update(name="X100", aliases=["x100-test"])
+    data.pop("borrows", None)
+    if borrows is not None:
+        data["borrows"] = borrows
+    folder = tmp_path / "gpus"
+    folder.mkdir()
+    (folder / "x100.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    return folder
+
+
+def test_a_gpu_with_neither_constants_nor_borrows_is_refused(tmp_path):
+    db = GPUDatabase.from_dirs(GPU_DIR, _new_gpu_dir(tmp_path, borrows=None))
+    with pytest.raises(UncalibratedGPUError) as err:
+        require_constants(calibration=default_calibration(), gpu=db.get("x100"), database=db)
+    message = str(err.value)
+    assert isinstance(err.value, EnergyLensError) and "\n" not in message
+    assert "X100" in message and "x100.yaml" in message
+    assert "borrows:" in message and "calibrate" in message
+    with pytest.raises(UncalibratedGPUError, match="X100.*declares no `borrows:`"):
+        require_data_or_borrows(measured={"H100-SXM"}, database=db)
+
+
+def test_the_same_gpu_with_borrows_runs_on_its_relatives_constants(tmp_path):
+    folder = _new_gpu_dir(tmp_path, borrows={"from": "h100", "reason": "test copy of H100"})
+    db = GPUDatabase.from_dirs(GPU_DIR, folder)
+    cal = default_calibration()
+    got = require_constants(calibration=cal, gpu=db.get("X100"), database=db)
+    assert got.kernels["X100"] == cal.kernels["H100-SXM"]  # same TDP and peak: no scaling
+    assert got.links["X100:nvswitch"] == cal.links["H100-SXM:nvswitch"]
+    require_data_or_borrows(measured={"H100-SXM"}, database=db)
+
+
+def test_a_relative_without_constants_is_refused_naming_the_chain():
+    cal = _without(_without(default_calibration(), "A100-40GB-SXM"), "A100-80GB-SXM")
+    cal = _without(cal, "H100-SXM")
+    with pytest.raises(UncalibratedGPUError, match="A100-80GB-SXM -> H100-SXM"):
+        require_constants(calibration=cal, gpu=load_gpu("A100-40GB-SXM"))
+
+
+def test_calibrate_refuses_a_gpu_with_no_data_and_no_borrows_before_fitting():
+    """The shipped H100 SXM declares no borrows: calibrating on A100 files alone is refused."""
+    a100 = sorted((ROOT / "data/measurements/vidur/compute/a100").glob("*/*/mlp.csv"))
+    assert measured_gpus(vidur_mlp=a100, mlenergy=[]) == {"A100-80GB-SXM"}
+    with pytest.raises(UncalibratedGPUError, match="H100-SXM has no measurements"):
+        calibrate(data=CalibrationData(vidur_mlp=a100), leave_out=False)
+    assert measured_gpus(vidur_mlp=[PHI2], mlenergy=[]) == {"H100-SXM"}

@@ -3,8 +3,8 @@
 A GPU with no per-op profile, no NCCL profile or no serving rows would otherwise run on
 the built-in defaults, which no data backs; a study comparing it with a calibrated GPU
 would then compare a fit with a guess. Instead every constant the GPU lacks is taken from
-its relative in :data:`RELATIVE` (the nearest measured GPU), recorded as ``assumed`` with
-a note naming the source:
+the relative its GPU file declares (``borrows: {from: ..., reason: ...}``, the nearest
+measured GPU), recorded as ``assumed`` with a note naming the source:
 
 - latency curves, memory efficiencies, serving-engine overheads (CPU-side software) and
   link curves of the same interconnect: as measured on the relative;
@@ -19,23 +19,12 @@ but no per-op profile, B200, is fitted on borrowed latency curves) and after the
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from typing import Any
 
-from energylens.cost.constants import KernelConstants, LinkConstants
-from energylens.hardware import GPU, load_gpu
-
-#: Nearest measured relative of each GPU: same die or generation first, else H100 SXM,
-#: the GPU with the most data. Listed so that a relative is filled before its borrowers.
-RELATIVE: dict[str, str] = {
-    "B200": "H100-SXM",
-    "H200-SXM": "H100-SXM",  # same GH100 die, same 700 W TDP, faster HBM3e
-    "H100-PCIe": "H100-SXM",
-    "A100-80GB-SXM": "H100-SXM",
-    "A100-40GB-SXM": "A100-80GB-SXM",
-    "L40S": "H100-SXM",
-    "MI300X": "H100-SXM",
-}
+from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
+from energylens.hardware import GPU, GPUDatabase, default_database
 
 
 def _power_scale(name: str, *, gpu: GPU, relative: GPU) -> tuple[float, str]:
@@ -56,25 +45,70 @@ def _note(*, relative: str, entry: dict[str, Any], how: str) -> str:
 
 
 def borrow_from_relatives(*, kernels: dict[str, KernelConstants], links: dict[str, LinkConstants],
-                          prov: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """Fill, in place, every constant a GPU lacks (no provenance entry) from its relative."""
-    for name, relative_name in RELATIVE.items():
-        source = prov.get(f"kernels/{relative_name}", {})
-        gpu, relative = load_gpu(name), load_gpu(relative_name)
-        own = prov.setdefault(f"kernels/{name}", {})
-        borrowed: dict[str, float] = {}
-        for field, entry in source.items():
-            if field in own:
-                continue
-            factor, how = _power_scale(field, gpu=gpu, relative=relative)
-            borrowed[field] = entry["value"] * factor
-            own[field] = {"value": float(f"{borrowed[field]:.6g}"), "kind": "assumed",
-                          "note": _note(relative=relative_name, entry=entry, how=how)}
-        if borrowed:
-            kernels[name] = replace(kernels.get(name, KernelConstants()), **borrowed)
-        if not own:
-            del prov[f"kernels/{name}"]
-        _borrow_links(gpu=gpu, relative=relative_name, links=links, prov=prov)
+                          prov: dict[str, dict[str, dict[str, Any]]],
+                          database: GPUDatabase | None = None) -> None:
+    """Fill, in place, every constant a GPU lacks (no provenance entry) from its relative.
+
+    The relatives are the ``borrows:`` of the GPU files in ``database`` (default: the
+    shipped one), visited so that a relative is filled before its own borrowers.
+    """
+    db = default_database() if database is None else database
+    for gpu in db.borrow_order():
+        _borrow(gpu=gpu, relative=db.get(str(gpu.borrows_from)), kernels=kernels, links=links,
+                prov=prov)
+
+
+def borrowed_calibration(*, calibration: Calibration, chain: Sequence[GPU]) -> Calibration:
+    """``calibration`` plus constants for ``chain[0]``, borrowed down ``chain``.
+
+    ``chain`` is a GPU, its relative, the relative's relative, ...; the last one must have
+    constants in ``calibration``, the others none. Each borrower is filled from its
+    relative as ``energylens calibrate`` would (every constant of the relative counts as
+    measured, since a calibration object keeps no kinds). Nothing is written anywhere.
+    """
+    donor = chain[-1].name
+    kernels, links = dict(calibration.kernels), dict(calibration.links)
+    prov: dict[str, dict[str, dict[str, Any]]] = {
+        f"kernels/{donor}": _as_entries(asdict(calibration.kernel(donor)), calibration.source)}
+    for key, constants in calibration.links.items():
+        if key.startswith(f"{donor}:"):
+            prov[f"links/{key}"] = _as_entries(asdict(constants), calibration.source)
+    for gpu, relative in reversed(list(zip(chain[:-1], chain[1:], strict=True))):
+        _borrow(gpu=gpu, relative=relative, kernels=kernels, links=links, prov=prov)
+    for key, entries in prov.items():  # rounded as a calibration file would hold them
+        values = {name: float(entry["value"]) for name, entry in entries.items()}
+        section, name = key.split("/", 1)
+        if section == "kernels":
+            kernels[name] = replace(KernelConstants(), **values)
+        else:
+            links[name] = replace(LinkConstants(), **values)
+    return replace(calibration, kernels=kernels, links=links)
+
+
+def _as_entries(values: dict[str, float], source: str) -> dict[str, dict[str, Any]]:
+    return {name: {"value": value, "kind": "calibrated", "note": source}
+            for name, value in values.items()}
+
+
+def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
+            links: dict[str, LinkConstants], prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Fill, in place, the constants ``gpu`` lacks from ``relative``."""
+    name, relative_name = gpu.name, relative.name
+    source = prov.get(f"kernels/{relative_name}", {})
+    own = prov.setdefault(f"kernels/{name}", {})
+    borrowed: dict[str, float] = {}
+    for field, entry in source.items():
+        if field in own:
+            continue
+        factor, how = _power_scale(field, gpu=gpu, relative=relative)
+        borrowed[field] = entry["value"] * factor
+        own[field] = {"value": float(f"{borrowed[field]:.6g}"), "kind": "assumed",
+                      "note": _note(relative=relative_name, entry=entry, how=how)}
+    if borrowed:
+        kernels[name] = replace(kernels.get(name, KernelConstants()), **borrowed)
+    if not own:
+        del prov[f"kernels/{name}"]
+    _borrow_links(gpu=gpu, relative=relative_name, links=links, prov=prov)
 
 
 def _borrow_links(*, gpu: GPU, relative: str, links: dict[str, LinkConstants],
@@ -88,7 +122,7 @@ def _borrow_links(*, gpu: GPU, relative: str, links: dict[str, LinkConstants],
         if not key.startswith(prefix) or kind.split("/")[0] not in kinds:
             continue
         own = prov.setdefault(f"links/{name}:{kind}", {})
-        borrowed = {}
+        borrowed: dict[str, float] = {}
         for field, entry in source.items():
             if field not in own:
                 borrowed[field] = entry["value"]

@@ -6,7 +6,7 @@ Study keys read here (everything else belongs to ``search``)::
     workload: {kind: batch, batch: 16, input_tokens: 1024, output_tokens: 256}
     # or a request-length trace summarised into a workload:
     workload: {kind: serving, trace: ../../shared/data/traces/splitwise_conv.csv, batch: 64}
-    gpu_cost_per_hour: {H100: 2.5, H200: 3.2, A100-80GB: 1.6}   # $/GPU-hour, assumed
+    gpu_cost_per_hour: {H100: 2.5, H200: 3.2}   # $/GPU-hour; else each GPU file's price_per_hour
     calibration: path/to/calibration.yaml                     # optional
 
 Knobs a space may use: ``gpu, num_gpus, tp, pp, ep, dp, batch, input_tokens,
@@ -30,18 +30,12 @@ from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, Deployment, Workload
 from energylens.errors import ConfigError, ProblemError
-from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.hardware import GPU, UnknownGPUError, load_gpu
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from search.problem import Evaluation
 
-#: Rental price per GPU-hour used when a study gives none (assumed, 2026 cloud list prices
-#: rounded; override with ``gpu_cost_per_hour`` in the study).
-DEFAULT_GPU_COST_PER_HOUR = {
-    "A100-40GB-SXM": 1.3, "A100-80GB-SXM": 1.6, "H100-SXM": 2.5, "H100-PCIe": 2.1,
-    "H200-SXM": 3.2, "B200": 4.5, "L40S": 1.0, "MI300X": 2.2,
-}
 WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace")
 
 
@@ -73,11 +67,12 @@ class DeploymentProblem:
                                        workload=workload, calibration=self.calibration))
         except (ConfigError, UnknownGPUError) as exc:
             return Evaluation(metrics={}, infeasible_reason=str(exc))
-        return Evaluation(metrics=self._metrics(result, gpu.name),
+        return Evaluation(metrics=self._metrics(result, gpu),
                           infeasible_reason=result.infeasible_reason)
 
-    def _metrics(self, result: Prediction, gpu_name: str) -> dict[str, float]:
-        price = self.gpu_cost_per_hour.get(gpu_name, DEFAULT_GPU_COST_PER_HOUR.get(gpu_name, 0.0))
+    def _metrics(self, result: Prediction, gpu: GPU) -> dict[str, float]:
+        # $/GPU-hour: the study's price, else the GPU file's (``price_per_hour``, with source)
+        price = self.gpu_cost_per_hour.get(gpu.name, gpu.price_per_hour)
         dollars_per_s = price * result.num_gpus / 3600.0
         return {
             "energy_per_output_token_j": result.energy_per_output_token_j,
