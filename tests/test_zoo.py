@@ -1,4 +1,7 @@
-"""Tests for the model zoo: lookup, FP8 suffix, HF config loading, parameter counts."""
+"""The model zoo and HF config.json loading: lookup, FP8 suffix, hand-checked mappings, the
+builder registry, and one-line errors for malformed models.yaml entries and config.json files.
+
+Checks that every zoo model must pass are in test_model_conformance.py."""
 
 from __future__ import annotations
 
@@ -8,29 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from energylens.model.config import ModelConfig
-from energylens.model.zoo import (
-    UnknownModelError,
+from energylens.cli.main import main
+from energylens.errors import ModelConfigError, UnknownModelError
+from energylens.model import (
+    ModelConfig,
     get_model,
     list_models,
     load_hf_config,
-    parameter_count,
     resolve_model_name,
+    supported_model_types,
 )
-
-EXPECTED_NAMES = {
-    "llama-2-7b", "llama-2-70b", "codellama-34b", "qwen-72b", "llama-3.1-8b", "llama-3.1-70b",
-    "llama-3.1-405b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",
-    "qwen3-coder-480b-a35b", "mixtral-8x7b", "llama-4-scout-17b-16e",
-    "llama-4-maverick-17b-128e", "gpt-oss-20b", "gpt-oss-120b", "bloom-176b", "deepseek-v3",
-    "gemma-3-12b", "gemma-3-27b", "qwen2.5-72b", "llama-3-8b", "llama-3-70b",
-}  # fmt: skip
+from energylens.model.hf import hf_builder, registered_builders
+from energylens.model.zoo import parse_models_yaml
 
 
-def test_zoo_has_every_model() -> None:
+def test_zoo_names_are_unique_configs() -> None:
     names = [m.name for m in list_models()]
-    assert set(names) == EXPECTED_NAMES
-    assert len(names) == len(set(names))
+    assert names and len(names) == len(set(names))
     assert all(isinstance(m, ModelConfig) for m in list_models())
 
 
@@ -68,12 +65,6 @@ def test_lookup(query: str, expected: str) -> None:
     assert get_model(query).name == expected
 
 
-def test_every_name_and_hf_id_resolves_to_itself() -> None:
-    for model in list_models():
-        assert resolve_model_name(model.name) == model.name
-        assert resolve_model_name(model.hf_id) == model.name
-
-
 def test_fp8_suffix_sets_weight_dtype() -> None:
     fp8 = get_model("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8")
     plain = get_model("qwen3-coder-480b-a35b")
@@ -100,19 +91,6 @@ def test_unknown_model_suggests_close_names() -> None:
     assert isinstance(info.value, ValueError)
 
 
-def test_zoo_fields_are_consistent() -> None:
-    for m in list_models():
-        assert (m.moe is not None) == (m.family == "moe"), m.name
-        assert (m.mla is not None) == (m.attention == "MLA"), m.name
-        assert 0 <= m.num_sliding_layers <= m.num_layers, m.name
-        assert (m.sliding_window is None) == (m.num_sliding_layers == 0), m.name
-        assert m.num_heads % m.num_kv_heads == 0, m.name
-        if m.moe is not None:
-            assert 0 < m.moe.num_moe_layers <= m.num_layers, m.name
-            assert (m.moe.dense_layer_ffn == 0) == (m.moe.num_moe_layers == m.num_layers)
-        assert m.notes, m.name
-
-
 def test_specific_mappings() -> None:
     assert get_model("qwen-72b").ffn_size == 24576  # Qwen-1: HF intermediate_size / 2
     bloom = get_model("bloom-176b")
@@ -125,31 +103,6 @@ def test_specific_mappings() -> None:
     assert ds.moe is not None and ds.moe.num_moe_layers == 58
     assert get_model("gemma-3-12b").num_sliding_layers == 40
     assert get_model("gpt-oss-120b").num_sliding_layers == 18
-
-
-# ---------------------------------------------------------------- parameter counts
-
-# Published text-decoder counts (total, active) where the card's number includes a vision
-# encoder that the zoo does not model and the card misses the 3% tolerance.
-_TEXT_ONLY = {"gemma-3-12b": (11.77e9, 11.77e9)}  # keras-hub gemma3_12b_text; card 12.2B
-
-
-@pytest.mark.parametrize("model", list_models(), ids=lambda m: m.name)
-def test_parameter_count_matches_published(model: ModelConfig) -> None:
-    total, active = parameter_count(model)
-    assert model.params_total_published is not None
-    assert model.params_active_published is not None
-    want_total, want_active = _TEXT_ONLY.get(
-        model.name, (model.params_total_published, model.params_active_published)
-    )
-    assert total == pytest.approx(want_total, rel=0.03)
-    assert active <= total
-    if model.moe is None:
-        assert active == total
-    if model.name.startswith("gpt-oss"):
-        # OpenAI's active count leaves out the input embedding table (a lookup, no matmul).
-        active -= model.vocab_size * model.hidden_size
-    assert active == pytest.approx(want_active, rel=0.03)
 
 
 # ---------------------------------------------------------------- HF config.json loading
@@ -223,15 +176,16 @@ def test_load_qwen3_moe_config_matches_zoo(tmp_path: Path) -> None:
 def test_load_config_missing_field(tmp_path: Path) -> None:
     cfg = {k: v for k, v in _LLAMA.items() if k != "intermediate_size"}
     path = _write(tmp_path, "broken", cfg)
-    with pytest.raises(ValueError, match="intermediate_size") as info:
+    with pytest.raises(ModelConfigError, match="intermediate_size") as info:
         load_hf_config(path)
     assert str(path) in str(info.value)
 
 
 def test_load_config_unsupported_type(tmp_path: Path) -> None:
     path = _write(tmp_path, "nemotron", {**_LLAMA, "model_type": "nemotron_h"})
-    with pytest.raises(ValueError, match="nemotron_h"):
+    with pytest.raises(ModelConfigError, match="nemotron_h") as info:
         load_hf_config(path)
+    assert ", ".join(supported_model_types()) in str(info.value)
 
 
 def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
@@ -277,5 +231,162 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
     )
     llama4_missing = {"model_type": "llama4", "text_config": {**maverick_text}}
     del llama4_missing["text_config"]["num_local_experts"]
-    with pytest.raises(ValueError, match=r"text_config\.num_local_experts"):
+    with pytest.raises(ModelConfigError, match=r"text_config\.num_local_experts"):
         load_hf_config(_write(tmp_path, "mav2", llama4_missing))
+
+
+# ---------------------------------------------------------------- the HF builder registry
+
+
+def test_registry_knows_the_builder_modules() -> None:
+    builders = registered_builders()
+    assert set(supported_model_types()) == set(builders)
+    assert {"llama", "qwen3_moe", "deepseek_v3", "llama4", "bloom"} <= set(builders)
+    for builder in builders.values():
+        assert builder.__module__.startswith("energylens.model.hf.builders.")
+
+
+def test_a_model_type_cannot_have_two_builders() -> None:
+    with pytest.raises(RuntimeError, match="'llama' has two builders"):
+        hf_builder("llama")(lambda cfg, *, name, model_type: get_model("llama-3.1-8b"))
+    assert registered_builders()["llama"].__module__.endswith(".llama")
+
+
+# ---------------------------------------------------------------- malformed config.json
+
+_MALFORMED: list[tuple[str, object, str]] = [
+    # (case id, file content: bytes, "<dir>", "<missing>" or a JSON value, message fragment)
+    ("not-json", b"{not json", "not valid JSON"),
+    ("empty-file", b"", "not valid JSON"),
+    ("not-utf8", b'{"model_type": "llama\xff\xfe"}', "not UTF-8"),
+    ("directory", "<dir>", "cannot read"),
+    ("missing-file", "<missing>", "cannot read"),
+    ("deeply-nested", b"[" * 100_000, "not valid JSON"),
+    ("top-level-list", [_LLAMA], "expected a JSON object"),
+    ("top-level-string", "llama", "expected a JSON object"),
+    ("no-model-type", {k: v for k, v in _LLAMA.items() if k != "model_type"}, "no model_type"),
+    ("unsupported-type", {**_LLAMA, "model_type": "nemotron_h"}, "supported: "),
+    ("model-type-list", {**_LLAMA, "model_type": ["llama"]}, "unsupported model_type"),
+    ("hidden-string", {**_LLAMA, "hidden_size": "abc"}, "'hidden_size' must be an integer"),
+    ("hidden-zero", {**_LLAMA, "hidden_size": 0}, "'hidden_size' must be an integer >= 1"),
+    ("hidden-negative", {**_LLAMA, "hidden_size": -4096}, "'hidden_size' must be an integer"),
+    ("hidden-float", {**_LLAMA, "hidden_size": 4096.5}, "'hidden_size' must be an integer"),
+    ("layers-bool", {**_LLAMA, "num_hidden_layers": True}, "'num_hidden_layers' must be"),
+    ("layers-absurd", {**_LLAMA, "num_hidden_layers": 10**12}, "larger than any model"),
+    ("vocab-overflows-a-float", {**_LLAMA, "vocab_size": 10**400}, "larger than any model"),
+    ("heads-nan", {**_LLAMA, "num_attention_heads": float("nan")}, "'num_attention_heads'"),
+    ("heads-do-not-divide-hidden", {**_LLAMA, "num_attention_heads": 3, "num_key_value_heads": 1},
+     "not divisible"),
+    ("kv-heads-do-not-divide", {**_LLAMA, "num_key_value_heads": 5}, "not a multiple"),
+    ("missing-field", {k: v for k, v in _LLAMA.items() if k != "vocab_size"}, "'vocab_size'"),
+    ("flag-string", {**_LLAMA, "tie_word_embeddings": "yes"}, "must be true or false"),
+    ("name-not-string", {**_LLAMA, "_name_or_path": 7}, "'_name_or_path' must be a string"),
+    ("window-zero", {**_LLAMA, "model_type": "mistral", "sliding_window": 0}, "sliding_window"),
+    ("top-k-above-experts", {**_QWEN3_MOE, "num_experts_per_tok": 129}, "top_k"),
+    ("sparse-step-zero", {**_QWEN3_MOE, "decoder_sparse_step": 0}, "decoder_sparse_step"),
+    ("dense-layers-not-a-list", {**_QWEN3_MOE, "mlp_only_layers": "all"}, "mlp_only_layers"),
+    ("every-layer-dense", {**_QWEN3_MOE, "mlp_only_layers": list(range(48))}, "num_moe_layers"),
+    ("text-config-list", {**_LLAMA, "model_type": "llama4", "text_config": [1]},
+     "'text_config' must be an object"),
+    ("text-config-field", {"model_type": "llama4", "text_config": {**_LLAMA, "vocab_size": "x"}},
+     "'text_config.vocab_size'"),
+    ("layer-types-too-long", {**_LLAMA, "model_type": "gpt_oss", "num_local_experts": 8,
+                              "num_experts_per_tok": 2,
+                              "layer_types": ["sliding_attention"] * 40}, "num_sliding_layers"),
+    ("quantization-not-object", {**_LLAMA, "model_type": "deepseek_v3",
+                                 "quantization_config": "fp8"}, "qk_nope_head_dim"),
+]  # fmt: skip
+
+
+def _malformed_path(tmp_path: Path, content: object) -> Path:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    path = folder / "config.json"
+    if content == "<dir>":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content != "<missing>":
+        path.write_text(json.dumps(content))
+    return path
+
+
+@pytest.mark.parametrize(("content", "fragment"), [c[1:] for c in _MALFORMED],
+                         ids=[c[0] for c in _MALFORMED])
+def test_malformed_config_json_is_one_line_and_exit_2(tmp_path: Path, capsys, content,
+                                                      fragment) -> None:
+    path = _malformed_path(tmp_path, content)
+    assert main(["predict", "--model", str(path), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("energylens: error: ")
+    assert str(path) in lines[0] and fragment in lines[0], lines[0]
+    with pytest.raises(ModelConfigError):
+        load_hf_config(path)
+
+
+# ---------------------------------------------------------------- malformed models.yaml
+
+_ENTRY = """
+tiny:
+  hf_id: org/Tiny
+  family: dense
+  num_layers: 2
+  hidden_size: 64
+  num_heads: 4
+  num_kv_heads: 2
+  head_dim: 16
+  ffn_size: 128
+  gated_mlp: true
+  vocab_size: 100
+  tie_word_embeddings: false
+  qkv_bias: false
+  norm_type: rmsnorm
+  attention: GQA
+  sliding_window: null
+  num_sliding_layers: 0
+  moe: null
+  mla: null
+  params_total_published: null
+  params_active_published: null
+  notes: "test entry"
+"""
+
+
+def test_a_well_formed_entry_parses() -> None:
+    zoo = parse_models_yaml(_ENTRY)
+    assert zoo.models["tiny"].num_heads == 4
+    assert zoo.index["org/tiny"] == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("tiny: [", "not valid YAML"),
+        ("- tiny", "expected a mapping of zoo names"),
+        ("tiny: 3", "expected a mapping of fields"),
+        (_ENTRY.replace("  notes:", "  nootes:"), "unknown keys ['nootes']"),
+        (_ENTRY.replace("  vocab_size: 100\n", ""), "missing keys ['vocab_size']"),
+        (_ENTRY.replace("hidden_size: 64", "hidden_size: abc"), "hidden_size must be an integer"),
+        (_ENTRY.replace("vocab_size: 100", "vocab_size: 1e400"), "vocab_size must be an integer"),
+        (_ENTRY.replace("num_layers: 2", "num_layers: 1000000"), "more than any model"),
+        (_ENTRY.replace("num_kv_heads: 2", "num_kv_heads: 3"), "not a multiple of num_kv_heads"),
+        (_ENTRY.replace("gated_mlp: true", "gated_mlp: 1"), "gated_mlp must be true or false"),
+        (_ENTRY.replace("family: dense", "family: moe"), "moe is missing"),
+        (_ENTRY.replace("moe: null", "moe: {num_experts: 4}"), "moe.top_k"),
+        (_ENTRY.replace("norm_type: rmsnorm", "norm_type: batchnorm"), "norm_type must be one of"),
+        (_ENTRY.replace("params_total_published: null", "params_total_published: many"),
+         "params_total_published must be a number"),
+        (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  aliases: tiny2"),
+         "aliases must be a list"),
+        (_ENTRY + _ENTRY.replace("tiny:", "small:"), "'org/Tiny' names both tiny and small"),
+    ],
+)
+def test_malformed_models_yaml_raises_model_config_error(text: str, fragment: str) -> None:
+    with pytest.raises(ModelConfigError) as info:
+        parse_models_yaml(text, source="models.yaml")
+    message = str(info.value)
+    assert message.startswith("models.yaml") and fragment in message, message
+    assert "\n" not in message

@@ -1,11 +1,18 @@
-"""Architecture description of a transformer decoder, as read from a HF-style config."""
+"""Architecture description of a transformer decoder, as read from a HF-style config.
+
+:func:`check_model_config` is the one consistency check every loader (the zoo's
+``models.yaml``, a local ``config.json``) runs on what it built.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Literal, get_args
+
+from energylens.errors import ModelConfigError
 
 AttentionKind = Literal["MHA", "GQA", "MLA"]
+NormType = Literal["rmsnorm", "layernorm"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +56,7 @@ class ModelConfig:
     vocab_size: int
     tie_word_embeddings: bool
     qkv_bias: bool
-    norm_type: Literal["rmsnorm", "layernorm"]
+    norm_type: NormType
     attention: AttentionKind
     sliding_window: int | None  # tokens; None = full attention everywhere
     num_sliding_layers: int  # layers that use the sliding/chunked window (0 if none)
@@ -59,3 +66,100 @@ class ModelConfig:
     params_active_published: float | None
     weight_dtype: str = "bf16"  # "fp8" for -FP8 checkpoints
     notes: str = ""  # approximations made when mapping the architecture
+
+
+def show_value(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for one-line error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: Largest size any integer field may take: far above any real model, and small enough
+#: that products of sizes stay finite floats in the cost model.
+MAX_SIZE = 2**40
+#: Most layers a model may have (builders walk the layers one by one).
+MAX_LAYERS = 100_000
+
+# Integer fields that may be zero (everything else integer must be >= 1).
+_MAY_BE_ZERO = frozenset(
+    {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
+     "q_lora_rank"}
+)
+_BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias"})
+
+
+def _check_fields(obj: ModelConfig | MoEConfig | MLAConfig, where: str, prefix: str) -> None:
+    """Types and signs of the plain fields of ``obj`` (ints >= 1 or >= 0, bools, enums)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        name = prefix + f.name
+        if f.name in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise ModelConfigError(f"{where}: {name} must be true or false, got {show_value(value)}")
+        elif f.type in ("int", int):
+            low = 0 if f.name in _MAY_BE_ZERO else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ModelConfigError(
+                    f"{where}: {name} must be an integer >= {low}, got {show_value(value)}")
+            if f.name == "num_layers" and value > MAX_LAYERS:
+                raise ModelConfigError(f"{where}: {name} = {value} is more than any model has "
+                                       f"(limit {MAX_LAYERS})")
+            if value > MAX_SIZE:
+                raise ModelConfigError(f"{where}: {name} = {show_value(value)} is larger than "
+                                       f"any model (limit 2**40)")
+        elif f.type in ("str", str) and not isinstance(value, str):
+            raise ModelConfigError(f"{where}: {name} must be a string, got {show_value(value)}")
+
+
+def check_model_config(model: ModelConfig, *, where: str) -> None:
+    """Raise :class:`ModelConfigError` (prefixed by ``where``) unless ``model`` describes a
+    decoder the families can build: positive sizes, heads that split into KV groups, MoE and
+    MLA sections that agree with ``family`` and ``attention``, windows within the layers."""
+    m = model
+    _check_fields(m, where, "")
+    if m.norm_type not in get_args(NormType):
+        raise ModelConfigError(f"{where}: norm_type must be one of {get_args(NormType)}, "
+                               f"got {show_value(m.norm_type)}")
+    if m.attention not in get_args(AttentionKind):
+        raise ModelConfigError(f"{where}: attention must be one of {get_args(AttentionKind)}, "
+                               f"got {show_value(m.attention)}")
+    if m.num_heads % m.num_kv_heads:
+        raise ModelConfigError(f"{where}: num_heads = {m.num_heads} is not a multiple of "
+                               f"num_kv_heads = {m.num_kv_heads}")
+    if m.sliding_window is not None and (
+        isinstance(m.sliding_window, bool) or not isinstance(m.sliding_window, int)
+        or not 1 <= m.sliding_window <= MAX_SIZE
+    ):
+        raise ModelConfigError(f"{where}: sliding_window must be null or an integer >= 1, "
+                               f"got {show_value(m.sliding_window)}")
+    if m.num_sliding_layers > m.num_layers:
+        raise ModelConfigError(f"{where}: num_sliding_layers = {m.num_sliding_layers} exceeds "
+                               f"num_layers = {m.num_layers}")
+    if m.family not in ("dense", "moe"):
+        raise ModelConfigError(f"{where}: family must be 'dense' or 'moe', got {show_value(m.family)}")
+    if (m.family == "moe") != (m.moe is not None):
+        raise ModelConfigError(f"{where}: family {m.family!r} but moe is "
+                               f"{'given' if m.moe is not None else 'missing'}")
+    if (m.attention == "MLA") != (m.mla is not None):
+        raise ModelConfigError(f"{where}: attention {m.attention!r} but mla is "
+                               f"{'given' if m.mla is not None else 'missing'}")
+    if m.mla is not None:
+        _check_fields(m.mla, where, "mla.")
+    if m.moe is not None:
+        _check_moe(m.moe, num_layers=m.num_layers, where=where)
+
+
+def _check_moe(moe: MoEConfig, *, num_layers: int, where: str) -> None:
+    _check_fields(moe, where, "moe.")
+    if moe.top_k > moe.num_experts:
+        raise ModelConfigError(f"{where}: moe.top_k = {moe.top_k} exceeds moe.num_experts = "
+                               f"{moe.num_experts}")
+    if moe.num_moe_layers > num_layers:
+        raise ModelConfigError(f"{where}: moe.num_moe_layers = {moe.num_moe_layers} exceeds "
+                               f"num_layers = {num_layers}")
+    if moe.num_moe_layers < num_layers and moe.dense_layer_ffn < 1:
+        raise ModelConfigError(f"{where}: {num_layers - moe.num_moe_layers} dense layers but "
+                               f"moe.dense_layer_ffn = {moe.dense_layer_ffn}")
+    if moe.num_shared_experts and moe.shared_expert_ffn < 1:
+        raise ModelConfigError(f"{where}: {moe.num_shared_experts} shared experts but "
+                               f"moe.shared_expert_ffn = {moe.shared_expert_ffn}")

@@ -14,15 +14,9 @@ from typing import Any
 
 import yaml
 
+from energylens.errors import SpecError
 from energylens.model.config import ModelConfig
-from energylens.model.spec import (
-    Einsum,
-    LayerSpec,
-    Overlap,
-    SpecError,
-    parse_einsum,
-    validate_layer,
-)
+from energylens.model.spec import Einsum, LayerSpec, Overlap, parse_einsum, validate_layer
 
 #: Ranks whose sizes depend on the phase (batch, new tokens, context, tokens per expert).
 PHASE_RANKS = ("b", "m", "p", "t", "n")
@@ -52,8 +46,12 @@ class ModelGraph:
 
 @cache
 def _part(name: str) -> dict[str, Any]:
-    text = resources.files("energylens.data.families").joinpath(f"{name}.yaml").read_text()
-    return yaml.safe_load(text)
+    """The family part ``energylens/data/families/<name>.yaml`` (ops, fusion, sharding...)."""
+    text = resources.files("energylens.data.families").joinpath(f"{name}.yaml").read_text("utf-8")
+    part = yaml.safe_load(text)
+    if not isinstance(part, dict):
+        raise SpecError(f"family part {name!r}: expected a mapping of ops, fusion, sharding")
+    return part
 
 
 def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str) -> LayerSpec:

@@ -3,7 +3,7 @@
 An op reads like ``Q[b,m,g,r,e] = N[b,m,d] * WQ[d,g,r,e]`` (a contraction: every rank of
 the inputs that is not on the output is summed over) or
 ``A[b,m,p,g,r] = softmax_p(S[b,m,p,g,r])`` (a named elementwise/reduction function).
-FLOPs and bytes follow from the rank sizes; see :mod:`energylens.cost.ops`.
+FLOPs and bytes follow from the rank sizes; see :mod:`energylens.cost.work`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def parse_einsum(
         inputs = [_tensor(groups[2], groups[3])]
         if groups[4]:
             inputs.append(_tensor(groups[4], groups[5]))
-        kind: OpKind = "contraction" if len(inputs) == 2 else "copy"
+        kind = "contraction" if len(inputs) == 2 else "copy"
         op = Einsum(name=name, output=out, inputs=tuple(inputs), kind=kind,
                     persistent_output=persistent_output, causal=causal_pair)
     _check_ranks(op)

@@ -1,0 +1,30 @@
+"""OpenAI gpt-oss: alternating sliding / full attention, every layer MoE."""
+
+from __future__ import annotations
+
+from energylens.model.config import ModelConfig, MoEConfig
+from energylens.model.hf.common import decoder_fields, finish, sliding_from_layer_types
+from energylens.model.hf.reader import HFConfig
+from energylens.model.hf.registry import hf_builder
+
+
+@hf_builder("gpt_oss")
+def build_gpt_oss(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
+    """gpt_oss: qkv bias, 128-token window on the ``sliding_attention`` layers (every
+    other layer when ``layer_types`` is absent), all layers MoE; attention sinks ignored."""
+    f = decoder_fields(cfg, name)
+    n = f["num_layers"]
+    f["qkv_bias"] = cfg.flag("attention_bias", True)
+    f["sliding_window"] = cfg.integer("sliding_window", default=128)
+    f["num_sliding_layers"] = sliding_from_layer_types(cfg, (n + 1) // 2)
+    f["moe"] = MoEConfig(
+        num_experts=cfg.integer("num_local_experts"),
+        top_k=cfg.integer("num_experts_per_tok", "experts_per_token"),
+        expert_ffn=f["ffn_size"],
+        num_shared_experts=0,
+        shared_expert_ffn=0,
+        num_moe_layers=n,
+        dense_layer_ffn=0,
+    )
+    f["notes"] += "; attention sinks ignored"
+    return finish(f)

@@ -1,0 +1,28 @@
+"""Mistral and Mixtral: a sliding window on every layer when one is set; Mixtral is MoE."""
+
+from __future__ import annotations
+
+from energylens.model.config import ModelConfig, MoEConfig
+from energylens.model.hf.common import decoder_fields, finish
+from energylens.model.hf.reader import HFConfig
+from energylens.model.hf.registry import hf_builder
+
+
+@hf_builder("mistral", "mixtral")
+def build_mistral(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
+    """mistral / mixtral: ``sliding_window`` (when not null) applies to all layers."""
+    f = decoder_fields(cfg, name)
+    n = f["num_layers"]
+    if cfg.has("sliding_window"):
+        f["sliding_window"], f["num_sliding_layers"] = cfg.integer("sliding_window"), n
+    if model_type == "mixtral":
+        f["moe"] = MoEConfig(
+            num_experts=cfg.integer("num_local_experts"),
+            top_k=cfg.integer("num_experts_per_tok"),
+            expert_ffn=f["ffn_size"],
+            num_shared_experts=0,
+            shared_expert_ffn=0,
+            num_moe_layers=n,
+            dense_layer_ffn=0,
+        )
+    return finish(f)

@@ -1,0 +1,67 @@
+"""The HF builder registry: one builder per ``model_type``, registered where it is defined.
+
+A builder module in :mod:`energylens.model.hf.builders` decorates its function with
+``@hf_builder("llama", ...)``. The modules are found and imported on first use, so adding
+a family is adding a module: no list to extend. The supported types in error messages and
+docs are :func:`supported_model_types`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from energylens.model.config import ModelConfig
+from energylens.model.hf.reader import HFConfig
+
+
+class HFBuilder(Protocol):
+    """Turns one ``config.json`` (its reader) into a ModelConfig named ``name``."""
+
+    def __call__(self, cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig: ...
+
+
+B = TypeVar("B", bound=HFBuilder)
+
+_BUILDERS: dict[str, HFBuilder] = {}
+
+
+def hf_builder(*model_types: str) -> Callable[[B], B]:
+    """Register the decorated builder for each of ``model_types`` (HF ``model_type``)."""
+    if not model_types:
+        raise TypeError("hf_builder needs at least one model_type")
+
+    def register(builder: B) -> B:
+        for model_type in model_types:
+            other = _BUILDERS.get(model_type)
+            if other is not None and other is not builder:
+                raise RuntimeError(f"HF model_type {model_type!r} has two builders: "
+                                   f"{other.__module__} and {builder.__module__}")
+            _BUILDERS[model_type] = builder
+        return builder
+
+    return register
+
+
+@functools.cache
+def _import_builders() -> None:
+    """Import every module of :mod:`energylens.model.hf.builders` (they register)."""
+    from energylens.model.hf import builders
+
+    for module in pkgutil.iter_modules(builders.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{builders.__name__}.{module.name}")
+
+
+def registered_builders() -> dict[str, HFBuilder]:
+    """Every registered builder by ``model_type``."""
+    _import_builders()
+    return dict(_BUILDERS)
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """The HF ``model_type`` values that :func:`load_hf_config` reads, sorted."""
+    return tuple(sorted(registered_builders()))

@@ -1,0 +1,129 @@
+"""Every zoo model, whatever its family, passes the same checks (parametrised over
+``list_models()``, so a new models.yaml entry is tested without editing this file)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from energylens.cost.memory import memory_use
+from energylens.cost.work import ACTIVATION_BYTES
+from energylens.deployment import Deployment, Workload
+from energylens.hardware import load_gpu
+from energylens.model import ModelConfig, build_graph, list_models, parameter_count
+from energylens.model.zoo import model_aliases, resolve_model_name
+from energylens.predict import predict
+from energylens.runtime import DEFAULT_RUNTIME, get_runtime
+
+MODELS = list_models()
+
+
+def _ids(model: ModelConfig) -> str:
+    return model.name
+
+
+pytestmark = pytest.mark.parametrize("model", MODELS, ids=_ids)
+
+# Published text-decoder counts (total, active) where the card's number includes a vision
+# encoder that the zoo does not model and the card misses the tolerance.
+_TEXT_ONLY = {"gemma-3-12b": (11.77e9, 11.77e9)}  # keras-hub gemma3_12b_text; card 12.2B
+_PARAMS_TOLERANCE = 0.03
+
+
+def test_names_resolve_back_to_the_model(model: ModelConfig) -> None:
+    assert model.hf_id
+    for name in (model.name, model.hf_id, *model_aliases(model.name)):
+        assert resolve_model_name(name) == model.name, name
+        assert resolve_model_name(name.upper()) == model.name, name
+
+
+def test_follows_the_zoo_conventions(model: ModelConfig) -> None:
+    assert (model.moe is not None) == (model.family == "moe")
+    assert (model.mla is not None) == (model.attention == "MLA")
+    assert (model.sliding_window is None) == (model.num_sliding_layers == 0)
+    assert model.num_heads % model.num_kv_heads == 0
+    if model.moe is not None:
+        assert 0 < model.moe.num_moe_layers <= model.num_layers
+        assert (model.moe.dense_layer_ffn == 0) == (model.moe.num_moe_layers == model.num_layers)
+    assert model.notes
+
+
+def test_builds_its_einsum_graph(model: ModelConfig) -> None:
+    graph = build_graph(model)
+    assert graph.model == model
+    assert sum(group.count for group in graph.groups) == pytest.approx(model.num_layers)
+    moe_layers = sum(group.count for group in graph.groups if group.is_moe)
+    assert moe_layers == pytest.approx(model.moe.num_moe_layers if model.moe else 0)
+    sliding = sum(group.count for group in graph.groups if group.window is not None)
+    assert sliding == pytest.approx(model.num_sliding_layers)
+    assert graph.head.ops
+
+
+def test_parameter_count_from_shapes_matches_published(model: ModelConfig) -> None:
+    total, active = parameter_count(model)
+    assert 0 < active <= total
+    if model.moe is None:
+        assert active == total
+    if model.params_total_published is None:
+        pytest.skip("no published parameter count")
+    want_total, want_active = _TEXT_ONLY.get(
+        model.name, (model.params_total_published, model.params_active_published)
+    )
+    assert total == pytest.approx(want_total, rel=_PARAMS_TOLERANCE)
+    if want_active is None:
+        return
+    if model.name.startswith("gpt-oss"):
+        # OpenAI's active count leaves out the input embedding table (a lookup, no matmul).
+        active -= model.vocab_size * model.hidden_size
+    assert active == pytest.approx(want_active, rel=_PARAMS_TOLERANCE)
+
+
+def test_graph_weights_add_up_to_the_parameter_count(model: ModelConfig) -> None:
+    """The einsum weights (W* operands) and the closed-form count agree, up to norms,
+    biases and routers."""
+    graph = build_graph(model)
+    weights = float(model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2))
+    for group in graph.groups:
+        for op in group.layer.ops:
+            for tensor in op.inputs:
+                if tensor.name.startswith("W"):
+                    weights += group.count * math.prod(group.sizes[r] for r in tensor.ranks)
+    assert weights == pytest.approx(parameter_count(model)[0], rel=0.01)
+
+
+def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig) -> None:
+    memory = memory_use(graph=build_graph(model), gpu=load_gpu("h100"),
+                        runtime=get_runtime(DEFAULT_RUNTIME), degrees={"tp": 1, "etp": 1, "ep": 1},
+                        pp=1, weight_dtype=model.weight_dtype, sequences=1, context_tokens=1,
+                        step_tokens=1)
+    assert memory.kv_cache_bytes > 0
+    if model.mla is not None:  # one latent (plus its RoPE part) shared by all heads
+        per_layer = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+    else:  # K and V of every KV head
+        per_layer = 2 * model.num_kv_heads * model.head_dim
+    assert memory.kv_cache_bytes == pytest.approx(model.num_layers * per_layer * ACTIVATION_BYTES)
+
+
+def _deployments(model: ModelConfig) -> list[Deployment]:
+    """Single-node TP degrees that divide the heads, smallest first, then TP 8 with PP."""
+    candidates = [Deployment(tp=tp) for tp in (1, 2, 4, 8) if model.num_heads % tp == 0]
+    if model.num_heads % 8 == 0:
+        candidates += [Deployment(tp=8, pp=pp) for pp in (2, 4) if pp <= model.num_layers]
+    return candidates
+
+
+def test_predicts_on_a_gpu_that_fits_it(model: ModelConfig) -> None:
+    workload = Workload(batch=1, input_tokens=128, output_tokens=8)
+    for deployment in _deployments(model):
+        result = predict(model=model, gpu="h100", deployment=deployment, workload=workload)
+        if result.feasible:
+            break
+    else:
+        pytest.fail(f"{model.name} fits no deployment in {_deployments(model)}")
+    for phase in (result.prefill, result.decode):
+        assert math.isfinite(phase.energy_j) and phase.energy_j > 0
+        assert math.isfinite(phase.latency_s) and phase.latency_s > 0
+    assert math.isfinite(result.energy_per_output_token_j) and result.energy_per_output_token_j > 0
+    assert math.isfinite(result.ttft_s) and result.ttft_s > 0
+    assert math.isfinite(result.tpot_s) and result.tpot_s > 0
