@@ -235,6 +235,27 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
         load_hf_config(_write(tmp_path, "mav2", llama4_missing))
 
 
+def test_mla_without_a_query_latent_predicts(tmp_path: Path) -> None:
+    """DeepSeek-V2-Lite style (q_lora_rank null): queries projected straight from the hidden
+    state, not through a zero-width latent (which used to give NaN)."""
+    from energylens.model import build_graph, parameter_count
+    from energylens.predict import predict
+
+    lite = {
+        "model_type": "deepseek_v3", "hidden_size": 2048, "intermediate_size": 10944,
+        "moe_intermediate_size": 1408, "num_attention_heads": 16, "num_hidden_layers": 27,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+    }  # fmt: skip
+    model = load_hf_config(_write(tmp_path, "DeepSeek-V2-Lite", lite))
+    assert model.mla is not None and model.mla.q_lora_rank == 0
+    assert "q" in {op.name for op in build_graph(model).groups[0].layer.ops}
+    assert parameter_count(model)[0] == pytest.approx(15.7e9, rel=0.03)  # model card: 15.7B
+    result = predict(model=model, gpu="h100")
+    assert result.prefill.energy_j > 0 and result.decode.latency_s > 0
+
+
 # ---------------------------------------------------------------- the HF builder registry
 
 

@@ -100,6 +100,13 @@ def _norm(model: ModelConfig) -> str:
     return "rmsnorm" if model.norm_type == "rmsnorm" else "layernorm"
 
 
+def _attention_part(model: ModelConfig) -> str:
+    """The attention part: GQA/MHA, or MLA with or without a query latent."""
+    if model.mla is None:
+        return "attention"
+    return "attention_mla" if model.mla.q_lora_rank else "attention_mla_direct_q"
+
+
 def attention_sizes(model: ModelConfig) -> dict[str, int]:
     """Sizes of the attention ranks (GQA/MHA, or MLA's heads and latent widths)."""
     if model.mla is not None:
@@ -115,7 +122,7 @@ def attention_sizes(model: ModelConfig) -> dict[str, int]:
 def build_graph(model: ModelConfig) -> ModelGraph:
     """Bind the family einsums to ``model``'s sizes; validates every layer."""
     norm = _norm(model)
-    attention = _part("attention_mla" if model.mla is not None else "attention")
+    attention = _part(_attention_part(model))
     mlp = _part("mlp_gated" if model.gated_mlp else "mlp_plain")
     base = attention_sizes(model)
     groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
