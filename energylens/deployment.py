@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from energylens.cost.moe import Routing
-from energylens.errors import ConfigError
+from energylens.errors import ConfigError, SpecError
 from energylens.model.config import ModelConfig
-from energylens.model.spec import SpecError, split_sizes
+from energylens.model.spec import split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from energylens.workloads.workload import Workload
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.memory import memory_use
@@ -41,6 +42,7 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
         cal = default_calibration()
     else:
         cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    cal = require_constants(calibration=cal, gpu=gpu_spec)  # own, borrowed, or a one-line error
     check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
                      gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz))
     ctx = step_context(model=model_cfg, gpu=gpu_spec, deployment=deployment, calibration=cal)

@@ -6,7 +6,7 @@ import pytest
 
 from energylens.cost.kernels import compile_layer, fusion_groups
 from energylens.cost.work import causal_pairs, op_flops, tensor_bytes
-from energylens.model.families import _part, build_graph, parse_layer
+from energylens.model.families import build_graph, family_part, parse_layer
 from energylens.model.spec import LayerSpec, SpecError, check_divisible, parse_einsum, validate_layer
 from energylens.model.zoo import get_model
 
@@ -59,7 +59,7 @@ def test_unknown_rank_and_size_mismatch_name_the_op():
 
 
 def test_sharded_rank_that_does_not_divide_names_op_and_rank():
-    layer = parse_layer(name="mlp", parts=[_part("mlp_gated")], norm="rmsnorm")
+    layer = parse_layer(name="mlp", parts=[family_part("mlp_gated")], norm="rmsnorm")
     with pytest.raises(SpecError, match=r"op 'gate'.*rank 'f' of size 10 does not divide.*tp=4"):
         check_divisible(layer=layer, sizes={"f": 10, "d": 8}, degrees={"tp": 4})
 
@@ -96,7 +96,7 @@ def test_lm_head_logits_are_gathered_under_tp():
 
 
 def test_fusion_groups_that_share_ops_merge():
-    layer = parse_layer(name="mlp", parts=[_part("mlp_gated")], norm="rmsnorm")
+    layer = parse_layer(name="mlp", parts=[family_part("mlp_gated")], norm="rmsnorm")
     assert fusion_groups(layer=layer, enabled=frozenset({"gate_up", "act"})) == [["gate", "up", "act"]]
     assert fusion_groups(layer=layer, enabled=frozenset()) == []
 

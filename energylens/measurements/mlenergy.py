@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from energylens.deployment import Deployment, Workload
-from energylens.errors import ConfigError
-from energylens.hardware import UnknownGPUError, load_gpu
-from energylens.model.zoo import UnknownModelError, get_model
+from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
+from energylens.hardware import load_gpu
+from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 
 #: Mean prompt tokens per task (documented assumptions; the data does not record them).

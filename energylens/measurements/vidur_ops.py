@@ -38,7 +38,7 @@ from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import Size
 from energylens.hardware import GPU
-from energylens.model.families import _part, parse_layer
+from energylens.model.families import family_part, parse_layer
 
 #: Vidur op -> kernel name for (gated, plain) MLPs.
 VIDUR_OPS: dict[str, tuple[str, str]] = {
@@ -81,8 +81,8 @@ class Geometry:
 def layer_kernels(geometry: Geometry) -> dict[str, Kernel]:
     """Kernels of one layer at the sharded shape, by kernel name."""
     g = geometry
-    mlp = _part("mlp_gated" if g.use_gated_mlp else "mlp_plain")
-    layer = parse_layer(name="vidur", parts=[_part("attention"), mlp], norm="rmsnorm")
+    mlp = family_part("mlp_gated" if g.use_gated_mlp else "mlp_plain")
+    layer = parse_layer(name="vidur", parts=[family_part("attention"), mlp], norm="rmsnorm")
     sizes = {"d": g.n_embd, "g": g.n_kv_head, "r": g.n_head // g.n_kv_head,
              "e": g.n_embd // g.n_head, "f": g.n_expanded_embd}
     compiled = compile_layer(layer=layer, sizes=sizes, degrees={"tp": g.tp}, fusion=VIDUR_FUSIONS)

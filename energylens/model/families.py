@@ -45,7 +45,7 @@ class ModelGraph:
 
 
 @cache
-def _part(name: str) -> dict[str, Any]:
+def family_part(name: str) -> dict[str, Any]:
     """The family part ``energylens/data/families/<name>.yaml`` (ops, fusion, sharding...)."""
     text = resources.files("energylens.data.families").joinpath(f"{name}.yaml").read_text("utf-8")
     part = yaml.safe_load(text)
@@ -122,8 +122,8 @@ def attention_sizes(model: ModelConfig) -> dict[str, int]:
 def build_graph(model: ModelConfig) -> ModelGraph:
     """Bind the family einsums to ``model``'s sizes; validates every layer."""
     norm = _norm(model)
-    attention = _part(_attention_part(model))
-    mlp = _part("mlp_gated" if model.gated_mlp else "mlp_plain")
+    attention = family_part(_attention_part(model))
+    mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     base = attention_sizes(model)
     groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
     moe = model.moe
@@ -133,17 +133,17 @@ def build_graph(model: ModelConfig) -> ModelGraph:
         layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm)
         groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
     if moe:
-        parts = [attention, _part("moe")]
+        parts = [attention, family_part("moe")]
         sizes = {**base, "f": moe.expert_ffn, "x": moe.num_experts}
         if moe.num_shared_experts:
-            parts.append(_part("shared_expert"))
+            parts.append(family_part("shared_expert"))
             sizes["s"] = moe.num_shared_experts * moe.shared_expert_ffn
         layer = parse_layer(name="moe", parts=parts, norm=norm)
         groups.append(("moe", layer, float(moe.num_moe_layers), sizes, True))
     bound = _split_by_window(model=model, groups=groups)
     for group in bound:
         validate_layer(layer=group.layer, sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
-    head = parse_layer(name="head", parts=[_part("head")], norm=norm)
+    head = parse_layer(name="head", parts=[family_part("head")], norm=norm)
     head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
     validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
     return ModelGraph(model=model, groups=tuple(bound), head=head, head_sizes=head_sizes)

@@ -23,14 +23,14 @@ from energylens.cost.constants import Calibration
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.deployment import Deployment, Workload
-from energylens.errors import ConfigError
-from energylens.hardware import UnknownGPUError, load_gpu
+from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
+from energylens.hardware import load_gpu
 from energylens.measurements import mlenergy
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
-from energylens.model.spec import LayerSpec, SpecError, parse_einsum
-from energylens.model.zoo import UnknownModelError, get_model
+from energylens.model.spec import LayerSpec, parse_einsum
+from energylens.model.zoo import get_model
 from energylens.predict import predict
 
 Calibrated = Calibration | str | Path | None
