@@ -10,15 +10,21 @@ import numpy as np
 import pytest
 import yaml
 
-from energylens.calibration.file import default_calibration, load_calibration, parse_calibration
+from energylens.calibration.file import (
+    FORMAT_VERSION,
+    default_calibration,
+    load_calibration,
+    parse_calibration,
+)
 from energylens.calibration.fit_kernels import fit_gpu_kernels
 from energylens.calibration.fit_links import collective_cases, fit_link
 from energylens.calibration.fitting import Param, fit_bounded
 from energylens.calibration.run import CalibrationData, calibrate, discover, to_yaml
 from energylens.cli import main
-from energylens.cost.constants import KERNEL_FIELDS, LINK_FIELDS, KernelConstants
+from energylens.cost.constants import KERNEL_FIELDS, LINK_FIELDS, RUNTIME_FIELDS, KernelConstants
 from energylens.measurements.formats import load_measurements
 from energylens.predict import predict
+from energylens.runtime import runtime_names
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "measurements"
@@ -69,7 +75,7 @@ def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path):
                         leave_out=False)
     text = to_yaml(outcome)
     doc = yaml.safe_load(text)
-    assert doc["version"] == 1
+    assert doc["version"] == FORMAT_VERSION
     cal = parse_calibration(data=doc, source="test")
     assert cal.kernel("H100-SXM").gemm_efficiency_max == pytest.approx(
         outcome.calibration.kernel("H100-SXM").gemm_efficiency_max, rel=1e-5)
@@ -120,17 +126,23 @@ def test_shipped_calibration_is_the_default_and_loads():
 
 def test_shipped_calibration_records_every_constant_with_its_provenance():
     doc = yaml.safe_load(SHIPPED.read_text())
-    assert doc["version"] == 1
-    for section, names in (("kernels", KERNEL_FIELDS), ("links", LINK_FIELDS)):
-        for key, constants in doc[section].items():
-            assert set(constants) == set(names), key
-            for name, entry in constants.items():
-                assert entry["kind"] in ("fitted", "assumed", "default"), (key, name)
-                if entry["kind"] == "fitted":
-                    assert entry["fitted_on"] and "rms_log" in entry["residual"], (key, name)
-                    assert entry["fit"] in doc["fits"], (key, name)
-                if entry["kind"] == "assumed":
-                    assert entry["note"], (key, name)
+    assert doc["version"] == FORMAT_VERSION
+    sections = [(key, constants, KERNEL_FIELDS) for key, constants in doc["kernels"].items()]
+    sections += [(key, constants, LINK_FIELDS) for key, constants in doc["links"].items()]
+    sections += [(f"{runtime}/{gpu}", constants, RUNTIME_FIELDS)
+                 for runtime, by_gpu in doc["runtimes"].items()
+                 for gpu, constants in by_gpu.items()]
+    assert {key.split("/")[0] for key, _, names in sections if names == RUNTIME_FIELDS} <= set(
+        runtime_names())
+    for key, constants, names in sections:
+        assert set(constants) == set(names), key
+        for name, entry in constants.items():
+            assert entry["kind"] in ("fitted", "assumed", "default"), (key, name)
+            if entry["kind"] == "fitted":
+                assert entry["fitted_on"] and "rms_log" in entry["residual"], (key, name)
+                assert entry["fit"] in doc["fits"], (key, name)
+            if entry["kind"] == "assumed":
+                assert entry["note"], (key, name)
 
 
 def test_shipped_calibration_was_fitted_on_the_unedited_repository_copies():

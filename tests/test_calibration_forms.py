@@ -105,9 +105,9 @@ def test_collective_forms():
                            constants=link).latency_s == 0.0
 
 
-def test_engine_all_reduce_replaces_nccl_latency_for_small_messages_only():
+def test_runtime_all_reduce_replaces_nccl_latency_for_small_messages_only():
     base = Calibration(kernels={}, links={})
-    fast = base.with_link("H100-SXM:nvswitch", engine_allreduce_latency_s=2e-6)
+    fast = base.with_runtime(runtime="vllm", gpu="H100-SXM", allreduce_latency_s=2e-6)
     small = Workload(kind="serving", batch=8, input_tokens=256, output_tokens=256)
     a = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(tp=4), workload=small,
                 calibration=base)

@@ -21,7 +21,7 @@ from energylens.calibration.coverage import (
 from energylens.calibration.file import default_calibration
 from energylens.calibration.run import CalibrationData, calibrate
 from energylens.calibration.transfer import borrow_from_relatives
-from energylens.cost.constants import KernelConstants, LinkConstants
+from energylens.cost.constants import KernelConstants, LinkConstants, RuntimeConstants
 from energylens.errors import EnergyLensError, UncalibratedGPUError
 from energylens.hardware import GPU_DIR, GPUDatabase, list_gpus, load_gpu
 
@@ -37,27 +37,34 @@ def _fitted(value: float) -> dict:
 
 def _h100_only():
     kernels = {"H100-SXM": KernelConstants(static_power_w=150.0, busy_power_w=420.0,
-                                           energy_per_tensor_flop_j=2.0e-13,
-                                           engine_step_overhead_s=4.0e-4)}
+                                           energy_per_tensor_flop_j=2.0e-13)}
     links = {"H100-SXM:nvswitch": LinkConstants(latency_s=2.5e-5, power_w=10.0)}
+    runtimes = {"vllm/H100-SXM": RuntimeConstants(step_overhead_s=4.0e-4,
+                                                  allreduce_latency_s=3.0e-6)}
     prov = {"kernels/H100-SXM": {"static_power_w": _fitted(150.0), "busy_power_w": _fitted(420.0),
-                                 "energy_per_tensor_flop_j": _fitted(2.0e-13),
-                                 "engine_step_overhead_s": _fitted(4.0e-4)},
-            "links/H100-SXM:nvswitch": {"latency_s": _fitted(2.5e-5), "power_w": _fitted(10.0)}}
-    return kernels, links, prov
+                                 "energy_per_tensor_flop_j": _fitted(2.0e-13)},
+            "links/H100-SXM:nvswitch": {"latency_s": _fitted(2.5e-5), "power_w": _fitted(10.0)},
+            "runtimes/vllm/H100-SXM": {"step_overhead_s": _fitted(4.0e-4),
+                                       "allreduce_latency_s": _fitted(3.0e-6)}}
+    return kernels, links, runtimes, prov
 
 
 def test_same_die_borrows_unchanged_and_other_generations_are_scaled():
-    kernels, links, prov = _h100_only()
-    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
+    kernels, links, runtimes, prov = _h100_only()
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     h200 = kernels["H200-SXM"]
-    assert (h200.static_power_w, h200.busy_power_w, h200.engine_step_overhead_s) == (150.0, 420.0, 4.0e-4)
+    assert (h200.static_power_w, h200.busy_power_w) == (150.0, 420.0)
+    assert runtimes["vllm/H200-SXM"] == runtimes["vllm/H100-SXM"]  # same NVSwitch, same software
     a = kernels["A100-80GB-SXM"]
     assert a.static_power_w == pytest.approx(150.0 * 400.0 / 700.0)
     assert a.busy_power_w == pytest.approx(420.0 * 400.0 / 700.0)
     per_flop = (400.0 / 312e12) / (700.0 / 989.4e12)
     assert a.energy_per_tensor_flop_j == pytest.approx(2.0e-13 * per_flop, rel=0.01)
-    assert a.engine_step_overhead_s == 4.0e-4  # software overhead: unchanged
+    assert runtimes["vllm/A100-80GB-SXM"].step_overhead_s == 4.0e-4  # software: unchanged
+    # The runtime's own all-reduce runs over NVLink peer memory: not borrowed onto PCIe.
+    pcie = runtimes["vllm/H100-PCIe"]
+    assert pcie.step_overhead_s == 4.0e-4 and pcie.allreduce_latency_s == 0.0
+    assert "allreduce_latency_s" not in prov["runtimes/vllm/H100-PCIe"]
     # A100-40GB borrows from A100-80GB, which borrowed first (same TDP and peak).
     assert kernels["A100-40GB-SXM"].busy_power_w == pytest.approx(a.busy_power_w)
     assert links["H200-SXM:nvswitch"].latency_s == 2.5e-5
@@ -68,10 +75,14 @@ def test_same_die_borrows_unchanged_and_other_generations_are_scaled():
 
 
 def test_own_measurements_are_never_overwritten():
-    kernels, links, prov = _h100_only()
+    kernels, links, runtimes, prov = _h100_only()
     kernels["B200"] = KernelConstants(static_power_w=219.0)
     prov["kernels/B200"] = {"static_power_w": _fitted(219.0)}
-    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
+    runtimes["vllm/B200"] = RuntimeConstants(step_overhead_s=1.2e-3)
+    prov["runtimes/vllm/B200"] = {"step_overhead_s": _fitted(1.2e-3)}
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    assert runtimes["vllm/B200"].step_overhead_s == 1.2e-3
+    assert runtimes["vllm/B200"].allreduce_latency_s == 3.0e-6  # lacked: borrowed
     assert kernels["B200"].static_power_w == 219.0
     assert prov["kernels/B200"]["static_power_w"]["kind"] == "fitted"
     assert kernels["B200"].busy_power_w == pytest.approx(420.0 * 1000.0 / 700.0)
@@ -93,25 +104,39 @@ def _shipped_doc() -> dict[str, Any]:
     return yaml.safe_load(SHIPPED.read_text())
 
 
+def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every section of a calibration file by provenance key (``kernels/H100-SXM``,
+    ``links/H100-SXM:nvswitch``, ``runtimes/vllm/H100-SXM``)."""
+    out = {f"{section}/{key}": constants for section in ("kernels", "links")
+           for key, constants in doc[section].items()}
+    out.update({f"runtimes/{runtime}/{gpu}": constants
+                for runtime, by_gpu in doc["runtimes"].items() for gpu, constants in by_gpu.items()})
+    return out
+
+
 def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
     """Fitted entries of the shipped file + the files' ``borrows:`` give back every
     assumed entry it records, value and note (moving the relatives into the GPU files
     changed nothing)."""
     doc = _shipped_doc()
+    sections = _sections(doc)
     prov: dict[str, dict[str, dict[str, Any]]] = {}
-    for section in ("kernels", "links"):
-        for key, constants in doc[section].items():
-            fitted = {name: dict(e) for name, e in constants.items() if e["kind"] == "fitted"}
-            if fitted:
-                prov[f"{section}/{key}"] = fitted
-    kernels = {key.removeprefix("kernels/"): KernelConstants(**{n: e["value"] for n, e in v.items()})
-               for key, v in prov.items() if key.startswith("kernels/")}
-    links = {key.removeprefix("links/"): LinkConstants(**{n: e["value"] for n, e in v.items()})
-             for key, v in prov.items() if key.startswith("links/")}
-    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
-    expected = {f"{section}/{key}": {n: e for n, e in constants.items() if e["kind"] != "default"}
-                for section in ("kernels", "links") for key, constants in doc[section].items()}
-    assert prov == expected
+    for key, constants in sections.items():
+        fitted = {name: dict(e) for name, e in constants.items() if e["kind"] == "fitted"}
+        if fitted:
+            prov[key] = fitted
+
+    def values(prefix: str, kind: type) -> dict[str, Any]:
+        return {key.removeprefix(prefix): kind(**{n: e["value"] for n, e in v.items()})
+                for key, v in prov.items() if key.startswith(prefix)}
+
+    kernels = values("kernels/", KernelConstants)
+    links = values("links/", LinkConstants)
+    runtimes = values("runtimes/", RuntimeConstants)
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    expected = {key: {n: e for n, e in constants.items() if e["kind"] != "default"}
+                for key, constants in sections.items()}
+    assert prov == {k: v for k, v in expected.items() if v}
 
 
 def test_relatives_are_filled_before_their_borrowers():
@@ -124,13 +149,13 @@ def test_relatives_are_filled_before_their_borrowers():
 
 def _without(cal, name: str):
     return replace(cal, kernels={k: v for k, v in cal.kernels.items() if k != name},
-                   links={k: v for k, v in cal.links.items() if k.split(":")[0] != name})
+                   links={k: v for k, v in cal.links.items() if k.split(":")[0] != name},
+                   runtimes={k: v for k, v in cal.runtimes.items() if k.split("/")[1] != name})
 
 
 def _has_no_data(name: str) -> bool:
-    doc = _shipped_doc()
-    entries = [e for section in ("kernels", "links") for key, constants in doc[section].items()
-               if key.split(":")[0] == name for e in constants.values()]
+    entries = [e for key, constants in _sections(_shipped_doc()).items()
+               if key.split("/")[-1].split(":")[0] == name for e in constants.values()]
     return bool(entries) and all(e["kind"] != "fitted" for e in entries)
 
 
@@ -143,6 +168,7 @@ def test_a_borrower_missing_from_a_calibration_borrows_at_prediction_time(gpu):
     assert got.kernels[gpu] == cal.kernels[gpu]
     assert {k: v for k, v in got.links.items() if k.startswith(f"{gpu}:")} == {
         k: v for k, v in cal.links.items() if k.startswith(f"{gpu}:")}
+    assert got.runtime(runtime="vllm", gpu=gpu) == cal.runtime(runtime="vllm", gpu=gpu)
 
 
 def test_a_calibration_without_any_gpu_is_the_defaults_tier_and_passes():
@@ -182,6 +208,7 @@ def test_the_same_gpu_with_borrows_runs_on_its_relatives_constants(tmp_path):
     got = require_constants(calibration=cal, gpu=db.get("X100"), database=db)
     assert got.kernels["X100"] == cal.kernels["H100-SXM"]  # same TDP and peak: no scaling
     assert got.links["X100:nvswitch"] == cal.links["H100-SXM:nvswitch"]
+    assert got.runtime(runtime="vllm", gpu="X100") == cal.runtime(runtime="vllm", gpu="H100-SXM")
     require_data_or_borrows(measured={"H100-SXM"}, database=db)
 
 

@@ -25,6 +25,7 @@ from energylens.hardware import (
     load_gpu_file,
     resolve_gpu_name,
 )
+from energylens.runtime import DEFAULT_RUNTIME
 
 KINDS = {"datasheet", "measured", "assumed", "derived"}
 REQUIRED_DTYPES = {"bf16", "fp16", "int8", "fp32"}
@@ -160,6 +161,6 @@ def test_shipped_calibration_has_constants_for_it(gpu: GPU) -> None:
     cal = default_calibration()
     assert gpu.name in cal.kernels
     constants = cal.kernel(gpu.name)
-    assert constants.engine_step_overhead_s > 0
+    assert cal.runtime(runtime=DEFAULT_RUNTIME, gpu=gpu.name).step_overhead_s > 0
     assert constants.static_power_w != KernelConstants().static_power_w
     assert require_constants(calibration=cal, gpu=gpu) is cal

@@ -189,11 +189,11 @@ def test_decode_integration_matches_a_per_token_sum():
     from energylens.calibration.file import default_calibration
 
     cal = default_calibration()
-    constants = cal.kernel(gpu.name)
     ctx = step_context(model=model, gpu=gpu, deployment=Deployment(), calibration=cal)
+    constants = ctx.runtime_constants
     contexts = np.arange(101, 301, dtype=float)
     exact = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=4, new_tokens=1.0, context=contexts)])
-    overhead = constants.engine_step_overhead_s + constants.engine_per_sequence_overhead_s * 4
+    overhead = constants.step_overhead_s + constants.per_sequence_overhead_s * 4
     assert p.tpot_s == pytest.approx(float(np.mean(exact.latency_s)) + overhead, rel=0.01)
 
 

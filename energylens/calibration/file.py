@@ -12,13 +12,17 @@ import yaml
 from energylens.cost.constants import (
     KERNEL_FIELDS,
     LINK_FIELDS,
+    RUNTIME_FIELDS,
     Calibration,
     KernelConstants,
     LinkConstants,
+    RuntimeConstants,
+    runtime_key,
 )
 from energylens.errors import CalibrationFileError
 
-FORMAT_VERSION = 1
+#: 2: runtime constants (engine overheads, own all-reduce) keyed by (runtime, GPU).
+FORMAT_VERSION = 2
 SHIPPED = "calibration.yaml"
 
 
@@ -50,7 +54,14 @@ def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
                                      where=f"{source}: links.{key}"))
         for key, section in (data.get("links") or {}).items()
     }
-    return Calibration(kernels=kernels, links=links, source=source)
+    runtimes: dict[str, RuntimeConstants] = {}
+    for runtime, by_gpu in (data.get("runtimes") or {}).items():
+        if not isinstance(by_gpu, dict):
+            raise CalibrationFileError(f"{source}: runtimes.{runtime}: expected a mapping by GPU")
+        for gpu, section in by_gpu.items():
+            runtimes[runtime_key(runtime=runtime, gpu=gpu)] = RuntimeConstants(**_values(
+                section=section, allowed=RUNTIME_FIELDS, where=f"{source}: runtimes.{runtime}.{gpu}"))
+    return Calibration(kernels=kernels, links=links, runtimes=runtimes, source=source)
 
 
 def load_calibration(path: str | Path) -> Calibration:

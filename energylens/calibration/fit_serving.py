@@ -21,7 +21,13 @@ from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bou
 from energylens.cost.constants import Calibration
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import load_measurements
-from energylens.measurements.mlenergy import ServingCase, UnsupportedRow, predicted_metrics, serving_case
+from energylens.measurements.mlenergy import (
+    RUNTIME,
+    ServingCase,
+    UnsupportedRow,
+    predicted_metrics,
+    serving_case,
+)
 from energylens.predict import predict
 
 #: Metrics the fit minimises (log error), with their weights.
@@ -29,6 +35,8 @@ FIT_METRICS = {"energy_per_token_joules": 1.0, "median_itl_ms": 1.0}
 REPORT_METRICS = ("energy_per_token_joules", "median_itl_ms", "avg_power_watts",
                   "output_throughput_tokens_per_sec")
 LINK_PREFIX = "link."
+#: Fit variables of the runtime's (runtime, GPU) section: ``runtime.<constant>``.
+RUNTIME_PREFIX = "runtime."
 FLOP_SHARE = "tensor_power_share"
 
 
@@ -38,9 +46,9 @@ def serving_params(gpu_name: str) -> tuple[Param, ...]:
     idle = gpu.idle_power_w
     return (
         Param("kv_bandwidth_efficiency", 0.6, 0.2, 0.95),
-        Param("engine_step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
-        Param("engine_per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
-        Param("ep_moe_layer_overhead_s", 20.0e-6, 1.0e-7, 500.0e-6, log=True),
+        Param(f"{RUNTIME_PREFIX}step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
+        Param(f"{RUNTIME_PREFIX}per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
+        Param(f"{RUNTIME_PREFIX}ep_moe_layer_overhead_s", 20.0e-6, 1.0e-7, 500.0e-6, log=True),
         # Idle with a CUDA context: datasheet-ish idle to idle + 80 W (arXiv 2605.23918).
         Param("static_power_w", idle + 30.0, idle * 0.85, idle + 80.0),
         Param("busy_power_w", 150.0, 0.0, 0.6 * gpu.tdp_w),
@@ -50,8 +58,7 @@ def serving_params(gpu_name: str) -> tuple[Param, ...]:
         Param(FLOP_SHARE, 0.5, 0.02, 0.95),
         Param("energy_per_hbm_byte_j", 30.0e-12, 5.0e-12, 150.0e-12, log=True),
         Param(f"{LINK_PREFIX}{gpu.intra_node.kind}.power_w", 40.0, 0.0, 300.0),
-        Param(f"{LINK_PREFIX}{gpu.intra_node.kind}.engine_allreduce_latency_s", 10.0e-6, 2.0e-6,
-              60.0e-6, log=True),
+        Param(f"{RUNTIME_PREFIX}allreduce_latency_s", 10.0e-6, 2.0e-6, 60.0e-6, log=True),
     )
 
 
@@ -109,10 +116,15 @@ def materialise(calibration: Calibration, gpu_name: str,
 
 
 def apply(calibration: Calibration, gpu_name: str, values: dict[str, float]) -> Calibration:
-    """``calibration`` with fitted kernel (``name``) and link (``link.<kind>.<name>``) values."""
+    """``calibration`` with fitted kernel (``name``), link (``link.<kind>.<name>``) and
+    runtime (``runtime.<name>``, the rows' runtime on ``gpu_name``) values."""
     values = materialise(calibration, gpu_name, values)
-    kernel = {k: v for k, v in values.items() if not k.startswith(LINK_PREFIX)}
+    prefixes = (LINK_PREFIX, RUNTIME_PREFIX)
+    kernel = {k: v for k, v in values.items() if not k.startswith(prefixes)}
     out = calibration.with_kernel(gpu_name, **kernel) if kernel else calibration
+    runtime = {k[len(RUNTIME_PREFIX):]: v for k, v in values.items() if k.startswith(RUNTIME_PREFIX)}
+    if runtime:
+        out = out.with_runtime(runtime=RUNTIME, gpu=gpu_name, **runtime)
     for key, value in values.items():
         if key.startswith(LINK_PREFIX):
             kind, name = key[len(LINK_PREFIX):].rsplit(".", 1)

@@ -31,12 +31,24 @@ from energylens.calibration.coverage import measured_gpus, require_data_or_borro
 from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
-from energylens.calibration.fit_serving import LINK_PREFIX, fit_serving, serving_params
+from energylens.calibration.fit_serving import (
+    LINK_PREFIX,
+    RUNTIME_PREFIX,
+    fit_serving,
+    serving_params,
+)
 from energylens.calibration.fitting import FitResult
 from energylens.calibration.transfer import borrow_from_relatives
-from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
-from energylens.hardware import UnknownGPUError, load_gpu
-from energylens.measurements.mlenergy import TASK_INPUT_TOKENS
+from energylens.cost.constants import (
+    Calibration,
+    KernelConstants,
+    LinkConstants,
+    RuntimeConstants,
+    runtime_key,
+)
+from energylens.errors import UnknownGPUError
+from energylens.hardware import load_gpu
+from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,6 +154,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     require_data_or_borrows(measured=measured_gpus(vidur_mlp=data.vidur_mlp, mlenergy=data.mlenergy))
     kernels: dict[str, KernelConstants] = {}
     links: dict[str, LinkConstants] = {}
+    runtimes: dict[str, RuntimeConstants] = {}
     prov: dict[str, dict[str, dict[str, Any]]] = {}
     fits: dict[str, dict[str, Any]] = {}
 
@@ -177,9 +190,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     gpus.add(load_gpu(str(row.input["gpu_model"])).name)
                 except UnknownGPUError:
                     continue
-        borrow_from_relatives(kernels=kernels, links=links, prov=prov)
+        borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
         for gpu in sorted(gpus):
-            base = Calibration(kernels=dict(kernels), links=dict(links))
+            base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
             log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
             result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
                                     leave_out=leave_out, jobs=jobs)
@@ -196,7 +209,13 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     for g, m in sorted(result.in_sample_groups.items())}
             for name, value in result.values.items():
                 entry = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-                if name.startswith(LINK_PREFIX):
+                if name.startswith(RUNTIME_PREFIX):
+                    constant = name[len(RUNTIME_PREFIX):]
+                    key = runtime_key(runtime=RUNTIME, gpu=gpu)
+                    runtimes[key] = replace(runtimes.get(key, RuntimeConstants()),
+                                            **{constant: value})
+                    prov.setdefault(f"runtimes/{key}", {})[constant] = entry
+                elif name.startswith(LINK_PREFIX):
                     link_kind, constant = name[len(LINK_PREFIX):].rsplit(".", 1)
                     key = f"{gpu}:{link_kind}"
                     links[key] = replace(links.get(key, LinkConstants()), **{constant: value})
@@ -204,13 +223,14 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                 else:
                     kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
                     prov.setdefault(f"kernels/{gpu}", {})[name] = entry
-    borrow_from_relatives(kernels=kernels, links=links, prov=prov)
-    return Outcome(calibration=Calibration(kernels=kernels, links=links, source="calibrate"),
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    return Outcome(calibration=Calibration(kernels=kernels, links=links, runtimes=runtimes,
+                                           source="calibrate"),
                    provenance=prov, fits=fits, data=data)
 
 
 def to_yaml(outcome: Outcome) -> str:
-    """The calibration file text (version 1)."""
+    """The calibration file text (see :data:`energylens.calibration.file.FORMAT_VERSION`)."""
     cal = outcome.calibration
     doc: dict[str, Any] = {
         "version": FORMAT_VERSION,
@@ -219,6 +239,7 @@ def to_yaml(outcome: Outcome) -> str:
         "data": [{"path": _rel(p), "sha256": _sha256(p)} for p in outcome.data.all_files()],
         "kernels": {},
         "links": {},
+        "runtimes": {},
     }
     for gpu, constants in sorted(cal.kernels.items()):
         known = outcome.provenance.get(f"kernels/{gpu}", {})
@@ -228,6 +249,12 @@ def to_yaml(outcome: Outcome) -> str:
         known = outcome.provenance.get(f"links/{key}", {})
         doc["links"][key] = {name: known.get(name, _entry(value, kind="default"))
                              for name, value in asdict(link).items()}
+    for key, section in sorted(cal.runtimes.items()):
+        runtime, gpu = key.split("/", 1)
+        known = outcome.provenance.get(f"runtimes/{key}", {})
+        doc["runtimes"].setdefault(runtime, {})[gpu] = {
+            name: known.get(name, _entry(value, kind="default"))
+            for name, value in asdict(section).items()}
     doc["fits"] = outcome.fits
     header = ("# EnergyLens calibration: generated by `energylens calibrate`; do not edit by hand.\n"
               "# kind: fitted (value, data fitted on, fit residual), assumed (borrowed, with a\n"

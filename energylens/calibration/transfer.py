@@ -6,8 +6,9 @@ would then compare a fit with a guess. Instead every constant the GPU lacks is t
 the relative its GPU file declares (``borrows: {from: ..., reason: ...}``, the nearest
 measured GPU), recorded as ``assumed`` with a note naming the source:
 
-- latency curves, memory efficiencies, serving-engine overheads (CPU-side software) and
-  link curves of the same interconnect: as measured on the relative;
+- latency curves, memory efficiencies, link curves of the same interconnect and each
+  runtime's overheads (CPU-side software): as measured on the relative; a runtime's own
+  all-reduce latency only where the scale-up link is of the same kind (else NCCL's);
 - power: the board's budget splits as on the relative: static and busy power scale with
   TDP, energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
   draws the same share of its board's TDP, and the power cap still never slows the GEMMs
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from energylens.cost.constants import Calibration, KernelConstants, LinkConstants
+from energylens.cost.constants import Calibration, KernelConstants, LinkConstants, RuntimeConstants
 from energylens.hardware import GPU, GPUDatabase, default_database
 
 
@@ -45,6 +46,7 @@ def _note(*, relative: str, entry: dict[str, Any], how: str) -> str:
 
 
 def borrow_from_relatives(*, kernels: dict[str, KernelConstants], links: dict[str, LinkConstants],
+                          runtimes: dict[str, RuntimeConstants],
                           prov: dict[str, dict[str, dict[str, Any]]],
                           database: GPUDatabase | None = None) -> None:
     """Fill, in place, every constant a GPU lacks (no provenance entry) from its relative.
@@ -55,7 +57,7 @@ def borrow_from_relatives(*, kernels: dict[str, KernelConstants], links: dict[st
     db = default_database() if database is None else database
     for gpu in db.borrow_order():
         _borrow(gpu=gpu, relative=db.get(str(gpu.borrows_from)), kernels=kernels, links=links,
-                prov=prov)
+                runtimes=runtimes, prov=prov)
 
 
 def borrowed_calibration(*, calibration: Calibration, chain: Sequence[GPU]) -> Calibration:
@@ -68,21 +70,28 @@ def borrowed_calibration(*, calibration: Calibration, chain: Sequence[GPU]) -> C
     """
     donor = chain[-1].name
     kernels, links = dict(calibration.kernels), dict(calibration.links)
+    runtimes = dict(calibration.runtimes)
     prov: dict[str, dict[str, dict[str, Any]]] = {
         f"kernels/{donor}": _as_entries(asdict(calibration.kernel(donor)), calibration.source)}
     for key, constants in calibration.links.items():
         if key.startswith(f"{donor}:"):
             prov[f"links/{key}"] = _as_entries(asdict(constants), calibration.source)
+    for key, runtime in calibration.runtimes.items():
+        if key.endswith(f"/{donor}"):
+            prov[f"runtimes/{key}"] = _as_entries(asdict(runtime), calibration.source)
     for gpu, relative in reversed(list(zip(chain[:-1], chain[1:], strict=True))):
-        _borrow(gpu=gpu, relative=relative, kernels=kernels, links=links, prov=prov)
+        _borrow(gpu=gpu, relative=relative, kernels=kernels, links=links, runtimes=runtimes,
+                prov=prov)
     for key, entries in prov.items():  # rounded as a calibration file would hold them
         values = {name: float(entry["value"]) for name, entry in entries.items()}
         section, name = key.split("/", 1)
         if section == "kernels":
             kernels[name] = replace(KernelConstants(), **values)
-        else:
+        elif section == "links":
             links[name] = replace(LinkConstants(), **values)
-    return replace(calibration, kernels=kernels, links=links)
+        else:
+            runtimes[name] = replace(RuntimeConstants(), **values)
+    return replace(calibration, kernels=kernels, links=links, runtimes=runtimes)
 
 
 def _as_entries(values: dict[str, float], source: str) -> dict[str, dict[str, Any]]:
@@ -91,7 +100,8 @@ def _as_entries(values: dict[str, float], source: str) -> dict[str, dict[str, An
 
 
 def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
-            links: dict[str, LinkConstants], prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+            links: dict[str, LinkConstants], runtimes: dict[str, RuntimeConstants],
+            prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """Fill, in place, the constants ``gpu`` lacks from ``relative``."""
     name, relative_name = gpu.name, relative.name
     source = prov.get(f"kernels/{relative_name}", {})
@@ -109,6 +119,32 @@ def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
     if not own:
         del prov[f"kernels/{name}"]
     _borrow_links(gpu=gpu, relative=relative_name, links=links, prov=prov)
+    _borrow_runtimes(gpu=gpu, relative=relative, runtimes=runtimes, prov=prov)
+
+
+def _borrow_runtimes(*, gpu: GPU, relative: GPU, runtimes: dict[str, RuntimeConstants],
+                     prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Each runtime's constants on the relative that ``gpu`` lacks; the runtime's own
+    all-reduce only over a scale-up link of the same kind."""
+    same_link = gpu.intra_node.kind == relative.intra_node.kind
+    for key, source in list(prov.items()):
+        section, _, rest = key.partition("/")
+        runtime, _, owner = rest.partition("/")
+        if section != "runtimes" or owner != relative.name:
+            continue
+        target = f"{runtime}/{gpu.name}"
+        own = prov.setdefault(f"runtimes/{target}", {})
+        borrowed: dict[str, float] = {}
+        for field, entry in source.items():
+            if field in own or (field == "allreduce_latency_s" and not same_link):
+                continue
+            borrowed[field] = entry["value"]
+            own[field] = {"value": entry["value"], "kind": "assumed",
+                          "note": _note(relative=relative.name, entry=entry, how="")}
+        if borrowed:
+            runtimes[target] = replace(runtimes.get(target, RuntimeConstants()), **borrowed)
+        if not own:
+            del prov[f"runtimes/{target}"]
 
 
 def _borrow_links(*, gpu: GPU, relative: str, links: dict[str, LinkConstants],

@@ -33,11 +33,6 @@ class KernelConstants:
     energy_per_hbm_byte_j: float = 30.0e-12  # ~3.9 pJ/bit (HBM2, O'Connor et al. MICRO'17)
     voltage_floor: float = 0.55  # V(f_min)/V(f_max) ratio proxy for DVFS (assumed)
     memory_clock_sensitivity: float = 0.05  # memory-bound slowdown per unit of 1/f - 1
-    engine_step_overhead_s: float = 0.0  # serving engine time per step (scheduling, sampling)
-    engine_per_sequence_overhead_s: float = 0.0
-    # Serving engine's fixed time per MoE layer under expert parallelism (expert-map and
-    # routing bookkeeping outside the CUDA graph; GPUs idle at static power). 0 = none.
-    ep_moe_layer_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +48,6 @@ class LinkConstants:
     p2p_latency_s: float = 8.0e-6  # fixed time of one send/recv
     bulk_latency_s: float = 0.0  # second NCCL protocol/algorithm for large messages ...
     bulk_bandwidth_fraction: float = 0.0  # ... its bus bandwidth / link (0 = not used)
-    engine_allreduce_latency_s: float = 0.0  # serving engine's own small all-reduce (0 = NCCL)
-    engine_allreduce_max_bytes: float = 8.0 * 2**20  # vLLM custom all-reduce size limit
     p2p_bandwidth_fraction: float = 0.80  # send/recv achieved bandwidth / link bandwidth
     energy_per_byte_j: float = 40.0e-12  # link + switch energy per byte moved (assumed)
     power_w: float = 40.0  # extra power of a GPU while its communication kernels run
@@ -62,12 +55,27 @@ class LinkConstants:
     overlap_sync_s: float = 8.0e-6  # synchronisation cost of one overlapped pair
 
 
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConstants:
+    """Constants of one serving runtime (engine) on one GPU (SI units); 0 = none."""
+
+    step_overhead_s: float = 0.0  # engine time per step the GPUs idle through (scheduling)
+    per_sequence_overhead_s: float = 0.0  # per running sequence (sampling, KV bookkeeping)
+    # Fixed time per MoE layer under expert parallelism (expert-map and routing bookkeeping
+    # outside the CUDA graph; GPUs idle at static power).
+    ep_moe_layer_overhead_s: float = 0.0
+    # Latency of the runtime's own small all-reduce over the scale-up link (0 = NCCL's).
+    allreduce_latency_s: float = 0.0
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
 class Calibration:
-    """All constants, by GPU name and by ``<gpu>:<link kind>``; ``source`` names the file."""
+    """All constants: by GPU name, by ``<gpu>:<link kind>`` and by ``<runtime>/<gpu>``;
+    ``source`` names the file."""
 
     kernels: dict[str, KernelConstants] = field(default_factory=dict)
     links: dict[str, LinkConstants] = field(default_factory=dict)
+    runtimes: dict[str, RuntimeConstants] = field(default_factory=dict)
     source: str = "built-in defaults (uncalibrated)"
 
     def kernel(self, gpu: str) -> KernelConstants:
@@ -77,6 +85,10 @@ class Calibration:
     def link(self, *, gpu: str, kind: str) -> LinkConstants:
         """Link constants of ``kind`` on ``gpu`` (defaults if not calibrated)."""
         return self.links.get(f"{gpu}:{kind}", self.links.get(kind, LinkConstants()))
+
+    def runtime(self, *, runtime: str, gpu: str) -> RuntimeConstants:
+        """Constants of ``runtime`` on ``gpu`` (defaults, i.e. none, if not calibrated)."""
+        return self.runtimes.get(runtime_key(runtime=runtime, gpu=gpu), RuntimeConstants())
 
     def with_kernel(self, gpu: str, **changes: float) -> Calibration:
         """A copy with some kernel constants of ``gpu`` replaced."""
@@ -91,5 +103,19 @@ class Calibration:
         return replace(self, links=links)
 
 
+    def with_runtime(self, *, runtime: str, gpu: str, **changes: float) -> Calibration:
+        """A copy with some constants of ``runtime`` on ``gpu`` replaced."""
+        runtimes = dict(self.runtimes)
+        runtimes[runtime_key(runtime=runtime, gpu=gpu)] = replace(
+            self.runtime(runtime=runtime, gpu=gpu), **changes)
+        return replace(self, runtimes=runtimes)
+
+
+def runtime_key(*, runtime: str, gpu: str) -> str:
+    """Key of a (runtime, GPU) section: ``<runtime>/<gpu>``."""
+    return f"{runtime}/{gpu}"
+
+
 KERNEL_FIELDS = tuple(f.name for f in fields(KernelConstants))
 LINK_FIELDS = tuple(f.name for f in fields(LinkConstants))
+RUNTIME_FIELDS = tuple(f.name for f in fields(RuntimeConstants))

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from energylens.cost.comm import collective_cost, link_for_group, overlapped_time
-from energylens.cost.constants import Calibration, KernelConstants
+from energylens.cost.constants import Calibration, KernelConstants, RuntimeConstants
 from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, expert_load
 from energylens.cost.roofline import ClockState, kernel_cost
@@ -76,6 +76,11 @@ class StepContext:
     def constants(self) -> KernelConstants:
         """Kernel constants of this GPU."""
         return self.calibration.kernel(self.gpu.name)
+
+    @property
+    def runtime_constants(self) -> RuntimeConstants:
+        """Constants of the runtime on this GPU."""
+        return self.calibration.runtime(runtime=self.runtime.name, gpu=self.gpu.name)
 
     @property
     def replica_gpus(self) -> int:
@@ -152,7 +157,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
         if collective.kind == "all_reduce":
-            link = ctx.runtime.allreduce_link(link=link, message_bytes=nbytes)
+            link = ctx.runtime.allreduce_link(link=link, constants=ctx.runtime_constants,
+                                              scale_up=kind == ctx.gpu.intra_node.kind,
+                                              message_bytes=nbytes)
         comm = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
                                bandwidth=bandwidth, constants=link,
                                sms=ctx.overlap_sms if overlapped else None)
@@ -176,7 +183,7 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         # Energy of the mean rank; latency of the critical one plus the engine's fixed time.
         _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
                                                         critical=False)
-        latency = latency + ctx.constants.ep_moe_layer_overhead_s
+        latency = latency + ctx.runtime_constants.ep_moe_layer_overhead_s
     gpus = dict(ctx.degrees)["tp"]
     return StepCost(latency_s=latency * group.count,
                     compute_energy_j=compute_j * gpus * group.count,
@@ -227,7 +234,8 @@ def engine_cost(*, ctx: StepContext, sequences: float) -> StepCost:
     """The runtime's own time in one step on a replica: a fixed part the GPUs idle through
     (static power only, charged by the caller over the wall time) and a part per running
     sequence during which they draw busy power."""
-    idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.constants, sequences=sequences)
+    idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
+                                                 sequences=sequences)
     busy_j = ctx.constants.busy_power_w * busy_s * ctx.replica_gpus
     return StepCost(latency_s=idle_s + busy_s, compute_energy_j=busy_j, memory_energy_j=0.0,
                     communication_energy_j=0.0, communication_s=0.0)

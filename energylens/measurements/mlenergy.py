@@ -45,6 +45,8 @@ from energylens.predict import Prediction, predict
 #:   context and short outputs (~250 tokens); 2048 (B200 rows only; not tuned).
 TASK_INPUT_TOKENS: dict[str, float] = {"lm-arena-chat": 400.0, "gpqa": 256.0,
                                        "sourcegraph-fim": 2048.0}
+#: The serving runtime every ML.ENERGY row ran on (leaderboard v3: vLLM 0.11).
+RUNTIME = "vllm"
 
 #: Metric name in the data -> (Prediction attribute, factor to the data's unit).
 METRICS: dict[str, tuple[str, float]] = {
@@ -93,7 +95,7 @@ def serving_case(values: dict[str, Any], *, gpu: str | None = None,
         raise UnsupportedRow(f"data-parallel attention with expert parallelism (dp={dp}, ep={ep} "
                              f"on {n} GPUs) is not modelled")
     try:
-        deployment = Deployment(num_gpus=n, tp=tp, ep=ep, dp=dp)
+        deployment = Deployment(num_gpus=n, tp=tp, ep=ep, dp=dp, runtime=RUNTIME)
     except ConfigError as exc:
         raise UnsupportedRow(str(exc)) from None
     tasks = input_tokens or TASK_INPUT_TOKENS

@@ -12,15 +12,16 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import yaml
 
-from energylens.cost.constants import KernelConstants, LinkConstants
+from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.cost.kernels import Collective
 from energylens.errors import EnergyLensError
 from energylens.model.spec import LayerSpec
 
 _FACTS = ("default_fusions", "memory_utilization", "reserve_bytes", "prefill_chunk_tokens",
-          "expert_parallel_layout", "fused_into_combine", "custom_allreduce")
+          "expert_parallel_layout", "fused_into_combine", "custom_allreduce_max_bytes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ class RuntimeProfile:
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
     fused_into_combine: tuple[str, ...]  # reductions folded into the MoE combine
-    custom_allreduce: bool  # own small all-reduce instead of NCCL when calibrated
+    custom_allreduce_max_bytes: float  # own all-reduce up to this size (0 = always NCCL)
     provenance: dict[str, Fact]
 
     def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
@@ -52,15 +53,21 @@ class RuntimeProfile:
         del layer, degrees
         return list(collectives)
 
-    def allreduce_link(self, *, link: LinkConstants, message_bytes: Any) -> LinkConstants:
-        """Link constants of an all-reduce of ``message_bytes`` (default: NCCL's)."""
-        del message_bytes
+    def allreduce_link(self, *, link: LinkConstants, constants: RuntimeConstants, scale_up: bool,
+                       message_bytes: Any) -> LinkConstants:
+        """Link constants of an all-reduce of ``message_bytes``: the runtime's own all-reduce
+        over the scale-up link (``scale_up``) where it is calibrated (a latency > 0) and
+        the message is within its size limit, else NCCL's ``link``."""
+        if (scale_up and constants.allreduce_latency_s > 0
+                and np.all(np.asarray(message_bytes) <= self.custom_allreduce_max_bytes)):
+            return replace(link, latency_s=constants.allreduce_latency_s, latency_per_hop_s=0.0)
         return link
 
-    def step_overhead_s(self, *, constants: KernelConstants, sequences: float) -> tuple[float, float]:
+    def step_overhead_s(self, *, constants: RuntimeConstants,
+                        sequences: float) -> tuple[float, float]:
         """(idle, busy) seconds of engine work per step: CPU work the GPUs idle through
         (static power only), and per-sequence work during which they draw busy power."""
-        return constants.engine_step_overhead_s, constants.engine_per_sequence_overhead_s * sequences
+        return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
 
 
 @cache
@@ -84,11 +91,7 @@ def load_facts(name: str) -> dict[str, Any]:
     values["memory_utilization"] = float(values["memory_utilization"])
     values["reserve_bytes"] = float(values["reserve_bytes"])
     values["prefill_chunk_tokens"] = int(values["prefill_chunk_tokens"])
-    values["custom_allreduce"] = bool(values["custom_allreduce"])
+    values["custom_allreduce_max_bytes"] = float(values["custom_allreduce_max_bytes"])
     values["provenance"] = provenance
     return values
 
-
-def with_link_latency(link: LinkConstants, latency_s: float) -> LinkConstants:
-    """``link`` with a fixed latency and no per-hop term (a runtime's own collective)."""
-    return replace(link, latency_s=latency_s, latency_per_hop_s=0.0)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-import numpy as np
-
-from energylens.cost.constants import LinkConstants
 from energylens.cost.kernels import Collective
 from energylens.model.spec import LayerSpec
-from energylens.runtime.profile import RuntimeProfile, load_facts, with_link_latency
+from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class VLLM(RuntimeProfile):
-    """vLLM's expert-parallel layout and custom all-reduce."""
+    """vLLM's expert-parallel layout (its custom all-reduce is the base class's)."""
 
     def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
                           degrees: dict[str, int]) -> list[Collective]:
@@ -45,14 +41,6 @@ class VLLM(RuntimeProfile):
             out = [c for c in out
                    if not (c.kind == "all_reduce" and c.after_op in self.fused_into_combine)]
         return out
-
-    def allreduce_link(self, *, link: LinkConstants, message_bytes: Any) -> LinkConstants:
-        """vLLM's custom one-/two-shot all-reduce over NVLink peer memory, not NCCL, for
-        messages up to its size limit (where its latency was calibrated)."""
-        if (link.engine_allreduce_latency_s > 0
-                and np.all(np.asarray(message_bytes) <= link.engine_allreduce_max_bytes)):
-            return with_link_latency(link, link.engine_allreduce_latency_s)
-        return link
 
 
 register(VLLM(**load_facts("vllm")))
