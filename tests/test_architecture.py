@@ -1,4 +1,4 @@
-"""Layering rules from DESIGN.md, and lint."""
+"""Layering rules (README: layout and dependency direction), lint and types."""
 
 from __future__ import annotations
 

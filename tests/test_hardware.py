@@ -30,7 +30,8 @@ def test_h100_sxm_dense_bf16_is_the_datasheet_dense_figure() -> None:
     assert h100.provenance["dense_flops_per_s.bf16"].kind == "datasheet"
 
 
-# Datasheet "with sparsity" BF16 tensor rates (TFLOP/s), see REFERENCE.md.
+# Datasheet "with sparsity" BF16 tensor rates (TFLOP/s): NVIDIA A100/H100/H200/HGX B200/L40S
+# and AMD Instinct MI300X datasheets.
 SPARSE_BF16_TFLOPS = {
     "A100-40GB-SXM": 624,
     "A100-80GB-SXM": 624,

@@ -5,7 +5,7 @@ Study keys read here (everything else belongs to ``search``)::
     model: llama-3.1-70b
     workload: {kind: batch, batch: 16, input_tokens: 1024, output_tokens: 256}
     # or a request-length trace summarised into a workload:
-    workload: {kind: serving, trace: ../../shared/data/traces/splitwise_conv.csv, batch: 64}
+    workload: {kind: serving, trace: ../data/measurements/traces/splitwise_conv.csv, batch: 64}
     gpu_cost_per_hour: {H100: 2.5, H200: 3.2}   # $/GPU-hour; else each GPU file's price_per_hour
     calibration: path/to/calibration.yaml                     # optional
 
