@@ -67,7 +67,7 @@ class CalibrationData:
 
 
 def discover(root: Path) -> CalibrationData:
-    """Find the known layouts (``vidur/``, ``mlenergy/``) under a data folder such as ``data/measurements``."""
+    """Find the known layouts (``vidur/``, ``mlenergy/``) under a folder like ``data/measurements``."""
     root = Path(root)
     if not root.is_dir():
         raise CalibrationDataError(f"{root}: no such data folder")
