@@ -77,3 +77,15 @@ def test_console_script_never_prints_a_traceback():
                            "--gpu", "h100"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_listing_commands_read_the_registries(capsys):
+    from energylens.model import supported_model_types
+    from energylens.runtime import runtime_names
+
+    assert main(["runtimes"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in runtime_names())
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert all(kind in out for kind in supported_model_types())
