@@ -91,8 +91,8 @@ def test_an_unregistered_kind_is_a_one_line_config_error() -> None:
 
 @every_kind
 @pytest.mark.parametrize("field", ["batch", "input_tokens", "output_tokens"])
-@pytest.mark.parametrize("value", [0, -1, -0.5])
-def test_non_positive_sizes_are_refused(kind: str, field: str, value: float) -> None:
+@pytest.mark.parametrize("value", [0, -1, -0.5, float("nan"), float("inf")])
+def test_non_positive_or_non_finite_sizes_are_refused(kind: str, field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=field) as info:
         Workload(kind=kind, **{field: value})
     assert "\n" not in str(info.value).strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from energylens.errors import ConfigError
@@ -24,5 +25,5 @@ class Workload:
             raise ConfigError(f"workload must be one of {', '.join(kind_names())}, got {self.kind!r}")
         for name in ("batch", "input_tokens", "output_tokens"):
             value = getattr(self, name)
-            if value <= 0:
-                raise ConfigError(f"{name} must be > 0, got {value}")
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{name} must be a finite number > 0, got {value}")
