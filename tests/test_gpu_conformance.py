@@ -150,17 +150,17 @@ def test_borrows_name_a_known_relative_with_a_reason(gpu: GPU) -> None:
         return
     assert gpu.borrows_from in {other.name for other in ALL_GPUS} - {gpu.name}
     assert gpu.borrow_reason and gpu.borrow_reason.strip()
-    for name, entry in _shipped_entries()[gpu.name].items():
+    for name, entry in _shipped_entries().get(gpu.name, {}).items():
         if entry["kind"] == "assumed":  # what calibrate borrowed came from the declared relative
             assert f"{gpu.borrows_from}'s value" in entry["note"], name
 
 
 @gpus
-def test_shipped_calibration_has_constants_for_it(gpu: GPU) -> None:
-    """Own or borrowed: no GPU a study can pick runs on the built-in defaults."""
-    cal = default_calibration()
-    assert gpu.name in cal.kernels
-    constants = cal.kernel(gpu.name)
+def test_it_predicts_on_constants_of_its_own_or_borrowed(gpu: GPU) -> None:
+    """Own (in the shipped calibration) or borrowed down its ``borrows:`` chain when the
+    file is newer than the calibration: no GPU a study can pick runs on the defaults."""
+    shipped = default_calibration()
+    cal = require_constants(calibration=shipped, gpu=gpu)
+    assert (cal is shipped) == (gpu.name in shipped.kernels)
     assert cal.runtime(runtime=DEFAULT_RUNTIME, gpu=gpu.name).step_overhead_s > 0
-    assert constants.static_power_w != KernelConstants().static_power_w
-    assert require_constants(calibration=cal, gpu=gpu) is cal
+    assert cal.kernel(gpu.name).static_power_w != KernelConstants().static_power_w
