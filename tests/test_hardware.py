@@ -224,5 +224,15 @@ def test_database_errors_name_the_file_and_key(tmp_path: Path, files, match: str
 
 
 def test_a_dtype_without_a_rate_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="A100-80GB-SXM has no tensor rate for dtype 'fp4'"):
-        load_gpu("a100").peak_flops_per_s("fp4")
+    with pytest.raises(ConfigError, match="A100-80GB-SXM has no tensor rate for dtype 'int4'"):
+        load_gpu("a100").peak_flops_per_s("int4")
+
+
+def test_fp4_falls_back_to_bf16_without_fp4_units() -> None:
+    """NVFP4 weights on a GPU without FP4 tensor cores are dequantised: a 16-bit GEMM."""
+    for name in ("a100", "h100"):
+        gpu = load_gpu(name)
+        assert "fp4" not in gpu.dense_flops_per_s
+        assert gpu.peak_flops_per_s("fp4") == gpu.peak_flops_per_s("bf16")
+    b200 = load_gpu("b200")
+    assert b200.peak_flops_per_s("fp4") == pytest.approx(4 * b200.peak_flops_per_s("bf16"))

@@ -16,15 +16,23 @@ from energylens.model.spec import Einsum, TensorRef
 Size = float | np.ndarray
 ACTIVATION_BYTES = 2.0  # bf16 activations and KV cache
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0,
-               "mxfp4": 4.25 / 8.0}  # OCP MX: 4-bit elements + one 8-bit scale per 32
+               "mxfp4": 4.25 / 8.0,  # OCP MX: 4-bit elements + one 8-bit scale per 32
+               # AWQ/GPTQ releases: 4-bit integers + a 16-bit scale and a 4-bit zero point
+               # per group of 128 (the group size both methods' releases use)
+               "int4": (4.0 + 20.0 / 128.0) / 8.0,
+               # NVFP4: 4-bit E2M1 elements + one FP8 E4M3 scale per 16 (NVIDIA's format)
+               "nvfp4": 4.5 / 8.0}
 #: Weight dtypes whose tensor-core work counts half the energy of a bf16 FLOP.
 LOW_PRECISION = ("fp8", "int8")
 #: Checkpoint formats that quantise only the routed experts (gpt-oss: MXFP4 experts,
 #: bf16 attention, router, embeddings); other weights stay bf16.
 EXPERT_ONLY_DTYPES = ("mxfp4",)
 #: Tensor-core dtype a weight dtype computes in (MXFP4 weights are dequantised to bf16
-#: in the GEMM on GPUs without FP4 units, and vLLM 0.11 keeps bf16 activations).
-COMPUTE_DTYPE = {"mxfp4": "bf16"}
+#: in the GEMM on GPUs without FP4 units, and vLLM 0.11 keeps bf16 activations; AWQ/GPTQ
+#: are weight-only formats).
+COMPUTE_DTYPE = {"mxfp4": "bf16",
+                 "int4": "bf16",  # weight-only: dequantised in the GEMM, 16-bit activations
+                 "nvfp4": "fp4"}  # FP4 tensor cores (bf16 where a GPU has none)
 KV_TENSORS = ("KC", "VC", "LC")  # GQA keys/values; MLA latent
 EXPERT_WEIGHT_RANK = "x"
 ACTIVE_EXPERTS = "x_active"  # size key: distinct experts whose weights are read

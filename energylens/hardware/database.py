@@ -83,7 +83,8 @@ class GPU:
     provenance: dict[str, Provenance] = field(default_factory=dict)
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for ``dtype``; fp8 falls back to bf16 on GPUs without fp8 units.
+        """Dense peak for ``dtype``; fp8 and fp4 fall back to bf16 on GPUs without fp8 or
+        fp4 units (the weights are dequantised and the GEMM runs in 16 bits).
 
         Raises:
             ConfigError: the GPU file gives no rate for ``dtype`` (a checkpoint or
@@ -91,7 +92,7 @@ class GPU:
         """
         if dtype in self.dense_flops_per_s:
             return self.dense_flops_per_s[dtype]
-        if dtype == "fp8":
+        if dtype in ("fp8", "fp4"):
             return self.dense_flops_per_s["bf16"]
         known = ", ".join(sorted(self.dense_flops_per_s))
         raise ConfigError(f"GPU {self.name} has no tensor rate for dtype {dtype!r} "
