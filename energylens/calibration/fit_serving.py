@@ -180,19 +180,20 @@ def grouped_errors(rows: list[ServingRow],
     return out
 
 
-def _fit(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
-         params: tuple[Param, ...], max_nfev: int) -> dict[str, float]:
+def fit_rows(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
+             params: tuple[Param, ...], max_nfev: int) -> tuple[dict[str, float], list[str]]:
+    """Fit variables on ``rows`` (on top of ``base``), and those that ended at a bound."""
     def residuals(values: dict[str, float]) -> np.ndarray:
         return _residuals(rows, predict_rows(rows, apply(base, gpu_name, values)))
 
-    values, _, _ = fit_bounded(params=params, residuals=residuals, max_nfev=max_nfev)
-    return values
+    values, _, at_bound = fit_bounded(params=params, residuals=residuals, max_nfev=max_nfev)
+    return values, at_bound
 
 
 def _fold(args: tuple) -> list[dict[str, float] | None]:
     """One leave-one-model-out fold (module level so a process pool can run it)."""
     train, test, gpu, base, params, max_nfev = args
-    values = _fit(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
+    values, _ = fit_rows(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
     return predict_rows(test, apply(base, gpu, values))
 
 
@@ -212,12 +213,12 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
              f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted"]
     rows = feasible
     params = serving_params(gpu)
-    values = _fit(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
+    values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
     predicted = predict_rows(rows, apply(base, gpu, values))
     rms = float(np.sqrt(np.mean(_residuals(rows, predicted) ** 2)))
     result = FitResult(values=materialise(base, gpu, values), rms_log_residual=rms,
                        in_sample=errors(rows, predicted),
-                       fitted_on=[str(f) for f in files], n_points=len(rows),
+                       fitted_on=[str(f) for f in files], n_points=len(rows), at_bound=at_bound,
                        in_sample_groups=grouped_errors(rows, predicted), notes=notes)
     held: dict[str, list] = {"rows": [], "predicted": []}
     models = sorted({r.model for r in rows})

@@ -38,6 +38,7 @@ from energylens.calibration.fit_serving import (
     serving_params,
 )
 from energylens.calibration.fitting import FitResult
+from energylens.calibration.regimes import FOLDS, constant_spread, generation_fold, regime_folds
 from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import (
     Calibration,
@@ -51,6 +52,8 @@ from energylens.hardware import load_gpu
 from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: A fitted constant that moves more than this (relative) across regime folds is flagged.
+SPREAD_LIMIT = 0.30
 
 
 @dataclass
@@ -191,12 +194,16 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                 except UnknownGPUError:
                     continue
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+        bases: dict[str, Calibration] = {}
+        serving_values: dict[str, dict[str, float]] = {}
         for gpu in sorted(gpus):
             base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
+            bases[gpu] = base
             log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
             result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
                                     leave_out=leave_out, jobs=jobs)
             fit_id = f"mlenergy/{gpu}"
+            serving_values[gpu] = dict(result.values)
             fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
             fits[fit_id]["task_input_tokens"] = dict(TASK_INPUT_TOKENS)
             if result.leave_out_groups:
@@ -224,9 +231,24 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
                     prov.setdefault(f"kernels/{gpu}", {})[name] = entry
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
-    return Outcome(calibration=Calibration(kernels=kernels, links=links, runtimes=runtimes,
-                                           source="calibrate"),
-                   provenance=prov, fits=fits, data=data)
+    calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
+    if data.mlenergy and leave_out:
+        for gpu in sorted(gpus):
+            log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
+            folds = regime_folds(files=data.mlenergy, gpu_name=gpu, base=bases[gpu], jobs=jobs)
+            spec = load_gpu(gpu)
+            if spec.borrows_from is not None:
+                folds.update(generation_fold(files=data.mlenergy, gpu=spec,
+                                             calibration=calibration))
+            full = fits[f"mlenergy/{gpu}"]
+            full["spread_across_regime_folds"] = constant_spread(
+                full=serving_values[gpu], folds=folds)
+            fits[f"regimes/mlenergy/{gpu}"] = folds
+            for name, spread in full["spread_across_regime_folds"].items():
+                if spread > SPREAD_LIMIT:
+                    log(f"  {name} moves {100 * spread:.0f} % across regime folds "
+                        f"(> {100 * SPREAD_LIMIT:.0f} %): identified by one regime")
+    return Outcome(calibration=calibration, provenance=prov, fits=fits, data=data)
 
 
 def to_yaml(outcome: Outcome) -> str:

@@ -1,0 +1,186 @@
+"""Leave-one-regime-out folds of the serving fit: does the calibration transfer?
+
+Leave-one-model-out keeps every regime (GPU count, precision, output length, family) in
+the training set of every fold, so a constant that only one regime moves looks fine. Here
+each fold holds out a whole regime, refits every serving constant from its initial value
+(no warm start from the full fit, which has seen the held-out rows) on the rest, and
+predicts the held-out rows:
+
+- ``gpu-count``: fit on 1-2 GPU rows, predict 4-8 GPU rows;
+- ``precision``: fit on BF16 checkpoints, predict FP8 and MXFP4 ones;
+- ``task``: fit on chat (``lm-arena-chat``), predict long-output reasoning (``gpqa``) and
+  long-prompt fill-in-the-middle (``sourcegraph-fim``);
+- ``family``: fit on dense models, predict MoE, and the reverse;
+- ``gpu-generation``: predict a GPU's rows with no constants of its own, everything
+  borrowed from the relative its GPU file declares (datasheet ratios), e.g. B200 from H100.
+
+The kernel latency curves (Vidur per-op) and link curves (Vidur NCCL) do not see these
+rows and are not refitted. A fold whose training or test side has no rows is reported
+with its row counts and no errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from energylens.calibration.fit_serving import (
+    REPORT_METRICS,
+    ServingRow,
+    apply,
+    errors,
+    fit_rows,
+    materialise,
+    predict_rows,
+    serving_params,
+    serving_rows,
+)
+from energylens.calibration.transfer import borrowed_calibration
+from energylens.cost.constants import Calibration
+from energylens.hardware import GPU, load_gpu
+
+RowTest = Callable[[ServingRow], bool]
+
+
+def _gpus(row: ServingRow) -> int:
+    return int(row.values["num_gpus"])
+
+
+def _bf16(row: ServingRow) -> bool:
+    return str(row.values["weight_precision"]).lower() in ("bfloat16", "bf16")
+
+
+def _chat(row: ServingRow) -> bool:
+    return str(row.values["task"]) == "lm-arena-chat"
+
+
+def _moe(row: ServingRow) -> bool:
+    return row.case.model.moe is not None
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One held-out regime: the rows fitted on and the rows predicted."""
+
+    regime: str
+    name: str
+    train: RowTest
+    test: RowTest
+    breakdown: Callable[[ServingRow], str]  # label of a test row's sub-regime
+
+
+FOLDS: tuple[Fold, ...] = (
+    Fold("gpu-count", "fit 1-2 GPUs, predict 4-8", lambda r: _gpus(r) <= 2,
+         lambda r: _gpus(r) >= 4, lambda r: f"{_gpus(r)} GPUs"),
+    Fold("precision", "fit BF16, predict FP8/MXFP4", _bf16, lambda r: not _bf16(r),
+         lambda r: str(r.values["weight_precision"])),
+    Fold("task", "fit chat, predict reasoning/FIM", _chat, lambda r: not _chat(r),
+         lambda r: str(r.values["task"])),
+    Fold("family", "fit dense, predict MoE", lambda r: not _moe(r), _moe, lambda r: "moe"),
+    Fold("family", "fit MoE, predict dense", _moe, lambda r: not _moe(r), lambda r: "dense"),
+)
+
+
+def _test_report(rows: list[ServingRow], predicted: list[dict[str, float] | None],
+                 fold: Fold) -> dict[str, Any]:
+    out: dict[str, Any] = {"test_rows": len(rows),
+                           "errors": {k: v.as_dict() for k, v in errors(rows, predicted).items()}}
+    labels = sorted({fold.breakdown(r) for r in rows})
+    if len(labels) > 1:
+        out["by_group"] = {
+            label: {k: v.as_dict() for k, v in errors(
+                [r for r in rows if fold.breakdown(r) == label],
+                [p for r, p in zip(rows, predicted, strict=True) if fold.breakdown(r) == label],
+            ).items()}
+            for label in labels}
+    return out
+
+
+def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, Any]:
+    """Fold ``FOLDS[index]`` on ``gpu``'s rows (module level so a process pool can run it)."""
+    index, gpu, base, max_nfev, files = args
+    fold = FOLDS[index]
+    rows, _ = serving_rows(files=files, gpu_name=gpu)
+    rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
+    train = [r for r in rows if fold.train(r)]
+    test = [r for r in rows if fold.test(r)]
+    entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
+                             "test_rows": len(test)}
+    if train and test:
+        values, at_bound = fit_rows(train, gpu_name=gpu, base=base, params=serving_params(gpu),
+                                    max_nfev=max_nfev)
+        entry["values"] = {k: float(f"{v:.6g}") for k, v in materialise(base, gpu, values).items()}
+        if at_bound:
+            entry["at_bound"] = sorted(at_bound)
+        entry.update(_test_report(test, predict_rows(test, apply(base, gpu, values)), fold))
+    return entry
+
+
+def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfev: int = 60,
+                 jobs: int = 1) -> dict[str, Any]:
+    """Every fold of :data:`FOLDS` on the ML.ENERGY rows of ``gpu_name``, on ``jobs``
+    processes: per fold the row counts, the refitted values (each from its initial value,
+    as the full fit) and the errors on the held-out rows, per metric."""
+    gpu = load_gpu(gpu_name).name
+    tasks = [(index, gpu, base, max_nfev, files) for index in range(len(FOLDS))]
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            entries = list(pool.map(_run_fold, tasks))
+    else:
+        entries = [_run_fold(task) for task in tasks]
+    return {f"{fold.regime}: {fold.name}": entry
+            for fold, entry in zip(FOLDS, entries, strict=True)}
+
+
+def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[str, float]:
+    """Per fitted constant: (max - min) over the full fit and every fold / the full value.
+
+    A constant that moves a lot when one regime is left out is identified by that regime
+    alone (or not at all)."""
+    out: dict[str, float] = {}
+    for name, value in full.items():
+        seen = [value] + [entry["values"][name] for entry in folds.values()
+                          if name in entry.get("values", {})]
+        out[name] = float(f"{(max(seen) - min(seen)) / abs(value):.4g}") if value else 0.0
+    return out
+
+
+def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) -> dict[str, Any]:
+    """``gpu``'s rows predicted with no constants of its own: all borrowed down its
+    ``borrows:`` chain (the fold ``gpu-generation``)."""
+    if gpu.borrows_from is None:
+        raise ValueError(f"{gpu.name} declares no relative to borrow from")
+    chain = [gpu]
+    while chain[-1].borrows_from is not None and chain[-1].name not in (
+            calibration.kernels.keys() - {gpu.name}):
+        chain.append(load_gpu(str(chain[-1].borrows_from)))
+    stripped = replace(
+        calibration,
+        kernels={k: v for k, v in calibration.kernels.items() if k != gpu.name},
+        links={k: v for k, v in calibration.links.items() if k.split(":")[0] != gpu.name},
+        runtimes={k: v for k, v in calibration.runtimes.items() if k.split("/")[1] != gpu.name})
+    borrowed = borrowed_calibration(calibration=stripped, chain=chain)
+    rows, _ = serving_rows(files=files, gpu_name=gpu.name)
+    predicted = predict_rows(rows, borrowed)
+    fold = Fold("gpu-generation", f"fit {chain[-1].name}, predict {gpu.name}",
+                lambda r: False, lambda r: True, lambda r: gpu.name)
+    return {f"{fold.regime}: {fold.name}": {
+        "regime": fold.regime, "train_rows": 0, "borrowed_from": chain[-1].name,
+        **_test_report(rows, predicted, fold),
+        "infeasible_rows": sum(p is None for p in predicted)}}
+
+
+def metric_of(entry: dict[str, Any], metric: str) -> float | None:
+    """Held-out MAPE of ``metric`` in a fold entry (None when the fold has no rows)."""
+    value = entry.get("errors", {}).get(metric, {}).get("mape")
+    return None if value is None else float(value)
+
+
+__all__ = ["FOLDS", "REPORT_METRICS", "Fold", "constant_spread", "generation_fold", "metric_of",
+           "regime_folds"]
