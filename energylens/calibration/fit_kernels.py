@@ -23,9 +23,10 @@ from energylens.calibration.fitting import (
     rms_log_residual,
 )
 from energylens.cost.constants import KernelConstants
+from energylens.cost.roofline import ELEMENTWISE, VECTOR_CLASSES, vector_class
 from energylens.hardware import GPU, load_gpu
 from energylens.measurements.formats import MeasurementSet, load_measurements
-from energylens.measurements.vidur_ops import GEMM_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.measurements.vidur_ops import GEMM_OPS, VIDUR_OPS, Geometry, kernel_for, op_latency_s
 
 #: Fitted latency constants and their physically meaningful ranges.
 KERNEL_PARAMS = (
@@ -39,13 +40,24 @@ KERNEL_PARAMS = (
     Param("kernel_overhead_s", 4.0e-6, 0.5e-6, 30.0e-6, log=True),
 )
 #: ``vector_efficiency`` is not fitted: the elementwise ops that would identify it are
-#: memory-bound, timed at 1 us resolution and partly served from L2 (see NON_GEMM_WEIGHT).
+#: memory-bound (their classes' floor and bandwidth are fitted instead, below).
 
 
-#: Weight of a non-GEMM op type relative to a GEMM op type in the fit. Elementwise kernels
-#: last 1-30 us, are timed at 1 us resolution and partly hit L2 in Vidur's back-to-back
-#: profiling; they are a small share of a step, so they do not steer the memory curve.
+#: Weight of a non-GEMM op type relative to a GEMM op type in the GEMM fit. Elementwise
+#: kernels last 1-70 us, are timed at 1 us resolution and partly hit L2 in Vidur's
+#: back-to-back profiling: they get their own per-class fit instead of steering the GEMM
+#: and memory curves.
 NON_GEMM_WEIGHT = 0.0
+
+
+def class_params(klass: str) -> tuple[Param, Param]:
+    """Launch floor and HBM share of one class of small memory-bound kernels."""
+    return (Param(f"{klass}_overhead_s", 4.0e-6, 0.3e-6, 30.0e-6, log=True),
+            Param(f"{klass}_bandwidth_efficiency", 0.6, 0.05, 1.0))
+
+
+VECTOR_PARAMS = tuple(p for klass in (*sorted(set(VECTOR_CLASSES.values())), ELEMENTWISE)
+                      for p in class_params(klass))
 
 
 NO_ENERGY = {"energy_per_tensor_flop_j": 0.0, "energy_per_vector_flop_j": 0.0,
@@ -110,7 +122,40 @@ def _fit(cases: list[OpCase], *, gpu: GPU, base: KernelConstants) -> tuple[dict[
         return np.concatenate([w * (np.log(np.maximum(p, 1e-30)) - y)
                                for w, p, y in zip(weights, predicted, measured, strict=True)])
 
-    return fit_bounded(params=KERNEL_PARAMS, residuals=residuals)
+    values, rms, at_bound = fit_bounded(params=KERNEL_PARAMS, residuals=residuals)
+    fitted = replace(base, **values)
+    for klass, members in sorted(_by_class(cases).items()):
+        class_values, _, class_bound = _fit_class(members, gpu=gpu, base=fitted, klass=klass)
+        values.update(class_values)
+        at_bound += class_bound
+    return values, rms, at_bound
+
+
+def _by_class(cases: list[OpCase]) -> dict[str, list[OpCase]]:
+    """Non-GEMM cases by the class of small kernel they time."""
+    out: dict[str, list[OpCase]] = defaultdict(list)
+    for case in cases:
+        klass = vector_class(kernel_for(op=case.op, geometry=case.geometry))
+        if klass is not None:
+            out[klass].append(case)
+    return out
+
+
+def _fit_class(cases: list[OpCase], *, gpu: GPU, base: KernelConstants,
+               klass: str) -> tuple[dict[str, float], float, list[str]]:
+    """Floor and bandwidth share of one class on its own ops (each op type weighs the same)."""
+    counts: dict[str, int] = defaultdict(int)
+    for c in cases:
+        counts[c.op] += c.measured_s.size
+    weights = [np.sqrt(1.0 / counts[c.op]) for c in cases]
+    measured = [np.log(c.measured_s) for c in cases]
+
+    def residuals(values: dict[str, float]) -> np.ndarray:
+        predicted = predict_cases(cases, gpu=gpu, constants=replace(base, **values))
+        return np.concatenate([w * (np.log(np.maximum(p, 1e-30)) - y)
+                               for w, p, y in zip(weights, predicted, measured, strict=True)])
+
+    return fit_bounded(params=class_params(klass), residuals=residuals)
 
 
 def fit_gpu_kernels(*, files: list[Path], gpu_name: str, base: KernelConstants | None = None,

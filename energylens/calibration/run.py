@@ -18,6 +18,8 @@ leave-one-group-out errors of every fit.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -29,7 +31,7 @@ from energylens import __version__
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.coverage import measured_gpus, require_data_or_borrows
 from energylens.calibration.file import FORMAT_VERSION
-from energylens.calibration.fit_kernels import KERNEL_PARAMS, fit_gpu_kernels
+from energylens.calibration.fit_kernels import KERNEL_PARAMS, VECTOR_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
 from energylens.calibration.fit_serving import (
     LINK_PREFIX,
@@ -165,7 +167,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.vidur_mlp:
         by_gpu.setdefault(vidur_gpu(path), []).append(path)
     for gpu, files in sorted(by_gpu.items()):
-        log(f"kernels {gpu}: fitting {len(KERNEL_PARAMS)} latency constants on {len(files)} files")
+        log(f"kernels {gpu}: fitting {len(KERNEL_PARAMS) + len(VECTOR_PARAMS)} latency constants "
+            f"on {len(files)} files")
         result = fit_gpu_kernels(files=files, gpu_name=gpu, leave_out=leave_out)
         fit_id = f"vidur-mlp/{gpu}"
         fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
@@ -286,7 +289,18 @@ def to_yaml(outcome: Outcome) -> str:
 
 
 def write(outcome: Outcome, path: Path) -> None:
-    """Write the calibration file."""
+    """Write the calibration file atomically: a temporary file beside it, renamed over it, so
+    that an interrupted write leaves the old file or the new one, never a truncated one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_yaml(outcome))
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(to_yaml(outcome))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(name, 0o666 & ~mask)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise

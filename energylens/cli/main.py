@@ -16,6 +16,7 @@ from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import list_gpus
 from energylens.model import list_models, parameter_count, supported_model_types
+from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
 
@@ -90,6 +91,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     from energylens.cli.tables import print_prediction
 
+    if args.dtype is None and not args.model.lower().endswith(".json"):
+        found = resolve(args.model)
+        if found.weight_dtype is not None:
+            console().print(f"model: {found.describe()}", highlight=False)
     print_prediction(result, console=console())
     return 0
 

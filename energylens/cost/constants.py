@@ -33,6 +33,16 @@ class KernelConstants:
     energy_per_hbm_byte_j: float = 30.0e-12  # ~3.9 pJ/bit (HBM2, O'Connor et al. MICRO'17)
     voltage_floor: float = 0.55  # V(f_min)/V(f_max) ratio proxy for DVFS (assumed)
     memory_clock_sensitivity: float = 0.05  # memory-bound slowdown per unit of 1/f - 1
+    # Small memory-bound kernels (no contraction), per class (``roofline.VECTOR_CLASSES``):
+    # a launch floor and the share of HBM peak their streams reach.
+    norm_overhead_s: float = 4.0e-6
+    norm_bandwidth_efficiency: float = 0.80
+    rope_overhead_s: float = 4.0e-6
+    rope_bandwidth_efficiency: float = 0.80
+    activation_overhead_s: float = 4.0e-6
+    activation_bandwidth_efficiency: float = 0.80
+    elementwise_overhead_s: float = 4.0e-6
+    elementwise_bandwidth_efficiency: float = 0.80
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,9 +3,10 @@
 compute time = tensor FLOPs / (peak(dtype) x f/f_boost x eff_gemm)
              + vector FLOPs / (fp32 peak x f/f_boost x eff_vector)
 memory time  = external bytes / (HBM peak x eff_mem(bytes)), barely clock dependent
-               (fused attention reading the paged KV cache and grouped expert GEMMs
-               reach their own fractions of HBM peak)
-latency      = (compute^q + memory^q)^(1/q) + kernel overhead   (q: roofline sharpness)
+               (fused attention reading the paged KV cache, grouped expert GEMMs and each
+               class of small memory-bound kernel reach their own fractions of HBM peak)
+latency      = (compute^q + memory^q)^(1/q) + launch floor   (q: roofline sharpness; the
+               floor is the kernel overhead, or its class's floor for a small kernel)
 dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes
                  + busy power x v(f)^2 f x (latency - kernel overhead)
 A kernel whose power would exceed the board limit is stretched until it does not.
@@ -76,6 +77,29 @@ def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
 
 
+#: Function of a small memory-bound kernel's ops -> its class; the first op that names a
+#: class decides (a fused add + norm is a norm kernel).
+VECTOR_CLASSES: dict[str, str] = {"rmsnorm": "norm", "layernorm": "norm", "rope": "rope",
+                                  "silu_mul": "activation", "gelu": "activation"}
+#: Class of every other kernel without a contraction (adds, copies, routing gathers).
+ELEMENTWISE = "elementwise"
+
+
+def vector_class(kernel: Kernel) -> str | None:
+    """Class of a kernel without a contraction (None for GEMM and attention kernels)."""
+    if any(op.kind == "contraction" for op in kernel.ops):
+        return None
+    return next((VECTOR_CLASSES[op.function] for op in kernel.ops
+                 if op.function in VECTOR_CLASSES), ELEMENTWISE)
+
+
+def launch_floor_s(*, kernel: Kernel, constants: KernelConstants) -> float:
+    """Fixed time of ``kernel``: its class's floor for small memory-bound kernels."""
+    klass = vector_class(kernel)
+    return constants.kernel_overhead_s if klass is None else float(
+        getattr(constants, f"{klass}_overhead_s"))
+
+
 def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
     """Fraction of HBM peak reached when streaming ``nbytes``."""
     return constants.memory_efficiency_max * nbytes / (nbytes + constants.memory_half_bytes)
@@ -136,7 +160,10 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                                        window=window)
     compute_s = (tensor_time + vector_time) * compute_slowdown / clock.ratio
     bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
-    if fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
+    klass = vector_class(kernel)
+    if klass is not None:  # small memory-bound kernel: its class's share of HBM peak
+        bandwidth_eff = float(getattr(constants, f"{klass}_bandwidth_efficiency"))
+    elif fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
         bandwidth_eff = bandwidth_eff * (constants.kv_bandwidth_efficiency
                                          / constants.memory_efficiency_max)
     elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
@@ -147,19 +174,20 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     q = constants.roofline_sharpness
     bound = np.maximum(compute_s, memory_s)
     ratio = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
-    latency = bound * (1.0 + ratio**q) ** (1.0 / q) + constants.kernel_overhead_s  # p-norm, no underflow
+    floor_s = launch_floor_s(kernel=kernel, constants=constants)
+    latency = bound * (1.0 + ratio**q) ** (1.0 / q) + floor_s  # p-norm, no underflow
     flop_energy = (tensor_energy_flops * constants.energy_per_tensor_flop_j
                    + vector_flops * constants.energy_per_vector_flop_j) * clock.dynamic_scale
     byte_energy = nbytes * constants.energy_per_hbm_byte_j
     busy_w = constants.busy_power_w * clock.ratio * clock.dynamic_scale
     headroom_w = gpu.tdp_w - constants.static_power_w - busy_w
     # Power cap: (flop + byte + busy_w (t - overhead)) / t + static <= TDP.
-    capped = (flop_energy + byte_energy - busy_w * constants.kernel_overhead_s) / max(headroom_w, 1.0)
+    capped = (flop_energy + byte_energy - busy_w * floor_s) / max(headroom_w, 1.0)
     latency = np.maximum(latency, capped)
     compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
     # Busy power is drawn while a kernel streams or computes; during its fixed overhead
     # (launch, prologue, tail, waits between small kernels) the GPU draws static power only.
-    busy_energy = busy_w * np.maximum(latency - constants.kernel_overhead_s, 0.0)
+    busy_energy = busy_w * np.maximum(latency - floor_s, 0.0)
     return KernelCost(
         latency_s=latency,
         compute_s=compute_s,
