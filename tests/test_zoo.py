@@ -22,7 +22,7 @@ from energylens.model import (
     supported_model_types,
 )
 from energylens.model.hf import hf_builder, registered_builders
-from energylens.model.zoo import parse_models_yaml
+from energylens.model.zoo import parse_models_yaml, resolve
 
 
 def test_zoo_names_are_unique_configs() -> None:
@@ -58,6 +58,25 @@ def test_zoo_names_are_unique_configs() -> None:
         ("Qwen/Qwen-72B", "qwen-72b"),
         ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
         ("QWEN3-8B", "qwen3-8b"),
+        # the issue's first tries, and checkpoints that share another entry's shapes
+        ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder-30b-a3b"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "llama-3.1-8b"),
+        ("nvidia/Llama-3.1-Nemotron-70B-Instruct-HF", "llama-3.1-70b"),
+        ("Qwen/Qwen2-7B-Instruct", "qwen2.5-7b"),
+        ("Qwen/Qwen2-7B", "qwen2.5-7b"),
+        ("google/gemma-2-9b", "gemma-2-9b"),
+        # release words anywhere after the first word, a trailing -v0.1
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),
+        ("mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"),
+        ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"),
+        ("Qwen/Qwen3-4B-Instruct-2507", "qwen3-4b"),
+        ("Qwen/Qwen3-4B-Thinking-2507", "qwen3-4b"),
+        ("CohereForAI/c4ai-command-r-v01", "command-r-v01"),
+        ("microsoft/Phi-3-mini-4k-instruct", "phi-3-mini-4k"),
+        ("moonshotai/Kimi-K2-Instruct", "kimi-k2-instruct"),
+        ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b-2501"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
@@ -74,21 +93,62 @@ def test_fp8_suffix_sets_weight_dtype() -> None:
     assert get_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8").weight_dtype == "fp8"
 
 
+@pytest.mark.parametrize(
+    ("query", "expected", "dtype"),
+    [
+        ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8-Dynamic", "llama-3.1-8b", "fp8"),
+        ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "llama-3.1-70b", "fp8"),
+        ("nvidia/Llama-3.1-70B-Instruct-FP8", "llama-3.1-70b", "fp8"),
+        ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", "fp8"),
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b", "int4"),
+        ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "qwen2.5-72b", "int4"),
+        ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b", "int4"),
+        ("TheBloke/Mixtral-8x7B-Instruct-v0.1-GPTQ", "mixtral-8x7b", "int4"),
+        ("nvidia/Llama-3.3-70B-Instruct-NVFP4", "llama-3.1-70b", "nvfp4"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8", "qwen3-30b-a3b", "fp8"),
+    ],
+)
+def test_precision_words_set_the_weight_dtype(query: str, expected: str, dtype: str) -> None:
+    found = resolve(query)
+    assert (found.name, found.weight_dtype) == (expected, dtype)
+    model = get_model(query)
+    assert model.weight_dtype == dtype
+    assert dataclasses.replace(model, weight_dtype="bf16") == get_model(expected)
+    assert dtype in found.describe() and expected in found.describe()
+
+
+def test_a_name_without_precision_keeps_the_checkpoint_dtype() -> None:
+    assert resolve("llama-3.1-70b").weight_dtype is None
+    assert get_model("deepseek-ai/DeepSeek-R1").weight_dtype == "fp8"  # released in FP8
+    assert get_model("deepseek-ai/DeepSeek-R1-AWQ").weight_dtype == "int4"
+
+
+def test_predict_says_which_weights_the_name_selected(capsys) -> None:
+    assert main(["predict", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen2.5-7b" in out and "int4 weights" in out
+    assert main(["predict", "--model", "qwen2.5-7b", "--gpu", "h100"]) == 0
+    assert "weights" not in capsys.readouterr().out.splitlines()[0]
+
+
 def test_get_model_is_cached() -> None:
     assert get_model("llama-3.1-70b") is get_model("llama-3.1-70b")
 
 
-def test_unknown_model_suggests_close_names() -> None:
+def test_unknown_model_suggests_three_close_names(capsys) -> None:
     with pytest.raises(UnknownModelError) as info:
-        get_model("nvidia/NVIDIA-Nemotron-Nano-9B-v2")
+        get_model("acme/Frobnicator-13B-Instruct")
     message = str(info.value)
-    assert "NVIDIA-Nemotron-Nano-9B-v2" in message
+    assert "Frobnicator-13B-Instruct" in message
     assert "\n" not in message
-    assert info.value.suggestions
+    assert len(info.value.suggestions) == 3
     with pytest.raises(UnknownModelError) as info:
         get_model("llama-3.1-7b")
     assert "llama-3.1-8b" in info.value.suggestions
     assert isinstance(info.value, ValueError)
+    assert main(["predict", "--model", "llama-3.1-7b", "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "llama-3.1-8b" in err[0]
 
 
 def test_specific_mappings() -> None:
@@ -372,6 +432,9 @@ tiny:
   mla: null
   params_total_published: null
   params_active_published: null
+  model_type: llama
+  verification: secondary (a test)
+  source: ["tests/test_zoo.py"]
   notes: "test entry"
 """
 
@@ -403,6 +466,18 @@ def test_a_well_formed_entry_parses() -> None:
         (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  aliases: tiny2"),
          "aliases must be a list"),
         (_ENTRY + _ENTRY.replace("tiny:", "small:"), "'org/Tiny' names both tiny and small"),
+        (_ENTRY.replace("secondary (a test)", "looked at it"),
+         "verification must start with one of real_config, real_config_variant, secondary"),
+        (_ENTRY.replace("  model_type: llama\n", ""), "model_type must name"),
+        (_ENTRY.replace("  source: [\"tests/test_zoo.py\"]\n", ""), "source must be a list"),
+        (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  aliases: [{name: tiny2}]"),
+         "needs a name and a note"),
+        (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  aliases: [{name: t, hf: x}]"),
+         "aliases must be a list of names or {name, hf_id, note} mappings"),
+        (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  params_active_excludes: [lm]"),
+         "params_active_excludes may name input_embedding, output_embedding"),
+        (_ENTRY.replace("hf_id: org/Tiny", "hf_id: org/Tiny\n  params_text_published: -1"),
+         "params_text_published must be a positive number"),
     ],
 )
 def test_malformed_models_yaml_raises_model_config_error(text: str, fragment: str) -> None:

@@ -10,7 +10,7 @@ from energylens.model.config import MLAConfig, ModelConfig, MoEConfig
 from energylens.model.families import ModelGraph, build_graph
 from energylens.model.hf import hf_builder, load_hf_config, supported_model_types
 from energylens.model.params import parameter_count
-from energylens.model.zoo import get_model, list_models, resolve_model_name
+from energylens.model.zoo import get_model, list_models, model_info, resolve_model_name
 
 __all__ = [
     "MLAConfig",
@@ -22,6 +22,7 @@ __all__ = [
     "hf_builder",
     "list_models",
     "load_hf_config",
+    "model_info",
     "parameter_count",
     "resolve_model_name",
     "supported_model_types",

@@ -1,11 +1,19 @@
 """Model zoo: the named architectures of ``energylens/data/models.yaml`` and their lookup.
 
 Lookup is case-insensitive and accepts a zoo short name (``llama-3.1-70b``), an alias
-(``llama2-70b``), or a Hugging Face repo id (``meta-llama/Meta-Llama-3.1-70B-Instruct``):
-the org prefix, a ``Meta-`` prefix and packaging suffixes (``-Instruct``, ``-hf``, ``-it``,
-``-FP8``, ...) are stripped. A ``-FP8`` suffix selects ``weight_dtype="fp8"``. A name
-ending in ``.json`` is a path to a local Hugging Face config, read by
+(``llama-3.3-70b-instruct``, ``deepseek-r1``), or a Hugging Face repo id
+(``meta-llama/Meta-Llama-3.1-70B-Instruct``): the org prefix, a ``Meta-`` prefix and the
+release tokens of :data:`RELEASE_TOKENS` (``-Instruct``, ``-Chat``, ``-it``, ``-hf``,
+``-Instruct-2507`` ...) are dropped wherever they stand after the first word, and a
+trailing ``-v0.1``. The precision tokens of :data:`PRECISION_TOKENS` (``-FP8``,
+``-FP8-Dynamic``, ``-AWQ``, ``-GPTQ``, ...) are dropped too and select the weight dtype
+they name. A name ending in ``.json`` is a path to a local Hugging Face config, read by
 :func:`energylens.model.hf.load_hf_config` (no network).
+
+Besides the shapes, an entry carries its provenance (:class:`ModelInfo`): the HF
+``model_type`` of the checkpoint, how its facts were verified (``real_config``,
+``real_config_variant`` or ``secondary``, as in the project's ``model_configs*.yaml``),
+its sources, where those sources disagree, and its aliases with what each rests on.
 """
 
 from __future__ import annotations
@@ -28,36 +36,83 @@ from energylens.model.config import (
 )
 from energylens.model.hf import load_hf_config
 
-__all__ = ["Zoo", "get_model", "list_models", "model_aliases", "parse_models_yaml",
-           "resolve_model_name"]
+__all__ = ["ACTIVE_COUNT_EXCLUSIONS", "PRECISION_TOKENS", "RELEASE_TOKENS", "VERIFICATION_LEVELS",
+           "Alias", "ModelInfo", "Resolution", "Zoo", "get_model", "list_models", "model_aliases",
+           "model_info", "parse_models_yaml", "resolve", "resolve_model_name"]
+
+#: How an entry's facts were checked, best first (the first word of ``verification``):
+#: a verbatim config.json of the checkpoint was read; a verbatim config of a sibling with
+#: the same architecture; framework presets, training scripts or tables only.
+VERIFICATION_LEVELS = ("real_config", "real_config_variant", "secondary")
+
+#: Release words that name another packaging of the same architecture (chat and
+#: instruction tunes, HF conversions, dated re-releases), as dash-separated token runs.
+RELEASE_TOKENS: tuple[tuple[str, ...], ...] = (
+    ("instruct", "2507"), ("thinking", "2507"), ("instruct",), ("thinking",), ("chat",),
+    ("it",), ("hf",), ("base",),
+)
+
+#: Precision words of quantised releases and the weight dtype each selects: FP8 releases
+#: (static or dynamic activation scales) store 8-bit float weights; AWQ and GPTQ releases
+#: 4-bit integer weights with 16-bit activations (weight-only); NVFP4 releases 4-bit floats
+#: with a scale per 16 elements.
+PRECISION_TOKENS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("fp8", "dynamic"), "fp8"), (("fp8",), "fp8"), (("awq", "int4"), "int4"), (("awq",), "int4"),
+    (("gptq", "int4"), "int4"), (("gptq",), "int4"), (("w4a16",), "int4"),
+    (("nvfp4",), "nvfp4"),
+)
+
+# A trailing version that the base checkpoints carry and zoo names leave out (Mixtral).
+_TRAILING_VERSION = "v0.1"
 
 # Keys of a models.yaml entry that are provenance/lookup data, not ModelConfig fields.
-_META_KEYS = frozenset({"aliases", "verification", "source"})
-
-# Packaging suffixes stripped (repeatedly) from a requested name, lower-case.
-_SUFFIXES = (
-    "-instruct-2507",
-    "-thinking-2507",
-    "-instruct",
-    "-thinking",
-    "-hf",
-    "-it",
-    "-chat",
-    "-base",
-    "-fp8",
-    "-v0.1",
-)
+_META_KEYS = frozenset({"aliases", "verification", "source", "disagreements", "model_type",
+                        "params_text_published", "params_active_excludes",
+                        "params_active_disagreement"})
+#: Matrices a published active count may leave out (a lookup, or the output projection).
+ACTIVE_COUNT_EXCLUSIONS = ("input_embedding", "output_embedding")
+_ALIAS_KEYS = frozenset({"name", "hf_id", "note"})
 
 
 # --------------------------------------------------------------------------- zoo data
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Alias:
+    """Another checkpoint (or spelling) with the shapes of a zoo entry."""
+
+    name: str
+    hf_id: str | None  # its Hugging Face repo id, when it is a checkpoint of its own
+    note: str  # what the equivalence rests on ("config read ..." or a model card statement)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    """What models.yaml says about an entry besides its shapes."""
+
+    model_type: str  # Hugging Face config.json model_type of the checkpoint
+    verification: str  # as written, e.g. "real_config (older HF revision) + secondary"
+    level: str  # its first word, one of VERIFICATION_LEVELS
+    sources: tuple[str, ...]
+    disagreements: tuple[str, ...]  # where the sources differ, and what was recorded
+    aliases: tuple[Alias, ...]
+    #: Published count of the text decoder alone, for checkpoints whose card count
+    #: includes a vision encoder the zoo does not model (None otherwise).
+    params_text_published: float | None = None
+    #: What the published active count leaves out (ACTIVE_COUNT_EXCLUSIONS), when the
+    #: publisher says so.
+    params_active_excludes: tuple[str, ...] = ()
+    #: Why the active count from the shapes and the published one disagree beyond 2 %,
+    #: when they do and no source explains it (None when they agree).
+    params_active_disagreement: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class Zoo:
-    """Parsed models.yaml: configs by short name, and the lookup index."""
+    """Parsed models.yaml: configs and provenance by short name, and the lookup index."""
 
     models: dict[str, ModelConfig]
-    aliases: dict[str, tuple[str, ...]]  # short name -> its aliases, as written
+    info: dict[str, ModelInfo]
     index: dict[str, str]  # lower-case key (name, alias, HF id, normalised forms) -> short name
 
 
@@ -72,7 +127,7 @@ def parse_models_yaml(text: str, *, source: str = "models.yaml") -> Zoo:
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{source}: expected a mapping of zoo names to entries")
     models: dict[str, ModelConfig] = {}
-    aliases: dict[str, tuple[str, ...]] = {}
+    info: dict[str, ModelInfo] = {}
     index: dict[str, str] = {}
     for name, entry in raw.items():
         where = f"{source} entry {show_value(name)}"
@@ -81,16 +136,99 @@ def parse_models_yaml(text: str, *, source: str = "models.yaml") -> Zoo:
         if not isinstance(entry, dict):
             raise ModelConfigError(f"{where}: expected a mapping of fields")
         models[name] = _entry_to_config(name, entry, where)
-        names = entry.get("aliases", [])
-        if not isinstance(names, list) or not all(isinstance(a, str) and a for a in names):
-            raise ModelConfigError(f"{where}: aliases must be a list of names")
-        aliases[name] = tuple(names)
-        for key in (name, models[name].hf_id, *names):
+        info[name] = _entry_info(entry, where)
+        keys = [name, models[name].hf_id]
+        for alias in info[name].aliases:
+            keys += [alias.name, *([alias.hf_id] if alias.hf_id else [])]
+        for key in keys:
             for variant in (key.lower(), _normalise(key)[0]):
                 if index.setdefault(variant, name) != name:
                     raise ModelConfigError(
                         f"{source}: {key!r} names both {index[variant]} and {name}")
-    return Zoo(models=models, aliases=aliases, index=index)
+    return Zoo(models=models, info=info, index=index)
+
+
+def _strings(value: Any, where: str, key: str) -> tuple[str, ...]:
+    """A list of non-empty strings (a single string is a list of one)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ModelConfigError(f"{where}: {key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _entry_info(entry: dict[str, Any], where: str) -> ModelInfo:
+    """Provenance of one entry: model_type, verification level, sources, aliases."""
+    verification = entry.get("verification")
+    if not isinstance(verification, str) or not verification.strip():
+        raise ModelConfigError(f"{where}: verification must say how the facts were checked")
+    level = verification.split(maxsplit=1)[0].strip('"')
+    if level not in VERIFICATION_LEVELS:
+        raise ModelConfigError(f"{where}: verification must start with one of "
+                               f"{', '.join(VERIFICATION_LEVELS)}, got {show_value(level)}")
+    model_type = entry.get("model_type")
+    if not isinstance(model_type, str) or not model_type.strip():
+        raise ModelConfigError(f"{where}: model_type must name the HF config.json model_type")
+    return ModelInfo(
+        model_type=model_type,
+        verification=verification,
+        level=level,
+        sources=_strings(entry.get("source"), where, "source"),
+        disagreements=_strings(entry.get("disagreements", []), where, "disagreements"),
+        aliases=_aliases(entry.get("aliases", []), where),
+        params_text_published=_optional_count(entry.get("params_text_published"), where,
+                                              "params_text_published"),
+        params_active_excludes=_exclusions(entry.get("params_active_excludes", []), where),
+        params_active_disagreement=_optional_text(entry.get("params_active_disagreement"),
+                                                  where, "params_active_disagreement"),
+    )
+
+
+def _optional_text(value: Any, where: str, key: str) -> str | None:
+    """A non-empty string or None."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ModelConfigError(f"{where}: {key} must be a non-empty string or null")
+    return value
+
+
+def _optional_count(value: Any, where: str, key: str) -> float | None:
+    """A parameter count (a positive number) or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ModelConfigError(f"{where}: {key} must be a positive number or null, "
+                               f"got {show_value(value)}")
+    return float(value)
+
+
+def _exclusions(value: Any, where: str) -> tuple[str, ...]:
+    names = _strings(value, where, "params_active_excludes") if value else ()
+    unknown = sorted(set(names) - set(ACTIVE_COUNT_EXCLUSIONS))
+    if unknown:
+        raise ModelConfigError(f"{where}: params_active_excludes may name "
+                               f"{', '.join(ACTIVE_COUNT_EXCLUSIONS)}, got {unknown}")
+    return names
+
+
+def _aliases(value: Any, where: str) -> tuple[Alias, ...]:
+    """``aliases``: short names, or ``{name, hf_id, note}`` mappings for other checkpoints."""
+    if not isinstance(value, list):
+        raise ModelConfigError(f"{where}: aliases must be a list of names")
+    aliases = []
+    for item in value:
+        if isinstance(item, str) and item.strip():
+            aliases.append(Alias(name=item, hf_id=None, note=""))
+            continue
+        if not isinstance(item, dict) or set(item) - _ALIAS_KEYS:
+            raise ModelConfigError(f"{where}: aliases must be a list of names or "
+                                   f"{{name, hf_id, note}} mappings, got {show_value(item)}")
+        name, hf_id, note = item.get("name"), item.get("hf_id"), item.get("note")
+        if not (isinstance(name, str) and name.strip() and isinstance(note, str) and note.strip()
+                and (hf_id is None or isinstance(hf_id, str) and hf_id.strip())):
+            raise ModelConfigError(f"{where}: alias {show_value(item)} needs a name and a "
+                                   f"note (and a string hf_id if any)")
+        aliases.append(Alias(name=name, hf_id=hf_id, note=note))
+    return tuple(aliases)
 
 
 def _section(cls: type[Any], value: Any, where: str, key: str) -> Any:
@@ -148,45 +286,80 @@ def _zoo() -> Zoo:
 # --------------------------------------------------------------------------- lookup
 
 
-def _normalise(name: str) -> tuple[str, bool]:
-    """Lower-case, drop org prefix, ``Meta-`` prefix and packaging suffixes; report ``-fp8``."""
+def _drop_runs(tokens: list[str], runs: tuple[tuple[str, ...], ...]) -> tuple[list[str], int]:
+    """``tokens`` without the first match of any of ``runs`` after the first token, and
+    the index of the run that matched (-1 if none)."""
+    for i, run in enumerate(runs):
+        for start in range(1, len(tokens) - len(run) + 1):
+            if tuple(tokens[start:start + len(run)]) == run:
+                return tokens[:start] + tokens[start + len(run):], i
+    return tokens, -1
+
+
+def _normalise(name: str) -> tuple[str, str | None]:
+    """Lower-case key without org prefix, ``Meta-`` prefix, release and precision tokens,
+    and the weight dtype the precision tokens select (None if there are none)."""
     key = name.strip().lower().replace("_", "-").rsplit("/", 1)[-1]
     key = key.removeprefix("meta-")
-    fp8 = False
-    changed = True
-    while changed:
-        changed = False
-        for suffix in _SUFFIXES:
-            if key.endswith(suffix) and len(key) > len(suffix):
-                fp8 = fp8 or suffix == "-fp8"
-                key = key[: -len(suffix)]
-                changed = True
-    return key, fp8
+    tokens = key.split("-")
+    dtype = None
+    runs = tuple(run for run, _ in PRECISION_TOKENS)
+    while True:
+        tokens, found = _drop_runs(tokens, runs)
+        if found < 0:
+            break
+        dtype = dtype or PRECISION_TOKENS[found][1]
+    while True:
+        tokens, found = _drop_runs(tokens, RELEASE_TOKENS)
+        if found < 0:
+            break
+    if len(tokens) > 1 and tokens[-1] == _TRAILING_VERSION:
+        tokens = tokens[:-1]
+    return "-".join(tokens), dtype
 
 
-def _lookup(name: str) -> tuple[str, bool]:
-    """Short name and FP8 flag for ``name``; raises UnknownModelError."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """What a requested name resolved to."""
+
+    requested: str
+    name: str  # zoo short name
+    weight_dtype: str | None  # selected by a precision token of the name, else None
+
+    def describe(self) -> str:
+        """One line for the user: ``'X-FP8' is zoo model x with fp8 weights (from -FP8)'``."""
+        text = f"{self.requested!r} is zoo model {self.name}"
+        if self.weight_dtype is not None:
+            text += f" with {self.weight_dtype} weights (set by the precision in the name)"
+        return text
+
+
+def resolve(name: str) -> Resolution:
+    """The zoo entry and weight dtype a name selects; raises :class:`UnknownModelError`
+    with the three nearest zoo names."""
     index = _zoo().index
-    key, fp8 = _normalise(name)
+    key, dtype = _normalise(name)
     short = index.get(name.strip().lower()) or index.get(key)
     if short is None:
         candidates = sorted(set(index))
         close = difflib.get_close_matches(key, candidates, n=len(candidates), cutoff=0.0)
         suggestions = list(dict.fromkeys(index[c] for c in close))[:3]
         raise UnknownModelError(name, suggestions)
-    return short, fp8
+    return Resolution(requested=name, name=short, weight_dtype=dtype)
 
 
 def resolve_model_name(name: str) -> str:
     """Zoo short name for a short name, alias or HF repo id (case-insensitive)."""
-    return _lookup(name)[0]
+    return resolve(name).name
 
 
 @functools.cache
 def _get_named(name: str) -> ModelConfig:
-    short, fp8 = _lookup(name)
-    model = _zoo().models[short]
-    return dataclasses.replace(model, weight_dtype="fp8") if fp8 else model
+    found = resolve(name)
+    model = _zoo().models[found.name]
+    if found.weight_dtype is None:
+        return model
+    return dataclasses.replace(model, weight_dtype=found.weight_dtype)
 
 
 def get_model(name: str) -> ModelConfig:
@@ -202,6 +375,11 @@ def list_models() -> list[ModelConfig]:
     return list(_zoo().models.values())
 
 
+def model_info(name: str) -> ModelInfo:
+    """Provenance of the zoo model ``name`` (any accepted spelling)."""
+    return _zoo().info[resolve_model_name(name)]
+
+
 def model_aliases(name: str) -> tuple[str, ...]:
-    """The aliases models.yaml gives the zoo model ``name`` (any accepted spelling)."""
-    return _zoo().aliases[resolve_model_name(name)]
+    """The alias names models.yaml gives the zoo model ``name`` (any accepted spelling)."""
+    return tuple(alias.name for alias in model_info(name).aliases)
