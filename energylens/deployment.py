@@ -14,12 +14,14 @@ from energylens.model.spec import split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from energylens.workloads.workload import Workload
 
-__all__ = ["FUSIONS", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment"]
+__all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment"]
 
 #: Fusion groups the families declare (a runtime's defaults are a subset).
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
 #: Weight dtypes a deployment may choose (a checkpoint may also be mxfp4).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+#: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint).
+KV_DTYPES = ("bf16", "fp16", "fp8")
 
 
 
@@ -40,6 +42,7 @@ class Deployment:
     ep: int = 1
     dp: int | None = None
     weight_dtype: str | None = None  # None: the checkpoint's dtype
+    kv_dtype: str | None = None  # None: auto, the runtime's default for the checkpoint
     fusion: frozenset[str] | None = None  # None: the runtime's default fusions
     overlap_sms: int = 0
     freq_mhz: float | None = None
@@ -62,6 +65,9 @@ class Deployment:
         unknown = set(self.fusion or ()) - set(FUSIONS)
         if unknown:
             raise ConfigError(f"unknown fusion {sorted(unknown)}; known: {', '.join(FUSIONS)}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ConfigError(f"KV-cache dtype must be auto or one of {', '.join(KV_DTYPES)}, "
+                              f"got {self.kv_dtype}")
         if self.weight_dtype is not None and self.weight_dtype not in WEIGHT_DTYPES:
             raise ConfigError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, "
                               f"got {self.weight_dtype}")

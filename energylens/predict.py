@@ -51,7 +51,8 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     sequences = workload.batch / deployment.replicas
     demand = kind.memory_demand(workload=workload, sequences=sequences)
     memory = memory_use(graph=ctx.graph, gpu=gpu_spec, runtime=runtime, degrees=degrees,
-                        pp=deployment.pp, weight_dtype=ctx.weight_dtype, sequences=demand.sequences,
+                        pp=deployment.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                        sequences=demand.sequences,
                         context_tokens=demand.context_tokens, step_tokens=demand.step_tokens)
     placement = Placement(ctx=ctx, model=model_cfg, replicas=deployment.replicas,
                           gpus=deployment.total_gpus, sequences=sequences)
@@ -69,6 +70,9 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         fusion=frozenset(runtime.default_fusions if deployment.fusion is None
                          else deployment.fusion),
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
+        # ``auto`` (None): the runtime's default, the activation dtype (vLLM
+        # kv_cache_dtype="auto" stores the cache in the model's bf16 activations).
+        kv_dtype=deployment.kv_dtype or "bf16",
         overlap_sms=deployment.overlap_sms,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),
         routing=deployment.routing, pp=deployment.pp, runtime=runtime,

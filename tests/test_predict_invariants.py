@@ -13,6 +13,7 @@ from energylens.cost.moe import Routing
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import tensor_bytes
 from energylens.deployment import FUSIONS, Deployment, Workload
+from energylens.errors import ConfigError
 from energylens.hardware import load_gpu
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
@@ -243,3 +244,27 @@ def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
     assert p.tpot_s == pytest.approx(step_s(0), rel=1e-9)  # median step admits no prompt
     # Pricing a sliver of a prompt in every step instead would wake more experts per step.
     assert batch / step_s(a) < p.output_tokens_per_s
+
+
+def test_an_fp8_kv_cache_halves_the_kv_bytes_by_hand():
+    """Llama-3.1-8B: 32 layers x 8 KV heads x 128 dims x (K, V) = 65,536 elements per token;
+    8 sequences at 1,024 + 128 tokens hold 8 x 1,152 x 65,536 x 2 B in bf16, half in fp8."""
+    work = Workload(batch=8, input_tokens=1024, output_tokens=128)
+    bf16 = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(kv_dtype="bf16"),
+                   workload=work)
+    fp8 = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(kv_dtype="fp8"),
+                  workload=work)
+    auto = predict(model="llama-3.1-8b", gpu="H100", workload=work)
+    kv_fp8_bytes = 8 * 1152 * 65536 * 1.0
+    assert (bf16.memory_per_gpu_gb - fp8.memory_per_gpu_gb) * 1e9 == pytest.approx(kv_fp8_bytes)
+    assert auto.memory_per_gpu_gb == bf16.memory_per_gpu_gb  # auto: vLLM stores bf16
+    long = Workload(batch=32, input_tokens=32768, output_tokens=64)
+    slow = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(tp=2), workload=long)
+    fast = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(tp=2, kv_dtype="fp8"),
+                   workload=long)
+    assert fast.tpot_s < 0.8 * slow.tpot_s  # long-context decode streams the cache
+
+
+def test_an_unknown_kv_dtype_is_one_line():
+    with pytest.raises(ConfigError, match="KV-cache dtype"):
+        Deployment(kv_dtype="int3")

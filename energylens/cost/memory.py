@@ -56,7 +56,7 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
     return total
 
 
-def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int]) -> float:
+def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int], kv_dtype: str) -> float:
     """Cache bytes one token adds to this layer: the persistent outputs (K and V, or the
     MLA latent), at their local shard sizes."""
     total = 0.0
@@ -67,12 +67,13 @@ def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int]) -> float:
             for rank in op.output.ranks:
                 if rank not in ("b", "m"):
                     elements *= local[rank]
-            total += elements * ACTIVATION_BYTES
+            total += elements * DTYPE_BYTES[kv_dtype]
     return total
 
 
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
-               pp: int, weight_dtype: str, sequences: float, context_tokens: float,
+               pp: int, weight_dtype: str, kv_dtype: str, sequences: float,
+               context_tokens: float,
                step_tokens: float) -> MemoryUse:
     """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``, with
     ``step_tokens`` tokens in one forward pass (capped at the runtime's prefill chunk)."""
@@ -82,7 +83,8 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
                                                      weight_dtype=weight_dtype)
         kept = min(context_tokens, group.window) if group.window else context_tokens
-        kv += group.count * sequences * kept * _kv_bytes_per_token(group=group, degrees=degrees)
+        kv += group.count * sequences * kept * _kv_bytes_per_token(group=group, degrees=degrees,
+                                                                   kv_dtype=kv_dtype)
     weights /= pp
     kv /= pp
     model = graph.model

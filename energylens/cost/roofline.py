@@ -107,6 +107,7 @@ def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
 
 def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None, gpu: GPU,
                 constants: KernelConstants, clock: ClockState, weight_dtype: str,
+                kv_dtype: str = "bf16",
                 compute_slowdown: float = 1.0) -> KernelCost:
     """Price one kernel. ``compute_slowdown`` > 1 when overlapped communication holds SMs."""
     tensor_time: Size = 0.0
@@ -154,10 +155,12 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                               constants=constants)
         tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
     nbytes: Size = 0.0
+    appended = {op.output.name for op in kernel.ops if op.persistent_output}
     for tensor in (*kernel.reads, *kernel.writes):
         sizes = {**kernel.io_sizes[tensor.name], **phase}
         nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
-                                       window=window)
+                                       window=window, kv_dtype=kv_dtype,
+                                       cache=tensor.name in appended)
     compute_s = (tensor_time + vector_time) * compute_slowdown / clock.ratio
     bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
     klass = vector_class(kernel)

@@ -66,6 +66,7 @@ class StepContext:
     degrees: tuple[tuple[str, int], ...]
     fusion: frozenset[str]
     weight_dtype: str
+    kv_dtype: str
     overlap_sms: int
     clock: ClockState
     routing: Routing
@@ -141,7 +142,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         for phase in phases:
             cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
                                constants=constants, clock=ctx.clock,
-                               weight_dtype=ctx.weight_dtype,
+                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                compute_slowdown=slowdown if index in overlapping else 1.0)
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
             compute_j = compute_j + cost.compute_energy_j

@@ -14,7 +14,7 @@ import numpy as np
 from energylens.model.spec import Einsum, TensorRef
 
 Size = float | np.ndarray
-ACTIVATION_BYTES = 2.0  # bf16 activations and KV cache
+ACTIVATION_BYTES = 2.0  # bf16 activations (and the KV cache unless its dtype says otherwise)
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0,
                "mxfp4": 4.25 / 8.0,  # OCP MX: 4-bit elements + one 8-bit scale per 32
                # AWQ/GPTQ releases: 4-bit integers + a 16-bit scale and a 4-bit zero point
@@ -84,17 +84,20 @@ def op_flops(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> Siz
 
 
 def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str,
-                 window: float | None) -> Size:
-    """Bytes of ``tensor``: weights in the weight dtype, KV cache clipped to the window."""
+                 window: float | None, kv_dtype: str = "bf16", cache: bool = False) -> Size:
+    """Bytes of ``tensor``: weights in the weight dtype; the KV cache (the cached tensors
+    read by attention, and ``cache`` = a persistent output appended to it) in the KV
+    dtype, clipped to the window; other activations in bf16."""
     if tensor.name.startswith("W"):
         ranks = sizes
         if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
         return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
+    element = DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
     if tensor.name in KV_TENSORS and window is not None:
         kv_len = np.minimum(sizes["p"], window + sizes["m"] - 1)
-        return _product(tensor.ranks, {**sizes, "p": kv_len}) * ACTIVATION_BYTES
-    return _product(tensor.ranks, sizes) * ACTIVATION_BYTES
+        return _product(tensor.ranks, {**sizes, "p": kv_len}) * element
+    return _product(tensor.ranks, sizes) * element
 
 
 def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
