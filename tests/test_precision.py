@@ -31,6 +31,7 @@ def test_weight_bytes_scale_with_the_format(dtype: str) -> None:
         return memory_use(graph=build_graph(model), gpu=load_gpu("h100"),
                           runtime=get_runtime(DEFAULT_RUNTIME),
                           degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1, weight_dtype=weight_dtype,
+                          kv_dtype="bf16",
                           sequences=1, context_tokens=1, step_tokens=1).weights_bytes
 
     assert weights(dtype) / weights("bf16") == pytest.approx(DTYPE_BYTES[dtype] / 2.0)
