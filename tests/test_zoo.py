@@ -241,11 +241,12 @@ def test_load_config_missing_field(tmp_path: Path) -> None:
     assert str(path) in str(info.value)
 
 
-def test_load_config_unsupported_type(tmp_path: Path) -> None:
-    path = _write(tmp_path, "nemotron", {**_LLAMA, "model_type": "nemotron_h"})
-    with pytest.raises(ModelConfigError, match="nemotron_h") as info:
+def test_load_config_unsupported_type_without_standard_fields(tmp_path: Path) -> None:
+    path = _write(tmp_path, "acme", {"model_type": "acme_lm", "vocab_size": 1000})
+    with pytest.raises(ModelConfigError, match="acme_lm") as info:
         load_hf_config(path)
     assert ", ".join(supported_model_types()) in str(info.value)
+    assert "lacks the standard decoder fields ['hidden_size'" in str(info.value)
 
 
 def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
@@ -346,8 +347,9 @@ _MALFORMED: list[tuple[str, object, str]] = [
     ("top-level-list", [_LLAMA], "expected a JSON object"),
     ("top-level-string", "llama", "expected a JSON object"),
     ("no-model-type", {k: v for k, v in _LLAMA.items() if k != "model_type"}, "no model_type"),
-    ("unsupported-type", {**_LLAMA, "model_type": "nemotron_h"}, "supported: "),
-    ("model-type-list", {**_LLAMA, "model_type": ["llama"]}, "unsupported model_type"),
+    ("unsupported-type-without-fields", {"model_type": "acme_lm", "hidden_size": 64},
+     "lacks the standard decoder fields"),
+    ("model-type-list", {**_LLAMA, "model_type": ["llama"]}, "is not a string"),
     ("hidden-string", {**_LLAMA, "hidden_size": "abc"}, "'hidden_size' must be an integer"),
     ("hidden-zero", {**_LLAMA, "hidden_size": 0}, "'hidden_size' must be an integer >= 1"),
     ("hidden-negative", {**_LLAMA, "hidden_size": -4096}, "'hidden_size' must be an integer"),

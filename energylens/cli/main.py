@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -16,6 +17,7 @@ from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import list_gpus
 from energylens.model import list_models, parameter_count, supported_model_types
+from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
@@ -183,6 +185,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ModelApproximationWarning)
+        warnings.showwarning = _one_line_warnings(warnings.showwarning)
+        return _run(args)
+
+
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` that prints a model approximation as one stderr line."""
+
+    def shown(message: Warning | str, category: type[Warning], *rest: object,
+              **kwargs: object) -> None:
+        if issubclass(category, ModelApproximationWarning):
+            print(f"energylens: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *rest, **kwargs)
+
+    return shown
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except EnergyLensError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from energylens.model.config import ModelConfig
+from energylens.model.config import ModelConfig, MoEConfig
 from energylens.model.hf.reader import HFConfig
 
 
@@ -76,3 +76,69 @@ def sliding_from_layer_types(cfg: HFConfig, default_count: int) -> int:
     if layer_types is None:
         return default_count
     return sum(t == "sliding_attention" for t in layer_types)
+
+
+def decoder_json(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """The Llama-named ``config.json`` fields of ``model`` (what :func:`decoder_fields`
+    reads); writers add what their family spells differently."""
+    return {
+        "model_type": model_type,
+        "_name_or_path": model.hf_id,
+        "hidden_size": model.hidden_size,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": model.num_kv_heads,
+        "head_dim": model.head_dim,
+        "intermediate_size": model.ffn_size,
+        "vocab_size": model.vocab_size,
+        "tie_word_embeddings": model.tie_word_embeddings,
+        "attention_bias": model.qkv_bias,
+        "hidden_act": "silu" if model.gated_mlp else "gelu",
+        ("rms_norm_eps" if model.norm_type == "rmsnorm" else "layer_norm_eps"): 1e-5,
+    }
+
+
+def layer_types(model: ModelConfig) -> list[str]:
+    """``layer_types`` with ``num_sliding_layers`` sliding layers spread over the model."""
+    n, k = model.num_layers, model.num_sliding_layers
+    sliding = {round(i * n / k) for i in range(k)} if k else set()
+    return ["sliding_attention" if i in sliding else "full_attention" for i in range(n)]
+
+
+def routed_moe(cfg: HFConfig, fields: dict[str, Any]) -> None:
+    """DeepSeek-style experts (``n_routed_experts``, ``n_shared_experts`` of
+    ``moe_intermediate_size`` each): the first ``first_k_dense_replace`` layers dense, then
+    every ``moe_layer_freq``-th layer MoE. Sets ``fields["moe"]`` and the dense width."""
+    n = fields["num_layers"]
+    first_dense = cfg.integer("first_k_dense_replace", default=0, minimum=0)
+    freq = cfg.integer("moe_layer_freq", default=1)
+    moe_layers = sum(1 for i in range(n) if i >= first_dense and i % freq == 0)
+    expert_ffn = cfg.integer("moe_intermediate_size")
+    shared = cfg.integer("n_shared_experts", default=0, minimum=0)
+    fields["moe"] = MoEConfig(
+        num_experts=cfg.integer("n_routed_experts"),
+        top_k=cfg.integer("num_experts_per_tok"),
+        expert_ffn=expert_ffn,
+        num_shared_experts=shared,
+        shared_expert_ffn=expert_ffn if shared else 0,
+        num_moe_layers=moe_layers,
+        dense_layer_ffn=fields["ffn_size"] if moe_layers < n else 0,
+    )
+    if moe_layers == n:
+        fields["ffn_size"] = expert_ffn
+
+
+def routed_moe_json(model: ModelConfig) -> dict[str, Any]:
+    """The fields :func:`routed_moe` reads (dense layers first, then every layer MoE)."""
+    moe = model.moe
+    if moe is None:
+        return {}
+    return {
+        "n_routed_experts": moe.num_experts,
+        "num_experts_per_tok": moe.top_k,
+        "moe_intermediate_size": moe.expert_ffn,
+        "n_shared_experts": moe.num_shared_experts,
+        "first_k_dense_replace": model.num_layers - moe.num_moe_layers,
+        "moe_layer_freq": 1,
+        "intermediate_size": moe.dense_layer_ffn or moe.expert_ffn,
+    }

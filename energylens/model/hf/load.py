@@ -2,37 +2,86 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, check_model_config, show_value
+from energylens.model.hf.generic import build_generic
+from energylens.model.hf.quantization import declared_weight_dtype
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import registered_builders, supported_model_types
+from energylens.model.hf.registry import registered_builders
+
+#: Top-level fields a nested ``text_config`` inherits when it does not set them.
+_INHERITED = ("tie_word_embeddings", "_name_or_path")
+
+
+class ModelApproximationWarning(UserWarning):
+    """A config.json was read with approximations (one line naming them)."""
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:
     """Read a local Hugging Face ``config.json`` into a ModelConfig (no network).
 
-    The file's ``model_type`` picks the builder registered for it
-    (:func:`energylens.model.hf.supported_model_types` lists them). The model is named
-    after the folder holding ``config.json``. Anything wrong with the file (unreadable,
-    not UTF-8, not a JSON object, an unsupported type, a missing or malformed field,
-    sizes that do not fit together) raises :class:`ModelConfigError` naming the file.
+    A vision-language checkpoint's ``text_config`` is the model read (the text decoder).
+    Its ``model_type`` picks the builder registered for it
+    (:func:`energylens.model.hf.supported_model_types`); a type without one is read as a
+    generic decoder from the standard fields, with a :class:`ModelApproximationWarning`
+    naming what was approximated. The weight dtype follows ``quantization_config`` (or
+    an ``hf_quant_config.json`` beside the file). The model is named after the folder
+    holding ``config.json`` (or the file, without ``_config``). Anything wrong with the
+    file (unreadable, not UTF-8, not a JSON object, no model_type, missing or malformed
+    fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
     """
     path = Path(path)
-    cfg = HFConfig(_read_json_object(path), path=path)
-    model_type = cfg.raw("model_type")
-    builders = registered_builders()
-    if not isinstance(model_type, str) or model_type not in builders:
-        found = "no model_type" if model_type is None else \
-            f"unsupported model_type {show_value(model_type)}"
-        raise cfg.error(f"{found} (supported: {', '.join(supported_model_types())})")
-    name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    model = builders[model_type](cfg, name=name, model_type=model_type)
+    top = HFConfig(_read_json_object(path), path=path)
+    if not isinstance(top.raw("model_type"), str):
+        found = "no model_type" if top.raw("model_type") is None else \
+            f"model_type {show_value(top.raw('model_type'))} is not a string"
+        raise top.error(found)
+    text = top.section("text_config")
+    cfg = top
+    if text is not None:  # a vision-language checkpoint: its text decoder is the model
+        inherited = {k: top.raw(k) for k in _INHERITED if top.has(k) and not text.has(k)}
+        cfg = HFConfig({**inherited, **text.data}, path=path, prefix=text.prefix)
+    model_type = cfg.raw("model_type") if isinstance(cfg.raw("model_type"), str) \
+        else top.raw("model_type")
+    name = path.parent.name if path.stem == "config" and path.parent.name else \
+        path.stem.removesuffix("_config")
+    builder = registered_builders().get(model_type)
+    notes: list[str] = []
+    if builder is not None:
+        model = builder(cfg, name=name, model_type=model_type)
+    else:
+        model, notes = build_generic(cfg, name=name, model_type=model_type)
+    dtype, warning = declared_weight_dtype(top.section("quantization_config"),
+                                           cfg.section("quantization_config"),
+                                           _quant_file(path))
+    if warning:
+        notes.append(warning)
+    if dtype is not None:
+        model = dataclasses.replace(model, weight_dtype=dtype)
+    if notes:
+        model = dataclasses.replace(model, notes=f"{model.notes}; approximated: {'; '.join(notes)}")
     check_model_config(model, where=str(path))
+    if notes:
+        warnings.warn(f"{path}: approximated: {'; '.join(notes)}", ModelApproximationWarning,
+                      stacklevel=2)
     return model
+
+
+def _quant_file(path: Path) -> HFConfig | None:
+    """The ``quantization`` object of the ``hf_quant_config.json`` beside ``config.json``
+    (``<name>_hf_quant_config.json`` beside ``<name>_config.json``), if there is one."""
+    if not path.name.endswith("config.json"):
+        return None
+    sibling = path.with_name(path.name.removesuffix("config.json") + "hf_quant_config.json")
+    if sibling == path or not sibling.is_file():
+        return None
+    return HFConfig(_read_json_object(sibling), path=sibling).section("quantization")
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:

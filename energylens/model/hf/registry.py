@@ -1,9 +1,10 @@
-"""The HF builder registry: one builder per ``model_type``, registered where it is defined.
+"""The HF builder registry: one builder per ``model_type``, registered where it is defined,
+and its inverse, a writer that turns a ModelConfig back into that family's ``config.json``.
 
-A builder module in :mod:`energylens.model.hf.builders` decorates its function with
-``@hf_builder("llama", ...)``. The modules are found and imported on first use, so adding
-a family is adding a module: no list to extend. The supported types in error messages and
-docs are :func:`supported_model_types`.
+A builder module in :mod:`energylens.model.hf.builders` decorates its functions with
+``@hf_builder("llama", ...)`` and ``@hf_writer("llama", ...)``. The modules are found and
+imported on first use, so adding a family is adding a module: no list to extend. The
+supported types in error messages and docs are :func:`supported_model_types`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from energylens.model.config import ModelConfig
 from energylens.model.hf.reader import HFConfig
@@ -24,9 +25,17 @@ class HFBuilder(Protocol):
     def __call__(self, cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig: ...
 
 
+class HFWriter(Protocol):
+    """Writes ``model`` as the ``config.json`` fields of ``model_type`` (its builder's inverse)."""
+
+    def __call__(self, model: ModelConfig, *, model_type: str) -> dict[str, Any]: ...
+
+
 B = TypeVar("B", bound=HFBuilder)
+W = TypeVar("W", bound=HFWriter)
 
 _BUILDERS: dict[str, HFBuilder] = {}
+_WRITERS: dict[str, HFWriter] = {}
 
 
 def hf_builder(*model_types: str) -> Callable[[B], B]:
@@ -46,6 +55,23 @@ def hf_builder(*model_types: str) -> Callable[[B], B]:
     return register
 
 
+def hf_writer(*model_types: str) -> Callable[[W], W]:
+    """Register the decorated writer for each of ``model_types``."""
+    if not model_types:
+        raise TypeError("hf_writer needs at least one model_type")
+
+    def register(writer: W) -> W:
+        for model_type in model_types:
+            other = _WRITERS.get(model_type)
+            if other is not None and other is not writer:
+                raise RuntimeError(f"HF model_type {model_type!r} has two writers: "
+                                   f"{other.__module__} and {writer.__module__}")
+            _WRITERS[model_type] = writer
+        return writer
+
+    return register
+
+
 @functools.cache
 def _import_builders() -> None:
     """Import every module of :mod:`energylens.model.hf.builders` (they register)."""
@@ -60,6 +86,12 @@ def registered_builders() -> dict[str, HFBuilder]:
     """Every registered builder by ``model_type``."""
     _import_builders()
     return dict(_BUILDERS)
+
+
+def registered_writers() -> dict[str, HFWriter]:
+    """Every registered writer by ``model_type``."""
+    _import_builders()
+    return dict(_WRITERS)
 
 
 def supported_model_types() -> tuple[str, ...]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from energylens.model.config import ModelConfig
 from energylens.model.hf.common import finish, head_dim_from
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import hf_builder
+from energylens.model.hf.registry import hf_builder, hf_writer
 
 
 @hf_builder("bloom")
@@ -38,3 +40,13 @@ def build_bloom(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
         "notes": f"loaded from a local HF config.json ({name}); ALiBi",
     }
     return finish(fields)
+
+
+@hf_writer("bloom")
+def write_bloom(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """BLOOM's own field names."""
+    return {"model_type": model_type, "_name_or_path": model.hf_id,
+            "hidden_size": model.hidden_size, "n_layer": model.num_layers,
+            "n_head": model.num_heads, "n_inner": model.ffn_size,
+            "vocab_size": model.vocab_size, "tie_word_embeddings": model.tie_word_embeddings,
+            "layer_norm_epsilon": 1e-5}

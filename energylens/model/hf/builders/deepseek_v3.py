@@ -1,20 +1,27 @@
-"""DeepSeek-V3 / R1 (and configs that reuse its model_type): MLA attention, MoE."""
+"""DeepSeek-V2 / V3 / R1 and Kimi-K2 (the same template): MLA attention, routed and
+shared experts after the first dense layers."""
 
 from __future__ import annotations
 
-from energylens.model.config import MLAConfig, ModelConfig, MoEConfig
-from energylens.model.hf.common import decoder_fields, finish
+from typing import Any
+
+from energylens.model.config import MLAConfig, ModelConfig
+from energylens.model.hf.common import (
+    decoder_fields,
+    decoder_json,
+    finish,
+    routed_moe,
+    routed_moe_json,
+)
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import hf_builder
+from energylens.model.hf.registry import hf_builder, hf_writer
 
 
-@hf_builder("deepseek_v3")
+@hf_builder("deepseek_v2", "deepseek_v3", "kimi_k2")
 def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
-    """deepseek_v3: MLA attention, ``first_k_dense_replace`` dense layers, then MoE layers
-    (every ``moe_layer_freq``) with shared experts; an fp8 ``quantization_config`` sets
-    fp8 weights."""
+    """MLA attention (with or without a query latent), ``first_k_dense_replace`` dense
+    layers, then MoE layers (every ``moe_layer_freq``) with shared experts."""
     f = decoder_fields(cfg, name, derive_head_dim=False)
-    n = f["num_layers"]
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
     f["mla"] = MLAConfig(
         q_lora_rank=cfg.integer("q_lora_rank", default=0, minimum=0),
@@ -24,23 +31,19 @@ def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConf
         v_head_dim=cfg.integer("v_head_dim"),
     )
     f["attention"], f["head_dim"], f["num_kv_heads"] = "MLA", nope + rope, f["num_heads"]
-    first_dense = cfg.integer("first_k_dense_replace", default=0, minimum=0)
-    freq = cfg.integer("moe_layer_freq", default=1)
-    moe_layers = sum(1 for i in range(n) if i >= first_dense and i % freq == 0)
-    expert_ffn = cfg.integer("moe_intermediate_size")
-    shared = cfg.integer("n_shared_experts", default=0, minimum=0)
-    f["moe"] = MoEConfig(
-        num_experts=cfg.integer("n_routed_experts"),
-        top_k=cfg.integer("num_experts_per_tok"),
-        expert_ffn=expert_ffn,
-        num_shared_experts=shared,
-        shared_expert_ffn=expert_ffn if shared else 0,
-        num_moe_layers=moe_layers,
-        dense_layer_ffn=f["ffn_size"] if moe_layers < n else 0,
-    )
-    if moe_layers == n:
-        f["ffn_size"] = expert_ffn
-    quantization = cfg.section("quantization_config")
-    if quantization is not None and quantization.raw("quant_method") == "fp8":
-        f["weight_dtype"] = "fp8"
+    routed_moe(cfg, f)
     return finish(f)
+
+
+@hf_writer("deepseek_v2", "deepseek_v3", "kimi_k2")
+def write_deepseek_v3(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """Llama fields, the MLA ranks and the experts."""
+    fields = decoder_json(model, model_type=model_type)
+    del fields["head_dim"]
+    mla = model.mla
+    if mla is not None:
+        fields.update(q_lora_rank=mla.q_lora_rank or None, kv_lora_rank=mla.kv_lora_rank,
+                      qk_nope_head_dim=mla.qk_nope_head_dim,
+                      qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim)
+    fields.update(routed_moe_json(model))
+    return fields

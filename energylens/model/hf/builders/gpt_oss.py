@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from energylens.model.config import ModelConfig, MoEConfig
-from energylens.model.hf.common import decoder_fields, finish, sliding_from_layer_types
+from energylens.model.hf.common import (
+    decoder_fields,
+    decoder_json,
+    finish,
+    layer_types,
+    sliding_from_layer_types,
+)
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import hf_builder
+from energylens.model.hf.registry import hf_builder, hf_writer
 
 
 @hf_builder("gpt_oss")
@@ -28,3 +36,15 @@ def build_gpt_oss(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     )
     f["notes"] += "; attention sinks ignored"
     return finish(f)
+
+
+@hf_writer("gpt_oss")
+def write_gpt_oss(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """Llama fields, the window and layer_types, the experts."""
+    fields = decoder_json(model, model_type=model_type)
+    fields["sliding_window"] = model.sliding_window
+    fields["layer_types"] = layer_types(model)
+    if model.moe is not None:
+        fields["num_local_experts"] = model.moe.num_experts
+        fields["num_experts_per_tok"] = model.moe.top_k
+    return fields

@@ -1,16 +1,20 @@
-"""Mistral and Mixtral: a sliding window on every layer when one is set; Mixtral is MoE."""
+"""Mistral, Mixtral and Phi-3/4: a sliding window on every layer when one is set; Mixtral
+is MoE."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from energylens.model.config import ModelConfig, MoEConfig
-from energylens.model.hf.common import decoder_fields, finish
+from energylens.model.hf.common import decoder_fields, decoder_json, finish
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import hf_builder
+from energylens.model.hf.registry import hf_builder, hf_writer
 
 
-@hf_builder("mistral", "mixtral")
+@hf_builder("mistral", "mixtral", "phi3")
 def build_mistral(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
-    """mistral / mixtral: ``sliding_window`` (when not null) applies to all layers."""
+    """mistral / mixtral / phi3 (fused qkv and gate_up projections, the same shapes):
+    ``sliding_window`` (when not null) applies to all layers."""
     f = decoder_fields(cfg, name)
     n = f["num_layers"]
     if cfg.has("sliding_window"):
@@ -26,3 +30,14 @@ def build_mistral(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
             dense_layer_ffn=0,
         )
     return finish(f)
+
+
+@hf_writer("mistral", "mixtral", "phi3")
+def write_mistral(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """Llama fields, the window, Mixtral's experts (their width is intermediate_size)."""
+    fields = decoder_json(model, model_type=model_type)
+    fields["sliding_window"] = model.sliding_window
+    if model.moe is not None:
+        fields["num_local_experts"] = model.moe.num_experts
+        fields["num_experts_per_tok"] = model.moe.top_k
+    return fields

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from energylens.model.config import ModelConfig, MoEConfig
-from energylens.model.hf.common import decoder_fields, finish
+from energylens.model.hf.common import decoder_fields, decoder_json, finish
 from energylens.model.hf.reader import HFConfig
-from energylens.model.hf.registry import hf_builder
+from energylens.model.hf.registry import hf_builder, hf_writer
 
 
 @hf_builder("qwen2", "qwen3", "qwen3_moe")
@@ -39,3 +41,20 @@ def build_qwen(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
         )
         f["ffn_size"] = dense_ffn or expert_ffn
     return finish(f)
+
+
+@hf_writer("qwen2", "qwen3", "qwen3_moe")
+def write_qwen(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """Llama fields, the window from layer ``max_window_layers`` on, the experts (the
+    first layers dense, listed in ``mlp_only_layers``)."""
+    fields = decoder_json(model, model_type=model_type)
+    fields["use_sliding_window"] = model.sliding_window is not None
+    fields["sliding_window"] = model.sliding_window
+    fields["max_window_layers"] = model.num_layers - model.num_sliding_layers
+    if model.moe is not None:
+        fields["num_experts"] = model.moe.num_experts
+        fields["num_experts_per_tok"] = model.moe.top_k
+        fields["moe_intermediate_size"] = model.moe.expert_ffn
+        fields["decoder_sparse_step"] = 1
+        fields["mlp_only_layers"] = list(range(model.num_layers - model.moe.num_moe_layers))
+    return fields

@@ -1,0 +1,35 @@
+"""Write a ModelConfig as the ``config.json`` of its family (the inverse of loading it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from energylens.errors import ModelConfigError
+from energylens.model.config import ModelConfig
+from energylens.model.hf.registry import registered_writers
+
+#: The ``quantization_config`` a checkpoint of each weight dtype declares (what the loader
+#: reads back); 16-bit checkpoints declare none.
+QUANTIZATION_CONFIGS: dict[str, dict[str, Any]] = {
+    "fp8": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+    "int4": {"quant_method": "awq", "bits": 4, "group_size": 128},
+    "nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+    "mxfp4": {"quant_method": "mxfp4"},
+}
+
+
+def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """``model`` as the ``config.json`` fields of ``model_type``: reading them back with
+    :func:`energylens.model.hf.load_hf_config` gives the same shapes and weight dtype.
+
+    Raises:
+        ModelConfigError: no writer is registered for ``model_type``.
+    """
+    writer = registered_writers().get(model_type)
+    if writer is None:
+        raise ModelConfigError(f"no config.json writer for model_type {model_type!r} "
+                               f"(writers: {', '.join(sorted(registered_writers()))})")
+    fields = writer(model, model_type=model_type)
+    if model.weight_dtype in QUANTIZATION_CONFIGS:
+        fields["quantization_config"] = dict(QUANTIZATION_CONFIGS[model.weight_dtype])
+    return fields
