@@ -1,4 +1,9 @@
-"""Memory per GPU: weights + KV cache + activations + the runtime's reserve."""
+"""Memory per GPU: weights + KV cache + recurrent state + activations + the runtime's reserve.
+
+The cache is what the layers' persistent outputs keep: outputs with a token rank ``m``
+(K and V, the MLA latent) grow with the context; outputs without one (the state of a
+recurrent mixer such as Mamba-2) are a constant size per sequence.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +26,13 @@ class MemoryUse:
     reserve_bytes: float
     capacity_bytes: float
     usable_bytes: float  # the share of capacity the runtime may use
+    state_bytes: float = 0.0  # recurrent-mixer state of the sequences (constant per sequence)
 
     @property
     def total_bytes(self) -> float:
         """Everything that must fit."""
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.reserve_bytes
+        return (self.weights_bytes + self.kv_cache_bytes + self.state_bytes
+                + self.activation_bytes + self.reserve_bytes)
 
     @property
     def fits(self) -> bool:
@@ -36,8 +43,10 @@ class MemoryUse:
         """Why it does not fit (one line), or None when it does."""
         if self.fits:
             return None
+        state = f", state {self.state_bytes / 1e9:.1f}" if self.state_bytes else ""
         return (f"needs {self.total_bytes / 1e9:.1f} GB per GPU (weights "
-                f"{self.weights_bytes / 1e9:.1f}, KV {self.kv_cache_bytes / 1e9:.1f}, activations "
+                f"{self.weights_bytes / 1e9:.1f}, KV {self.kv_cache_bytes / 1e9:.1f}{state}, "
+                f"activations "
                 f"{self.activation_bytes / 1e9:.1f}, reserve {self.reserve_bytes / 1e9:.1f}) but "
                 f"{gpu_name} has {self.capacity_bytes / 1e9:.0f} GB, of which "
                 f"{self.usable_bytes / 1e9:.0f} GB usable")
@@ -57,17 +66,32 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
 
 
 def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int], kv_dtype: str) -> float:
-    """Cache bytes one token adds to this layer: the persistent outputs (K and V, or the
-    MLA latent), at their local shard sizes."""
+    """Cache bytes one token adds to this layer: the persistent outputs with a token rank
+    (K and V, or the MLA latent), at their local shard sizes."""
     total = 0.0
     for op in group.layer.ops:
-        if op.persistent_output:
+        if op.persistent_output and "m" in op.output.ranks:
             local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
             elements = 1.0
             for rank in op.output.ranks:
                 if rank not in ("b", "m"):
                     elements *= local[rank]
             total += elements * DTYPE_BYTES[kv_dtype]
+    return total
+
+
+def _state_bytes_per_sequence(*, group: LayerGroup, degrees: dict[str, int]) -> float:
+    """Recurrent state one sequence keeps in this layer: the persistent outputs without a
+    token rank (a Mamba-2 mixer's SSM and convolution state), at their local shard sizes."""
+    total = 0.0
+    for op in group.layer.ops:
+        if op.persistent_output and "m" not in op.output.ranks:
+            local = local_sizes(layer=group.layer, op=op, sizes=group.sizes, degrees=degrees)
+            elements = 1.0
+            for rank in op.output.ranks:
+                if rank != "b":
+                    elements *= local[rank]
+            total += elements * ACTIVATION_BYTES
     return total
 
 
@@ -79,20 +103,24 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     ``step_tokens`` tokens in one forward pass (capped at the runtime's prefill chunk)."""
     weights = 0.0
     kv = 0.0
+    state = 0.0
     for group in graph.groups:
         weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
                                                      weight_dtype=weight_dtype)
         kept = min(context_tokens, group.window) if group.window else context_tokens
         kv += group.count * sequences * kept * _kv_bytes_per_token(group=group, degrees=degrees,
                                                                    kv_dtype=kv_dtype)
+        state += group.count * sequences * _state_bytes_per_sequence(group=group, degrees=degrees)
     weights /= pp
     kv /= pp
+    state /= pp
     model = graph.model
     vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"] * DTYPE_BYTES[weight_dtype]
     weights += vocab_shard * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     activations = min(step_tokens, runtime.prefill_chunk_tokens) * per_token
-    return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, activation_bytes=activations,
+    return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
+                     activation_bytes=activations,
                      reserve_bytes=runtime.reserve_bytes, capacity_bytes=gpu.hbm_capacity_bytes,
                      usable_bytes=gpu.hbm_capacity_bytes * runtime.memory_utilization)

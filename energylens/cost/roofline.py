@@ -155,7 +155,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                               constants=constants)
         tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
     nbytes: Size = 0.0
-    appended = {op.output.name for op in kernel.ops if op.persistent_output}
+    # appended to the KV cache (in its dtype); a recurrent state (no token rank) is not
+    appended = {op.output.name for op in kernel.ops
+                if op.persistent_output and "m" in op.output.ranks}
     for tensor in (*kernel.reads, *kernel.writes):
         sizes = {**kernel.io_sizes[tensor.name], **phase}
         nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
