@@ -9,14 +9,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from rich.table import Table
-
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import EnergyLensError
-from energylens.hardware import list_gpus
-from energylens.model import list_models, parameter_count, supported_model_types
 from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
@@ -101,64 +97,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_models(args: argparse.Namespace) -> int:
-    table = Table(title="Model zoo")
-    for column in ("name", "family", "total params", "active params", "layers", "experts",
-                   "HF id"):
-        table.add_column(column)
-    for model in list_models():
-        total, active = parameter_count(model)
-        experts = f"{model.moe.num_experts} (top-{model.moe.top_k})" if model.moe else "-"
-        table.add_row(model.name, model.family, f"{total / 1e9:.1f}B", f"{active / 1e9:.1f}B",
-                      str(model.num_layers), experts, model.hf_id)
-    table.caption = ("--model also reads a local config.json of model_type "
-                     + ", ".join(supported_model_types()))
-    console().print(table)
-    return 0
-
-
-def _cmd_gpus(args: argparse.Namespace) -> int:
-    table = Table(title="GPUs (dense rates; link bandwidth per direction)")
-    for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "SMs", "TDP W",
-                   "scale-up link", "GB/s", "$/GPU-h", "constants"):
-        table.add_column(column)
-    for gpu in list_gpus():
-        fp8 = gpu.dense_flops_per_s.get("fp8")
-        table.add_row(gpu.name, f"{gpu.dense_flops_per_s['bf16'] / 1e12:.0f}",
-                      f"{fp8 / 1e12:.0f}" if fp8 else "-", f"{gpu.hbm_capacity_bytes / 1e9:.0f}",
-                      f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}", str(gpu.sm_count),
-                      f"{gpu.tdp_w:.0f}", gpu.intra_node.kind,
-                      f"{gpu.intra_node.bandwidth_bytes_per_s / 1e9:.0f}",
-                      f"{gpu.price_per_hour:.2f}",
-                      f"borrowed from {gpu.borrows_from}" if gpu.borrows_from else "measured")
-    console().print(table)
-    return 0
-
-
-def _cmd_runtimes(args: argparse.Namespace) -> int:
-    from energylens.runtime import get_runtime
-
-    table = Table(title="Serving runtimes (--runtime)")
-    for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
-                   "EP layout", "own all-reduce up to"):
-        table.add_column(column)
-    for name in runtime_names():
-        r = get_runtime(name)
-        table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
-                      f"{r.memory_utilization:.0%}", f"{r.reserve_bytes / 1e9:.1f}",
-                      str(r.prefill_chunk_tokens), r.expert_parallel_layout,
-                      f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
-                      if r.custom_allreduce_max_bytes else "-")
-    console().print(table)
-    return 0
-
-
 Registrar = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Registrar]:
     registrars: list[Registrar] = [_add_predict]
-    for module_name in ("energylens.cli.validate", "energylens.cli.study"):
+    for module_name in ("energylens.cli.catalog", "energylens.cli.validate",
+                        "energylens.cli.study"):
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:
@@ -175,10 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for register in _registrars():
         register(sub)
-    sub.add_parser("models", help="list the model zoo").set_defaults(handler=_cmd_models)
-    sub.add_parser("gpus", help="list the hardware database").set_defaults(handler=_cmd_gpus)
-    sub.add_parser("runtimes", help="list the serving runtimes").set_defaults(
-        handler=_cmd_runtimes)
     return parser
 
 

@@ -1,0 +1,323 @@
+"""``energylens models``, ``energylens gpus`` and ``energylens runtimes``: browse what the
+tool knows, and show one model or GPU with every number's source.
+
+Sizes print in GB (10^9 bytes) everywhere, as in predictions; ``--json`` prints SI units
+(parameters, bytes, FLOP/s, W, s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from energylens.cli.tables import console
+from energylens.cost.memory import memory_use
+from energylens.hardware import GPU, list_gpus, load_gpu
+from energylens.model import ModelConfig, build_graph, get_model, list_models, parameter_count
+from energylens.model.hf import supported_model_types
+from energylens.model.zoo import ModelInfo, model_info, resolve
+from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
+
+__all__ = ["FAMILIES", "SHOWN_DTYPES", "family_of", "footprint", "register"]
+
+#: ``--family`` values: the FFN kind.
+FAMILIES = ("dense", "moe")
+#: Weight formats ``models show`` prices (every format a checkpoint name or config selects).
+SHOWN_DTYPES = ("bf16", "fp8", "int4", "nvfp4")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``models``, ``gpus`` and ``runtimes`` commands."""
+    m = sub.add_parser("models", help="list the model zoo (filter it), or show one model",
+                       description="List the zoo's architectures and aliases. 'models show "
+                                   "NAME|PATH' prints one model's sizes and sources.")
+    m.add_argument("--search", metavar="TEXT",
+                   help="only models whose name, HF id, aliases or model_type contain TEXT")
+    m.add_argument("--family", choices=FAMILIES, help="only dense or MoE models")
+    m.add_argument("--json", action="store_true", help="print one JSON object")
+    m.set_defaults(handler=_cmd_models)
+    shows = m.add_subparsers(dest="models_command", parser_class=type(m))
+    show = shows.add_parser("show", help="one model: parameters, bytes, family, sources")
+    show.add_argument("name", metavar="NAME|PATH",
+                      help="zoo name, alias, HF repo id (release and precision words allowed) "
+                           "or a config.json path")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(handler=_cmd_models_show)
+
+    g = sub.add_parser("gpus", help="list the hardware database, or show one GPU")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(handler=_cmd_gpus)
+    gshows = g.add_subparsers(dest="gpus_command", parser_class=type(g))
+    gshow = gshows.add_parser("show", help="one GPU: every number with its kind and source")
+    gshow.add_argument("name", help="GPU name or alias")
+    gshow.add_argument("--json", action="store_true", help="print one JSON object")
+    gshow.set_defaults(handler=_cmd_gpus_show)
+
+    r = sub.add_parser("runtimes", help="list the serving runtimes")
+    r.set_defaults(handler=_cmd_runtimes)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def family_of(model: ModelConfig) -> str:
+    """The family ``--family`` filters on."""
+    return model.family
+
+
+def _matches(model: ModelConfig, info: ModelInfo, text: str) -> bool:
+    names = [model.name, model.hf_id, info.model_type]
+    for alias in info.aliases:
+        names += [alias.name, alias.hf_id or ""]
+    return any(text.lower() in n.lower() for n in names)
+
+
+def _selected(args: argparse.Namespace) -> list[tuple[ModelConfig, ModelInfo]]:
+    chosen = []
+    for model in list_models():
+        info = model_info(model.name)
+        if args.family and family_of(model) != args.family:
+            continue
+        if args.search and not _matches(model, info, args.search):
+            continue
+        chosen.append((model, info))
+    return chosen
+
+
+def _attention(model: ModelConfig) -> str:
+    text: str = model.attention
+    if model.sliding_window is not None:
+        text += f", {model.num_sliding_layers}/{model.num_layers} sliding {model.sliding_window}"
+    return text
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    chosen = _selected(args)
+    if args.json:
+        print(json.dumps({"models": [_summary(m, i) for m, i in chosen],
+                          "aliases": [{"name": a.name, "hf_id": a.hf_id, "model": m.name,
+                                       "note": a.note}
+                                      for m, i in chosen for a in i.aliases]}))
+        return 0
+    table = Table(title=f"Model zoo: {len(chosen)} architectures")
+    for column in ("name", "family", "verified", "total params", "active params", "layers",
+                   "attention", "experts", "HF id"):
+        table.add_column(column)
+    for model, info in chosen:
+        total, active = parameter_count(model)
+        experts = f"{model.moe.num_experts} (top-{model.moe.top_k})" if model.moe else "-"
+        level = f"[yellow]{info.level}[/]" if info.level == "secondary" else info.level
+        table.add_row(model.name, family_of(model), level, f"{total / 1e9:.1f}B",
+                      f"{active / 1e9:.1f}B", str(model.num_layers), _attention(model),
+                      experts, model.hf_id)
+    table.caption = ("verified: real_config = a verbatim config.json was read; "
+                     "real_config_variant = a sibling's; secondary = presets and tables only")
+    out = console()
+    out.print(table)
+    aliases = Table(title="Aliases (checkpoints with the shapes of a zoo entry)")
+    for column in ("alias", "HF id", "zoo model", "rests on"):
+        aliases.add_column(column)
+    for model, info in chosen:
+        for alias in info.aliases:
+            aliases.add_row(alias.name, alias.hf_id or "-", model.name, alias.note or "-")
+    if aliases.row_count:
+        out.print(aliases)
+    out.print("Names may carry release words (-Instruct, -Chat, -it, -2507 ...) and precision "
+              "words (-FP8, -FP8-Dynamic, -AWQ, -GPTQ, -NVFP4, which set the weights). --model "
+              "also reads a local config.json: model_type "
+              + ", ".join(supported_model_types())
+              + " by their families, any other from the standard fields (with a warning).",
+              highlight=False)
+    return 0
+
+
+def _summary(model: ModelConfig, info: ModelInfo | None) -> dict[str, Any]:
+    total, active = parameter_count(model)
+    return {"name": model.name, "hf_id": model.hf_id, "family": family_of(model),
+            "verification": info.level if info else "local config.json",
+            "total_params": total, "active_params": active, "layers": model.num_layers,
+            "weight_dtype": model.weight_dtype}
+
+
+def footprint(model: ModelConfig) -> dict[str, Any]:
+    """Weight bytes per format, KV bytes per token and state bytes per sequence, as the
+    memory model counts them on one GPU (no parallelism, a 16-bit KV cache)."""
+    graph = build_graph(model)
+
+    def use(weight_dtype: str) -> Any:
+        return memory_use(graph=graph, gpu=load_gpu("H100-SXM"),
+                          runtime=get_runtime(DEFAULT_RUNTIME),
+                          degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1, weight_dtype=weight_dtype,
+                          kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
+
+    one = use(model.weight_dtype)
+    return {"weight_bytes": {d: use(d).weights_bytes for d in SHOWN_DTYPES},
+            "kv_bytes_per_token": one.kv_cache_bytes,
+            "state_bytes_per_sequence": one.state_bytes}
+
+
+def _cmd_models_show(args: argparse.Namespace) -> int:
+    model = get_model(args.name)
+    local = args.name.lower().endswith(".json")
+    info = None if local else model_info(model.name)
+    found = None if local else resolve(args.name)
+    total, active = parameter_count(model)
+    sizes = footprint(model)
+    record: dict[str, Any] = {
+        **_summary(model, info), **sizes,
+        "requested": args.name, "model_type": info.model_type if info else None,
+        "attention": _attention(model), "verification_text": info.verification if info else None,
+        "sources": list(info.sources) if info else [args.name],
+        "disagreements": list(info.disagreements) if info else [],
+        "aliases": [a.name for a in info.aliases] if info else [],
+        "params_total_published": model.params_total_published,
+        "params_active_published": model.params_active_published, "notes": model.notes,
+    }
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    out = console()
+    title = model.name if found is None or found.weight_dtype is None else found.describe()
+    out.print(f"[bold]{title}[/]", highlight=False)
+    table = Table(show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    published = (f" (published {model.params_total_published / 1e9:.4g}B)"
+                 if model.params_total_published else "")
+    rows = [
+        ("HF id", model.hf_id or "-"),
+        ("family", f"{family_of(model)} ({record['model_type'] or 'config.json'}), "
+                   f"{model.num_layers} layers, hidden {model.hidden_size}"),
+        ("attention", f"{_attention(model)}, {model.num_heads} heads / {model.num_kv_heads} KV "
+                      f"of {model.head_dim}"),
+        ("total parameters", f"{total / 1e9:.2f}B{published}"),
+        ("active parameters", f"{active / 1e9:.2f}B per token"),
+        ("weights", ", ".join(f"{d} {b / 1e9:.1f} GB" for d, b in sizes["weight_bytes"].items())
+         + f" (the checkpoint: {model.weight_dtype})"),
+        ("KV cache", f"{sizes['kv_bytes_per_token'] / 1e3:.1f} kB per token (16-bit)"),
+        ("recurrent state", f"{sizes['state_bytes_per_sequence'] / 1e6:.2f} MB per sequence"),
+        ("verification", info.verification if info else "a local config.json"),
+        ("notes", model.notes),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    for source in record["sources"]:
+        table.add_row("source", source)
+    for text in record["disagreements"]:
+        table.add_row("[yellow]disagreement[/]", text)
+    if info:
+        for alias in info.aliases:
+            table.add_row("alias", f"{alias.name}" + (f" ({alias.note})" if alias.note else ""))
+    out.print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------- GPUs
+
+#: How ``gpus show`` prints a field: scale to the unit and the unit, by field name ending.
+_UNITS: tuple[tuple[str, float, str], ...] = (
+    ("bandwidth_bytes_per_s", 1e9, "GB/s"),
+    ("capacity_bytes", 1e9, "GB"), ("l2_bytes", 2**20, "MiB"), ("_w", 1.0, "W"),
+    ("_mhz", 1.0, "MHz"), ("latency_s", 1e-6, "us"), ("price_per_hour", 1.0, "$/GPU-h"),
+)
+
+
+def _value(gpu: GPU, key: str) -> float:
+    """The number of provenance key ``key`` (``dense_flops_per_s.bf16``, ``intra_node.latency_s``)."""
+    head, _, rest = key.partition(".")
+    if head == "dense_flops_per_s":
+        return gpu.dense_flops_per_s[rest]
+    if head in ("intra_node", "inter_node"):
+        return float(getattr(getattr(gpu, head), rest))
+    return float(getattr(gpu, key))
+
+
+def _shown(key: str, value: float) -> str:
+    if key == "hbm_bandwidth_bytes_per_s":
+        return f"{value / 1e12:.2f} TB/s"
+    if key.startswith("dense_flops_per_s."):
+        return f"{value / 1e12:,.4g} TFLOP/s"
+    for ending, scale, unit in _UNITS:
+        if key.endswith(ending):
+            return f"{value / scale:,.4g} {unit}"
+    return f"{value:g}"
+
+
+def _cmd_gpus(args: argparse.Namespace) -> int:
+    gpus = list_gpus()
+    if args.json:
+        print(json.dumps({"gpus": [_gpu_record(g) for g in gpus]}))
+        return 0
+    table = Table(title="GPUs (dense rates; link bandwidth per direction; GB = 10^9 bytes)")
+    for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB", "HBM TB/s",
+                   "TDP W", "scale-up", "GPUs", "GB/s", "scale-out GB/s", "$/GPU-h",
+                   "constants"):
+        table.add_column(column)
+    for gpu in gpus:
+        rates = gpu.dense_flops_per_s
+        table.add_row(gpu.name, f"{rates['bf16'] / 1e12:.0f}",
+                      f"{rates['fp8'] / 1e12:.0f}" if "fp8" in rates else "-",
+                      f"{rates['fp4'] / 1e12:.0f}" if "fp4" in rates else "-",
+                      f"{gpu.hbm_capacity_bytes / 1e9:.0f}",
+                      f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}", f"{gpu.tdp_w:.0f}",
+                      gpu.intra_node.kind, str(gpu.gpus_per_node),
+                      f"{gpu.intra_node.bandwidth_bytes_per_s / 1e9:.0f}",
+                      f"{gpu.inter_node.bandwidth_bytes_per_s / 1e9:.0f}",
+                      f"{gpu.price_per_hour:.2f}",
+                      f"borrowed from {gpu.borrows_from}" if gpu.borrows_from else "measured")
+    table.caption = ("GPUs: the scale-up domain (NVLink/xGMI); groups larger than it use the "
+                     "scale-out network. 'energylens gpus show NAME' gives every source.")
+    console().print(table)
+    return 0
+
+
+def _gpu_record(gpu: GPU) -> dict[str, Any]:
+    return {"name": gpu.name, "vendor": gpu.vendor, "aliases": list(gpu.aliases),
+            "intra_node_kind": gpu.intra_node.kind, "inter_node_kind": gpu.inter_node.kind,
+            "borrows_from": gpu.borrows_from, "borrow_reason": gpu.borrow_reason,
+            "fields": {key: {"value": _value(gpu, key), "kind": prov.kind, "source": prov.source}
+                       for key, prov in gpu.provenance.items()}}
+
+
+def _cmd_gpus_show(args: argparse.Namespace) -> int:
+    gpu = load_gpu(args.name)
+    record = _gpu_record(gpu)
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    out = console()
+    out.print(f"[bold]{gpu.name}[/] ({gpu.vendor}); aliases: {', '.join(gpu.aliases) or '-'}",
+              highlight=False)
+    table = Table()
+    for column in ("field", "value", "kind", "source"):
+        table.add_column(column)
+    for key, field in record["fields"].items():
+        table.add_row(key, _shown(key, field["value"]), field["kind"], field["source"])
+    out.print(table)
+    out.print(f"links: scale-up {gpu.intra_node.kind}, scale-out {gpu.inter_node.kind}; "
+              + (f"calibration constants borrowed from {gpu.borrows_from}: {gpu.borrow_reason}"
+                 if gpu.borrows_from else "calibration constants of its own"), highlight=False)
+    return 0
+
+
+# --------------------------------------------------------------------------- runtimes
+
+
+def _cmd_runtimes(args: argparse.Namespace) -> int:
+    table = Table(title="Serving runtimes (--runtime)")
+    for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
+                   "EP layout", "own all-reduce up to"):
+        table.add_column(column)
+    for name in runtime_names():
+        r = get_runtime(name)
+        table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
+                      f"{r.memory_utilization:.0%}", f"{r.reserve_bytes / 1e9:.1f}",
+                      str(r.prefill_chunk_tokens), r.expert_parallel_layout,
+                      f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
+                      if r.custom_allreduce_max_bytes else "-")
+    console().print(table)
+    return 0
+

@@ -1,0 +1,121 @@
+"""``energylens models`` / ``models show`` / ``gpus show`` / ``runtimes``: what they list
+matches the registries, filters keep only what they say, and the sizes are the hand-
+computed ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from energylens.cli.main import main
+from energylens.cost.work import DTYPE_BYTES
+from energylens.hardware import list_gpus, load_gpu
+from energylens.model import get_model, list_models, parameter_count
+from energylens.model.hf import write_hf_config
+from energylens.model.zoo import model_info
+
+
+def _json(capsys, *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_models_lists_every_entry_and_alias(capsys) -> None:
+    listed = _json(capsys, "models", "--json")
+    assert [m["name"] for m in listed["models"]] == [m.name for m in list_models()]
+    aliases = {a["name"] for a in listed["aliases"]}
+    assert aliases == {a.name for m in list_models() for a in model_info(m.name).aliases}
+    assert len(listed["models"]) >= 53
+    for row in listed["models"]:
+        total, active = parameter_count(get_model(row["name"]))
+        assert (row["total_params"], row["active_params"]) == (total, active)
+
+
+def test_models_text_says_which_entries_are_secondary(capsys) -> None:
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    secondary = [m.name for m in list_models() if model_info(m.name).level == "secondary"]
+    assert secondary and "secondary" in out
+    assert all(name in out for name in secondary)
+
+
+@pytest.mark.parametrize(("args", "keep"), [
+    (["--family", "moe"], lambda m: m.family == "moe"),
+    (["--family", "dense"], lambda m: m.family == "dense"),
+    (["--search", "QWEN2.5"], lambda m: "qwen2.5" in m.name),
+    (["--search", "distill"], lambda m: m.name in {"llama-3.1-70b", "llama-3.1-8b",
+                                                   "qwen2.5-32b", "qwen2.5-14b", "qwen2.5-7b"}),
+    (["--family", "moe", "--search", "qwen3"], lambda m: m.family == "moe"
+     and m.name.startswith("qwen3")),
+])
+def test_filters_keep_exactly_the_matching_models(capsys, args, keep) -> None:
+    listed = _json(capsys, "models", "--json", *args)
+    assert [m["name"] for m in listed["models"]] == [m.name for m in list_models() if keep(m)]
+
+
+def test_models_show_sizes_by_hand(capsys) -> None:
+    shown = _json(capsys, "models", "show", "meta-llama/Llama-3.1-8B-Instruct", "--json")
+    assert shown["name"] == "llama-3.1-8b" and shown["verification"] == "real_config"
+    assert shown["total_params"] == pytest.approx(8.03e9, rel=0.001)
+    assert shown["active_params"] == shown["total_params"]
+    # K and V of 8 heads of 128, 32 layers, 2 bytes
+    assert shown["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+    assert shown["state_bytes_per_sequence"] == 0
+    bf16 = shown["weight_bytes"]["bf16"]
+    assert bf16 == pytest.approx(2 * shown["total_params"], rel=0.001)  # norms are the rest
+    for dtype, nbytes in shown["weight_bytes"].items():
+        assert nbytes == pytest.approx(bf16 * DTYPE_BYTES[dtype] / 2)
+    assert shown["sources"] and shown["aliases"]
+
+
+def test_models_show_moe_active_and_mla_kv(capsys) -> None:
+    shown = _json(capsys, "models", "show", "deepseek-ai/DeepSeek-R1", "--json")
+    assert shown["name"] == "deepseek-v3" and shown["weight_dtype"] == "fp8"
+    assert shown["active_params"] < shown["total_params"] / 10
+    assert shown["kv_bytes_per_token"] == 61 * (512 + 64) * 2  # one latent per layer
+
+
+def test_models_show_a_config_json(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "Mixtral" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(write_hf_config(get_model("mixtral-8x7b"), model_type="mixtral")))
+    shown = _json(capsys, "models", "show", str(path), "--json")
+    assert shown["name"] == "Mixtral" and shown["verification"] == "local config.json"
+    zoo = _json(capsys, "models", "show", "mixtral-8x7b", "--json")
+    for key in ("total_params", "active_params", "weight_bytes", "kv_bytes_per_token"):
+        assert shown[key] == zoo[key]
+    assert main(["models", "show", str(path)]) == 0
+    assert "Mixtral" in capsys.readouterr().out
+
+
+def test_models_show_text_names_the_precision_and_the_disagreements(capsys) -> None:
+    assert main(["models", "show", "Qwen/Qwen2.5-7B-Instruct-AWQ"]) == 0
+    out = capsys.readouterr().out
+    assert "int4 weights" in out and "qwen2.5-7b" in out
+    assert main(["models", "show", "glm-4.5-air"]) == 0
+    assert "disagreement" in capsys.readouterr().out
+
+
+def test_an_unknown_model_is_one_line_with_three_names(capsys) -> None:
+    assert main(["models", "show", "llama-3.1-7b"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].count(",") >= 2 and "llama-3.1-8b" in err[0]
+
+
+def test_gpus_list_and_show_every_number_with_its_source(capsys) -> None:
+    listed = _json(capsys, "gpus", "--json")
+    assert [g["name"] for g in listed["gpus"]] == [g.name for g in list_gpus()]
+    shown = _json(capsys, "gpus", "show", "h100", "--json")
+    gpu = load_gpu("h100")
+    assert set(shown["fields"]) == set(gpu.provenance)
+    assert shown["fields"]["dense_flops_per_s.bf16"]["value"] == gpu.dense_flops_per_s["bf16"]
+    assert shown["fields"]["intra_node.bandwidth_bytes_per_s"]["value"] == 450e9
+    for field in shown["fields"].values():
+        assert field["kind"] in {"datasheet", "measured", "assumed", "derived"} and field["source"]
+    assert main(["gpus", "show", "B200"]) == 0
+    out = capsys.readouterr().out
+    assert "2,250 TFLOP/s" in out and "borrowed from H100-SXM" in out
+    assert main(["gpus", "show", "X9000"]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
