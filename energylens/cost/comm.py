@@ -9,9 +9,17 @@ send/recv: time = p2p_latency + s / (link bandwidth x p2p_bandwidth_fraction)
 large messages: time = min(time, bulk_latency + moved / (link bandwidth x bulk fraction)),
 as NCCL's tuner picks the faster of its protocols/algorithms per message size
 with NCCL's bus-bandwidth convention: all-reduce moves 2(n-1)/n of the message per GPU,
-all-gather and all-to-all (n-1)/n, send/recv the whole message. A group that spans
-nodes runs at the scale-out bandwidth. Communication kernels hold ``sms`` SMs;
-bandwidth grows with them until ``saturation_sms``.
+all-gather and all-to-all (n-1)/n, send/recv the whole message. Communication kernels
+hold ``sms`` SMs; bandwidth grows with them until ``saturation_sms``.
+
+A group larger than the GPU's scale-up domain (``gpus_per_node``: k domains of g GPUs)
+runs hierarchically, as NCCL's tree and NVLS-tree algorithms do (:func:`scale_out_cost`):
+an all-reduce reduces within each domain over the scale-up link while every GPU
+all-reduces its 1/g share with its peers in the other k-1 domains through its own NIC;
+an all-to-all sends the (n-g)/n of its message bound for other domains through the NIC
+and the rest over the scale-up link. The two parts are pipelined: the slower one sets the
+time. A flat ring through the NICs would move the whole message per GPU and be g times
+slower than what 2x8 H100 nccl-tests measure (tests/test_scale_out.py).
 
 Why this form (Vidur NCCL profiles, H100/A100 DGX): all-reduce time is flat (~20-45 us)
 up to a few MB and then linear, so latency and wire time join like a soft maximum rather
@@ -50,10 +58,38 @@ class CommCost:
 
 
 def link_for_group(*, gpu: GPU, group_size: int) -> tuple[str, float]:
-    """Interconnect kind and per-direction bandwidth used by a group of ``group_size``."""
+    """Interconnect kind and per-direction bandwidth used by a group of ``group_size``
+    (the scale-out network once the group is larger than one scale-up domain)."""
     if group_size <= gpu.gpus_per_node:
         return gpu.intra_node.kind, gpu.intra_node.bandwidth_bytes_per_s
     return gpu.inter_node.kind, gpu.inter_node.bandwidth_bytes_per_s
+
+
+def scale_out_cost(*, kind: str, message_bytes: Size, group_size: int, gpus_per_node: int,
+                   intra_bandwidth: float, intra: LinkConstants, inter_bandwidth: float,
+                   inter: LinkConstants, sms: float | None = None) -> CommCost:
+    """A collective over ``group_size`` GPUs in domains of ``gpus_per_node``: the
+    hierarchical split of the module docstring (send/recv crosses the NIC whole)."""
+    g = min(gpus_per_node, group_size)
+    k = math.ceil(group_size / g)
+    if kind == "send_recv" or k <= 1:
+        return collective_cost(kind=kind, message_bytes=message_bytes, group_size=group_size,
+                               bandwidth=inter_bandwidth, constants=inter, sms=sms)
+    if kind == "all_to_all":
+        n = group_size
+        # so that each part moves its share: (g-1)/n of the message inside, (n-g)/n across
+        inside = collective_cost(kind=kind, message_bytes=message_bytes * g / n, group_size=g,
+                                 bandwidth=intra_bandwidth, constants=intra, sms=sms)
+        across = collective_cost(kind=kind, message_bytes=message_bytes * (n - g) / n * k / (k - 1),
+                                 group_size=k, bandwidth=inter_bandwidth, constants=inter, sms=sms)
+    else:
+        inside = collective_cost(kind=kind, message_bytes=message_bytes, group_size=g,
+                                 bandwidth=intra_bandwidth, constants=intra, sms=sms)
+        across = collective_cost(kind=kind, message_bytes=message_bytes / g, group_size=k,
+                                 bandwidth=inter_bandwidth, constants=inter, sms=sms)
+    return CommCost(latency_s=np.maximum(inside.latency_s, across.latency_s),
+                    energy_j=inside.energy_j + across.energy_j,
+                    wire_s=np.maximum(inside.wire_s, across.wire_s))
 
 
 def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidth: float,

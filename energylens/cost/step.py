@@ -14,7 +14,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from energylens.cost.comm import collective_cost, link_for_group, overlapped_time
+from energylens.cost.comm import (
+    collective_cost,
+    link_for_group,
+    overlapped_time,
+    scale_out_cost,
+)
 from energylens.cost.constants import Calibration, KernelConstants, RuntimeConstants
 from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, expert_load
@@ -161,9 +166,17 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
             link = ctx.runtime.allreduce_link(link=link, constants=ctx.runtime_constants,
                                               scale_up=kind == ctx.gpu.intra_node.kind,
                                               message_bytes=nbytes)
-        comm = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
-                               bandwidth=bandwidth, constants=link,
-                               sms=ctx.overlap_sms if overlapped else None)
+        sms = ctx.overlap_sms if overlapped else None
+        if size > ctx.gpu.gpus_per_node:  # crosses scale-up domains: hierarchical
+            comm = scale_out_cost(
+                kind=collective.kind, message_bytes=nbytes, group_size=size,
+                gpus_per_node=ctx.gpu.gpus_per_node,
+                intra_bandwidth=ctx.gpu.intra_node.bandwidth_bytes_per_s,
+                intra=ctx.calibration.link(gpu=ctx.gpu.name, kind=ctx.gpu.intra_node.kind),
+                inter_bandwidth=bandwidth, inter=link, sms=sms)
+        else:
+            comm = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
+                                   bandwidth=bandwidth, constants=link, sms=sms)
         comm_j = comm_j + comm.energy_j
         if overlapped and collective.overlap_kernel is not None:
             index = collective.overlap_kernel
