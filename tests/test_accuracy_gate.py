@@ -3,9 +3,10 @@
 Every target of ``energylens.validation.accuracy.TARGETS`` (the issue's: per-op GEMM
 latency <= 10 % on Vidur H100/A100, all-reduce latency <= 10 % on Vidur h100_dgx/a100_dgx,
 ML.ENERGY H100 energy per output token and inter-token latency <= 12 % for dense and MoE,
-single- and multi-GPU) is judged on its held-out number (leave one model out, recorded in
-the shipped calibration by ``energylens calibrate``) where the data allows one, else on
-the in-sample number computed here from ``data/measurements``. Targets missed today are
+single- and multi-GPU; every leave-one-regime-out fold <= 10 % on energy per token and
+inter-token latency) is judged on its held-out number (leave one model out or one regime
+out, recorded in the shipped calibration by ``energylens calibrate``) where the data allows
+one, else on the in-sample number computed here from ``data/measurements``. Targets missed today are
 held at today's value plus a small margin (KNOWN_MISSES) so they cannot silently get
 worse; ``docs/accuracy.md`` lists them as missed. Needs nothing outside the repository.
 """
@@ -23,7 +24,29 @@ SHIPPED_FITS = Path(__file__).resolve().parents[1] / "energylens" / "data" / "ca
 
 #: Targets not met by the shipped calibration: today's number + 1.5 points. Shrink these
 #: when the model improves; never raise them to make a regression pass.
-KNOWN_MISSES: dict[str, float] = {}
+KNOWN_MISSES: dict[str, float] = {
+    # Leave-one-regime-out folds (energylens/calibration/regimes.py), first measured with the
+    # calibration of 2026-11-23: the target is 10 %; what it takes is in docs/accuracy.md.
+    "Regime-out H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.15,
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.139,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.124,
+    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.156,
+    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.157,
+    "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.257,
+    "Regime-out H100-SXM family: fit MoE, predict dense: inter-token latency": 0.2,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.271,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.183,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.214,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.316,
+    "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.233,
+    "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.319,
+    "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.244,
+    "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.295,
+    "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.173,
+    "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.292,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.24,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.22,
+}
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,8 @@ def test_a_gpu_without_a_relative_has_no_generation_fold():
         generation_fold(files=MLENERGY, gpu=measured, calibration=default_calibration())
 
 
-def test_constant_spread_is_range_over_the_full_value():
-    folds = {"a": {"values": {"x": 1.5, "y": 2.0}}, "b": {"values": {"x": 0.9}}, "c": {}}
-    spread = constant_spread(full={"x": 1.0, "y": 2.0}, folds=folds)
-    assert spread == {"x": pytest.approx(0.6), "y": 0.0}
+def test_constant_spread_is_the_range_over_the_largest_magnitude():
+    folds = {"a": {"values": {"x": 1.5, "y": 2.0, "z": 0.0}}, "b": {"values": {"x": 0.9}},
+             "c": {}}
+    spread = constant_spread(full={"x": 1.0, "y": 2.0, "z": 1e-9}, folds=folds)
+    assert spread == {"x": pytest.approx(0.4), "y": 0.0, "z": 1.0}

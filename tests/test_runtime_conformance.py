@@ -336,7 +336,7 @@ def test_memory_use_honours_the_runtime_facts(name: str) -> None:
 
     def use(step_tokens: float) -> MemoryUse:
         return memory_use(graph=build_graph(model), gpu=gpu, runtime=profile, degrees=degrees,
-                          pp=1, weight_dtype=model.weight_dtype, sequences=4,
+                          pp=1, weight_dtype=model.weight_dtype, kv_dtype="bf16", sequences=4,
                           context_tokens=1024, step_tokens=step_tokens)
 
     chunk = float(profile.prefill_chunk_tokens)

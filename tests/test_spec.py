@@ -114,10 +114,14 @@ def test_flash_attention_keeps_scores_out_of_hbm():
 def test_kv_cache_per_token_gqa_and_mla():
     """GQA caches K and V per KV head; MLA caches one latent of kv_lora + rope dims
     shared by all heads (DeepSeek-V3: 576 x 2 B = 1,152 B per token per layer)."""
-    from energylens.cost.memory import _kv_bytes_per_token
+    from energylens.cost.memory import kv_bytes_per_token
 
     llama = build_graph(get_model("llama-3.1-70b")).groups[0]
-    assert _kv_bytes_per_token(group=llama, degrees={"tp": 8, "etp": 8, "ep": 1}) == 2 * 1 * 128 * 2
-    assert _kv_bytes_per_token(group=llama, degrees={"tp": 1, "etp": 1, "ep": 1}) == 2 * 8 * 128 * 2
+    one = {"tp": 1, "etp": 1, "ep": 1}
+    assert kv_bytes_per_token(group=llama, degrees={"tp": 8, "etp": 8, "ep": 1},
+                              kv_dtype="bf16") == 2 * 1 * 128 * 2
+    assert kv_bytes_per_token(group=llama, degrees=one, kv_dtype="bf16") == 2 * 8 * 128 * 2
+    assert kv_bytes_per_token(group=llama, degrees=one, kv_dtype="fp8") == 2 * 8 * 128 * 1
     for group in build_graph(get_model("deepseek-v3")).groups:
-        assert _kv_bytes_per_token(group=group, degrees={"tp": 8, "etp": 1, "ep": 8}) == (512 + 64) * 2
+        assert kv_bytes_per_token(group=group, degrees={"tp": 8, "etp": 1, "ep": 8},
+                                  kv_dtype="bf16") == (512 + 64) * 2

@@ -139,7 +139,8 @@ def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfe
 
 
 def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[str, float]:
-    """Per fitted constant: (max - min) over the full fit and every fold / the full value.
+    """Per fitted constant: (max - min) over the full fit and every fold, as a share of the
+    largest magnitude (0: never moves; 1: some fold drives it to zero or flips its sign).
 
     A constant that moves a lot when one regime is left out is identified by that regime
     alone (or not at all)."""
@@ -147,7 +148,8 @@ def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[st
     for name, value in full.items():
         seen = [value] + [entry["values"][name] for entry in folds.values()
                           if name in entry.get("values", {})]
-        out[name] = float(f"{(max(seen) - min(seen)) / abs(value):.4g}") if value else 0.0
+        largest = max(abs(v) for v in seen)
+        out[name] = float(f"{(max(seen) - min(seen)) / largest:.4g}") if largest else 0.0
     return out
 
 

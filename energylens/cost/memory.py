@@ -65,7 +65,7 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
     return total
 
 
-def _kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int], kv_dtype: str) -> float:
+def kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int], kv_dtype: str) -> float:
     """Cache bytes one token adds to this layer: the persistent outputs with a token rank
     (K and V, or the MLA latent), at their local shard sizes."""
     total = 0.0
@@ -108,7 +108,7 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
                                                      weight_dtype=weight_dtype)
         kept = min(context_tokens, group.window) if group.window else context_tokens
-        kv += group.count * sequences * kept * _kv_bytes_per_token(group=group, degrees=degrees,
+        kv += group.count * sequences * kept * kv_bytes_per_token(group=group, degrees=degrees,
                                                                    kv_dtype=kv_dtype)
         state += group.count * sequences * _state_bytes_per_sequence(group=group, degrees=degrees)
     weights /= pp

@@ -33,7 +33,7 @@ class Target:
 
     name: str
     dataset: str  # key of AccuracyReport.datasets
-    metric: str  # key in the dataset's summary
+    metric: str | None  # key in the dataset's summary (None: judged on held-out rows only)
     limit: float  # MAPE fraction
     leave_out: tuple[str, ...] | None  # path into the calibration file's fits, if any
 
@@ -53,6 +53,32 @@ def _mlenergy_targets() -> list[Target]:
     return out
 
 
+#: GPUs whose ML.ENERGY rows are split into leave-one-regime-out folds by ``calibrate``.
+REGIME_GPUS = ("H100-SXM", "B200")
+#: What every regime-out fold must reach (energy per token and inter-token latency).
+REGIME_LIMIT = 0.10
+REGIME_METRICS = (("energy_per_token_joules", "energy per output token"),
+                  ("median_itl_ms", "inter-token latency"))
+
+
+def regime_fold_keys(gpu: str) -> list[str]:
+    """Keys of ``gpu``'s folds in the calibration file's ``regimes/mlenergy/<gpu>`` fit."""
+    from energylens.calibration.regimes import FOLDS
+
+    keys = [f"{fold.regime}: {fold.name}" for fold in FOLDS]
+    relative = load_gpu(gpu).borrows_from
+    if relative is not None:
+        keys.append(f"gpu-generation: fit {relative}, predict {gpu}")
+    return keys
+
+
+def _regime_targets() -> list[Target]:
+    return [Target(f"Regime-out {gpu} {key}: {label}", f"mlenergy-{gpu.split('-')[0]}", None,
+                   REGIME_LIMIT, (f"regimes/mlenergy/{gpu}", key, "errors", metric, "mape"))
+            for gpu in REGIME_GPUS for key in regime_fold_keys(gpu)
+            for metric, label in REGIME_METRICS]
+
+
 TARGETS: tuple[Target, ...] = (
     Target("GEMM per-op latency, Vidur H100", "vidur-mlp-H100-SXM", "gemm", 0.10,
            ("vidur-mlp/H100-SXM", "leave_one_model_out", "gemm", "mape")),
@@ -63,6 +89,7 @@ TARGETS: tuple[Target, ...] = (
     Target("All-reduce latency, Vidur a100_dgx", "vidur-network-a100_dgx", "all_reduce", 0.10,
            None),
     *_mlenergy_targets(),
+    *_regime_targets(),
 )
 
 
@@ -95,6 +122,7 @@ class AccuracyReport:
     datasets: dict[str, Dataset]
     fits: dict[str, Any]
     calibration_source: str
+    constants: dict[str, dict[str, Any]] = field(default_factory=dict)  # section -> entries
 
     def leave_out(self, target: Target) -> float | None:
         """The held-out MAPE of ``target`` from the calibration file (None if not fitted)."""
@@ -110,7 +138,7 @@ class AccuracyReport:
     def in_sample(self, target: Target) -> float | None:
         """The MAPE of ``target`` computed now with the calibration in use."""
         dataset = self.datasets.get(target.dataset)
-        if dataset is None or target.metric not in dataset.summary:
+        if dataset is None or target.metric is None or target.metric not in dataset.summary:
             return None
         return dataset.summary[target.metric].mape
 
@@ -168,20 +196,31 @@ def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
     }
 
 
-def _fits_of(calibration: str | Path | None) -> tuple[dict[str, Any], str]:
+def _calibration_doc(calibration: str | Path | None) -> tuple[dict[str, Any], str]:
     if calibration is None:
         shipped = resources.files("energylens.data").joinpath(SHIPPED)
         if not shipped.is_file():
             return {}, "built-in defaults (uncalibrated)"
-        return (yaml.safe_load(shipped.read_text()) or {}).get("fits", {}), f"energylens/data/{SHIPPED}"
-    doc = yaml.safe_load(Path(calibration).read_text()) or {}
-    return doc.get("fits", {}), str(calibration)
+        return yaml.safe_load(shipped.read_text()) or {}, f"energylens/data/{SHIPPED}"
+    return yaml.safe_load(Path(calibration).read_text()) or {}, str(calibration)
+
+
+def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every constants section of a calibration file, by ``kernels/..``, ``links/..``,
+    ``runtimes/<runtime>/<gpu>``: constant -> entry (value, kind, ...)."""
+    out = {f"{section}/{key}": constants for section in ("kernels", "links")
+           for key, constants in (doc.get(section) or {}).items()}
+    out.update({f"runtimes/{runtime}/{gpu}": constants
+                for runtime, by_gpu in (doc.get("runtimes") or {}).items()
+                for gpu, constants in by_gpu.items()})
+    return out
 
 
 def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None) -> AccuracyReport:
     """Validate every known file under ``data`` and gather the held-out numbers."""
     data = Path(data)
-    fits, source = _fits_of(calibration)
+    doc, source = _calibration_doc(calibration)
+    fits = doc.get("fits", {})
     datasets: dict[str, Dataset] = {}
 
     def add(name: str, title: str, fmt: str, files: list[Path], **kwargs: Any) -> None:
@@ -212,4 +251,5 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
                 name=f"mlenergy-{gpu}", title=f"ML.ENERGY steady-state serving, {gpu}",
                 files=[str(f) for f in tasks], rows=mine,
                 summary=_summary(mine, extra=_mlenergy_groups()))
-    return AccuracyReport(datasets=datasets, fits=fits, calibration_source=source)
+    return AccuracyReport(datasets=datasets, fits=fits, calibration_source=source,
+                          constants=_sections(doc))

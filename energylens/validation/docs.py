@@ -7,11 +7,25 @@ from typing import Any
 
 import numpy as np
 
+from energylens.calibration.regimes import metric_of
 from energylens.measurements.mlenergy import TASK_INPUT_TOKENS
 from energylens.measurements.vidur_ops import GEMM_OPS
-from energylens.validation.accuracy import TARGETS, AccuracyReport, Dataset, Target
+from energylens.validation.accuracy import (
+    REGIME_GPUS,
+    REGIME_LIMIT,
+    REGIME_METRICS,
+    TARGETS,
+    AccuracyReport,
+    Dataset,
+    Target,
+    regime_fold_keys,
+)
 
 COMMAND = "energylens validate --all --write-docs docs/"
+#: Fit variable -> the constant it sets, where they differ (``fit_serving.materialise``).
+FIT_VARIABLES = {"tensor_power_share": "energy_per_tensor_flop_j"}
+REGIME_FOLD_METRICS = ("energy_per_token_joules", "median_itl_ms", "avg_power_watts",
+                       "output_throughput_tokens_per_sec")
 PLOTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     # dataset -> (file name, metrics, axis label)
     "vidur-mlp-H100-SXM": ("parity_vidur_gemm_h100.png", GEMM_OPS, "GEMM kernel time (ms)"),
@@ -80,6 +94,59 @@ def _fit_table(report: AccuracyReport, fit: str, metrics: list[str], held_key: s
             ins = node["in_sample"][m]
             out = held.get(m, {}).get("mape")
             lines.append(f"| {m} | {_pct(ins['mape'])} | {_pct(out)} | {ins['n']} |")
+    return lines
+
+
+def _regime_rows(report: AccuracyReport) -> list[str]:
+    """Every leave-one-regime-out fold, worst first (by its worse of energy and ITL)."""
+    rows = []
+    for gpu in REGIME_GPUS:
+        folds = report.fits.get(f"regimes/mlenergy/{gpu}", {})
+        for key in regime_fold_keys(gpu):
+            entry = folds.get(key, {})
+            errs = {m: metric_of(entry, m) for m in REGIME_FOLD_METRICS}
+            worst = max((v for m, v in errs.items() if m in dict(REGIME_METRICS) and v is not None),
+                        default=None)
+            rows.append((worst, gpu, key, entry, errs))
+    rows.sort(key=lambda r: -1.0 if r[0] is None else r[0], reverse=True)
+    lines = ["| fold | GPU | rows fitted / predicted | energy per token | inter-token latency "
+             "| average power | throughput |", "|---|---|---|---|---|---|---|"]
+    for _, gpu, key, entry, errs in rows:
+        lines.append(f"| {key} | {gpu} | {entry.get('train_rows', '–')} / "
+                     f"{entry.get('test_rows', '–')} | "
+                     + " | ".join(_pct(errs[m]) for m in REGIME_FOLD_METRICS) + " |")
+    return lines
+
+
+def _constants(report: AccuracyReport) -> list[str]:
+    """How many constants the data fits, and how far each serving constant moves when a
+    regime is left out."""
+    counts = {kind: 0 for kind in ("fitted", "assumed", "default")}
+    for section in report.constants.values():
+        for entry in section.values():
+            counts[entry["kind"]] = counts.get(entry["kind"], 0) + 1
+    lines = [f"The shipped calibration holds {counts['fitted']} fitted constants, "
+             f"{counts['assumed']} borrowed (`assumed`) and {counts['default']} built-in "
+             "defaults (not identified by any data), over every GPU, link and runtime.", ""]
+    for gpu in REGIME_GPUS:
+        spread = report.fits.get(f"mlenergy/{gpu}", {}).get("spread_across_regime_folds", {})
+        if not spread:
+            continue
+        fits = [report.fits.get(f"mlenergy/{gpu}", {}),
+                *(fold for fold in report.fits.get(f"regimes/mlenergy/{gpu}", {}).values()
+                  if "values" in fold)]  # refitted folds (not the borrowed generation fold)
+        bound = {name: sum(1 for fit in fits if name in {
+            FIT_VARIABLES.get(b, b) for b in fit.get("at_bound", [])}) for name in spread}
+        lines += [f"Serving constants of {gpu}: (max - min) over the full fit and the regime "
+                  "folds, as a share of the largest value (100 %: some fold drives it to zero); "
+                  "more than 30 % means one regime alone identifies the constant, and one that "
+                  "ends at a bound of its range is not identified at all.", "",
+                  f"| constant | spread | flagged | at a bound in (of {len(fits)} fits) |",
+                  "|---|---|---|---|"]
+        for name, value in sorted(spread.items(), key=lambda x: -x[1]):
+            flagged = "**yes**" if value > 0.30 or bound[name] else "no"
+            lines.append(f"| `{name}` | {_pct(value)} | {flagged} | {bound[name]} |")
+        lines.append("")
     return lines
 
 
@@ -194,6 +261,19 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "size* out for NVSwitch all-reduce). A target is judged on the held-out number where "
         "the data allows one, else in-sample.",
         "",
+        "## Leave-one-regime-out folds (worst first)",
+        "",
+        "Each fold holds out a whole regime of the ML.ENERGY rows of one GPU, refits every "
+        "serving constant from its initial value on the rest, and predicts the held-out rows "
+        "(`energylens/calibration/regimes.py`); the gpu-generation fold predicts a GPU with "
+        "no constants of its own, all borrowed from its declared relative. Target: every "
+        f"fold <= {100 * REGIME_LIMIT:.0f} % on energy per token and inter-token latency.",
+        "",
+        *_regime_rows(report),
+        "",
+        "## Fitted constants",
+        "",
+        *_constants(report),
         "## Targets",
         "",
         *_target_rows(report),
@@ -205,7 +285,7 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "## Held-out errors per fit",
         "",
     ]
-    for fit in sorted(report.fits):
+    for fit in sorted(f for f in report.fits if not f.startswith("regimes/")):
         node = report.fits[fit]
         held_key = next((k for k in node if k.startswith("leave_one") and not k.endswith("group")),
                         None)
