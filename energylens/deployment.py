@@ -18,8 +18,9 @@ __all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "c
 
 #: Fusion groups the families declare (a runtime's defaults are a subset).
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
-#: Weight dtypes a deployment may choose (a checkpoint may also be mxfp4).
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+#: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
+#: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 #: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint).
 KV_DTYPES = ("bf16", "fp16", "fp8")
 

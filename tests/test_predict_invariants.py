@@ -268,3 +268,31 @@ def test_an_fp8_kv_cache_halves_the_kv_bytes_by_hand():
 def test_an_unknown_kv_dtype_is_one_line():
     with pytest.raises(ConfigError, match="KV-cache dtype"):
         Deployment(kv_dtype="int3")
+
+
+def test_four_bit_weights_fit_where_bf16_does_not_and_decode_faster():
+    """Llama-3.1-70B: ~141 GB of bf16 weights cannot fit one 80 GB H100; a 4-bit AWQ/GPTQ
+    release (~0.54 B per weight with scales) fits, and its memory-bound decode reads
+    about a quarter of the bytes."""
+    work = Workload(batch=1, input_tokens=512, output_tokens=64)
+    bf16 = predict(model="llama-3.1-70b", gpu="H100", workload=work)
+    int4 = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(weight_dtype="int4"),
+                   workload=work)
+    assert not bf16.feasible and int4.feasible
+    both = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(tp=4), workload=work)
+    four = predict(model="llama-3.1-70b", gpu="H100",
+                   deployment=Deployment(tp=4, weight_dtype="int4"), workload=work)
+    assert four.tpot_s < 0.6 * both.tpot_s
+
+
+def test_nvfp4_computes_in_fp4_only_where_the_gpu_has_fp4_units():
+    """A compute-bound prefill: B200 runs NVFP4 GEMMs on FP4 tensor cores (faster than its
+    FP8), H100 has none and dequantises to bf16 (no faster than its bf16)."""
+    work = Workload(batch=8, input_tokens=4096, output_tokens=2)
+
+    def ttft(gpu, dtype):
+        return predict(model="llama-3.1-8b", gpu=gpu, deployment=Deployment(weight_dtype=dtype),
+                       workload=work).ttft_s
+
+    assert ttft("B200", "nvfp4") < ttft("B200", "fp8")
+    assert ttft("H100", "nvfp4") >= 0.95 * ttft("H100", "bf16")
