@@ -12,6 +12,8 @@ file and, where relevant, the column or key. Formats (see ``data/measurements/SO
 - ``vidur-network``: Vidur ``all_reduce.csv`` / ``send_recv.csv`` (bytes, ms).
 - ``splitwise``: Splitwise-style prompt/token timing CSV (ms).
 - ``llmcompass-matmul``: LLMCompass ``matmul_<GPU>.csv`` (no header, units in the cells).
+- ``llm-inference-bench``: Argonne LLM-Inference-Bench ``All_results.csv`` and
+  ``power_results.csv`` (s, tokens/s, mW).
 """
 
 from __future__ import annotations
@@ -463,6 +465,39 @@ def _load_llmcompass_matmul(path: Path, gpu: str | None) -> list[MeasurementRow]
     return out
 
 
+# --- LLM-Inference-Bench ---------------------------------------------------------------
+
+_LIB_INPUT = ("Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length",
+              "Batch Size")
+#: Its ``avg_power`` column is in milliwatts: 222,122 for one A100 serving Llama-2-7B at
+#: batch 1 is 222 W, between the board's idle (~60 W) and its 400 W TDP.
+LIB_POWER_UNIT_W = 1e-3
+
+
+def _load_llm_inference_bench(path: Path, gpu: str | None) -> list[MeasurementRow]:
+    """Static batches of ``Batch Size`` requests of ``Input Output Length`` tokens in and
+    out: end-to-end latency of the whole batch (s), throughput of input + output tokens
+    (tokens/s), average board power where measured (mW in the file, W here)."""
+    header, rows = _csv_rows(path, (*_LIB_INPUT, "Latency", "Throughput"))
+    power = "avg_power" in header
+    out = []
+    for n, row in _numbered(rows):
+        if not any((cell or "").strip() for cell in row.values()):
+            continue  # the published power file has blank separator lines
+        values: dict[str, Any] = {k: _text(path, k, row[k], n) for k in _LIB_INPUT[:4]}
+        for key in _LIB_INPUT[4:]:
+            values[key] = _count(path, key, row[key], n)
+        values["Num of Hardware"] = _count(path, "Num of Hardware", row["Num of Hardware"], n)
+        measured = {"latency_s": _positive(path, "Latency", row["Latency"], n),
+                    "throughput_tokens_per_s": _positive(path, "Throughput", row["Throughput"], n)}
+        if power:
+            measured["avg_power_w"] = _positive(path, "avg_power", row["avg_power"], n) * \
+                LIB_POWER_UNIT_W
+        out.append(MeasurementRow(input=values, measured=measured,
+                                  context={"gpu": gpu or values["Hardware"]}))
+    return out
+
+
 # --- dispatch --------------------------------------------------------------------------
 
 _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
@@ -471,6 +506,7 @@ _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
     "vidur-network": _load_vidur_network,
     "splitwise": _load_splitwise,
     "llmcompass-matmul": _load_llmcompass_matmul,
+    "llm-inference-bench": _load_llm_inference_bench,
 }
 FORMATS: tuple[str, ...] = tuple(_LOADERS)
 

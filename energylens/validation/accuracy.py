@@ -241,6 +241,22 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             "vidur-network", sorted(sku_dir.glob("*.csv")))
     add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
         sorted((data / "llmcompass").glob("matmul_*.csv")))
+    bench = data / "llm-inference-bench"
+    for name, title, pattern in (
+            ("llm-inference-bench", "LLM-Inference-Bench static batches", "All_results.csv"),
+            ("llm-inference-bench-power", "LLM-Inference-Bench average power",
+             "Fig_16_a_b/power_results.csv")):
+        files = sorted(bench.glob(pattern))
+        if not files:
+            continue
+        rows, notes = _merge([validate(format="llm-inference-bench", path=f,
+                                       calibration=calibration) for f in files])
+        for hardware in sorted({str(r.input["Hardware"]) for r in rows}):
+            mine = [r for r in rows if str(r.input["Hardware"]) == hardware]
+            key = f"{name}-{hardware.replace(' ', '_')}"
+            datasets[key] = Dataset(name=key, title=f"{title}, {hardware} (never fitted)",
+                                    files=[str(f) for f in files], rows=mine,
+                                    summary=_summary(mine), unpredicted=notes)
     tasks = sorted((data / "mlenergy" / "tasks").glob("*.json"))
     if tasks:
         reports = [validate(format="mlenergy", path=f, calibration=calibration) for f in tasks]

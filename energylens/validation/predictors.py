@@ -249,12 +249,53 @@ def _llmcompass_matmul(rows: list[MeasurementRow], *, gpu: str | None, cal: Cali
     return out
 
 
+# --- LLM-Inference-Bench static batches ----------------------------------------------------
+
+#: The bench's framework names -> runtime profiles (the others have none yet).
+LIB_RUNTIMES = {"vLLM": "vllm"}
+
+
+def _llm_inference_bench(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+                         **_: Any) -> list[RowResult]:
+    out = []
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        out.append(result)
+        values = row.input
+        runtime = LIB_RUNTIMES.get(str(values["Framework"]))
+        if runtime is None:
+            result.error = f"framework {values['Framework']} has no runtime profile yet"
+            continue
+        tokens, batch = int(values["Input Output Length"]), int(values["Batch Size"])
+        tp = int(values["Num of Hardware"])
+        try:
+            prediction = predict(
+                model=str(values["Model"]), gpu=gpu or str(row.context["gpu"]),
+                deployment=Deployment(tp=tp, num_gpus=tp, runtime=runtime),
+                workload=Workload(kind="batch", batch=batch, input_tokens=tokens,
+                                  output_tokens=tokens),
+                calibration=cal)
+        except (UnknownModelError, UnknownGPUError, ConfigError) as exc:
+            result.error = str(exc)
+            continue
+        if not prediction.feasible:
+            result.error = f"infeasible: {prediction.infeasible_reason}"
+            continue
+        latency = prediction.prefill.latency_s + prediction.decode.latency_s
+        result.predicted = {"latency_s": latency,
+                            "throughput_tokens_per_s": batch * 2 * tokens / latency}
+        if "avg_power_w" in row.measured:
+            result.predicted["avg_power_w"] = prediction.avg_power_w
+    return out
+
+
 PREDICTORS: dict[str, Callable[..., list[RowResult]]] = {
     "mlenergy": _mlenergy,
     "vidur-mlp": _vidur_mlp,
     "vidur-network": _vidur_network,
     "splitwise": _splitwise,
     "llmcompass-matmul": _llmcompass_matmul,
+    "llm-inference-bench": _llm_inference_bench,
 }
 _NOTES = {"vidur-mlp": UNSUPPORTED_OPS}
 
