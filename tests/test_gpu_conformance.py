@@ -89,7 +89,8 @@ def test_dense_rates_are_positive_with_the_required_dtypes(gpu: GPU) -> None:
     assert set(rates) >= REQUIRED_DTYPES
     assert all(rate > 0 for rate in rates.values())
     assert rates["fp16"] == pytest.approx(rates["bf16"])
-    assert rates["int8"] >= rates["bf16"]
+    if rates["int8"] < rates["bf16"]:  # Blackwell Ultra (B300, GB300) kept little INT8
+        assert "blackwell ultra" in gpu.provenance["dense_flops_per_s.int8"].source.lower()
     assert rates["fp32"] < rates["bf16"]  # vector FP32, not a tensor rate
     if "fp8" in rates:
         assert rates["fp8"] == pytest.approx(2 * rates["bf16"], rel=0.01)
@@ -110,7 +111,7 @@ def test_clocks_are_ordered(gpu: GPU) -> None:
 @gpus
 def test_memory_is_plausible_in_si_units(gpu: GPU) -> None:
     assert 16e9 <= gpu.hbm_capacity_bytes <= 512e9
-    assert 0.5e12 <= gpu.hbm_bandwidth_bytes_per_s <= 20e12
+    assert 0.2e12 <= gpu.hbm_bandwidth_bytes_per_s <= 20e12  # L4's GDDR6: 300 GB/s
     assert 16 * 2**20 <= gpu.l2_bytes <= 256 * 2**20
 
 

@@ -30,8 +30,9 @@ def test_h100_sxm_dense_bf16_is_the_datasheet_dense_figure() -> None:
     assert h100.provenance["dense_flops_per_s.bf16"].kind == "datasheet"
 
 
-# Datasheet "with sparsity" BF16 tensor rates (TFLOP/s): NVIDIA A100/H100/H200/HGX B200/L40S
-# and AMD Instinct MI300X datasheets.
+# Datasheet "with sparsity" BF16 tensor rates (TFLOP/s): NVIDIA A100/H100/H200/HGX B200/L40S/
+# HGX B300/GB200 NVL72/GB300 NVL72 (rack / 72)/H20/L4 and AMD Instinct MI300X/MI325X/MI355X
+# datasheets.
 SPARSE_BF16_TFLOPS = {
     "A100-40GB-SXM": 624,
     "A100-80GB-SXM": 624,
@@ -41,6 +42,13 @@ SPARSE_BF16_TFLOPS = {
     "B200": 4500,
     "L40S": 733,
     "MI300X": 2615,
+    "B300": 4500,
+    "GB200": 5000,
+    "GB300": 5000,
+    "H20": 296,
+    "L4": 242,
+    "MI325X": 2615,
+    "MI355X": 5033,
 }
 
 
@@ -236,3 +244,27 @@ def test_fp4_falls_back_to_bf16_without_fp4_units() -> None:
         assert gpu.peak_flops_per_s("fp4") == gpu.peak_flops_per_s("bf16")
     b200 = load_gpu("b200")
     assert b200.peak_flops_per_s("fp4") == pytest.approx(4 * b200.peak_flops_per_s("bf16"))
+
+
+def test_an_nvl72_rack_is_one_scale_up_domain() -> None:
+    """GB200/GB300 NVL72: 72 GPUs on NVLink; an 8-GPU HGX board is a domain of 8."""
+    from energylens.cost.comm import link_for_group
+
+    for name in ("GB200", "GB300"):
+        gpu = load_gpu(name)
+        assert gpu.gpus_per_node == 72
+        assert link_for_group(gpu=gpu, group_size=64) == ("nvswitch", 900e9)
+        assert link_for_group(gpu=gpu, group_size=144)[0] == gpu.inter_node.kind
+    assert link_for_group(gpu=load_gpu("B200"), group_size=16) == ("infiniband", 50e9)
+
+
+def test_tensor_parallel_16_is_cheaper_inside_an_nvl72_domain() -> None:
+    """The same TP 16 all-reduces stay on NVLink on GB200 but cross the NICs on B200."""
+    from energylens.deployment import Deployment, Workload
+    from energylens.predict import predict
+
+    workload = Workload(batch=32, input_tokens=1024, output_tokens=32)
+    runs = {gpu: predict(model="llama-3.1-405b", gpu=gpu, deployment=Deployment(tp=16),
+                         workload=workload) for gpu in ("B200", "GB200")}
+    assert all(r.feasible for r in runs.values())
+    assert runs["GB200"].decode.communication_j < runs["B200"].decode.communication_j
