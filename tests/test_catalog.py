@@ -42,8 +42,9 @@ def test_models_text_says_which_entries_are_secondary(capsys) -> None:
 
 
 @pytest.mark.parametrize(("args", "keep"), [
-    (["--family", "moe"], lambda m: m.family == "moe"),
-    (["--family", "dense"], lambda m: m.family == "dense"),
+    (["--family", "moe"], lambda m: m.family == "moe" and m.hybrid is None),
+    (["--family", "dense"], lambda m: m.family == "dense" and m.hybrid is None),
+    (["--family", "hybrid"], lambda m: m.hybrid is not None),
     (["--search", "QWEN2.5"], lambda m: "qwen2.5" in m.name),
     (["--search", "distill"], lambda m: m.name in {"llama-3.1-70b", "llama-3.1-8b",
                                                    "qwen2.5-32b", "qwen2.5-14b", "qwen2.5-7b"}),
@@ -119,3 +120,4 @@ def test_gpus_list_and_show_every_number_with_its_source(capsys) -> None:
     assert "2,250 TFLOP/s" in out and "borrowed from H100-SXM" in out
     assert main(["gpus", "show", "X9000"]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
+

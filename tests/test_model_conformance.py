@@ -127,7 +127,16 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
         per_layer = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
     else:  # K and V of every KV head
         per_layer = 2 * model.num_kv_heads * model.head_dim
-    assert memory.kv_cache_bytes == pytest.approx(model.num_layers * per_layer * ACTIVATION_BYTES)
+    hybrid = model.hybrid
+    kv_layers = model.num_layers if hybrid is None else hybrid.count("*")  # attention only
+    assert memory.kv_cache_bytes == pytest.approx(kv_layers * per_layer * ACTIVATION_BYTES)
+    state = 0.0
+    if hybrid is not None:  # per Mamba-2 block: the SSM state and w-1 convolution inputs
+        inner = hybrid.ssm_heads * hybrid.ssm_head_dim
+        channels = inner + 2 * hybrid.ssm_groups * hybrid.ssm_state_size
+        state = hybrid.count("M") * (inner * hybrid.ssm_state_size
+                                     + (hybrid.conv_kernel - 1) * channels)
+    assert memory.state_bytes == pytest.approx(state * ACTIVATION_BYTES)
 
 
 def _deployments(model: ModelConfig) -> list[Deployment]:

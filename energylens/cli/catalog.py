@@ -23,8 +23,8 @@ from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 
 __all__ = ["FAMILIES", "SHOWN_DTYPES", "family_of", "footprint", "register"]
 
-#: ``--family`` values: the FFN kind.
-FAMILIES = ("dense", "moe")
+#: ``--family`` values: the FFN kind, or a hybrid of attention and Mamba-2 mixers.
+FAMILIES = ("dense", "moe", "hybrid")
 #: Weight formats ``models show`` prices (every format a checkpoint name or config selects).
 SHOWN_DTYPES = ("bf16", "fp8", "int4", "nvfp4")
 
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "NAME|PATH' prints one model's sizes and sources.")
     m.add_argument("--search", metavar="TEXT",
                    help="only models whose name, HF id, aliases or model_type contain TEXT")
-    m.add_argument("--family", choices=FAMILIES, help="only dense or MoE models")
+    m.add_argument("--family", choices=FAMILIES, help="only dense, MoE or hybrid models")
     m.add_argument("--json", action="store_true", help="print one JSON object")
     m.set_defaults(handler=_cmd_models)
     shows = m.add_subparsers(dest="models_command", parser_class=type(m))
@@ -64,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def family_of(model: ModelConfig) -> str:
-    """The family ``--family`` filters on."""
-    return model.family
+    """``hybrid`` for a model with Mamba-2 mixers, else its FFN family."""
+    return "hybrid" if model.hybrid is not None else model.family
 
 
 def _matches(model: ModelConfig, info: ModelInfo, text: str) -> bool:
@@ -91,6 +91,9 @@ def _attention(model: ModelConfig) -> str:
     text: str = model.attention
     if model.sliding_window is not None:
         text += f", {model.num_sliding_layers}/{model.num_layers} sliding {model.sliding_window}"
+    if model.hybrid is not None:
+        text += (f" in {model.hybrid.count('*')} of {model.num_layers} blocks, "
+                 f"{model.hybrid.count('M')} Mamba-2")
     return text
 
 

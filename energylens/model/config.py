@@ -39,6 +39,28 @@ class MLAConfig:
     v_head_dim: int
 
 
+#: Blocks of a hybrid ``layer_pattern``, one character each (Nemotron-H's
+#: ``hybrid_override_pattern``): each block has its own pre-norm and residual.
+BLOCK_KINDS = {"M": "Mamba-2 mixer", "*": "self-attention", "-": "dense MLP", "E": "MoE"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class HybridConfig:
+    """A model of single-purpose blocks, some with a Mamba-2 (SSD) token mixer instead of
+    attention (NVIDIA Nemotron-H; the layout also fits Jamba- and Qwen3-Next-style models)."""
+
+    layer_pattern: str  # one BLOCK_KINDS character per block, in order
+    ssm_heads: int  # mamba_num_heads
+    ssm_head_dim: int  # mamba_head_dim
+    ssm_state_size: int  # ssm_state_size (d_state)
+    ssm_groups: int  # n_groups: B and C are shared by the heads of a group
+    conv_kernel: int  # width of the causal depthwise convolution
+
+    def count(self, kind: str) -> int:
+        """Blocks of ``kind`` (a BLOCK_KINDS character)."""
+        return self.layer_pattern.count(kind)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """One model architecture. Sizes are per layer unless named otherwise."""
@@ -66,6 +88,7 @@ class ModelConfig:
     params_active_published: float | None
     weight_dtype: str = "bf16"  # "fp8" for -FP8 checkpoints
     notes: str = ""  # approximations made when mapping the architecture
+    hybrid: HybridConfig | None = None  # blocks of a hybrid Mamba/attention model
 
 
 def show_value(value: object, limit: int = 40) -> str:
@@ -88,7 +111,8 @@ _MAY_BE_ZERO = frozenset(
 _BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias"})
 
 
-def _check_fields(obj: ModelConfig | MoEConfig | MLAConfig, where: str, prefix: str) -> None:
+def _check_fields(obj: ModelConfig | MoEConfig | MLAConfig | HybridConfig, where: str,
+                  prefix: str) -> None:
     """Types and signs of the plain fields of ``obj`` (ints >= 1 or >= 0, bools, enums)."""
     for f in fields(obj):
         value = getattr(obj, f.name)
@@ -146,10 +170,36 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
     if m.mla is not None:
         _check_fields(m.mla, where, "mla.")
     if m.moe is not None:
-        _check_moe(m.moe, num_layers=m.num_layers, where=where)
+        _check_moe(m.moe, num_layers=m.num_layers, where=where, hybrid=m.hybrid is not None)
+    if m.hybrid is not None:
+        _check_hybrid(m, m.hybrid, where=where)
 
 
-def _check_moe(moe: MoEConfig, *, num_layers: int, where: str) -> None:
+def _check_hybrid(m: ModelConfig, h: HybridConfig, *, where: str) -> None:
+    """The pattern's blocks agree with the layers, the MoE section and the attention."""
+    _check_fields(h, where, "hybrid.")
+    if not isinstance(h.layer_pattern, str) or not h.layer_pattern \
+            or set(h.layer_pattern) - set(BLOCK_KINDS):
+        raise ModelConfigError(f"{where}: hybrid.layer_pattern must be a string of "
+                               f"{''.join(BLOCK_KINDS)}, got {show_value(h.layer_pattern)}")
+    if len(h.layer_pattern) != m.num_layers:
+        raise ModelConfigError(f"{where}: hybrid.layer_pattern has {len(h.layer_pattern)} "
+                               f"blocks but num_layers = {m.num_layers}")
+    if m.moe is not None and h.count("E") != m.moe.num_moe_layers:
+        raise ModelConfigError(f"{where}: hybrid.layer_pattern has {h.count('E')} MoE blocks "
+                               f"but moe.num_moe_layers = {m.moe.num_moe_layers}")
+    if (m.moe is None) != (h.count("E") == 0):
+        raise ModelConfigError(f"{where}: MoE blocks 'E' need a moe section and the reverse")
+    if h.ssm_heads % h.ssm_groups:
+        raise ModelConfigError(f"{where}: hybrid.ssm_heads = {h.ssm_heads} is not a multiple "
+                               f"of hybrid.ssm_groups = {h.ssm_groups}")
+    if m.sliding_window is not None:
+        raise ModelConfigError(f"{where}: a hybrid model with a sliding window is not modelled")
+
+
+def _check_moe(moe: MoEConfig, *, num_layers: int, where: str, hybrid: bool) -> None:
+    """Experts within bounds; dense layers with a width (a hybrid's FFN-less blocks have
+    none: its dense '-' blocks use ffn_size)."""
     _check_fields(moe, where, "moe.")
     if moe.top_k > moe.num_experts:
         raise ModelConfigError(f"{where}: moe.top_k = {moe.top_k} exceeds moe.num_experts = "
@@ -157,7 +207,7 @@ def _check_moe(moe: MoEConfig, *, num_layers: int, where: str) -> None:
     if moe.num_moe_layers > num_layers:
         raise ModelConfigError(f"{where}: moe.num_moe_layers = {moe.num_moe_layers} exceeds "
                                f"num_layers = {num_layers}")
-    if moe.num_moe_layers < num_layers and moe.dense_layer_ffn < 1:
+    if moe.num_moe_layers < num_layers and moe.dense_layer_ffn < 1 and not hybrid:
         raise ModelConfigError(f"{where}: {num_layers - moe.num_moe_layers} dense layers but "
                                f"moe.dense_layer_ffn = {moe.dense_layer_ffn}")
     if moe.num_shared_experts and moe.shared_expert_ffn < 1:

@@ -2,7 +2,9 @@
 
 A layer is assembled from parts in ``energylens/data/families``: attention, then a dense
 MLP (gated or plain) or routed experts (plus optional shared experts). A model is a set
-of layer groups (dense/MoE x full/sliding attention) with layer counts, and a head.
+of layer groups (dense/MoE x full/sliding attention) with layer counts, and a head. A
+hybrid model (``ModelConfig.hybrid``) is a set of single-purpose blocks instead: Mamba-2
+mixers, attention, dense MLPs and MoE, counted from its layer pattern.
 """
 
 from __future__ import annotations
@@ -118,9 +120,64 @@ def attention_sizes(model: ModelConfig) -> dict[str, int]:
     return {"d": model.hidden_size, "g": g, "r": model.num_heads // g, "e": model.head_dim}
 
 
+def _moe_parts(model: ModelConfig) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Routed experts (and shared ones) with their sizes."""
+    moe = model.moe
+    assert moe is not None
+    parts = [family_part("moe")]
+    sizes = {"d": model.hidden_size, "f": moe.expert_ffn, "x": moe.num_experts}
+    if moe.num_shared_experts:
+        parts.append(family_part("shared_expert"))
+        sizes["s"] = moe.num_shared_experts * moe.shared_expert_ffn
+    return parts, sizes
+
+
+def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
+    """One group per block kind of the pattern: Mamba-2 mixer, attention (its part keeps
+    the pre-FFN norm, an extra norm where no FFN block follows), dense MLP, MoE."""
+    hybrid = model.hybrid
+    assert hybrid is not None
+    norm = _norm(model)
+    mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
+    ffn_norm = family_part("ffn_norm")
+    kinds: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {
+        "M": ([family_part("mamba2")],
+              {"d": model.hidden_size, "g": hybrid.ssm_groups,
+               "r": hybrid.ssm_heads // hybrid.ssm_groups, "e": hybrid.ssm_head_dim,
+               "s": hybrid.ssm_state_size, "w": hybrid.conv_kernel,
+               "u": hybrid.conv_kernel - 1}),
+        "*": ([family_part(_attention_part(model))], attention_sizes(model)),
+        "-": ([ffn_norm, mlp], {"d": model.hidden_size, "f": model.ffn_size}),
+    }
+    if model.moe is not None:
+        parts, sizes = _moe_parts(model)
+        kinds["E"] = ([ffn_norm, *parts], sizes)
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    groups = []
+    for kind, (parts, sizes) in kinds.items():
+        if hybrid.count(kind):
+            groups.append(LayerGroup(name=names[kind],
+                                     layer=parse_layer(name=names[kind], parts=parts, norm=norm),
+                                     count=float(hybrid.count(kind)), window=None, sizes=sizes,
+                                     is_moe=kind == "E"))
+    return groups
+
+
 @cache
 def build_graph(model: ModelConfig) -> ModelGraph:
     """Bind the family einsums to ``model``'s sizes; validates every layer."""
+    norm = _norm(model)
+    bound = _hybrid_groups(model) if model.hybrid is not None else _layer_groups(model)
+    for group in bound:
+        validate_layer(layer=group.layer, sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+    head = parse_layer(name="head", parts=[family_part("head")], norm=norm)
+    head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
+    validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+    return ModelGraph(model=model, groups=tuple(bound), head=head, head_sizes=head_sizes)
+
+
+def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
+    """Transformer layers: dense and MoE, each split into sliding and full attention."""
     norm = _norm(model)
     attention = family_part(_attention_part(model))
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
@@ -133,20 +190,10 @@ def build_graph(model: ModelConfig) -> ModelGraph:
         layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm)
         groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
     if moe:
-        parts = [attention, family_part("moe")]
-        sizes = {**base, "f": moe.expert_ffn, "x": moe.num_experts}
-        if moe.num_shared_experts:
-            parts.append(family_part("shared_expert"))
-            sizes["s"] = moe.num_shared_experts * moe.shared_expert_ffn
-        layer = parse_layer(name="moe", parts=parts, norm=norm)
-        groups.append(("moe", layer, float(moe.num_moe_layers), sizes, True))
-    bound = _split_by_window(model=model, groups=groups)
-    for group in bound:
-        validate_layer(layer=group.layer, sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
-    head = parse_layer(name="head", parts=[family_part("head")], norm=norm)
-    head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
-    validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
-    return ModelGraph(model=model, groups=tuple(bound), head=head, head_sizes=head_sizes)
+        parts, sizes = _moe_parts(model)
+        layer = parse_layer(name="moe", parts=[attention, *parts], norm=norm)
+        groups.append(("moe", layer, float(moe.num_moe_layers), {**base, **sizes}, True))
+    return _split_by_window(model=model, groups=groups)
 
 
 def _split_by_window(

@@ -26,11 +26,45 @@ def _attention_params(m: ModelConfig) -> int:
     return params
 
 
+def _mamba_params(m: ModelConfig) -> int:
+    """One Mamba-2 mixer: in_proj (z, x, B, C, dt), the convolution with its bias, A, D and
+    the dt bias per head, the gated norm and out_proj."""
+    h = m.hybrid
+    assert h is not None
+    inner = h.ssm_heads * h.ssm_head_dim
+    conv_channels = inner + 2 * h.ssm_groups * h.ssm_state_size
+    in_proj = m.hidden_size * (inner + conv_channels + h.ssm_heads)
+    return in_proj + (h.conv_kernel + 1) * conv_channels + 3 * h.ssm_heads + inner \
+        + inner * m.hidden_size
+
+
+def _hybrid_count(m: ModelConfig, *, embed: int, norm: int) -> tuple[float, float]:
+    """Blocks of the pattern, each with its pre-norm."""
+    h = m.hybrid
+    assert h is not None
+    mult = 3 if m.gated_mlp else 2
+    blocks = {"M": _mamba_params(m), "*": _attention_params(m),
+              "-": mult * m.hidden_size * m.ffn_size}
+    total = active = float(embed + norm + m.num_layers * norm)
+    for kind in ("M", "*", "-"):
+        total += h.count(kind) * blocks[kind]
+        active += h.count(kind) * blocks[kind]
+    if m.moe is not None:
+        e = m.moe
+        expert = mult * m.hidden_size * e.expert_ffn
+        common = e.num_shared_experts * mult * m.hidden_size * e.shared_expert_ffn \
+            + m.hidden_size * e.num_experts
+        total += h.count("E") * (e.num_experts * expert + common)
+        active += h.count("E") * (e.top_k * expert + common)
+    return total, active
+
+
 def parameter_count(model: ModelConfig) -> tuple[float, float]:
     """(total, active per token) parameters implied by the shapes.
 
     Counts embeddings, lm_head (unless tied), attention projections, FFN / experts /
-    shared experts / routers and the two norms per layer plus the final norm. Small
+    shared experts / routers and the two norms per layer plus the final norm (a hybrid
+    model: its blocks, each with one norm, Mamba-2 mixers included). Small
     extras (QK-norm, biases other than qkv, MTP heads, vision encoders) are left out.
     Active counts both the embedding and lm_head plus the top-k routed experts.
     """
@@ -39,6 +73,8 @@ def parameter_count(model: ModelConfig) -> tuple[float, float]:
     mult = 3 if m.gated_mlp else 2
     norm = h * (2 if m.norm_type == "layernorm" else 1)
     embed = m.vocab_size * h * (1 if m.tie_word_embeddings else 2)
+    if m.hybrid is not None:
+        return _hybrid_count(m, embed=embed, norm=norm)
     per_layer = _attention_params(m) + 2 * norm
     total = embed + norm + m.num_layers * per_layer
     active = total

@@ -29,6 +29,10 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "dispatch": ("gather", 0.0),
     "combine": ("gather", 1.0),
     "topk": ("reduction", 2.0),
+    # Mamba-2: causal depthwise convolution of width 4 (2 FLOP per tap) and its SiLU (4);
+    # the state update S * decay + sum of x (x) B (2 per state element)
+    "conv": ("elementwise", 12.0),
+    "ssm_update": ("elementwise", 2.0),
 }
 
 _TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"

@@ -28,6 +28,7 @@ import yaml
 
 from energylens.errors import ModelConfigError, UnknownModelError
 from energylens.model.config import (
+    HybridConfig,
     MLAConfig,
     ModelConfig,
     MoEConfig,
@@ -232,7 +233,7 @@ def _aliases(value: Any, where: str) -> tuple[Alias, ...]:
 
 
 def _section(cls: type[Any], value: Any, where: str, key: str) -> Any:
-    """A nested ``moe`` / ``mla`` mapping as ``cls`` (exactly its fields)."""
+    """A nested ``moe`` / ``mla`` / ``hybrid`` mapping as ``cls`` (exactly its fields)."""
     if not isinstance(value, dict):
         raise ModelConfigError(f"{where}: {key} must be a mapping or null")
     _check_keys(cls, value, where=where, prefix=f"{key}.")
@@ -261,6 +262,8 @@ def _entry_to_config(name: str, entry: dict[str, Any], where: str) -> ModelConfi
         data["moe"] = _section(MoEConfig, data["moe"], where, "moe")
     if data.get("mla") is not None:
         data["mla"] = _section(MLAConfig, data["mla"], where, "mla")
+    if data.get("hybrid") is not None:
+        data["hybrid"] = _section(HybridConfig, data["hybrid"], where, "hybrid")
     for key in ("params_total_published", "params_active_published"):
         value = data.get(key)
         if value is not None:
