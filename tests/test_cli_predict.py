@@ -89,3 +89,12 @@ def test_listing_commands_read_the_registries(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert all(kind in out for kind in supported_model_types())
+
+
+def test_kv_dtype_flag_reaches_the_memory_model(capsys):
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "8", "--json"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert main([*args, "--kv-dtype", "fp8"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["memory_per_gpu_gb"] < auto["memory_per_gpu_gb"]

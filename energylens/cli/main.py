@@ -7,11 +7,11 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
-from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
+from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
@@ -19,7 +19,23 @@ from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help texts end with the default value, when there is one and the text does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        shown = not any(default is v for v in (None, False, argparse.SUPPRESS))
+        if "default" not in (text or "") and shown and action.option_strings:
+            return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         self.exit(2, f"energylens: error: {message}\n")
 
@@ -46,28 +62,37 @@ def _fusions(text: str) -> frozenset[str]:
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict energy and latency of one deployment")
     p.add_argument("--model", required=True, help="zoo name, HF repo id or a config.json path")
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--num-gpus", type=_positive_int)
-    for name in ("tp", "pp", "ep", "dp"):
-        p.add_argument(f"--{name}", type=_positive_int, default=None if name == "dp" else 1)
-    p.add_argument("--batch", type=_positive_int, default=1)
-    p.add_argument("--input-tokens", type=_positive_int, default=512)
-    p.add_argument("--output-tokens", type=_positive_int, default=128)
-    p.add_argument("--workload", choices=kind_names(), default="batch")
+    p.add_argument("--gpu", required=True, help="GPU name (energylens gpus lists them)")
+    p.add_argument("--num-gpus", type=_positive_int, help="GPUs in all (default: tp*pp*ep*dp)")
+    degrees = {"tp": "tensor", "pp": "pipeline", "ep": "expert", "dp": "data"}
+    for name, what in degrees.items():
+        p.add_argument(f"--{name}", type=_positive_int, default=None if name == "dp" else 1,
+                       help=f"{what}-parallel degree"
+                            + (" (default: num_gpus / (tp*pp*ep))" if name == "dp" else ""))
+    p.add_argument("--batch", type=_positive_int, default=1, help="sequences per batch")
+    p.add_argument("--input-tokens", type=_positive_int, default=512, help="prompt tokens per request")
+    p.add_argument("--output-tokens", type=_positive_int, default=128,
+                   help="generated tokens per request")
+    p.add_argument("--workload", choices=kind_names(), default="batch",
+                   help="batch: one static batch; serving: continuous batching")
     p.add_argument("--runtime", choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
                    help="weight dtype (default: the checkpoint's)")
+    p.add_argument("--kv-dtype", choices=("auto", *KV_DTYPES), default="auto",
+                   help="KV-cache dtype (default: auto, the runtime's default for the checkpoint)")
     fusion = p.add_mutually_exclusive_group()
     fusion.add_argument("--fusion", type=_fusions, default=None,
                         help=f"comma list of {', '.join(FUSIONS)} (default: the runtime's)")
-    fusion.add_argument("--no-fusion", action="store_const", const=frozenset(), dest="fusion")
-    p.add_argument("--overlap-sms", type=int, default=0)
-    p.add_argument("--freq-mhz", type=float)
+    fusion.add_argument("--no-fusion", action="store_const", const=frozenset(), dest="fusion",
+                        help="no fused kernels")
+    p.add_argument("--overlap-sms", type=int, default=0,
+                   help="SMs given to communication kernels that overlap compute")
+    p.add_argument("--freq-mhz", type=float, help="GPU clock (default: the boost clock)")
     p.add_argument("--moe-skew", type=float, default=0.0,
                    help="Zipf exponent of expert popularity (0 = uniform routing)")
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_predict)
 
 
@@ -77,6 +102,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew > 0 else Routing()
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                             dp=args.dp, weight_dtype=args.dtype, fusion=args.fusion,
+                            kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
                             routing=routing, runtime=args.runtime)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
