@@ -57,9 +57,13 @@ def curves(
     """True-front hypervolume and, per engine, the HV-ratio curve of every seed
     (array seeds x budget)."""
     truth = run_study(
-        config=replace(config.with_engine("grid"), trials=None, results=folder / "grid"),
+        config=replace(
+            config.with_engine("grid"),
+            trials=None,
+            results=folder / "grid",
+            storage=str(folder / "grid.journal"),
+        ),
         problem=factory(config),
-        storage=str(folder / "grid.journal"),
     )
     names = [o.metric for o in config.objectives]
     front = front_frame(config=config, trials=trials_frame(config=config, study=truth))
@@ -72,14 +76,13 @@ def curves(
         runs = []
         for seed in range(seeds):
             run_config = replace(
-                config.with_engine(engine), sampler=sampler, seed=seed, results=folder / f"{engine}-{seed}"
-            )
-            study = run_study(
-                config=run_config,
-                problem=factory(config),
-                n_trials=budget,
+                config.with_engine(engine),
+                sampler=sampler,
+                seed=seed,
+                results=folder / f"{engine}-{seed}",
                 storage=str(folder / f"{engine}-{seed}.journal"),
             )
+            study = run_study(config=run_config, problem=factory(config), n_trials=budget)
             trials = trials_frame(config=run_config, study=study)
             history = hypervolume_history(
                 trials[names].to_numpy(dtype=float),

@@ -40,7 +40,7 @@ def measure(*, folder: Path, storage: str, engine: str, n_trials: int) -> float:
     study_file = write_toy_study(folder, sampler="random", seed=0)
     config = replace(load_study(study_file).with_engine(engine), name=f"bench-{engine}")
     start = time.perf_counter()
-    run_study(config=config, problem=ToyDeployment(), n_trials=n_trials, storage=storage)
+    run_study(config=config.overridden(storage=storage), problem=ToyDeployment(), n_trials=n_trials)
     return n_trials / (time.perf_counter() - start)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -12,6 +13,9 @@ import yaml
 
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _SCALAR_TYPES = (str, int, float, bool, type(None))
+MAX_YAML_NODES = 100_000
+"""A YAML file expanding to more nodes than this (aliases counted at every use) is refused:
+an alias bomb of a few hundred bytes would otherwise expand to billions."""
 
 
 def _show(value: Any) -> str:
@@ -53,11 +57,16 @@ class Checker:
             if not isinstance(key, str):
                 self.fail(path, "string keys", got=key)
             if allowed is not None and key not in allowed:
-                self.fail(_join(path, key), f"no such key (allowed: {', '.join(allowed)})")
+                self.unknown(_join(path, key), "key", key, allowed)
         for key in required:
             if key not in value:
                 self.fail(_join(path, key), "this key to be present")
         return value
+
+    def unknown(self, path: str, what: str, name: str, known: Iterable[str]) -> NoReturn:
+        """Raise for an unknown ``name`` at ``path``, suggesting the nearest known one."""
+        where = self.prefix + path
+        raise self.error_type(f"{self.source}: {where}: unknown {what} {name!r}{suggest(name, known)}")
 
     def sequence(self, value: Any, path: str, *, non_empty: bool = True) -> list[Any]:
         """Check that ``value`` is a list (non-empty unless told otherwise)."""
@@ -113,20 +122,65 @@ class Checker:
         return value
 
 
+def suggest(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'? (known: ...)"``: the nearest known names first, then them all."""
+    options = list(known)
+    keys: dict[str, str] = {}  # case-insensitive, and by the part before a '-' (H100 for H100-SXM)
+    for option in options:
+        keys.setdefault(option.lower(), option)
+    for option in options:
+        keys.setdefault(option.lower().split("-")[0], option)
+    near = difflib.get_close_matches(name.lower(), keys, n=1, cutoff=0.6)
+    hint = f"; did you mean {keys[near[0]]!r}?" if near else ""
+    listing = ", ".join(options)
+    listing = listing if len(listing) <= 200 else listing[:197] + "..."
+    return f"{hint} (known: {listing})"
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
 def read_yaml(path: Path, *, error_type: type[ValueError]) -> Any:
-    """Read a YAML file; unreadable files and YAML syntax errors raise ``error_type``."""
+    """Read a YAML file.
+
+    Unreadable files (missing, a folder, no permission), text that is not UTF-8, empty
+    files, YAML syntax errors and documents expanding past :data:`MAX_YAML_NODES` nodes
+    raise ``error_type`` with one line.
+    """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise error_type(f"{path}: cannot read file ({exc.strerror})") from None
+        raise error_type(f"{path}: cannot read file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise error_type(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{exc.start})") from None
     try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            raise error_type(f"{path}: empty file (expected a YAML mapping)")
+        if _expanded_size(node, {}) > MAX_YAML_NODES:
+            raise error_type(f"{path}: YAML expands to more than {MAX_YAML_NODES:,} nodes "
+                             "(aliases used over and over); write the values out")
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise error_type(f"{path}: invalid YAML{where}: {problem}") from None
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Nodes of the document with every alias expanded (memoised: linear in the file)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # a recursive alias counts once instead of looping
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    else:
+        size = 1
+    sizes[id(node)] = min(size, MAX_YAML_NODES + 1)
+    return sizes[id(node)]

@@ -1,6 +1,7 @@
 """Command functions for a CLI: each prints with rich and returns an exit code.
 
-Exit codes: 0 success, 2 bad study/space file or study state (one line on stderr).
+Exit codes: 0 success, 2 bad study/space file, storage, results folder or study state (one
+line on stderr, nothing created), 130 interrupted (completed trials are kept; resume).
 Errors raised by the problem itself are bugs and propagate with their traceback.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,118 +21,230 @@ from rich.table import Table
 from rich.text import Text
 
 from search.config import StudyConfig, StudyError, load_study
+from search.files import ResultsError, claim_results
 from search.frame import distinct_configurations
+from search.knobs import BoolKnob, CategoricalKnob, FloatKnob, IntKnob, Knob
 from search.outcome import completed_trials
-from search.problem import Problem
+from search.problem import Problem, ProblemSchema
 from search.rank import rank_optimizations
 from search.report import write_report
-from search.runner import StudyStateError, open_study, resume_study, run_study, run_worker
+from search.runner import (
+    StudyStateError,
+    completed_in_storage,
+    open_study,
+    refuse_existing,
+    resume_study,
+    run_study,
+    run_worker,
+)
 from search.space import SpaceError
+from search.storage import MissingDriverError, StorageError, display_storage
 
 ProblemFactory = Callable[[StudyConfig], Problem]
 MAX_ROWS = 20
 WIDE_CONSOLE = 200
-USER_ERRORS = (StudyError, SpaceError, StudyStateError)
+USER_ERRORS = (StudyError, SpaceError, StudyStateError, StorageError, ResultsError)
+INTERRUPTED = 130
+
+
+@dataclass(frozen=True, kw_only=True)
+class Application:
+    """What a command line built on these commands supplies.
+
+    Attributes:
+        problem_factory: Builds the objective of a study (and checks its problem keys).
+        schema: What study files may contain (None: problem keys are not checked).
+        install_driver: How to install a missing database driver module (the command line).
+        resume_command: How to continue an interrupted study; ``{study}`` is replaced.
+        error_prefix: What error lines start with.
+    """
+
+    problem_factory: ProblemFactory
+    schema: ProblemSchema | None = None
+    install_driver: Callable[[str], str] = lambda module: f"pip install {module}"
+    resume_command: str = "resume {study} --trials N"
+    error_prefix: str = "error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overrides:
+    """Command-line options that beat the study file (None: the file's value)."""
+
+    trials: int | None = None
+    engine: str | None = None
+    storage: str | None = None
+    seed: int | None = None
+    new_study: str | None = None
+
+    def apply(self, config: StudyConfig) -> StudyConfig:
+        """``config`` with these overrides."""
+        return config.overridden(
+            engine=self.engine, storage=self.storage, seed=self.seed, trials=self.trials, name=self.new_study
+        )
+
+
+def cmd_check(study_path: str | Path, *, app: Application, overrides: Overrides = Overrides()) -> int:
+    """Validate a study (file, space, problem, budget) and print it resolved; create nothing."""
+    try:
+        config = overrides.apply(load_study(study_path, schema=app.schema))
+        app.problem_factory(config)
+        budget = config.budget()
+        done = completed_in_storage(config)
+    except USER_ERRORS as exc:
+        return _fail(exc, app)
+    _print_study(_console(), config, budget, done)
+    return 0
 
 
 def cmd_run(
     study_path: str | Path,
     *,
-    trials: int | None = None,
-    engine: str | None = None,
-    storage: str | None = None,
-    seed: int | None = None,
-    problem_factory: ProblemFactory,
+    app: Application,
+    overrides: Overrides = Overrides(),
+    dry_run: bool = False,
+    force: bool = False,
 ) -> int:
-    """Run a new study, write its report and print the feasible Pareto front."""
+    """Run a new study, write its report and print the feasible Pareto front (``dry_run``:
+    only check and print the resolved study)."""
+    if dry_run:
+        return cmd_check(study_path, app=app, overrides=overrides)
     _quiet_optuna()
+    config: StudyConfig | None = None
     try:
-        config = load_study(study_path)
-        if engine is not None:
-            config = config.with_engine(engine)
-        study = run_study(
-            config=config,
-            problem=problem_factory(config),
-            n_trials=trials,
-            storage=storage,
-            seed=seed,
-            progress=True,
-        )
+        config = overrides.apply(load_study(study_path, schema=app.schema))
+        problem = app.problem_factory(config)
+        config.budget()  # a grid too large to run whole is refused before anything is created
+        refuse_existing(config)
+        _claim(config, force)
+        study = run_study(config=config, problem=problem, progress=True)
+        _finish(config, study)
     except USER_ERRORS as exc:
-        return _fail(exc)
-    _finish(config, study)
+        return _fail(exc, app)
+    except KeyboardInterrupt:
+        return _interrupted(config, app)
     return 0
 
 
-def cmd_resume(study_path: str | Path, *, trials: int, problem_factory: ProblemFactory) -> int:
-    """Continue a study until it holds ``trials`` completed trials, then report."""
+def cmd_resume(study_path: str | Path, *, app: Application, overrides: Overrides, force: bool = False) -> int:
+    """Continue a study until it holds ``overrides.trials`` completed trials, then report.
+
+    With ``overrides.new_study`` naming a study that does not exist yet, it is created.
+    """
     _quiet_optuna()
+    config: StudyConfig | None = None
     try:
-        config = load_study(study_path)
-        study = resume_study(config=config, problem=problem_factory(config), n_trials=trials, progress=True)
+        config = overrides.apply(load_study(study_path, schema=app.schema))
+        if overrides.trials is None:
+            raise StudyError("--trials: expected the total number of completed trials to reach")
+        problem = app.problem_factory(config)
+        if overrides.new_study is not None and not completed_in_storage(config):
+            _claim(config, force)
+            study = run_study(config=config, problem=problem, progress=True)
+        else:
+            open_study(config=config)  # missing study or other definition: refused before writing
+            _claim(config, force)
+            study = resume_study(config=config, problem=problem, n_trials=overrides.trials, progress=True)
+        _finish(config, study)
     except USER_ERRORS as exc:
-        return _fail(exc)
-    _finish(config, study)
+        return _fail(exc, app)
+    except KeyboardInterrupt:
+        return _interrupted(config, app)
     return 0
 
 
-def cmd_report(study_path: str | Path) -> int:
+def cmd_report(
+    study_path: str | Path, *, app: Application, overrides: Overrides = Overrides(), force: bool = False
+) -> int:
     """Rewrite the report of an existing study and print its feasible Pareto front."""
     try:
-        config = load_study(study_path)
+        config = overrides.apply(load_study(study_path, schema=app.schema))
         study = open_study(config=config)
+        _claim(config, force)
+        _finish(config, study)
     except USER_ERRORS as exc:
-        return _fail(exc)
-    _finish(config, study)
+        return _fail(exc, app)
     return 0
 
 
-def cmd_rank(study_path: str | Path, *, problem_factory: ProblemFactory, budget: int | None = None) -> int:
+def cmd_rank(
+    study_path: str | Path,
+    *,
+    app: Application,
+    overrides: Overrides = Overrides(),
+    budget: int | None = None,
+    force: bool = False,
+) -> int:
     """Rank knobs by constrained ablation and importance; print and write the ranking."""
     _quiet_optuna()
+    config: StudyConfig | None = None
     try:
-        config = load_study(study_path)
+        config = overrides.apply(load_study(study_path, schema=app.schema))
+        if budget is not None and budget < 1:
+            raise StudyError(f"--budget: expected an integer >= 1, got {budget}")
+        problem = app.problem_factory(config)
         study = open_study(config=config)
+        _claim(config, force)
         ranking = rank_optimizations(
-            config=config, problem=problem_factory(config), budget_per_ablation=budget, study=study
+            config=config, problem=problem, budget_per_ablation=budget, study=study, progress=True
         )
     except USER_ERRORS as exc:
-        return _fail(exc)
+        return _fail(exc, app)
+    except KeyboardInterrupt:
+        return _interrupted(config, app)
     console = _console()
-    _print_table(console, ranking, title=f"{config.name}: ranking ({config.objectives[0]})")
+    shown = ranking.drop(columns=[c for c in ranking.columns if c.startswith("best")])
+    _print_table(console, shown, title=f"{config.name}: what each optimization is worth")
     console.print(f"wrote {config.results / 'ranking.csv'} and {config.results / 'ranking.png'}")
     return 0
 
 
-def cmd_worker(
-    study_path: str | Path,
-    *,
-    storage: str | None = None,
-    trials: int | None = None,
-    problem_factory: ProblemFactory,
-) -> int:
-    """Join a shared study as one more worker until it holds ``trials`` completed trials in
-    total (default: the study file's budget)."""
+def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides = Overrides()) -> int:
+    """Join a shared study as one more worker until it holds ``overrides.trials`` completed
+    trials in total (default: the study file's budget)."""
     _quiet_optuna()
+    config: StudyConfig | None = None
     try:
-        config = load_study(study_path)
-        study = run_worker(
-            config=config, problem=problem_factory(config), storage=storage, n_trials=trials, progress=True
-        )
+        config = overrides.apply(load_study(study_path, schema=app.schema))
+        study = run_worker(config=config, problem=app.problem_factory(config), progress=True)
     except USER_ERRORS as exc:
-        return _fail(exc)
+        return _fail(exc, app)
+    except KeyboardInterrupt:
+        return _interrupted(config, app)
     _console().print(f"{config.name}: {len(completed_trials(study))} completed trials in the study")
     return 0
 
 
+def _claim(config: StudyConfig, force: bool) -> None:
+    claim_results(config.results, study=config.name, storage=display_storage(config.storage), force=force)
+
+
 def _quiet_optuna() -> None:
-    """One log line per trial drowns the progress bar; keep warnings only."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    """One log line per trial drowns the progress bar, and a trial stopped by Ctrl-C would
+    log its traceback: keep errors only (problems that raise propagate anyway)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
-def _fail(exc: Exception) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+def _fail(exc: Exception, app: Application) -> int:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, MissingDriverError):
+        message += f"; install it with: {app.install_driver(exc.module)}"
+    print(f"{app.error_prefix}: {message}", file=sys.stderr)
     return 2
+
+
+def _interrupted(config: StudyConfig | None, app: Application) -> int:
+    if config is None:
+        print(f"{app.error_prefix.removesuffix('error')}interrupted", file=sys.stderr)
+        return INTERRUPTED
+    done = completed_in_storage(config)
+    hint = app.resume_command.format(study=config.source)
+    prefix = app.error_prefix.removesuffix("error")
+    print(
+        f"{prefix}interrupted: study {config.name!r} keeps its {done} completed trials; "
+        f"continue with: {hint}",
+        file=sys.stderr,
+    )
+    return INTERRUPTED
 
 
 def _finish(config: StudyConfig, study: optuna.Study) -> None:
@@ -145,8 +259,51 @@ def _finish(config: StudyConfig, study: optuna.Study) -> None:
     )
     console = _console()
     _print_table(console, front[columns], title=title)
-    for path in (report.pareto_csv, report.trials_csv, report.pareto_png, report.hypervolume_png):
+    for path in report.files:
         console.print(f"wrote {path}")
+
+
+def _print_study(console: Console, config: StudyConfig, budget: int, done: int) -> None:
+    space = config.space
+    size = f"{space.grid_size:,} grid points" if space.enumerable else "continuous (no grid)"
+    lines = [
+        f"study        {config.name}  ({config.source})",
+        f"space        {space.source}: {len(space.knobs)} knobs, {size}",
+    ]
+    width = max(len(n) for n in [*space.names, *space.fixed])
+    for knob in space.knobs:
+        lines.append(f"  {knob.name:<{width}}  {_describe(knob)}  (baseline {knob.baseline!r})")
+    for name, value in space.fixed.items():
+        lines.append(f"  {name:<{width}}  fixed at {value!r}")
+    schema_metrics = {} if config.schema is None else config.schema.metrics
+    for i, objective in enumerate(config.objectives):
+        note = schema_metrics.get(objective.metric)
+        lines.append(f"{'objectives' if i == 0 else '':<12} {objective}" + (f"  ({note})" if note else ""))
+    lines.append(f"constraints  {'; '.join(map(str, config.constraints)) or 'none'}")
+    engine = f"{config.engine} (sampler {config.sampler}, population {config.population_size})"
+    lines.append(f"engine       {engine}, seed {config.seed if config.seed is not None else 'none'}")
+    covered = " (the whole grid)" if space.enumerable and budget >= space.grid_size else ""
+    lines.append(f"budget       {budget:,} completed trials{covered}")
+    state = f"holds {done} completed trials" if done else "new study"
+    lines.append(f"storage      {display_storage(config.storage)} ({state})")
+    lines.append(f"results      {config.results}")
+    for key, value in config.problem.items():
+        lines.append(f"{key:<12} {value}")
+    for line in lines:
+        console.print(Text(line))
+
+
+def _describe(knob: Knob) -> str:
+    if isinstance(knob, CategoricalKnob):  # and ordinal
+        kind = "categorical" if type(knob) is CategoricalKnob else "ordinal"
+        return f"{kind} {', '.join(map(str, knob.values))}"
+    if isinstance(knob, BoolKnob):
+        return "bool false, true"
+    if isinstance(knob, IntKnob | FloatKnob):
+        kind = "int" if isinstance(knob, IntKnob) else "float"
+        step = f" step {knob.step:g}" if knob.step is not None else ""
+        return f"{kind} {knob.low:g} .. {knob.high:g}{step}{' log' if knob.log else ''}"
+    raise TypeError(f"unknown knob type {type(knob).__name__}")
 
 
 def _console() -> Console:
@@ -156,20 +313,32 @@ def _console() -> Console:
 
 
 def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:
-    """Print ``title`` on its own line (a table title would wrap at the table's width),
-    then the first rows of ``frame``, never truncated when stdout is not a terminal."""
+    """Print ``title`` on its own line, then the first rows of ``frame``: as a table when it
+    fits (never truncated when stdout is not a terminal), else one ``column: value`` block per
+    row, so that no number is ever cut."""
     table = Table()
     for column in frame.columns:
         table.add_column(Text(str(column)), justify="right")
-    for row in frame.head(MAX_ROWS).astype(object).itertuples(index=False):
-        table.add_row(*(Text(_cell(v)) for v in row))
-    if len(frame) > MAX_ROWS:
-        table.caption = Text(f"{len(frame) - MAX_ROWS} more rows in the CSV")
+    rows = [[_cell(v) for v in row] for row in frame.head(MAX_ROWS).astype(object).itertuples(index=False)]
+    for row in rows:
+        table.add_row(*map(Text, row))
+    more = f"{len(frame) - MAX_ROWS} more rows in the CSV" if len(frame) > MAX_ROWS else ""
+    needed = max(len(title), Console(width=10_000).measure(table).maximum)
+    console.print(Text(title, style="bold"))
     if not console.is_terminal:
-        needed = max(len(title), Console(width=10_000).measure(table).maximum)
         if needed > console.width:
             console = Console(width=needed)
-    console.print(Text(title, style="bold"))
+    elif needed > console.width:
+        width = max(len(str(c)) for c in frame.columns)
+        for i, row in enumerate(rows):
+            console.print(Text(f"-- {i + 1}", style="dim"))
+            for column, cell in zip(frame.columns, row, strict=True):
+                console.print(Text(f"{str(column):>{width}}  {cell}"))
+        if more:
+            console.print(Text(more))
+        return
+    if more:
+        table.caption = Text(more)
     console.print(table)
 
 

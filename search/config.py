@@ -15,7 +15,12 @@ Format (paths are relative to the study file's folder)::
     seed: 0
     storage: sqlite:///study.db      # default: <results>/storage.journal (Optuna journal)
     results: results/llama70b-decode # default: results/<name>
-    model: {...}                     # any other key is kept verbatim in StudyConfig.problem
+    model: {...}                     # the problem's keys (ProblemSchema.keys), kept verbatim
+                                     # in StudyConfig.problem
+
+With a :class:`~search.problem.ProblemSchema` every key, knob name, knob value and metric
+is checked against what the problem reads before anything runs; without one the problem
+keys are not checked (any other top-level key is kept in ``StudyConfig.problem``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ from typing import Any, Literal
 
 from search._schema import Checker, read_yaml
 from search.engines import engine_names, get_engine
-from search.space import Space, load_space, parse_space
+from search.problem import ProblemSchema
+from search.space import Space, SpaceError, load_space, parse_space
 
 DEFAULT_ENGINE = engine_names()[0]
 DEFAULT_TRIALS = 100
+MAX_GRID_POINTS = 1_000_000
+"""An exhaustive engine runs a whole grid only up to this size; above it a budget
+(``trials:`` or ``--trials``) is required, and the engine samples that many points."""
 RESERVED_COLUMNS = ("number", "feasible", "infeasible_reason")
 Direction = Literal["minimize", "maximize"]
 
@@ -117,6 +126,7 @@ class StudyConfig:
     results: Path
     source: Path = Path("<study>")
     problem: dict[str, Any] = field(default_factory=dict)
+    schema: ProblemSchema | None = field(default=None, compare=False)
 
     @property
     def directions(self) -> list[Direction]:
@@ -124,10 +134,52 @@ class StudyConfig:
         return [o.direction for o in self.objectives]
 
     def budget(self) -> int:
-        """Trials to run: ``trials``, else the whole grid (exhaustive engine) or DEFAULT_TRIALS."""
+        """Trials to run: ``trials``, else the whole grid (exhaustive engine) or DEFAULT_TRIALS.
+
+        Raises:
+            StudyError: an exhaustive engine, no ``trials`` and a grid over MAX_GRID_POINTS.
+        """
         if self.trials is not None:
             return self.trials
-        return self.space.grid_size if get_engine(self.engine).exhaustive else DEFAULT_TRIALS
+        if not get_engine(self.engine).exhaustive:
+            return DEFAULT_TRIALS
+        size = self.space.grid_size
+        if size > MAX_GRID_POINTS:
+            raise StudyError(
+                f"{self.source}: trials: expected a budget for a grid of {size:,} points (more than "
+                f"{MAX_GRID_POINTS:,}); set trials: N or pass --trials N to sample N points uniformly"
+            )
+        return size
+
+    def overridden(
+        self,
+        *,
+        engine: str | None = None,
+        storage: str | None = None,
+        seed: int | None = None,
+        trials: int | None = None,
+        name: str | None = None,
+    ) -> StudyConfig:
+        """This config with command-line overrides (None keeps the study file's value); a
+        storage path is relative to the current folder; a new ``name`` also moves the results
+        folder to a sibling of that name.
+
+        Raises:
+            StudyError: unknown engine, a budget below 1, a negative seed or a bad name.
+        """
+        config = self if engine is None else self.with_engine(engine)
+        if trials is not None and trials < 1:
+            raise StudyError(f"--trials: expected an integer >= 1, got {trials}")
+        if seed is not None and seed < 0:
+            raise StudyError(f"--seed: expected an integer >= 0, got {seed}")
+        if name is not None and not _NAME.match(name):
+            raise StudyError(f"--new-study: expected letters, digits, '_', '.' or '-' only, got {name!r}")
+        changes: dict[str, Any] = {"trials": trials, "seed": seed, "name": name}
+        if name is not None:  # a new study reports beside the file's, not over its reports
+            changes["results"] = config.results.parent / name
+        if storage is not None:
+            changes["storage"] = resolve_storage(storage, base=Path.cwd())
+        return replace(config, **{k: v for k, v in changes.items() if v is not None})
 
     def with_engine(self, engine: str) -> StudyConfig:
         """This config run by another engine with that engine's default sampler.
@@ -144,8 +196,13 @@ class StudyConfig:
         return replace(self, engine=engine, sampler=get_engine(engine).samplers[0])
 
 
-def load_study(path: str | Path) -> StudyConfig:
+def load_study(path: str | Path, *, schema: ProblemSchema | None = None) -> StudyConfig:
     """Load and validate a study YAML file (and the space file it names).
+
+    Args:
+        path: The study file.
+        schema: What the problem reads; when given, unknown keys, knobs, knob values and
+            metrics are refused, naming the nearest valid name.
 
     Raises:
         StudyError: unreadable file, bad YAML or schema violation (one line).
@@ -154,7 +211,11 @@ def load_study(path: str | Path) -> StudyConfig:
     path = Path(path)
     data = read_yaml(path, error_type=StudyError)
     check = Checker(source=str(path), error_type=StudyError)
-    check.mapping(data, "", required=("space", "objectives"))
+    allowed = None if schema is None else (*_GENERIC_KEYS, *schema.keys)
+    check.mapping(data, "", allowed=allowed)
+    for key in ("space", "objectives"):
+        if key not in data:
+            check.fail(key, "this key to be present")
     folder = path.parent.resolve()
 
     name = check.string(data.get("name", path.stem), "name")
@@ -164,6 +225,9 @@ def load_study(path: str | Path) -> StudyConfig:
     objectives = _objectives(data["objectives"], check)
     constraints = _constraints(data.get("constraints") or [], check)
     _check_names(space, objectives, constraints, check)
+    if schema is not None:
+        _check_params(space, schema, _space_checker(data["space"], space, check))
+        _check_metrics(objectives, constraints, schema, check)
 
     engine = get_engine(check.choice(data.get("engine", DEFAULT_ENGINE), "engine", engine_names()))
     sampler = check.choice(data.get("sampler", engine.samplers[0]), "sampler", engine.samplers)
@@ -174,7 +238,7 @@ def load_study(path: str | Path) -> StudyConfig:
     seed = data.get("seed")
     if seed is not None:
         check.integer(seed, "seed", minimum=0)
-    results = folder / check.string(data.get("results", f"results/{name}"), "results")
+    results = (folder / check.string(data.get("results", f"results/{name}"), "results")).resolve()
     storage = data.get("storage")
     storage = (
         str(results / "storage.journal")
@@ -200,6 +264,7 @@ def load_study(path: str | Path) -> StudyConfig:
         results=results,
         source=path,
         problem={k: v for k, v in data.items() if k not in _GENERIC_KEYS},
+        schema=schema,
     )
 
 
@@ -210,9 +275,49 @@ def resolve_storage(spec: str, *, base: Path) -> str:
 
 def _space(value: Any, check: Checker, folder: Path) -> Space:
     if isinstance(value, str):
-        return load_space(folder / value)
+        return load_space((folder / value).resolve())
     inline = Checker(source=check.source, error_type=check.error_type, prefix="space.")
     return parse_space(value, inline)
+
+
+def _space_checker(value: Any, space: Space, check: Checker) -> Checker:
+    """Errors about the space name its file, or the study's ``space.`` keys when inline."""
+    if isinstance(value, str):
+        return Checker(source=space.source, error_type=SpaceError)
+    return Checker(source=check.source, error_type=check.error_type, prefix="space.")
+
+
+def _check_params(space: Space, schema: ProblemSchema, check: Checker) -> None:
+    """Every knob and fixed name is one the problem reads; every value one it accepts."""
+    for knob in space.knobs:
+        path = f"knobs.{knob.name}"
+        if knob.name not in schema.params:
+            check.unknown(path, "knob", knob.name, schema.params)
+        value_check = schema.params[knob.name]
+        for where, value in knob.checked_values():
+            expected = value_check(value)
+            if expected is not None:
+                check.fail(f"{path}.{where}", expected, got=value)
+    for name, value in space.fixed.items():
+        if name not in schema.params:
+            check.unknown(f"fixed.{name}", "parameter", name, schema.params)
+        expected = schema.params[name](value)
+        if expected is not None:
+            check.fail(f"fixed.{name}", expected, got=value)
+
+
+def _check_metrics(
+    objectives: tuple[Objective, ...],
+    constraints: tuple[Constraint, ...],
+    schema: ProblemSchema,
+    check: Checker,
+) -> None:
+    for i, objective in enumerate(objectives):
+        if objective.metric not in schema.metrics:
+            check.unknown(f"objectives[{i}]", "metric", objective.metric, schema.metrics)
+    for i, constraint in enumerate(constraints):
+        if constraint.metric not in schema.metrics:
+            check.unknown(f"constraints[{i}]", "metric", constraint.metric, schema.metrics)
 
 
 def _objectives(value: Any, check: Checker) -> tuple[Objective, ...]:

@@ -27,21 +27,30 @@ def metric_columns(config: StudyConfig) -> list[str]:
 def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
     """One row per completed trial.
 
-    Columns: ``number``, the knobs, the objective and SLO metrics (as the problem computed
-    them; empty when an invalid configuration has none), ``constraint[<key>]`` values,
-    ``feasible`` and ``infeasible_reason`` (empty when valid).
+    Columns: ``number``, the knobs, the objective and SLO metrics, then every other metric
+    the problem computed (empty when an invalid configuration has none),
+    ``constraint[<key>]`` values, ``feasible`` and ``infeasible_reason``: why the
+    configuration cannot run, or which SLOs it misses and by how much (empty when feasible).
     """
+    trials = completed_trials(study)
+    knobs = set(config.space.names)
     metrics = metric_columns(config)
+    reported = {m for trial in trials for m in trial.user_attrs.get("metrics", {})}
+    order = list(config.schema.metrics) if config.schema is not None else []
+    # other metrics in the schema's order, then by name; one named like a knob (e.g.
+    # num_gpus) is the knob's column
+    metrics += [m for m in [*order, *sorted(reported - set(order))] if m in reported
+                and m not in metrics and m not in knobs]
     keys = [VALID_KEY] + [str(c) for c in config.constraints]
     rows = []
-    for trial in completed_trials(study):
+    for trial in trials:
         values = trial.user_attrs.get("metrics", {})
         row: dict[str, Any] = {"number": trial.number}
         row |= {name: trial.params.get(name) for name in config.space.names}
         row |= {name: values.get(name, np.nan) for name in metrics}
         row |= {constraint_column(k): trial.constraints.get(k, np.nan) for k in keys}
         row["feasible"] = is_feasible(trial)
-        row["infeasible_reason"] = trial.user_attrs.get("infeasible_reason") or ""
+        row["infeasible_reason"] = trial.user_attrs.get("infeasible_reason") or slo_misses(config, values)
         rows.append(row)
     columns = [
         "number",
@@ -52,6 +61,19 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
         "infeasible_reason",
     ]
     return pd.DataFrame(rows, columns=columns).astype({"feasible": bool})
+
+
+def slo_misses(config: StudyConfig, metrics: dict[str, float]) -> str:
+    """``"tpot_s = 0.062 > 0.05 (+24 %)"`` for every SLO ``metrics`` miss, joined by '; '."""
+    misses = []
+    for constraint in config.constraints:
+        value = metrics.get(constraint.metric)
+        if value is None or constraint.satisfied(value):
+            continue
+        sign = ">" if constraint.op == "<=" else "<"
+        excess = f" ({constraint.violation(value) * 100:+.0f} %)" if constraint.bound else ""
+        misses.append(f"SLO {constraint.metric} = {value:.4g} {sign} {constraint.bound:g}{excess}")
+    return "; ".join(misses)
 
 
 def front_frame(*, config: StudyConfig, trials: pd.DataFrame) -> pd.DataFrame:

@@ -62,9 +62,17 @@ class CategoricalKnob:
         """pymoo value -> knob value."""
         return self.values[int(encoded)]
 
-    def grid_values(self) -> tuple[Any, ...] | None:
-        """All values, or None if the knob is continuous."""
-        return self.values
+    def grid_count(self) -> int | None:
+        """Number of values, or None if the knob is continuous."""
+        return len(self.values)
+
+    def grid_value(self, index: int) -> Any:
+        """The ``index``-th value in grid order (0 <= index < grid_count())."""
+        return self.values[index]
+
+    def checked_values(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs a problem's value check must accept: every value."""
+        return [(f"values[{i}]", v) for i, v in enumerate(self.values)]
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is a legal value."""
@@ -114,9 +122,17 @@ class IntKnob:
         value = round(math.exp(encoded)) if self.log else self.low + int(encoded) * self.step
         return min(max(int(value), self.low), self.high)
 
-    def grid_values(self) -> tuple[Any, ...] | None:
-        """All values, or None if the knob is continuous."""
-        return tuple(range(self.low, self.high + 1, self.step))
+    def grid_count(self) -> int | None:
+        """Number of values, or None if the knob is continuous."""
+        return (self.high - self.low) // self.step + 1
+
+    def grid_value(self, index: int) -> int:
+        """The ``index``-th value in grid order (0 <= index < grid_count())."""
+        return self.low + index * self.step
+
+    def checked_values(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs a problem's value check must accept: both ends."""
+        return [("low", self.low), ("high", self.high)]
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is a legal value."""
@@ -168,11 +184,17 @@ class FloatKnob:
         value = math.exp(encoded) if self.log else float(encoded)
         return min(max(value, self.low), self.high)
 
-    def grid_values(self) -> tuple[Any, ...] | None:
-        """All values, or None if the knob is continuous."""
-        if self.step is None:
-            return None
-        return tuple(self._on_step(k) for k in range(self._n_steps() + 1))
+    def grid_count(self) -> int | None:
+        """Number of values, or None if the knob is continuous (no step)."""
+        return None if self.step is None else self._n_steps() + 1
+
+    def grid_value(self, index: int) -> float:
+        """The ``index``-th value in grid order (0 <= index < grid_count())."""
+        return self._on_step(index)
+
+    def checked_values(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs a problem's value check must accept: both ends."""
+        return [("low", self.low), ("high", self.high)]
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is a legal value."""
@@ -222,9 +244,17 @@ class BoolKnob:
         """pymoo value -> knob value."""
         return bool(encoded)
 
-    def grid_values(self) -> tuple[Any, ...] | None:
-        """All values, or None if the knob is continuous."""
-        return (False, True)
+    def grid_count(self) -> int | None:
+        """Number of values: 2."""
+        return 2
+
+    def grid_value(self, index: int) -> bool:
+        """False, then True."""
+        return bool(index)
+
+    def checked_values(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs a problem's value check must accept: false and true."""
+        return [("type", False), ("type", True)]
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is a legal value."""

@@ -12,6 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from search.config import StudyConfig
+from search.files import atomic_path, write_atomic
+from search.pareto import REFERENCE_MARGIN
 
 LOG_AXIS_DECADES = 1.0
 """An axis whose positive values span more than this many decades is drawn in log scale
@@ -42,82 +44,159 @@ def plot_pareto(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFram
     _save(pareto_figure(config=config, trials=trials, front=front), path)
 
 
+def color_column(config: StudyConfig) -> str | None:
+    """The knob points are coloured by: the problem schema's ``color_by`` when it is a knob."""
+    wanted = None if config.schema is None else config.schema.color_by
+    return wanted if wanted in config.space.names else None
+
+
+def plotted_columns(config: StudyConfig) -> tuple[str, str]:
+    """(x, y) columns of the Pareto plot: the first two objectives, or trial number and the
+    only objective."""
+    if len(config.objectives) >= 2:
+        return config.objectives[0].metric, config.objectives[1].metric
+    return "number", config.objectives[0].metric
+
+
 def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFrame) -> Figure:
-    """First two objectives (or the only one against trial number): feasible and infeasible
-    points, the feasible front as a step line, and SLO lines on plotted metrics; an axis
-    whose values span more than :data:`LOG_AXIS_DECADES` decades is logarithmic."""
+    """First two objectives (or the only one against trial number): feasible points (coloured
+    by :func:`color_column` when there is one) and infeasible ones, the feasible front as a
+    step line, a line for each SLO on a plotted metric (the other SLOs are listed in the
+    title); an axis whose values span more than :data:`LOG_AXIS_DECADES` decades is
+    logarithmic."""
     fig = Figure(figsize=(7, 5))
     ax = fig.subplots()
-    if len(config.objectives) >= 2:
-        x, y = config.objectives[0], config.objectives[1]
-        xcol, ycol = x.metric, y.metric
-    else:
-        x, y = None, config.objectives[0]
-        xcol, ycol = "number", y.metric
+    xcol, ycol = plotted_columns(config)
+    x = config.objectives[0] if xcol != "number" else None
     feasible = trials[trials["feasible"]]
     infeasible = trials[~trials["feasible"]].dropna(subset=[xcol, ycol])
     ax.scatter(infeasible[xcol], infeasible[ycol], s=10, c="lightgray", label="infeasible")
-    ax.scatter(feasible[xcol], feasible[ycol], s=12, c="tab:blue", alpha=0.6, label="feasible")
+    group = color_column(config)
+    if group is None:
+        ax.scatter(feasible[xcol], feasible[ycol], s=12, c="tab:blue", alpha=0.6, label="feasible")
+    else:
+        for value, points in feasible.groupby(group, sort=False):
+            ax.scatter(points[xcol], points[ycol], s=12, alpha=0.6, label=f"feasible, {group} = {value}")
     if len(front):
         line = front.sort_values(xcol)
         drawstyle = "steps-post" if x is None or x.direction == "minimize" else "steps-pre"
         ax.plot(line[xcol], line[ycol], drawstyle=drawstyle, c="tab:red", lw=1.5)
         ax.scatter(line[xcol], line[ycol], s=30, c="tab:red", zorder=3, label="feasible front")
+    elsewhere = []
     for constraint in config.constraints:
         if constraint.metric == ycol:
             ax.axhline(constraint.bound, ls="--", c="tab:orange", label=f"SLO {constraint}")
         elif constraint.metric == xcol:
             ax.axvline(constraint.bound, ls="--", c="tab:orange", label=f"SLO {constraint}")
+        else:
+            elsewhere.append(str(constraint))
     for column, set_scale in ((xcol, ax.set_xscale), (ycol, ax.set_yscale)):
         slo_bounds = [c.bound for c in config.constraints if c.metric == column]
         if spans_decades(np.concatenate([trials[column].to_numpy(dtype=float), slo_bounds])):
             set_scale("log")
     ax.set_xlabel("trial" if x is None else axis_label(xcol))
     ax.set_ylabel(axis_label(ycol))
-    ax.set_title(config.name)
+    ax.set_title(config.name + (f"\nfeasible also meets {', '.join(elsewhere)}" if elsewhere else ""),
+                 fontsize="medium")
     ax.legend(loc="best", fontsize="small")
     return fig
 
 
-def plot_hypervolume(*, numbers: np.ndarray, history: np.ndarray, title: str, path: Path) -> None:
-    """Feasible-front hypervolume against trial number."""
+def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFrame, path: Path) -> bool:
+    """An interactive Pareto plot (plotly, an optional dependency): hovering a point shows its
+    configuration and metrics. Returns False, writing nothing, when plotly is not installed."""
+    try:
+        import plotly.graph_objects as go  # type: ignore  # untyped, and optional
+    except ImportError:
+        return False
+    xcol, ycol = plotted_columns(config)
+    hover_columns = [*config.space.names, *(c for c in (xcol, ycol) if c != "number"), "infeasible_reason"]
+
+    def hover(frame: pd.DataFrame) -> list[str]:
+        rows = frame[hover_columns].astype(object).itertuples(index=False)
+        return [
+            "<br>".join(f"{c} = {v}" for c, v in zip(hover_columns, row, strict=True) if v != "")
+            for row in rows
+        ]
+
+    fig = go.Figure()
+    infeasible = trials[~trials["feasible"]].dropna(subset=[xcol, ycol])
+    fig.add_scatter(x=infeasible[xcol], y=infeasible[ycol], mode="markers", name="infeasible",
+                    marker={"color": "lightgray", "size": 5}, hovertext=hover(infeasible), hoverinfo="text")
+    feasible = trials[trials["feasible"]]
+    group = color_column(config)
+    groups = [("feasible", feasible)] if group is None else [
+        (f"feasible, {group} = {value}", points) for value, points in feasible.groupby(group, sort=False)
+    ]
+    for name, points in groups:
+        fig.add_scatter(x=points[xcol], y=points[ycol], mode="markers", name=name, marker={"size": 6},
+                        hovertext=hover(points), hoverinfo="text")
+    line = front.sort_values(xcol)
+    fig.add_scatter(x=line[xcol], y=line[ycol], mode="lines+markers", name="feasible front",
+                    line={"color": "red", "shape": "hv"}, hovertext=hover(line.assign(infeasible_reason="")),
+                    hoverinfo="text")
+    for constraint in config.constraints:
+        if constraint.metric == ycol:
+            fig.add_hline(y=constraint.bound, line_dash="dash", annotation_text=f"SLO {constraint}")
+        elif constraint.metric == xcol:
+            fig.add_vline(x=constraint.bound, line_dash="dash", annotation_text=f"SLO {constraint}")
+    fig.update_layout(title=config.name, xaxis_title="trial" if xcol == "number" else axis_label(xcol),
+                      yaxis_title=axis_label(ycol))
+    html = fig.to_html(include_plotlyjs=True, full_html=True)
+    write_atomic(path, lambda f: f.write(html))
+    return True
+
+
+def plot_hypervolume(
+    *, numbers: np.ndarray, history: np.ndarray, n_objectives: int, title: str, path: Path
+) -> None:
+    """Feasible-front hypervolume against trial number, its scale explained on the axis."""
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     ax.plot(numbers, history, drawstyle="steps-post")
     ax.set_xlabel("trial")
-    ax.set_ylabel("hypervolume (normalised, ref. 1.1)")
-    ax.set_title(title)
+    most = (1.0 + REFERENCE_MARGIN) ** n_objectives
+    ax.set_ylabel(f"hypervolume (at most {most:.3g})")
+    ax.set_title(title, fontsize="medium")
+    fig.text(
+        0.01, 0.01,
+        f"objectives scaled so the feasible trials span [0, 1]; reference point {1 + REFERENCE_MARGIN:g} "
+        "on each axis",
+        fontsize="x-small", color="0.35",
+    )
     ax.grid(alpha=0.3)
     _save(fig, path)
 
 
-def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path) -> None:
-    """Horizontal bars: loss when pinned to baseline (with the seed-noise band) beside
-    global importance."""
+def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path, importance_column: str) -> None:
+    """Horizontal bars: hypervolume lost when pinned to baseline (with the 95 % noise band)
+    beside global importance."""
     ranking = ranking.iloc[::-1]
     fig = Figure(figsize=(10, 0.5 * len(ranking) + 1.5))
     left, right = fig.subplots(1, 2, sharey=True)
+    labels = [f"{k} (tie)" if tie else str(k) for k, tie in zip(ranking["knob"], ranking["tie"], strict=True)]
     lost = ranking["feasibility_lost"].to_numpy()
-    loss = ranking["loss_pct"].fillna(0.0).to_numpy()
-    noise = float(ranking["noise_pct"].iloc[0]) if "noise_pct" in ranking and len(ranking) else 0.0
-    if noise > 0:
-        left.axvspan(-noise, noise, color="0.88", zorder=0, label=f"seed noise (\u00b1{noise:.3g} %)")
+    loss = ranking["hv_loss_pct"].fillna(0.0).to_numpy()
+    band = float(ranking["ci95_pct"].iloc[0]) if len(ranking) else 0.0
+    band = 0.0 if np.isnan(band) else band
+    if band > 0:
+        left.axvspan(-band, band, color="0.88", zorder=0, label=f"seed noise, 95 % (\u00b1{band:.3g} %)")
         left.legend(loc="lower right", fontsize="small")
-    left.barh(ranking["knob"], loss, color=np.where(lost, "tab:red", "tab:blue"))
+    left.barh(labels, loss, color=np.where(lost, "tab:red", "tab:blue"))
     for i, flag in enumerate(lost):
         if flag:
             left.text(0, i, " no feasible configuration", va="center", fontsize="small")
     left.axvline(0, c="0.3", lw=0.8)
-    linear_up_to = max(noise if noise > 0 else 0.0, 1.0)
+    linear_up_to = max(band, 1.0)
     largest = float(np.abs(loss).max()) if len(loss) else 0.0
     if largest > 30 * linear_up_to:  # one knob dwarfs the rest: log beyond the noise band
         left.set_xscale("symlog", linthresh=linear_up_to)
         decades = 10.0 ** np.arange(np.ceil(np.log10(linear_up_to)), np.ceil(np.log10(largest)) + 1)
         left.set_xticks([*(-decades[decades <= -loss.min()]), 0.0, *decades])
         left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    left.set_xlabel("loss of best feasible value when pinned, vs unpinned control [%]")
-    right.barh(ranking["knob"], ranking["importance"].fillna(0.0), color="tab:gray")
-    right.set_xlabel("PED-ANOVA importance (feasible trials)")
+    left.set_xlabel("hypervolume lost when pinned to baseline, vs unpinned control [%]")
+    right.barh(labels, ranking[importance_column].fillna(0.0), color="tab:gray")
+    right.set_xlabel(f"PED-ANOVA {importance_column} (feasible trials)")
     fig.suptitle(title)
     _save(fig, path)
 
@@ -133,5 +212,5 @@ def spans_decades(values: Sequence[float] | np.ndarray, decades: float = LOG_AXI
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")

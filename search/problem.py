@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -29,6 +29,37 @@ class Problem(Protocol):
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
         """Evaluate one configuration (knob values plus the space's fixed values)."""
         ...
+
+
+ValueCheck = Callable[[Any], str | None]
+"""Check of one parameter value: None when legal, else what a legal value is
+(``"one of H100, H200"``), which the error message shows after ``expected``."""
+
+
+def any_value(value: Any) -> str | None:
+    """A :data:`ValueCheck` that accepts everything."""
+    del value
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProblemSchema:
+    """What a problem reads from a study file, so that the file is checked before anything runs.
+
+    Attributes:
+        keys: Top-level study keys of the problem (beside the generic ones of
+            :mod:`search.config`), each with a one-line description.
+        params: Every knob or fixed name the problem reads, with the check of one value.
+            Knob names outside it are refused (they would be silently ignored).
+        metrics: Every metric an evaluation may report, with its unit or meaning;
+            objectives and constraints must name one.
+        color_by: Parameter that plots colour points by, when the space has it.
+    """
+
+    keys: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, ValueCheck]
+    metrics: Mapping[str, str]
+    color_by: str | None = None
 
 
 def evaluate_batch(problem: Problem, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:

@@ -1,36 +1,46 @@
-"""Which knobs matter: constrained ablation beside global importance.
+"""Which knobs matter: constrained ablation beside global importance, on every objective.
 
-Ablation pins one knob at a time to its baseline (the value with the optimization off) and
-re-optimises the rest with the same engine, seed, constraints and a reduced budget in a
-study ``<name>/ablate/<knob>`` of the same storage. A reduced budget finds a worse best than
+Method (also written at the top of ``ranking.csv``). Ablation pins one knob at a time to
+its baseline (the value with the optimization off) and re-optimises the rest with the same
+engine, seed, constraints and a reduced budget, in a study ``<name>/ablate/<knob>`` of the
+ablation storage ``<results>/ablation.journal`` (kept apart from the main study, so that
+optuna-dashboard shows the study alone). A reduced budget finds worse configurations than
 the main study's full budget whatever is pinned, so the yardstick is a *control*: the same
-re-optimisation with nothing pinned, ``<name>/ablate/_control`` (same engine, budget and
-seed). ``loss_pct`` is how much worse the pinned best feasible value of the first objective
-is than the control's (positive = worse), or ``feasibility_lost`` when the pinned study
-found no feasible configuration at all. The main study's best stays in the ``best`` column.
+re-optimisation with nothing pinned, ``<name>/ablate/_control``.
 
-``noise_pct`` estimates how large a loss chance alone produces. The control is re-optimised
-with ``noise_seeds`` more seeds (``<name>/ablate/_control_2``, ``_control_3``...; seeds
-``seed + 1``...), and ``noise_pct`` is the standard deviation of the difference between two
-such bests, ``sqrt(2) * std(control bests) / |mean|`` in %: the spread of ``loss_pct`` for
-a knob that does not matter, whose pinned study is in effect one more seed of the control.
-Losses within about twice that are consistent with chance. One extra seed would do
-(``|a - b|``) but is unreliable: on ``studies/llama70b_tpot.yaml`` with 500 trials, seeds 0
-and 1 agreed within 0.2 % while 8 seeds spread over 0.536-0.619 J (about 6 %), so two extra
-seeds are the default; each costs one re-optimisation (the ablation runs one per knob). An
-exhaustive engine (``Engine.exhaustive``, e.g. grid) is deterministic: its control is the main
-study and ``noise_pct`` is 0 (with a ``budget`` or study ``trials`` below the grid size, the
-grids are truncated in grid order and the comparison is only as good as that coverage).
+For every objective, ``loss_pct[<metric>]`` is how much worse the pinned study's best
+feasible value is than the control's (positive = worse). All objectives together:
+``hv_loss_pct`` is the feasible-front hypervolume the pinned study loses against the
+control, in % of the control's (objectives scaled by the main study's feasible points, see
+:mod:`search.pareto`). Knobs are ranked by lost feasibility (the pinned study found no
+feasible configuration at all) first, then by ``hv_loss_pct``.
 
-Every best counts only the first ``budget`` completed trials of its study, so studies left
-by an earlier ranking with a larger budget do not tilt the comparison.
-Importance is PED-ANOVA over the main study's feasible trials for the first objective.
+Noise. The control is re-optimised with ``noise_seeds`` more seeds (``_control_2``,
+``_control_3``... with seeds ``seed + 1``...). ``noise_pct`` is the standard deviation of
+the difference between two such runs, ``sqrt(2) * std(control hypervolumes) / mean`` in %:
+the spread of ``hv_loss_pct`` for a knob that does not matter, whose pinned study is in
+effect one more seed of the control. ``ci95_pct`` is 1.96 times that; a knob whose loss is
+within it of the next knob's shares its rank (``tie``), and ``within_noise`` marks losses
+that cannot be told from zero. On ``studies/llama70b_tpot.yaml`` with 500 trials, two seeds
+agreed within 0.2 % while eight spread over about 6 %, hence two extra seeds by default. An
+exhaustive engine (``Engine.exhaustive``, e.g. grid) is deterministic: its control is the
+main study and the noise is 0 (with a budget below the grid size, every study samples the
+grid uniformly and the comparison is only as good as that sample).
+
+Every study counts only its first ``budget`` completed trials, so studies left by an
+earlier ranking with a larger budget do not tilt the comparison.
+
+Importance (``importance[<metric>]``) is PED-ANOVA over the main study's feasible trials:
+global (how much a knob's value matters anywhere in the space) where the ablation is local
+(what is lost from the best configurations when the knob is switched off), so the two can
+disagree: a knob can matter a lot on average and cost nothing at the optimum.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import optuna
@@ -39,10 +49,13 @@ from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
 from search.config import Objective, StudyConfig, StudyError
 from search.engines import get_engine
+from search.files import write_atomic
 from search.frame import trials_frame
 from search.outcome import completed_trials, is_feasible
+from search.pareto import bounds, hypervolume
 from search.plots import plot_ranking
 from search.problem import Problem
+from search.progress import trial_progress
 from search.runner import ensure_study
 from search.space import Space
 
@@ -50,6 +63,26 @@ CONTROL = "_control"
 """Ablation name of the unpinned control re-optimisation (``<name>/ablate/_control``); the
 noise seeds are ``_control_2``, ``_control_3``..."""
 NOISE_SEEDS = 2
+Z95 = 1.96
+ABLATION_STORAGE = "ablation.journal"
+
+
+@dataclass(frozen=True)
+class _Result:
+    """Feasible objective values of one study (rows: configurations)."""
+
+    points: np.ndarray
+
+    def best(self, objective: Objective, column: int) -> float:
+        values = self.points[:, column]
+        if not len(values):
+            return np.nan
+        return float(values.min() if objective.direction == "minimize" else values.max())
+
+
+def ablation_storage(config: StudyConfig) -> str:
+    """Journal file holding the ablation studies of ``config``."""
+    return str(config.results / ABLATION_STORAGE)
 
 
 def rank_optimizations(
@@ -59,6 +92,7 @@ def rank_optimizations(
     budget_per_ablation: int | None,
     study: optuna.Study,
     noise_seeds: int = NOISE_SEEDS,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Ablate every knob against a control, rank them, write ``ranking.csv`` and ``ranking.png``.
 
@@ -66,14 +100,16 @@ def rank_optimizations(
         config: The main study's config.
         problem: The objective.
         budget_per_ablation: Completed trials per ablation (and control) study; None means
-            the whole pinned grid for the grid engine and half the main budget otherwise.
+            the whole pinned grid for an exhaustive engine and half the main budget otherwise.
         study: The main (unpinned) study, already run.
-        noise_seeds: Extra control seeds for ``noise_pct`` (0: no estimate, NaN).
+        noise_seeds: Extra control seeds for the noise estimate (0: none, NaN).
+        progress: Show a progress bar over the re-optimisations (on a terminal).
 
     Returns:
-        One row per knob, most important first: ``rank``, ``knob``, ``baseline``, ``best``
-        (main study), ``best_control``, ``best_pinned``, ``loss_pct`` (pinned vs control),
-        ``noise_pct`` (same in every row), ``feasibility_lost``, ``importance``.
+        One row per knob, most important first: ``rank`` (shared by ties), ``tie``, ``knob``,
+        ``baseline``, ``feasibility_lost``, ``hv_loss_pct``, ``noise_pct``, ``ci95_pct``,
+        ``within_noise``, then per objective ``loss_pct[m]``, ``importance[m]``, ``best[m]``
+        (main study), ``best_control[m]`` and ``best_pinned[m]``.
 
     Raises:
         StudyError: a knob is named like a control study.
@@ -84,62 +120,97 @@ def rank_optimizations(
             f"{config.source}: knobs.{clash[0]}: expected a knob name not starting with {CONTROL!r} "
             "(reserved for ablation controls)"
         )
-    first = config.objectives[0]
-    best = _best_feasible(trials_frame(config=config, study=study), first)
-    importance = _importance(study, first)
+    sub_config = replace(config, storage=ablation_storage(config))
+    main = _feasible(config, trials_frame(config=config, study=study))
+    box = bounds(main.points, directions=config.directions) if len(main.points) else None
     exhaustive = get_engine(config.engine).exhaustive
-    if exhaustive:
-        best_control, noise_pct = best, 0.0
-    else:
-        budget = budget_per_ablation or max(1, config.budget() // 2)
-        controls = [
-            _reoptimised_best(
-                config,
-                problem,
-                CONTROL if i == 0 else f"{CONTROL}_{i + 1}",
-                config.space,
-                budget,
-                None if config.seed is None else config.seed + i,
+    n_controls = 0 if exhaustive else 1 + noise_seeds
+    with trial_progress(
+        enabled=progress, description=f"{config.name}: ablations", done=0,
+        total=n_controls + len(config.space.knobs),
+    ) as bar:
+        controls = []
+        for i in range(n_controls):
+            controls.append(
+                _reoptimised(sub_config, problem, CONTROL if i == 0 else f"{CONTROL}_{i + 1}", config.space,
+                             _budget(config, config.space, budget_per_ablation),
+                             None if config.seed is None else config.seed + i)
             )
-            for i in range(1 + noise_seeds)
-        ]
-        best_control, noise_pct = controls[0], _noise_pct(controls)
+            bar.advance()
+        if exhaustive:
+            controls = [main]
+        pinned = {}
+        for knob in config.space.knobs:
+            space = config.space.pin(knob.name, knob.baseline)
+            budget = _budget(config, space, budget_per_ablation)
+            pinned[knob.name] = _reoptimised(sub_config, problem, knob.name, space, budget, config.seed)
+            bar.advance()
+    hv = {name: _hv(config, result, box) for name, result in pinned.items()}
+    control_hvs = [_hv(config, c, box) for c in controls]
+    noise = 0.0 if exhaustive else _noise_pct(control_hvs)
+    importance = {o.metric: _importance(study, o) for o in config.objectives}
     rows = []
     for knob in config.space.knobs:
-        space = config.space.pin(knob.name, knob.baseline)
-        budget = budget_per_ablation or (
-            replace(config, space=space).budget() if exhaustive else max(1, config.budget() // 2)
-        )
-        best_pinned = _reoptimised_best(config, problem, knob.name, space, budget, config.seed)
-        rows.append(
-            {
-                "knob": knob.name,
-                "baseline": knob.baseline,
-                "best": best,
-                "best_control": best_control,
-                "best_pinned": best_pinned,
-                "loss_pct": _loss_pct(best_control, best_pinned, first),
-                "noise_pct": noise_pct,
-                "feasibility_lost": bool(np.isnan(best_pinned)),
-                "importance": importance.get(knob.name, np.nan),
-            }
-        )
+        result = pinned[knob.name]
+        row: dict[str, object] = {
+            "knob": knob.name,
+            "baseline": knob.baseline,
+            "feasibility_lost": not len(result.points),
+            "hv_loss_pct": _loss_pct(control_hvs[0], hv[knob.name], "maximize"),
+            "noise_pct": noise,
+            "ci95_pct": Z95 * noise,
+        }
+        for column, objective in enumerate(config.objectives):
+            m = objective.metric
+            control_best = controls[0].best(objective, column)
+            pinned_best = result.best(objective, column)
+            row[f"loss_pct[{m}]"] = _loss_pct(control_best, pinned_best, objective.direction)
+            row[f"importance[{m}]"] = importance[m].get(knob.name, np.nan)
+            row[f"best[{m}]"] = main.best(objective, column)
+            row[f"best_control[{m}]"] = control_best
+            row[f"best_pinned[{m}]"] = pinned_best
+        rows.append(row)
+    first = f"importance[{config.objectives[0].metric}]"
     ranking = (
         pd.DataFrame(rows)
         .sort_values(
-            ["feasibility_lost", "loss_pct", "importance"], ascending=False, na_position="last", kind="stable"
+            ["feasibility_lost", "hv_loss_pct", first], ascending=False, na_position="last", kind="stable"
         )
         .reset_index(drop=True)
     )
-    ranking.insert(0, "rank", np.arange(1, len(ranking) + 1))
-    config.results.mkdir(parents=True, exist_ok=True)
-    ranking.to_csv(config.results / "ranking.csv", index=False)
+    quiet = ~ranking["feasibility_lost"] & (ranking["hv_loss_pct"].abs() <= Z95 * noise)
+    ranking.insert(4, "within_noise", quiet)
+    ranks = _tied_ranks(ranking["feasibility_lost"].tolist(), ranking["hv_loss_pct"].tolist(), Z95 * noise)
+    ranking.insert(0, "rank", ranks)
+    ranking.insert(1, "tie", pd.Series(ranks).duplicated(keep=False).to_numpy())
+    header = method_header(config, budget=_budget(config, config.space, budget_per_ablation),
+                           noise_seeds=0 if exhaustive else noise_seeds)
+    write_atomic(config.results / "ranking.csv", lambda f: (f.write(header), ranking.to_csv(f, index=False)))
     plot_ranking(
         ranking=ranking,
         path=config.results / "ranking.png",
-        title=f"{config.name}: what each optimization is worth ({first})",
+        title=f"{config.name}: what each optimization is worth (all objectives: hypervolume)",
+        importance_column=first,
     )
     return ranking
+
+
+def method_header(config: StudyConfig, *, budget: int, noise_seeds: int) -> str:
+    """The ``# `` lines at the top of ``ranking.csv`` (read it with ``comment='#'``)."""
+    objectives = ", ".join(map(str, config.objectives))
+    lines = [
+        f"method: constrained ablation of study {config.name} ({objectives}; SLOs: "
+        f"{'; '.join(map(str, config.constraints)) or 'none'})",
+        f"each knob pinned to its baseline, the rest re-optimised: engine {config.engine}, "
+        f"{budget} trials, seed {config.seed}; compared with an unpinned control of the same budget",
+        "hv_loss_pct: feasible-front hypervolume lost vs the control, % (all objectives); "
+        "loss_pct[m]: best feasible value of m lost vs the control, %",
+        f"noise_pct: spread of the difference of two control runs ({noise_seeds} extra seeds; "
+        "0 for an exhaustive engine); ci95_pct = 1.96 x noise_pct; ranks within it are ties",
+        "importance[m]: PED-ANOVA over the main study's feasible trials (global, where the "
+        "ablation is local: the two can disagree)",
+    ]
+    return "".join(f"# {line}\n" for line in lines)
 
 
 def ablation_name(config: StudyConfig, what: str) -> str:
@@ -147,41 +218,68 @@ def ablation_name(config: StudyConfig, what: str) -> str:
     return f"{config.name}/ablate/{what}"
 
 
-def _reoptimised_best(
+def _budget(config: StudyConfig, space: Space, budget_per_ablation: int | None) -> int:
+    if budget_per_ablation is not None:
+        return budget_per_ablation
+    if get_engine(config.engine).exhaustive:
+        return replace(config, space=space).budget()
+    return max(1, config.budget() // 2)
+
+
+def _reoptimised(
     config: StudyConfig, problem: Problem, what: str, space: Space, budget: int, seed: int | None
-) -> float:
-    """Best feasible first objective over the first ``budget`` trials of ``space`` re-optimised."""
+) -> _Result:
+    """Feasible objective values among the first ``budget`` trials of ``space`` re-optimised."""
     sub = replace(config, name=ablation_name(config, what), space=space, seed=seed)
     sub_study = ensure_study(config=sub, problem=problem, n_trials=budget)
-    return _best_feasible(trials_frame(config=sub, study=sub_study).head(budget), config.objectives[0])
+    return _feasible(config, trials_frame(config=sub, study=sub_study).head(budget))
 
 
-def _best_feasible(trials: pd.DataFrame, objective: Objective) -> float:
-    values = trials.loc[trials["feasible"], objective.metric]
-    if values.empty:
+def _feasible(config: StudyConfig, trials: pd.DataFrame) -> _Result:
+    names = [o.metric for o in config.objectives]
+    return _Result(trials.loc[trials["feasible"], names].to_numpy(dtype=float).reshape(-1, len(names)))
+
+
+def _hv(config: StudyConfig, result: _Result, box: tuple[np.ndarray, np.ndarray] | None) -> float:
+    if box is None or not len(result.points):
+        return 0.0
+    return hypervolume(result.points, directions=config.directions, ideal=box[0], nadir=box[1])
+
+
+def _tied_ranks(lost: Sequence[bool], losses: Sequence[float], ci: float) -> list[int]:
+    """Ranks in the given (sorted) order; a row within ``ci`` of its group's first row, with
+    the same lost feasibility, shares its rank (equal values always do)."""
+    ranks: list[int] = []
+    leader = 0
+    for i, (flag, loss) in enumerate(zip(lost, losses, strict=True)):
+        same = i > 0 and flag == lost[leader] and (
+            (np.isnan(loss) and np.isnan(losses[leader])) or abs(losses[leader] - loss) <= ci
+        )
+        if not same:
+            leader = i
+        ranks.append(ranks[leader] if same else (ranks[-1] + 1 if ranks else 1))
+    return ranks
+
+
+def _noise_pct(values: list[float]) -> float:
+    """Standard deviation of the difference of two runs, in % of their mean (NaN when fewer
+    than two runs found anything)."""
+    array = np.array([v for v in values if not np.isnan(v) and v > 0])
+    if len(array) < 2 or not array.mean():
         return np.nan
-    return float(values.min() if objective.direction == "minimize" else values.max())
+    return float(np.sqrt(2.0) * array.std(ddof=1) / abs(array.mean()) * 100.0)
 
 
-def _noise_pct(bests: list[float]) -> float:
-    """Standard deviation of the difference of two bests, in % of their mean (NaN when
-    fewer than two are feasible)."""
-    values = np.array([b for b in bests if not np.isnan(b)])
-    if len(values) < 2 or not values.mean():
+def _loss_pct(reference: float, value: float, direction: str) -> float:
+    """How much worse ``value`` is than ``reference``, in % of ``|reference|`` (NaN if undefined)."""
+    if not reference or np.isnan(reference) or np.isnan(value):
         return np.nan
-    return float(np.sqrt(2.0) * values.std(ddof=1) / abs(values.mean()) * 100.0)
-
-
-def _loss_pct(best: float, best_pinned: float, objective: Objective) -> float:
-    """How much worse ``best_pinned`` is than ``best``, in % of ``|best|`` (NaN if undefined)."""
-    if not best or np.isnan(best) or np.isnan(best_pinned):
-        return np.nan
-    sign = 1.0 if objective.direction == "minimize" else -1.0
-    return sign * (best_pinned - best) / abs(best) * 100.0
+    sign = 1.0 if direction == "minimize" else -1.0
+    return sign * (value - reference) / abs(reference) * 100.0
 
 
 def _importance(study: optuna.Study, objective: Objective) -> dict[str, float]:
-    """PED-ANOVA importance of each knob for reaching a good feasible first objective,
+    """PED-ANOVA importance of each knob for reaching a good feasible value of ``objective``,
     normalised to sum to 1 (all zero when nothing stands out)."""
     feasible = [t for t in completed_trials(study) if is_feasible(t)]
     if len(feasible) < 2:

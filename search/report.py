@@ -1,4 +1,8 @@
-"""Study reports: front and trial tables, Pareto plot, hypervolume history."""
+"""Study reports: front and trial tables, Pareto plots, hypervolume history.
+
+Every file is written atomically (:mod:`search.files`): a killed report leaves the
+previous file or the new one, never a truncated one.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ import optuna
 import pandas as pd
 
 from search.config import StudyConfig
+from search.files import write_atomic
 from search.frame import front_frame, trials_frame
 from search.pareto import bounds, hypervolume_history
-from search.plots import plot_hypervolume, plot_pareto
+from search.plots import plot_hypervolume, plot_pareto, write_pareto_html
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,45 +28,50 @@ class Report:
     trials_csv: Path
     pareto_png: Path
     hypervolume_png: Path
+    pareto_html: Path | None
+    """The interactive plot, or None when plotly is not installed."""
     trials: pd.DataFrame
     """:func:`search.frame.trials_frame` (``trials.csv``)."""
     front: pd.DataFrame
     """:func:`search.frame.front_frame`: distinct feasible configurations (``pareto.csv``)."""
 
-
-ReportPaths = Report
-"""Former name of :class:`Report`."""
+    @property
+    def files(self) -> list[Path]:
+        """Every file written."""
+        paths = [self.pareto_csv, self.trials_csv, self.pareto_png, self.hypervolume_png, self.pareto_html]
+        return [p for p in paths if p is not None]
 
 
 def write_report(*, config: StudyConfig, study: optuna.Study) -> Report:
-    """Write ``pareto.csv``, ``trials.csv``, ``pareto.png`` and ``hypervolume.png`` into
-    ``config.results``.
+    """Write ``pareto.csv``, ``trials.csv``, ``pareto.png``, ``hypervolume.png`` and, when
+    plotly is installed, ``pareto.html`` into ``config.results``.
 
     ``pareto.csv`` holds the feasible non-dominated configurations only (each once); the
     hypervolume uses the box of all feasible points (see :mod:`search.pareto`).
     """
     folder = config.results
-    folder.mkdir(parents=True, exist_ok=True)
     trials = trials_frame(config=config, study=study)
     front = front_frame(config=config, trials=trials)
-    report = Report(
+    write_atomic(folder / "trials.csv", lambda f: trials.to_csv(f, index=False))
+    write_atomic(folder / "pareto.csv", lambda f: front.to_csv(f, index=False))
+    plot_pareto(config=config, trials=trials, front=front, path=folder / "pareto.png")
+    plot_hypervolume(
+        numbers=trials["number"].to_numpy(),
+        history=hypervolume_trace(config, trials),
+        n_objectives=len(config.objectives),
+        title=f"{config.name}: feasible-front hypervolume",
+        path=folder / "hypervolume.png",
+    )
+    html = folder / "pareto.html"
+    return Report(
         folder / "pareto.csv",
         folder / "trials.csv",
         folder / "pareto.png",
         folder / "hypervolume.png",
+        html if write_pareto_html(config=config, trials=trials, front=front, path=html) else None,
         trials=trials,
         front=front,
     )
-    trials.to_csv(report.trials_csv, index=False)
-    front.to_csv(report.pareto_csv, index=False)
-    plot_pareto(config=config, trials=trials, front=front, path=report.pareto_png)
-    plot_hypervolume(
-        numbers=trials["number"].to_numpy(),
-        history=hypervolume_trace(config, trials),
-        title=f"{config.name}: feasible-front hypervolume",
-        path=report.hypervolume_png,
-    )
-    return report
 
 
 def hypervolume_trace(config: StudyConfig, trials: pd.DataFrame) -> np.ndarray:

@@ -3,44 +3,101 @@
 Budgets count COMPLETE trials of the study: ``run_study`` starts an empty study,
 ``resume_study`` tops an existing one up to a total, ``run_worker`` joins a shared one
 until the study file's ``trials`` are done.
+
+Every study records its definition (objectives, constraints, space, problem section) in
+the storage when it is created (study user attr ``definition``) and its metric names
+(shown by optuna-dashboard). Opening it again with a study file that defines something
+else is refused with the difference: trials of different objectives or spaces never mix.
+Trials left RUNNING by a crashed worker are failed and re-queued whenever a study is
+opened (see :mod:`search.storage`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
+import json
+import warnings
+from dataclasses import asdict
+from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
 
-from search.config import StudyConfig, resolve_storage
+from search.config import StudyConfig
 from search.engines import ENGINES, get_engine
 from search.outcome import completed_trials
 from search.problem import Problem
-from search.progress import trial_progress
-from search.storage import open_storage, storage_exists, sync_storage
+from search.progress import stop_on_interrupt, trial_progress
+from search.storage import display_storage, fail_stale_trials, open_storage, storage_exists, sync_storage
+
+DEFINITION_KEY = "definition"
+"""Study user attr holding :func:`definition` of the study file that created it."""
 
 
 class StudyStateError(RuntimeError):
-    """The study is missing, already run, or was created with other objectives."""
+    """The study is missing, already run, or was created with another definition."""
+
+
+def definition(config: StudyConfig) -> dict[str, Any]:
+    """What the trials of a study mean: objectives, constraints, space and problem section
+    (JSON types only). Engine, sampler, budget, seed and storage may change between runs."""
+    knobs = {}
+    for knob in config.space.knobs:
+        fields = {k: v for k, v in asdict(knob).items() if k not in ("name", "baseline")}
+        knobs[knob.name] = {"type": type(knob).__name__, **fields}
+    raw = {
+        "objectives": [str(o) for o in config.objectives],
+        "constraints": [str(c) for c in config.constraints],
+        "space": {"knobs": knobs, "fixed": dict(config.space.fixed)},
+        "problem": config.problem,
+    }
+    return json.loads(json.dumps(raw, default=str))
 
 
 def create_study(*, config: StudyConfig) -> optuna.Study:
     """Create the (empty) study in ``config.storage``, or load it if it exists.
 
     Raises:
-        StudyStateError: it exists with different objective directions.
+        StudyStateError: it exists with another definition.
     """
     return _create(config, open_storage(config.storage))
 
 
 def open_study(*, config: StudyConfig) -> optuna.Study:
-    """Load an existing study.
+    """Load an existing study (failing and re-queueing trials of crashed workers).
 
     Raises:
-        StudyStateError: no such study, or it has other objective directions.
+        StudyStateError: no such study, or it has another definition.
     """
-    return optuna.load_study(study_name=config.name, storage=_existing(config))
+    study = optuna.load_study(study_name=config.name, storage=_existing(config))
+    fail_stale_trials(study)
+    return study
+
+
+def completed_in_storage(config: StudyConfig) -> int:
+    """Completed trials of the study ``config.name`` (0 if it or its journal does not exist);
+    opens nothing that does not exist."""
+    if not storage_exists(config.storage):
+        return 0
+    storage = open_storage(config.storage, create=False)
+    try:
+        study = optuna.load_study(study_name=config.name, storage=storage)
+    except KeyError:
+        return 0
+    return len(completed_trials(study))
+
+
+def refuse_existing(config: StudyConfig) -> None:
+    """Raise if the study already has completed trials (a new run would mix with them).
+
+    Raises:
+        StudyStateError: it has.
+    """
+    n_done = completed_in_storage(config)
+    if n_done:
+        raise StudyStateError(
+            f"study {config.name!r} already has {n_done} completed trials in "
+            f"{display_storage(config.storage)}; resume it, or run it under --new-study NAME"
+        )
 
 
 def run_study(
@@ -48,30 +105,18 @@ def run_study(
     config: StudyConfig,
     problem: Problem,
     n_trials: int | None = None,
-    engine: str | None = None,
-    storage: str | None = None,
-    seed: int | None = None,
     progress: bool = False,
 ) -> optuna.Study:
-    """Run a new study (overrides beat the study file; ``storage`` is relative to the CWD).
+    """Run a new study up to ``n_trials`` completed trials (default: the config's budget).
 
     Raises:
         StudyStateError: the study already has completed trials (resume it instead).
+        StudyError: no budget for a grid too large to run whole.
     """
-    if engine is not None:
-        config = config.with_engine(engine)
-    if storage is not None:
-        config = replace(config, storage=resolve_storage(storage, base=Path.cwd()))
-    if seed is not None:
-        config = replace(config, seed=seed)
-    store = open_storage(config.storage)
-    n_done = len(completed_trials(_create(config, store)))
-    if n_done:
-        raise StudyStateError(
-            f"study {config.name!r} already has {n_done} completed trials in "
-            f"{config.storage}; resume it, or remove that storage"
-        )
     n_total = config.budget() if n_trials is None else n_trials
+    refuse_existing(config)
+    store = open_storage(config.storage)
+    _create(config, store, restamp=True)
     return _drive(config, problem, store, n_total, config.seed, progress)
 
 
@@ -84,7 +129,7 @@ def resume_study(
     initial phase does not replay the first run (pymoo continues from its checkpoint).
 
     Raises:
-        StudyStateError: no such study in the storage.
+        StudyStateError: no such study in the storage, or it has another definition.
     """
     store = _existing(config)
     n_done = len(completed_trials(optuna.load_study(study_name=config.name, storage=store)))
@@ -96,7 +141,6 @@ def run_worker(
     *,
     config: StudyConfig,
     problem: Problem,
-    storage: str | None = None,
     n_trials: int | None = None,
     progress: bool = False,
 ) -> optuna.Study:
@@ -106,13 +150,12 @@ def run_worker(
     Workers sample with unseeded samplers so they do not propose the same points.
 
     Raises:
-        StudyStateError: the study does not exist yet, or its engine cannot share it.
+        StudyStateError: the study does not exist yet, has another definition, or its
+            engine cannot share it.
     """
     if not get_engine(config.engine).shared_study:
         shared = " or ".join(repr(e.name) for e in ENGINES if e.shared_study)
         raise StudyStateError(f"workers need engine {shared}, the study file has {config.engine!r}")
-    if storage is not None:
-        config = replace(config, storage=resolve_storage(storage, base=Path.cwd()))
     n_total = config.budget() if n_trials is None else n_trials
     return _drive(config, problem, _existing(config), n_total, None, progress)
 
@@ -126,24 +169,34 @@ def ensure_study(
     return _drive(config, problem, store, n_trials, config.seed, progress)
 
 
-def _create(config: StudyConfig, storage: BaseStorage) -> optuna.Study:
+def _create(config: StudyConfig, storage: BaseStorage, *, restamp: bool = False) -> optuna.Study:
+    """Create or load the study; a new one (or, with ``restamp``, one without completed
+    trials) records the config's definition and metric names."""
     study = optuna.create_study(
         study_name=config.name, storage=storage, directions=config.directions, load_if_exists=True
     )
-    _check_directions(config, study)
+    if DEFINITION_KEY not in study.user_attrs or (restamp and not completed_trials(study)):
+        _check_directions(config, study)
+        study.set_user_attr(DEFINITION_KEY, definition(config))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in config.objectives])
+    _check_definition(config, study)
     return study
 
 
 def _existing(config: StudyConfig) -> BaseStorage:
-    missing = StudyStateError(f"no study {config.name!r} in {config.storage}; run it first")
+    missing = StudyStateError(
+        f"no study {config.name!r} in {display_storage(config.storage)}; run it first"
+    )
     if not storage_exists(config.storage):
         raise missing
-    storage = open_storage(config.storage)
+    storage = open_storage(config.storage, create=False)
     try:
         storage.get_study_id_from_name(config.name)
     except KeyError:
         raise missing from None
-    _check_directions(config, optuna.load_study(study_name=config.name, storage=storage))
+    _check_definition(config, optuna.load_study(study_name=config.name, storage=storage))
     return storage
 
 
@@ -152,9 +205,46 @@ def _check_directions(config: StudyConfig, study: optuna.Study) -> None:
     if list(study.directions) != expected:
         found = [d.name.lower() for d in study.directions]
         raise StudyStateError(
-            f"study {config.name!r} in {config.storage} has directions {found}, "
-            f"the study file asks {config.directions}"
+            f"study {config.name!r} in {display_storage(config.storage)} has directions {found}, "
+            f"the study file asks {config.directions}; run it under --new-study NAME"
         )
+
+
+def _check_definition(config: StudyConfig, study: optuna.Study) -> None:
+    _check_directions(config, study)
+    stored = study.user_attrs.get(DEFINITION_KEY)
+    if stored is None:  # a study of an older version: nothing to compare with
+        return
+    changes = differences(stored, definition(config))
+    if changes:
+        shown = "; ".join(changes[:3]) + (f"; {len(changes) - 3} more" if len(changes) > 3 else "")
+        raise StudyStateError(
+            f"study {config.name!r} in {display_storage(config.storage)} was created from another "
+            f"definition ({shown}); run the edited file under --new-study NAME, or undo the edit"
+        )
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``"<path>: <old> -> <new>"`` for every leaf that differs between two JSON trees."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            where = f"{path}.{key}" if path else str(key)
+            if key not in new:
+                changes.append(f"{where}: removed")
+            elif key not in old:
+                changes.append(f"{where}: added")
+            else:
+                changes += differences(old[key], new[key], where)
+        return changes
+    if old == new:
+        return []
+    return [f"{path}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _drive(
@@ -166,14 +256,16 @@ def _drive(
     progress: bool,
 ) -> optuna.Study:
     study = optuna.load_study(study_name=config.name, storage=storage)
+    fail_stale_trials(study)
     n_done = len(completed_trials(study))
     with trial_progress(
         enabled=progress, description=config.name, done=n_done, total=max(n_total, n_done)
     ) as bar:
         try:
-            get_engine(config.engine).run(
-                config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar
-            )
+            with stop_on_interrupt(bar):
+                get_engine(config.engine).run(
+                    config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar
+                )
         finally:
             sync_storage(storage)
     return optuna.load_study(study_name=config.name, storage=storage)

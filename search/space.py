@@ -15,7 +15,7 @@ first value, ``low`` or ``false``.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -90,26 +90,45 @@ class Space:
     @property
     def enumerable(self) -> bool:
         """Whether every knob has finitely many values (floats need a step)."""
-        return all(k.grid_values() is not None for k in self.knobs)
+        return all(k.grid_count() is not None for k in self.knobs)
 
     @property
     def grid_size(self) -> int:
-        """Number of grid points.
+        """Number of grid points (computed, never enumerated).
 
         Raises:
             SpaceError: if a knob is continuous.
         """
-        return math.prod(len(v) for v in self._grid_axes())
+        return math.prod(self._grid_counts())
+
+    def grid_point(self, index: int) -> dict[str, Any]:
+        """The ``index``-th grid point (0 <= index < grid_size), the last knob varying fastest."""
+        counts = self._grid_counts()
+        values = []
+        for knob, count in zip(reversed(self.knobs), reversed(counts), strict=True):
+            index, digit = divmod(index, count)
+            values.append(knob.grid_value(digit))
+        return dict(zip(self.names, reversed(values), strict=True))
 
     def grid(self) -> Iterator[dict[str, Any]]:
-        """Every combination of knob values, the last knob varying fastest.
+        """Every combination of knob values in grid order, streamed (memory does not grow
+        with the grid).
 
         Raises:
             SpaceError: if a knob is continuous.
         """
-        axes = self._grid_axes()
-        for combo in itertools.product(*axes):
-            yield dict(zip(self.names, combo, strict=True))
+        for index in range(self.grid_size):
+            yield self.grid_point(index)
+
+    def shuffled_grid(self, *, seed: int) -> Iterator[dict[str, Any]]:
+        """Every grid point once, in a pseudo-random order fixed by ``seed``, streamed: any
+        prefix is a uniform sample of the whole grid without repeats.
+
+        Raises:
+            SpaceError: if a knob is continuous.
+        """
+        for index in permuted_range(self.grid_size, seed=seed):
+            yield self.grid_point(index)
 
     def pin(self, name: str, value: Any) -> Space:
         """This space with knob ``name`` moved into ``fixed`` at ``value``.
@@ -127,17 +146,43 @@ class Space:
             source=self.source,
         )
 
-    def _grid_axes(self) -> list[tuple[Any, ...]]:
-        axes = []
+    def _grid_counts(self) -> list[int]:
+        counts = []
         for knob in self.knobs:
-            values = knob.grid_values()
-            if values is None:
+            count = knob.grid_count()
+            if count is None:
                 raise SpaceError(
                     f"{self.source}: knobs.{knob.name}: expected a step for a grid "
                     "(continuous float knobs cannot be enumerated)"
                 )
-            axes.append(values)
-        return axes
+            counts.append(count)
+        return counts
+
+
+def permuted_range(n: int, *, seed: int) -> Iterator[int]:
+    """0 .. n-1, each once, in a pseudo-random order fixed by ``seed``, in O(1) memory.
+
+    A four-round Feistel network is a bijection of [0, 4**h) (h: half the bits of n);
+    indices outside [0, n) are walked through it again until they land inside (fewer than
+    four steps on average), so the result is a bijection of [0, n).
+    """
+    half = max(1, math.ceil(math.log2(max(n, 2)) / 2))
+    mask = (1 << half) - 1
+    key = seed.to_bytes(16, "little", signed=True)
+
+    def feistel(x: int) -> int:
+        left, right = x >> half, x & mask
+        for round_ in range(4):
+            digest = hashlib.blake2b(right.to_bytes(16, "little"), digest_size=16, key=key,
+                                     salt=round_.to_bytes(16, "little")).digest()
+            left, right = right, left ^ (int.from_bytes(digest, "little") & mask)
+        return (left << half) | right
+
+    for i in range(n):
+        x = feistel(i)
+        while x >= n:
+            x = feistel(x)
+        yield x
 
 
 def load_space(path: str | Path) -> Space:

@@ -15,22 +15,135 @@ under the same lock, so other processes (workers, stock Optuna) see every line a
 it is written, but fsyncs at most every :data:`SYNC_INTERVAL_S` seconds and when the
 process exits. A killed process loses nothing; an OS crash or power loss can lose the
 last second of trials, which a resume re-runs.
+
+Crashes. A process killed while it appends leaves the journal's lock behind; the lock
+written here records its owner (host and process id), so the next writer on the same host
+removes a lock whose owner is dead at once instead of waiting (Optuna's own lock waits
+30 s). A trial left RUNNING by a killed worker is failed and re-queued (Optuna's
+``RetryHeartbeatStaleTrialCallback``): RDB storages use Optuna's heartbeat; journal files
+get the same through :class:`HeartbeatJournalStorage`, which records each running trial's
+owner and time, so a trial of a dead process on this host is stale at once and one of
+another host after :data:`GRACE_PERIOD_S` without a heartbeat.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import math
 import os
+import socket
 import time
+import uuid
+import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+import optuna
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.trial import FrozenTrial, TrialState
 
 SYNC_INTERVAL_S = 1.0
 """Seconds between fsyncs of a journal file being written."""
+HEARTBEAT_INTERVAL_S = 10
+"""Seconds between heartbeats of a running trial."""
+GRACE_PERIOD_S = 60
+"""A running trial without a heartbeat for this long is failed and re-queued."""
+MAX_RETRY = 3
+"""Times a trial of a crashed worker is re-queued."""
+LOCK_GRACE_PERIOD_S = 30
+"""A journal lock of an owner this process cannot check (another host, or Optuna's own lock)
+is broken after this many seconds unchanged."""
+HOST = socket.gethostname()
+HEARTBEAT_KEY = "search:heartbeat"
+
+
+class StorageError(RuntimeError):
+    """A storage that cannot be opened (one line; a password in a URL is never shown)."""
+
+
+def display_storage(spec: str) -> str:
+    """``spec`` with the password of a URL replaced by ``***``."""
+    if "://" not in spec:
+        return spec
+    scheme, rest = spec.split("://", 1)
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return spec
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class OwnedLock(JournalFileSymlinkLock):
+    """Optuna's symlink lock, whose link names its owner (``host:pid:token``).
+
+    Same lock file as Optuna's, so stock Optuna writers and these exclude each other. A lock
+    whose owner is a dead process of this host is removed at once; any other lock is
+    broken after ``LOCK_GRACE_PERIOD_S`` seconds unchanged, as Optuna does.
+    """
+
+    def __init__(self, filepath: str) -> None:
+        super().__init__(filepath, grace_period=LOCK_GRACE_PERIOD_S)
+
+    def acquire(self) -> bool:
+        """Take the lock, recovering one left by a dead process of this host at once."""
+        owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex}"
+        sleep_s, first_seen = 0.001, time.monotonic()
+        seen: tuple[float, str] | None = None
+        while True:
+            try:
+                os.symlink(owner, self._lock_file)
+                return True
+            except FileExistsError:
+                pass
+            try:
+                holder = os.readlink(self._lock_file)
+                state = (os.lstat(self._lock_file).st_mtime, holder)
+            except OSError:
+                continue  # released meanwhile
+            if state != seen:
+                seen, first_seen = state, time.monotonic()
+            if _dead_owner(holder) or time.monotonic() - first_seen > LOCK_GRACE_PERIOD_S:
+                self._break(holder)
+                continue
+            time.sleep(sleep_s)
+            sleep_s = min(sleep_s * 2, 0.1)
+
+    def _break(self, holder: str) -> None:
+        """Remove the lock if it is still ``holder``'s (renamed first, so that two processes
+        breaking it at once cannot remove a lock a third one took meanwhile)."""
+        grave = f"{self._lock_file}.{uuid.uuid4().hex}.stale"
+        try:
+            os.rename(self._lock_file, grave)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return
+            raise
+        if os.readlink(grave) == holder:
+            os.unlink(grave)
+        else:  # released and taken by another process in between: give it back
+            with contextlib.suppress(OSError):
+                os.rename(grave, self._lock_file)
+
+
+def _dead_owner(holder: str) -> bool:
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host == HOST and pid.isdigit() and not _alive(int(pid))
 
 
 class JournalFile(JournalFileBackend):
@@ -42,7 +155,7 @@ class JournalFile(JournalFileBackend):
     """
 
     def __init__(self, file_path: str, *, sync_interval_s: float | None = None) -> None:
-        self._append_lock = JournalFileSymlinkLock(file_path)
+        self._append_lock = OwnedLock(file_path)
         super().__init__(file_path, lock_obj=self._append_lock)
         interval = SYNC_INTERVAL_S if sync_interval_s is None else sync_interval_s
         self._durability = _Durability(file_path, interval)
@@ -97,20 +210,125 @@ class _Durability:
         self.last_sync, self.dirty = time.monotonic(), False
 
 
+class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
+    """A journal storage with Optuna's heartbeat: running trials record their owner and time.
+
+    A RUNNING trial is stale when its owner is a dead process of this host, or when its
+    last heartbeat is older than :data:`GRACE_PERIOD_S`; Optuna fails stale trials before
+    each new one and the callback re-queues them.
+    """
+
+    def __init__(self, log_storage: JournalFile) -> None:
+        super().__init__(log_storage)
+        self._last_beat: dict[int, float] = {}
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """Record that this process still runs the trial (skipped within half an interval of
+        the last record: a trial's first beat usually follows its claim at once)."""
+        now = time.time()
+        if now - self._last_beat.get(trial_id, -math.inf) < HEARTBEAT_INTERVAL_S / 2:
+            return
+        self._last_beat[trial_id] = now
+        self.set_trial_system_attr(trial_id, HEARTBEAT_KEY, [HOST, os.getpid(), now])
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        now = time.time()
+        stale = []
+        for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            beat = trial.system_attrs.get(HEARTBEAT_KEY)
+            if beat is None:
+                continue
+            host, pid, at = beat
+            if (host == HOST and not _alive(int(pid))) or now - float(at) > GRACE_PERIOD_S:
+                stale.append(trial._trial_id)
+        return stale
+
+    def get_heartbeat_interval(self) -> int | None:
+        """Seconds between heartbeats."""
+        return HEARTBEAT_INTERVAL_S
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        """Re-queue a stale trial (up to :data:`MAX_RETRY` times)."""
+        return _retry()
+
+
+def _retry() -> Callable[[optuna.Study, FrozenTrial], None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature notes
+        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+
+
 _JOURNALS: weakref.WeakKeyDictionary[BaseStorage, JournalFile] = weakref.WeakKeyDictionary()
 
 
-def open_storage(spec: str) -> BaseStorage:
+def open_storage(spec: str, *, create: bool = True) -> BaseStorage:
     """Open ``spec``: a URL with ``://`` (``sqlite:///x.db``, ``postgresql+psycopg://...``)
-    as an RDB storage, anything else as a journal file path (created with its folder)."""
+    as an RDB storage, anything else as a journal file path (created with its folder unless
+    ``create`` is false). Both have heartbeats and re-queue trials of crashed workers.
+
+    Raises:
+        StorageError: a malformed URL, a missing database driver (its module named), a
+            server that cannot be reached, a folder that cannot be written.
+    """
     if "://" in spec:
-        return RDBStorage(spec)
+        return _open_rdb(spec)
     path = Path(spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    backend = JournalFile(str(path))
-    storage = JournalStorage(backend)
+    if path.is_dir():
+        raise StorageError(f"{spec}: storage: is a folder, expected a journal file path or URL")
+    try:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        backend = JournalFile(str(path))
+    except OSError as exc:
+        raise StorageError(f"{spec}: cannot open the journal file ({exc.strerror or exc})") from None
+    storage = HeartbeatJournalStorage(backend)
     _JOURNALS[storage] = backend
     return storage
+
+
+class HeartbeatRDBStorage(RDBStorage):
+    """Optuna's RDB storage, where a running trial whose owner (:func:`claim_trial`) is a dead
+    process of this host is stale at once, not only after :data:`GRACE_PERIOD_S` without a
+    heartbeat (the rule for other hosts)."""
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        stale = set(super()._get_stale_trial_ids(study_id))
+        for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            beat = trial.system_attrs.get(HEARTBEAT_KEY)
+            if beat is not None and beat[0] == HOST and not _alive(int(beat[1])):
+                stale.add(trial._trial_id)
+        return sorted(stale)
+
+
+def _open_rdb(spec: str) -> RDBStorage:
+    shown = display_storage(spec)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeat is an experimental Optuna feature
+            return HeartbeatRDBStorage(
+                spec,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=_retry(),
+            )
+    except ImportError as exc:  # Optuna re-raises the driver's ModuleNotFoundError as an ImportError
+        missing = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__ or exc.__context__
+        module = (
+            getattr(missing, "name", None) or spec.split("://")[0].partition("+")[2] or "a database driver"
+        )
+        raise MissingDriverError(shown, module) from None
+    except Exception as exc:  # SQLAlchemy and DBAPI errors come in many classes
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = cause.replace(spec, shown)
+        raise StorageError(f"{shown}: cannot open the storage ({cause[:200]})") from None
+
+
+class MissingDriverError(StorageError):
+    """The database driver a storage URL names is not installed."""
+
+    def __init__(self, shown: str, module: str) -> None:
+        self.module = module
+        super().__init__(f"{shown}: the database driver {module!r} is not installed")
 
 
 def sync_storage(storage: BaseStorage) -> None:
@@ -123,3 +341,21 @@ def sync_storage(storage: BaseStorage) -> None:
 def storage_exists(spec: str) -> bool:
     """False for a journal file that does not exist yet; URLs are assumed to exist."""
     return "://" in spec or Path(spec).exists()
+
+
+def claim_trial(trial: optuna.Trial) -> None:
+    """Record this process as the owner of a running trial, before it is evaluated (the
+    heartbeat thread may start late on a busy machine): if the process dies, the trial is
+    stale at once for the other workers of this host."""
+    storage = trial.storage
+    if isinstance(storage, HeartbeatJournalStorage):
+        storage.record_heartbeat(trial._trial_id)
+    else:
+        storage.set_trial_system_attr(trial._trial_id, HEARTBEAT_KEY, [HOST, os.getpid(), time.time()])
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail (and re-queue) the study's running trials whose worker is gone."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature notes
+        optuna.storages.fail_stale_trials(study)

@@ -8,9 +8,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from search.commands import cmd_report, cmd_resume, cmd_run, cmd_worker
+from search.commands import Application, Overrides, cmd_report, cmd_resume, cmd_run, cmd_worker
 from search.config import Constraint, Objective, load_study
 from search.toy import TOY_SPACE, toy_problem, write_toy_study
+
+APP = Application(problem_factory=toy_problem)
 
 
 def test_study_file_is_parsed(tmp_path: Path) -> None:
@@ -77,7 +79,7 @@ BAD_STUDIES = [
 @pytest.mark.parametrize(("overrides", "where"), BAD_STUDIES)
 def test_bad_study_gives_one_error_line_and_exit_code_2(tmp_path, capsys, overrides, where) -> None:
     path = write_toy_study(tmp_path, **overrides)
-    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=5)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"error: {path}: {where}: expected")
@@ -88,7 +90,7 @@ def test_bad_space_file_names_the_space_file(tmp_path, capsys) -> None:
     space = tmp_path / "space.yaml"
     space.write_text("knobs:\n  tp: {type: ordinal, values: [1, 2, four]}\n")
     path = write_toy_study(tmp_path, space="space.yaml")
-    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=5)) == 2
     assert (
         capsys.readouterr().err == f"error: {space}: knobs.tp.values[2]: expected a number "
         "(ordinal values are ordered numbers), got 'four'\n"
@@ -99,29 +101,29 @@ def test_bad_space_file_names_the_space_file(tmp_path, capsys) -> None:
 def test_malformed_study_file(tmp_path, capsys, text) -> None:
     path = tmp_path / "study.yaml"
     path.write_text(text)
-    assert cmd_run(path, trials=5, problem_factory=toy_problem) == 2
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=5)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: ")
 
 
 def test_missing_file_and_missing_study(tmp_path, capsys) -> None:
-    assert cmd_report(tmp_path / "nope.yaml") == 2
+    assert cmd_report(tmp_path / "nope.yaml", app=APP) == 2
     assert "cannot read file" in capsys.readouterr().err
-    assert cmd_report(write_toy_study(tmp_path)) == 2
+    assert cmd_report(write_toy_study(tmp_path), app=APP) == 2
     assert capsys.readouterr().err.startswith("error: no study 'toy' in ")
     assert not (tmp_path / "results").exists()
 
 
 def test_commands_run_resume_report_and_refuse_a_rerun(tmp_path, capsys) -> None:
     path = write_toy_study(tmp_path, population_size=10, seed=0)
-    assert cmd_run(path, trials=20, problem_factory=toy_problem) == 0
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=20)) == 0
     out = capsys.readouterr().out
     assert "toy: feasible Pareto front" in out and "20 trials" in out
-    assert cmd_resume(path, trials=30, problem_factory=toy_problem) == 0
+    assert cmd_resume(path, app=APP, overrides=Overrides(trials=30)) == 0
     assert "30 trials" in capsys.readouterr().out
-    assert cmd_report(path) == 0
+    assert cmd_report(path, app=APP) == 0
     assert (tmp_path / "results" / "toy" / "pareto.csv").exists()
-    assert cmd_run(path, trials=20, problem_factory=toy_problem) == 2
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=20)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "already has 30 completed trials" in err
 
@@ -135,7 +137,7 @@ def test_tables_are_wide_with_four_significant_digits_and_distinct_rows(tmp_path
     knobs = {k: v for k, v in TOY_SPACE["knobs"].items() if k != "batch"}
     space = {"knobs": knobs, "fixed": {"batch": 8}}  # 864 points
     path = write_toy_study(tmp_path, space=space, population_size=10, seed=0, sampler="random")
-    assert cmd_run(path, trials=300, problem_factory=toy_problem) == 0  # many repeated points
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=300)) == 0  # many repeated points
     out = capsys.readouterr().out
     assert "…" not in out and "energy_per_token_j" in out  # not cut to 80 columns
     pareto = pd.read_csv(tmp_path / "results" / "toy" / "pareto.csv")
@@ -151,8 +153,8 @@ def test_tables_are_wide_with_four_significant_digits_and_distinct_rows(tmp_path
 
 def test_worker_stops_at_the_requested_total(tmp_path, capsys) -> None:
     path = write_toy_study(tmp_path, trials=25, seed=0)
-    assert cmd_run(path, trials=10, problem_factory=toy_problem) == 0
-    assert cmd_worker(path, trials=15, problem_factory=toy_problem) == 0
+    assert cmd_run(path, app=APP, overrides=Overrides(trials=10)) == 0
+    assert cmd_worker(path, app=APP, overrides=Overrides(trials=15)) == 0
     assert "toy: 15 completed trials in the study" in capsys.readouterr().out
-    assert cmd_worker(path, problem_factory=toy_problem) == 0  # the study file's budget
+    assert cmd_worker(path, app=APP) == 0  # the study file's budget
     assert "toy: 25 completed trials in the study" in capsys.readouterr().out

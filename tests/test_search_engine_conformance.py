@@ -14,9 +14,10 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import StudyConfig, StudyError, load_study
-from search.engines import ENGINES, Engine, engine_names, get_engine
+from search.engines import ENGINES, Engine, engine_names, get_engine, grid_engine
 from search.frame import front_frame, trials_frame
 from search.outcome import completed_trials, is_feasible, make_outcome
+from search.progress import TrialProgress
 from search.runner import create_study, resume_study, run_study
 from search.toy import ToyDeployment, write_toy_study
 
@@ -150,3 +151,29 @@ def test_only_complete_trials_count_toward_the_total(tmp_path, engine) -> None:
     assert len(completed_trials(run_study(config=config, problem=problem, n_trials=15))) == 15
     result = resume_study(config=config, problem=problem, n_trials=27)
     assert len(completed_trials(result)) == 27 and len(result.trials) == 30
+
+
+class StopAfter(TrialProgress):
+    """A progress that asks for a stop (as Ctrl-C does) once ``after`` trials are reported."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after, self.seen = after, 0
+
+    def advance(self, n: int = 1) -> None:
+        self.seen += n
+        self.stop_requested = self.seen >= self.after
+
+
+@every_engine
+def test_a_stop_request_returns_after_the_current_trial_or_batch(tmp_path, monkeypatch, engine) -> None:
+    monkeypatch.setattr(grid_engine, "BATCH_SIZE", 4)  # the grid engine's unit of work
+    config, problem = study(tmp_path, engine, trials=500), ToyDeployment()
+    storage = create_study(config=config)._storage
+    progress = StopAfter(3)
+    engine.run(config=config, problem=problem, storage=storage, n_total=500, seed=0, progress=progress)
+    trials = optuna.load_study(study_name=config.name, storage=storage).trials
+    assert 3 <= len(trials) == progress.seen < 500  # stopped early, nothing half-written
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    again = resume_study(config=config, problem=problem, n_trials=len(trials) + 5)  # and it resumes
+    assert len(completed_trials(again)) == len(trials) + 5

@@ -81,10 +81,18 @@ def reported(config: StudyConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.mark.parametrize("engine", ["optuna", "pymoo", "grid"])
 def test_constraints_and_invalid_configurations_are_infeasible(tmp_path, engine) -> None:
     trials, pareto = reported(tiny(tmp_path, engine, trials=None if engine == "grid" else 60))
-    valid = trials["infeasible_reason"].isna()
+    valid = trials["constraint[valid]"] <= 0
     meets = (trials["latency_s"] <= 0.05) & (trials["tokens_per_s"] >= 100)
     assert (trials["feasible"] == (valid & meets)).all()
     assert (valid & ~meets).any() and (~valid).any()
+    # a runnable configuration that misses SLOs says which, with the value and the margin
+    assert trials.loc[trials["feasible"], "infeasible_reason"].isna().all()
+    for row in trials[valid & ~meets].itertuples():
+        reason = row.infeasible_reason
+        assert ("SLO latency_s = " in reason) == (row.latency_s > 0.05), reason
+        assert ("SLO tokens_per_s = " in reason) == (row.tokens_per_s < 100), reason
+        if row.latency_s > 0.05:
+            assert f"({(row.latency_s - 0.05) / 0.05 * 100:+.0f} %)" in reason
     assert set(pareto["number"]) <= set(trials.loc[trials["feasible"], "number"])
     assert (pareto["latency_s"] <= 0.05).all() and (pareto["tokens_per_s"] >= 100).all()
     # infeasible_reason is recorded for every invalid configuration, with its cause.

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from search.config import StudyConfig, StudyError, load_study
-from search.rank import _noise_pct, rank_optimizations
+from search.pareto import hypervolume
+from search.rank import _noise_pct, _tied_ranks, ablation_storage, rank_optimizations
 from search.runner import open_study, run_study
 from search.storage import open_storage
 from search.toy import ToyDeployment, write_toy_study
@@ -37,32 +38,55 @@ def test_ignored_knob_ranks_last_and_lost_feasibility_first(tmp_path) -> None:
         config=config, problem=ToyDeployment(), budget_per_ablation=None, study=study
     )
 
-    assert list(ranking["rank"]) == list(range(1, 8))
     assert set(ranking["knob"]) == set(SPACE["knobs"])
+    # exhaustive: no noise, so only equal losses tie; ranks are dense and in order
+    assert (ranking["noise_pct"] == 0).all() and (ranking["ci95_pct"] == 0).all()
+    assert list(ranking["rank"]) == sorted(ranking["rank"]) and ranking["rank"].iloc[0] == 1
+    assert set(np.diff(ranking["rank"])) <= {0, 1}
+    for _, group in ranking.groupby("rank"):
+        assert group["hv_loss_pct"].nunique(dropna=False) == 1 and group["tie"].all() == (len(group) > 1)
     last = ranking.iloc[-1]
-    assert last["knob"] == "colour" and last["loss_pct"] == 0.0 and last["importance"] < 0.01
+    energy = "energy_per_token_j"
+    assert last["knob"] == "colour" and last["hv_loss_pct"] == 0.0 and last[f"loss_pct[{energy}]"] == 0.0
+    assert last[f"importance[{energy}]"] < 0.01 and last["within_noise"]
     # The small GPU cannot meet the throughput SLO with this model: feasibility is lost.
     first = ranking.iloc[0]
     assert first["knob"] == "gpu" and first["feasibility_lost"]
     others = ranking[~ranking["feasibility_lost"] & (ranking["knob"] != "colour")]
-    assert (others["loss_pct"] > 0).all()  # freq=1.0, fuse off, batch=4... all cost energy
-    assert (others["best_pinned"] > others["best"]).all()  # minimised: pinned is worse
-    # The grid is exhaustive and deterministic: the control is the main study, no noise.
-    assert (ranking["best_control"] == ranking["best"]).all() and (ranking["noise_pct"] == 0).all()
+    assert (others["hv_loss_pct"] > 0).all() and not others["within_noise"].any()
+    assert (others[f"loss_pct[{energy}]"] > 0).all()  # freq=1.0, fuse off, batch=4... all cost energy
+    assert (others[f"best_pinned[{energy}]"] > others[f"best[{energy}]"]).all()  # minimised: pinned is worse
+    # The grid is exhaustive and deterministic: the control is the main study.
+    for objective in ("energy_per_token_j", "latency_s"):
+        assert (ranking[f"best_control[{objective}]"] == ranking[f"best[{objective}]"]).all()
 
-    assert pd.read_csv(config.results / "ranking.csv")["knob"].tolist() == list(ranking["knob"])
+    text = (config.results / "ranking.csv").read_text()
+    assert text.startswith("# method: constrained ablation") and "PED-ANOVA" in text
+    assert pd.read_csv(config.results / "ranking.csv", comment="#")["knob"].tolist() == list(ranking["knob"])
     assert (config.results / "ranking.png").stat().st_size > 0
+    # the ablations live in their own storage: the main one holds the main study only
     names = {s.study_name for s in optuna.get_all_study_summaries(open_storage(config.storage))}
-    assert names == {"toy"} | {f"toy/ablate/{k}" for k in SPACE["knobs"]}
-    pinned = optuna.load_study(study_name="toy/ablate/freq", storage=open_storage(config.storage))
+    assert names == {"toy"}
+    ablations = open_storage(ablation_storage(config))
+    names = {s.study_name for s in optuna.get_all_study_summaries(ablations)}
+    assert names == {f"toy/ablate/{k}" for k in SPACE["knobs"]}
+    pinned = optuna.load_study(study_name="toy/ablate/freq", storage=ablations)
     assert "freq" not in pinned.trials[0].params
 
 
-def best_of(config: StudyConfig, name: str) -> float:
-    """Best feasible energy per token of study ``name``, computed from the raw trials."""
-    study = optuna.load_study(study_name=name, storage=open_storage(config.storage))
+def feasible_points(config: StudyConfig, name: str) -> np.ndarray:
+    """(energy per token, latency) of the feasible trials of study ``name`` (main storage for
+    the main study, the ablation storage otherwise), from the raw trials."""
+    storage = config.storage if name == config.name else ablation_storage(config)
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
     feasible = [t for t in study.trials if all(v <= 0 for v in t.constraints.values())]
-    return min(t.user_attrs["metrics"]["energy_per_token_j"] for t in feasible)
+    names = ("energy_per_token_j", "latency_s")
+    return np.array([[t.user_attrs["metrics"][m] for m in names] for t in feasible])
+
+
+def best_of(config: StudyConfig, name: str) -> float:
+    """Best feasible energy per token of study ``name``."""
+    return float(feasible_points(config, name)[:, 0].min())
 
 
 def ranked(folder, *, budget: int, trials: int = 400) -> tuple[StudyConfig, pd.DataFrame]:
@@ -89,28 +113,52 @@ def ranked(folder, *, budget: int, trials: int = 400) -> tuple[StudyConfig, pd.D
 
 def test_ablations_are_compared_with_an_unpinned_control_of_the_same_budget(tmp_path) -> None:
     config, ranking = ranked(tmp_path, budget=40)
-    storage = open_storage(config.storage)
-    names = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage)}
-    assert names.pop("toy") == 400
+    names = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(open_storage(config.storage))}
+    assert names == {"toy": 400}
+    ablations = optuna.get_all_study_summaries(open_storage(ablation_storage(config)))
     controls = ["_control", "_control_2", "_control_3"]
-    assert names == {f"toy/ablate/{k}": 40 for k in [*SPACE["knobs"], *controls]}
+    assert {s.study_name: s.n_trials for s in ablations} == {
+        f"toy/ablate/{k}": 40 for k in [*SPACE["knobs"], *controls]
+    }
 
+    energy = "energy_per_token_j"
     best, control = best_of(config, "toy"), best_of(config, "toy/ablate/_control")
-    seeds = [best_of(config, f"toy/ablate/{name}") for name in controls]
-    assert (ranking["best"] == best).all() and (ranking["best_control"] == control).all()
+    assert (ranking[f"best[{energy}]"] == best).all()
+    assert (ranking[f"best_control[{energy}]"] == control).all()
     assert best < control  # 400 trials beat 40: the reason for the control
-    expected = (ranking["best_pinned"] - control) / control * 100
-    assert np.allclose(ranking["loss_pct"].dropna(), expected.dropna())
-    # the spread of the difference of two bests: sqrt(2) * std, in % of the mean
-    assert np.allclose(ranking["noise_pct"], 2**0.5 * np.std(seeds, ddof=1) / np.mean(seeds) * 100)
+    expected = (ranking[f"best_pinned[{energy}]"] - control) / control * 100
+    assert np.allclose(ranking[f"loss_pct[{energy}]"].dropna(), expected.dropna())
+    # hypervolumes in the box of the main study's feasible points
+    main = feasible_points(config, "toy")
+    ideal, nadir = main.min(axis=0), main.max(axis=0)
+
+    def hv(name: str) -> float:
+        points = feasible_points(config, name)
+        if not len(points):
+            return 0.0
+        return hypervolume(points, directions=["minimize"] * 2, ideal=ideal, nadir=nadir)
+
+    seeds = [hv(f"toy/ablate/{name}") for name in controls]
+    for knob, row in ranking.iterrows():
+        assert row["hv_loss_pct"] == pytest.approx((seeds[0] - hv(f"toy/ablate/{knob}")) / seeds[0] * 100)
+    # the spread of the difference of two runs: sqrt(2) * std, in % of the mean
+    noise = 2**0.5 * np.std(seeds, ddof=1) / np.mean(seeds) * 100
+    assert np.allclose(ranking["noise_pct"], noise) and np.allclose(ranking["ci95_pct"], 1.96 * noise)
+    assert (ranking["within_noise"] == (ranking["hv_loss_pct"].abs() <= 1.96 * noise)).all()
+    # rows within the noise of each other share a rank
+    for (_, a), (_, b) in zip(ranking.iterrows(), ranking.iloc[1:].iterrows(), strict=False):
+        if a["feasibility_lost"] == b["feasibility_lost"] and a["rank"] != b["rank"]:
+            assert a["hv_loss_pct"] - b["hv_loss_pct"] > 0  # sorted, and apart from its group
     # "colour" has one value and the toy ignores it: with the same seed its pinned study
     # samples exactly what the control samples, so it loses nothing against the control,
     # although it looks worse than the main study's best.
     colour = ranking.loc["colour"]
-    assert colour["loss_pct"] == 0.0 and colour["best_pinned"] > colour["best"]
+    assert colour["hv_loss_pct"] == 0.0 and colour[f"loss_pct[{energy}]"] == 0.0
+    assert colour[f"best_pinned[{energy}]"] > colour[f"best[{energy}]"] and colour["within_noise"]
 
-    frame = pd.read_csv(config.results / "ranking.csv")
-    assert {"best", "best_control", "best_pinned", "loss_pct", "noise_pct"} <= set(frame.columns)
+    frame = pd.read_csv(config.results / "ranking.csv", comment="#")
+    expected_columns = {"rank", "tie", "hv_loss_pct", "noise_pct", "ci95_pct", f"loss_pct[{energy}]"}
+    assert expected_columns <= set(frame.columns)
 
 
 def test_leftover_ablations_of_a_larger_budget_do_not_change_the_ranking(tmp_path) -> None:
@@ -130,4 +178,12 @@ def test_a_knob_named_like_the_control_is_refused(tmp_path) -> None:
 
 def test_noise_of_two_seeds_is_their_relative_difference() -> None:
     assert _noise_pct([1.0, 1.1]) == pytest.approx(0.1 / 1.05 * 100)
-    assert _noise_pct([1.0, np.nan]) != _noise_pct([1.0, np.nan])  # NaN: one feasible best
+    assert _noise_pct([1.0, np.nan]) != _noise_pct([1.0, np.nan])  # NaN: one feasible run
+
+
+def test_ties_group_losses_within_the_noise_of_the_group_leader() -> None:
+    # sorted losses 10, 9.5, 9, 5 with a 1 % band: 10, 9.5 and 9 tie (within 1 of 10), 5 does not
+    assert _tied_ranks([False] * 4, [10.0, 9.5, 9.0, 5.0], 1.0) == [1, 1, 1, 2]
+    assert _tied_ranks([False] * 3, [10.0, 9.5, 8.9], 1.0) == [1, 1, 2]
+    # lost feasibility never ties with kept feasibility; no noise: only equal values tie
+    assert _tied_ranks([True, False, False, False], [np.nan, 3.0, 3.0, 0.0], 0.0) == [1, 2, 2, 3]

@@ -50,7 +50,9 @@ def test_pymoo_variable_types(space: Space) -> None:
 
 def test_every_knob_value_round_trips_through_pymoo(space: Space) -> None:
     for knob in space.knobs:
-        values = knob.grid_values() or (knob.low, knob.high, (knob.low + knob.high) / 2)
+        count = knob.grid_count()
+        middle = (knob.low + knob.high) / 2 if not count else None
+        values = [knob.grid_value(i) for i in range(count)] if count else (knob.low, knob.high, middle)
         for value in values:
             back = knob.decode(knob.encode(value))
             assert type(back) is type(value), knob
@@ -149,7 +151,7 @@ def test_schema_errors_name_file_and_key_path(tmp_path, knobs, where) -> None:
         load_space(path)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(f"{path}: {where}: expected")
+    assert message.startswith((f"{path}: {where}: expected", f"{path}: {where}: unknown key"))
 
 
 def test_yaml_syntax_error_is_one_line(tmp_path) -> None:

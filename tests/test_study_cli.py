@@ -64,7 +64,7 @@ def test_grid_study_respects_slo_and_records_reasons(tmp_path, capsys):
     [
         (("llama-3.1-70b", "llama-9"), "model"),
         (("output_tokens: 64}", "output_tokens: 64, colour: red}"), "workload.colour"),
-        (("output_tokens: 64}", "output_tokens: 0}"), "output_tokens must be a finite number > 0"),
+        (("output_tokens: 64}", "output_tokens: 0}"), "workload.output_tokens: expected a finite number > 0"),
         (("space.yaml", "missing.yaml"), "missing.yaml"),
         (("engine: grid", "engine: magic"), "engine"),
     ],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -28,34 +30,66 @@ SHIPPED = "calibration.yaml"
 
 
 
-def _values(*, section: dict[str, Any], allowed: tuple[str, ...], where: str) -> dict[str, float]:
+TOP_LEVEL_KEYS = ("version", "generated_by", "regenerate", "data", "kernels", "links", "runtimes", "fits")
+ENTRY_KEYS = ("value", "kind", "note", "fit", "fitted_on", "residual")
+
+
+def _nearest(name: str, known: tuple[str, ...]) -> str:
+    near = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(known)})"
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CalibrationFileError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _values(*, section: Any, allowed: tuple[str, ...], where: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for key, entry in section.items():
+    for key, entry in _mapping(section, where).items():
         if key not in allowed:
-            raise CalibrationFileError(f"{where}.{key}: unknown constant")
+            raise CalibrationFileError(f"{where}.{key}: unknown constant{_nearest(str(key), allowed)}")
+        if isinstance(entry, dict):
+            for field in entry:
+                if field not in ENTRY_KEYS:
+                    raise CalibrationFileError(
+                        f"{where}.{key}.{field}: unknown key{_nearest(str(field), ENTRY_KEYS)}")
+            if "value" not in entry:
+                raise CalibrationFileError(f"{where}.{key}: expected a 'value'")
         value = entry["value"] if isinstance(entry, dict) else entry
-        if not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CalibrationFileError(f"{where}.{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise CalibrationFileError(f"{where}.{key}: expected a finite number, got {value}")
         out[key] = float(value)
     return out
 
 
 def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
-    """Build a :class:`Calibration` from the parsed YAML of a calibration file."""
+    """Build a :class:`Calibration` from the parsed YAML of a calibration file.
+
+    Raises:
+        CalibrationFileError: a wrong version, an unknown key or constant (with the nearest
+            known one), a section that is not a mapping, a value that is not a finite number.
+    """
     if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
         raise CalibrationFileError(f"{source}: expected 'version: {FORMAT_VERSION}'")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise CalibrationFileError(f"{source}: {key}: unknown key{_nearest(str(key), TOP_LEVEL_KEYS)}")
     kernels = {
         gpu: KernelConstants(**_values(section=section, allowed=KERNEL_FIELDS,
                                        where=f"{source}: kernels.{gpu}"))
-        for gpu, section in (data.get("kernels") or {}).items()
+        for gpu, section in _mapping(data.get("kernels") or {}, f"{source}: kernels").items()
     }
     links = {
         key: LinkConstants(**_values(section=section, allowed=LINK_FIELDS,
                                      where=f"{source}: links.{key}"))
-        for key, section in (data.get("links") or {}).items()
+        for key, section in _mapping(data.get("links") or {}, f"{source}: links").items()
     }
     runtimes: dict[str, RuntimeConstants] = {}
-    for runtime, by_gpu in (data.get("runtimes") or {}).items():
+    for runtime, by_gpu in _mapping(data.get("runtimes") or {}, f"{source}: runtimes").items():
         if not isinstance(by_gpu, dict):
             raise CalibrationFileError(f"{source}: runtimes.{runtime}: expected a mapping by GPU")
         for gpu, section in by_gpu.items():
@@ -65,12 +99,21 @@ def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Load a calibration file written by ``energylens calibrate``."""
+    """Load a calibration file written by ``energylens calibrate``.
+
+    Raises:
+        CalibrationFileError: a missing or unreadable file, text that is not UTF-8 YAML, or
+            a schema violation (one line naming the file and the key).
+    """
     path = Path(path)
     if not path.is_file():
         raise CalibrationFileError(f"{path}: no such calibration file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CalibrationFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise CalibrationFileError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise CalibrationFileError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     return parse_calibration(data=data, source=str(path))

@@ -1,77 +1,153 @@
-"""``energylens study run|resume|report|rank|worker``: deployment studies on the search engine."""
+"""``energylens study``: check, run, resume, report and rank deployment studies; join one as
+a worker; write a starter study."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from energylens.study.objective import DeploymentProblem, problem_from_study
+from energylens.study.objective import SCHEMA, DeploymentProblem, problem_from_study
 from search.config import StudyConfig
 from search.engines import engine_names
 
+if TYPE_CHECKING:  # search.commands loads the engines, plots and reports: imported on use
+    from search.commands import Application, Overrides
+
+POSTGRES_DRIVERS = ("psycopg", "psycopg2")
+
+
+def install_driver(module: str) -> str:
+    """How to install a missing database driver: PostgreSQL's through the package's extra."""
+    return "pip install 'energylens[postgres]'" if module in POSTGRES_DRIVERS else f"pip install {module}"
+
 
 def study_problem(config: StudyConfig) -> DeploymentProblem:
-    """The objective of a study file (its model, workload and cost table)."""
-    return problem_from_study(problem=config.problem, source=config.source)
+    """The objective of a study file (its model, workload, routing and cost table)."""
+    return problem_from_study(problem=config.problem, source=config.source,
+                              params=(*config.space.names, *config.space.fixed))
+
+
+def _app() -> Application:
+    from search.commands import Application
+
+    return Application(problem_factory=study_problem, schema=SCHEMA, install_driver=install_driver,
+                       resume_command="energylens study resume {study} --trials N",
+                       error_prefix="energylens: error")
+
+
+def _overrides(args: argparse.Namespace) -> Overrides:
+    from search.commands import Overrides
+
+    return Overrides(trials=getattr(args, "trials", None), engine=getattr(args, "engine", None),
+                     storage=getattr(args, "storage", None), seed=getattr(args, "seed", None),
+                     new_study=getattr(args, "new_study", None))
+
+
+def _common(parser: argparse.ArgumentParser, *, trials: str | None, seed: bool = False,
+            new_study: bool = True, force: bool = True) -> None:
+    parser.add_argument("study", help="study file (YAML; docs/study-files.md)")
+    if trials is not None:
+        parser.add_argument("--trials", type=int, metavar="N", help=trials)
+    parser.add_argument("--engine", choices=engine_names(),
+                        help="search engine (default: the study file's engine:, else "
+                             f"{engine_names()[0]})")
+    parser.add_argument("--storage", metavar="URL",
+                        help="journal file path or SQLAlchemy URL (default: the study file's "
+                             "storage:, else <results>/storage.journal)")
+    if seed:
+        parser.add_argument("--seed", type=int, help="sampler seed (default: the study file's seed:)")
+    if new_study:
+        parser.add_argument("--new-study", metavar="NAME",
+                            help="store under this study name instead of the file's name: (to run an "
+                                 "edited study file beside the original)")
+    if force:
+        parser.add_argument("--force", action="store_true",
+                            help="write into a results folder that another study (or no study) wrote")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``study`` command and its subcommands."""
-    study = sub.add_parser("study", help="run, resume, report and rank deployment studies")
+    study = sub.add_parser("study", help="check, run, resume, report and rank deployment studies")
     actions = study.add_subparsers(dest="action", required=True, parser_class=type(study))
-    run = actions.add_parser("run", help="run a study (a fresh one, or continue the same name)")
-    run.add_argument("study")
-    run.add_argument("--trials", type=int)
-    run.add_argument("--engine", choices=engine_names(),
-                     help="search engine (default: the study file's)")
-    run.add_argument("--storage", help="SQLAlchemy URL or journal file (default: embedded)")
-    run.add_argument("--seed", type=int)
+
+    check = actions.add_parser("check", help="validate a study and print it resolved (creates nothing)")
+    _common(check, trials="budget to check (default: the study file's trials:)", seed=True, force=False)
+    check.set_defaults(handler=_check)
+
+    run = actions.add_parser("run", help="run a new study, write its report, print the Pareto front")
+    _common(run, trials="completed trials to run (default: the study file's trials:, else 100; "
+                        "grid: the whole grid, or a uniform sample of N points)", seed=True)
+    run.add_argument("--dry-run", action="store_true", help="only check and print the resolved study")
     run.set_defaults(handler=_run)
-    resume = actions.add_parser("resume", help="continue a study up to --trials in total")
-    resume.add_argument("study")
-    resume.add_argument("--trials", type=int, required=True)
+
+    resume = actions.add_parser("resume", help="continue a study up to --trials completed trials in total")
+    _common(resume, trials="total completed trials to reach (required)")
     resume.set_defaults(handler=_resume)
-    report = actions.add_parser("report", help="write pareto.csv, trials.csv and plots")
-    report.add_argument("study")
+
+    report = actions.add_parser("report", help="rewrite pareto.csv, trials.csv and the plots")
+    _common(report, trials=None, new_study=True)
     report.set_defaults(handler=_report)
-    rank = actions.add_parser("rank", help="rank which optimisations matter most")
-    rank.add_argument("study")
-    rank.add_argument("--budget", type=int, help="trials per ablation (default: a quarter)")
+
+    rank = actions.add_parser("rank", help="rank which optimisations matter most (ablation + importance)")
+    _common(rank, trials=None)
+    rank.add_argument("--budget", type=int, metavar="N",
+                      help="completed trials per ablation (default: half the study's budget; grid: "
+                           "each pinned grid)")
     rank.set_defaults(handler=_rank)
+
     worker = actions.add_parser("worker", help="join a shared study as one more worker")
-    worker.add_argument("study")
-    worker.add_argument("--storage", required=True)
-    worker.add_argument("--trials", type=int,
-                        help="stop once the study holds this many trials (default: its budget)")
+    _common(worker, trials="stop once the study holds N completed trials (default: its budget)",
+            force=False)
     worker.set_defaults(handler=_worker)
+
+    init = actions.add_parser("init", help="write a commented starter study")
+    init.add_argument("path", nargs="?", default="study.yaml", help="file to write (default: %(default)s)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(handler=_init)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from search.commands import cmd_check
+
+    return cmd_check(args.study, app=_app(), overrides=_overrides(args))
 
 
 def _run(args: argparse.Namespace) -> int:
     from search.commands import cmd_run
 
-    return cmd_run(args.study, trials=args.trials, engine=args.engine, storage=args.storage,
-                   seed=args.seed, problem_factory=study_problem)
+    return cmd_run(args.study, app=_app(), overrides=_overrides(args), dry_run=args.dry_run,
+                   force=args.force)
 
 
 def _resume(args: argparse.Namespace) -> int:
     from search.commands import cmd_resume
 
-    return cmd_resume(args.study, trials=args.trials, problem_factory=study_problem)
+    return cmd_resume(args.study, app=_app(), overrides=_overrides(args), force=args.force)
 
 
 def _report(args: argparse.Namespace) -> int:
     from search.commands import cmd_report
 
-    return cmd_report(args.study)
+    return cmd_report(args.study, app=_app(), overrides=_overrides(args), force=args.force)
 
 
 def _rank(args: argparse.Namespace) -> int:
     from search.commands import cmd_rank
 
-    return cmd_rank(args.study, problem_factory=study_problem, budget=args.budget)
+    return cmd_rank(args.study, app=_app(), overrides=_overrides(args), budget=args.budget,
+                    force=args.force)
 
 
 def _worker(args: argparse.Namespace) -> int:
     from search.commands import cmd_worker
 
-    return cmd_worker(args.study, storage=args.storage, trials=args.trials,
-                      problem_factory=study_problem)
+    return cmd_worker(args.study, app=_app(), overrides=_overrides(args))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from energylens.study.starter import write_starter
+
+    path = write_starter(path=Path(args.path), force=args.force)
+    print(f"wrote {path}; check it with: energylens study check {path}")
+    return 0

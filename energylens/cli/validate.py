@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from energylens.cli.tables import console as make_console
+from energylens.errors import CalibrationDataError, CalibrationFileError
 from energylens.measurements.formats import FORMATS
 
 
@@ -48,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--output", "-o", default="calibration.yaml",
                    help="file to write (default: ./calibration.yaml; the shipped one is "
                         "energylens/data/calibration.yaml)")
+    c.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     c.add_argument("--no-leave-out", action="store_true",
                    help="skip the leave-one-group-out refits (faster; no held-out errors)")
     c.add_argument("--jobs", type=int, default=2, help="processes for held-out refits")
@@ -179,14 +183,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         write,
     )
 
+    output = Path(args.output)
     roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
     extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
                             vidur_network=[Path(p) for p in args.vidur_network],
                             mlenergy=[Path(p) for p in args.mlenergy])
     for path in extra.all_files():
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
+            raise CalibrationDataError(f"{path}: no such measurement file")
     data = merge(*(discover(r) for r in roots), extra)
+    _check_output(output, force=args.force)  # before minutes of fitting, not after
     start = time.time()
 
     def log(message: str) -> None:
@@ -194,9 +200,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"[{time.time() - start:6.1f} s] {message}", file=sys.stderr)
 
     outcome = calibrate(data=data, leave_out=not args.no_leave_out, jobs=max(args.jobs, 1), log=log)
-    write(outcome, Path(args.output))
-    log(f"wrote {args.output}")
+    write(outcome, output)
+    log(f"wrote {output}")
     return 0
+
+
+def _check_output(output: Path, *, force: bool) -> None:
+    """Refuse an --output that exists (without --force), is a folder, or cannot be written."""
+    if output.is_dir():
+        raise CalibrationFileError(f"{output}: --output is a folder; expected a file path")
+    if output.exists() and not force:
+        raise CalibrationFileError(f"{output}: exists; use --force to overwrite it")
+    folder = output.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:  # the one sure test, for root too: create a file there (and remove it)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".energylens-probe-")
+    except OSError as exc:
+        raise CalibrationFileError(f"{output}: cannot write into {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:

@@ -1,24 +1,25 @@
 """Turn a study's problem section into an objective for the generic search engine.
 
-Study keys read here (everything else belongs to ``search``)::
+Study keys read here (everything else belongs to ``search``; ``docs/study-files.md``
+documents them all)::
 
-    model: llama-3.1-70b
-    workload: {kind: batch, batch: 16, input_tokens: 1024, output_tokens: 256}
+    model: llama-3.1-70b          # zoo name, HF id, or a config.json (relative to the study file)
+    workload: {kind: batch, batch: 16, input_tokens: 1024, output_tokens: 256, moe_skew: 0.5}
     # or a request-length trace summarised into a workload:
     workload: {kind: serving, trace: ../data/measurements/traces/splitwise_conv.csv, batch: 64}
     gpu_cost_per_hour: {H100: 2.5, H200: 3.2}   # $/GPU-hour; else each GPU file's price_per_hour
-    calibration: path/to/calibration.yaml                     # optional
+    calibration: path/to/calibration.yaml        # optional, relative to the study file
 
-Knobs a space may use: ``gpu, num_gpus, tp, pp, ep, dp, batch, input_tokens,
-output_tokens, fusion`` (comma list) or ``fuse_<name>`` booleans, ``overlap_sms``,
-``runtime``, ``freq_mhz`` or ``clock_fraction`` (of the GPU's boost clock; with
-``decode_clock_fraction`` the decode phase runs at its own clock), ``dtype``, ``moe_skew``.
-A configuration that cannot run comes back with its reason, never as an exception.
+Knobs (or fixed values) a space may use, all chosen by whoever deploys: :data:`PARAMS`.
+``moe_skew`` (the Zipf exponent of expert popularity) is a property of the traffic, so it is
+a workload key, not a knob. A configuration that cannot run comes back with its reason,
+never as an exception.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,17 +29,109 @@ import pandas as pd
 from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
-from energylens.deployment import FUSIONS, Deployment, Workload
+from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, ProblemError
-from energylens.hardware import GPU, UnknownGPUError, load_gpu
+from energylens.hardware import GPU, UnknownGPUError, list_gpus, load_gpu
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
-from energylens.runtime import DEFAULT_RUNTIME, get_runtime
-from search.problem import Evaluation
+from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
+from energylens.workloads import kind_names
+from search._schema import suggest
+from search.problem import Evaluation, ProblemSchema, ValueCheck
 
-WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace")
+WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace", "moe_skew")
+PROBLEM_KEYS = {
+    "model": "zoo name, Hugging Face id or config.json path (relative to the study file)",
+    "workload": f"mapping of {', '.join(WORKLOAD_KEYS)}",
+    "gpu_cost_per_hour": "mapping GPU name -> $ per GPU-hour (default: each GPU file's price)",
+    "calibration": "calibration file (relative to the study file; default: the shipped one)",
+}
+METRICS = {
+    "energy_per_output_token_j": "energy per generated token [J]",
+    "energy_per_request_j": "energy per request [J]",
+    "tpot_s": "time per output token (serving: inter-token latency) [s]",
+    "ttft_s": "time to first token [s]",
+    "output_tokens_per_s": "output throughput of the whole deployment [tokens/s]",
+    "output_tokens_per_s_per_gpu": "output throughput per GPU [tokens/s]",
+    "num_gpus": "GPUs the deployment occupies",
+    "cost_per_million_tokens": "$ per million output tokens at the GPU-hour price",
+    "avg_power_w": "average power of all GPUs [W]",
+    "memory_per_gpu_gb": "memory used per GPU [GB]",
+    "batch_per_replica": "effective batch: sequences each replica runs at once",
+    "prefill_energy_j": "energy of the prefill phase [J]",
+    "decode_energy_j": "energy of the decode phase [J]",
+}
 
 
+def _positive_int(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return None if ok else "an integer >= 1"
+
+
+def _non_negative_int(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return None if ok else "an integer >= 0"
+
+
+def _positive_number(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return None if ok else "a finite number > 0"
+
+
+def _fraction(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+    return None if ok else "a fraction of the boost clock in (0, 1]"
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "true or false"
+
+
+def _one_of(options: Collection[str], what: str) -> ValueCheck:
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) and value in options:
+            return None
+        return f"{what}{suggest(str(value), options)}"
+
+    return check
+
+
+def _gpu(value: Any) -> str | None:
+    try:
+        load_gpu(str(value))
+    except UnknownGPUError:
+        return f"a GPU of the database{suggest(str(value), [g.name for g in list_gpus()])}"
+    return None
+
+
+def _fusion(value: Any) -> str | None:
+    names = set(str(value).split(",")) - {"", "none"} if isinstance(value, str) else {None}
+    return None if names <= set(FUSIONS) else f"'none' or a comma list of {', '.join(FUSIONS)}"
+
+
+PARAMS: dict[str, ValueCheck] = {
+    "gpu": _gpu,
+    "num_gpus": _positive_int,
+    "tp": _positive_int,
+    "pp": _positive_int,
+    "ep": _positive_int,
+    "dp": _positive_int,
+    "batch": _positive_number,
+    "input_tokens": _positive_number,
+    "output_tokens": _positive_number,
+    "fusion": _fusion,
+    **{f"fuse_{name}": _boolean for name in FUSIONS},
+    "overlap_sms": _non_negative_int,
+    "runtime": _one_of(runtime_names(), "a serving runtime"),
+    "freq_mhz": _positive_number,
+    "clock_fraction": _fraction,
+    "decode_clock_fraction": _fraction,
+    "dtype": _one_of(WEIGHT_DTYPES, "a weight dtype"),
+}
+"""Every knob a deployment space may use, with the check of one value."""
+
+SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics=METRICS, color_by="gpu")
+"""What study files of deployment studies may contain (``search.config.load_study``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +140,7 @@ class DeploymentProblem:
 
     model: str
     workload: Workload
+    routing: Routing = field(default_factory=Routing)
     gpu_cost_per_hour: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None
 
@@ -54,11 +148,15 @@ class DeploymentProblem:
         """Metrics of one configuration, or the reason it cannot run."""
         try:
             gpu = load_gpu(str(params.get("gpu", "H100")))
-            deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz)
+            deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
+                                                routing=self.routing)
+            if deployment.overlap_sms >= gpu.sm_count:
+                raise ConfigError(f"overlap_sms = {deployment.overlap_sms} leaves no SM for compute "
+                                  f"on {gpu.name} ({gpu.sm_count} SMs)")
             workload = workload_from_params(params=params, base=self.workload)
             result = predict(model=self.model, gpu=gpu, deployment=deployment, workload=workload,
                              calibration=self.calibration)
-            if "decode_clock_fraction" in params and workload.kind == "batch":
+            if "decode_clock_fraction" in params:
                 decode_at = replace(deployment, freq_mhz=float(params["decode_clock_fraction"])
                                     * gpu.boost_clock_mhz)
                 result = with_decode_from(
@@ -67,10 +165,10 @@ class DeploymentProblem:
                                        workload=workload, calibration=self.calibration))
         except (ConfigError, UnknownGPUError) as exc:
             return Evaluation(metrics={}, infeasible_reason=str(exc))
-        return Evaluation(metrics=self._metrics(result, gpu),
+        return Evaluation(metrics=self._metrics(result, gpu, workload.batch / deployment.replicas),
                           infeasible_reason=result.infeasible_reason)
 
-    def _metrics(self, result: Prediction, gpu: GPU) -> dict[str, float]:
+    def _metrics(self, result: Prediction, gpu: GPU, batch_per_replica: float) -> dict[str, float]:
         # $/GPU-hour: the study's price, else the GPU file's (``price_per_hour``, with source)
         price = self.gpu_cost_per_hour.get(gpu.name, gpu.price_per_hour)
         dollars_per_s = price * result.num_gpus / 3600.0
@@ -80,10 +178,12 @@ class DeploymentProblem:
             "tpot_s": result.tpot_s,
             "ttft_s": result.ttft_s,
             "output_tokens_per_s": result.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": result.output_tokens_per_s / result.num_gpus,
             "num_gpus": float(result.num_gpus),
             "cost_per_million_tokens": dollars_per_s / result.output_tokens_per_s * 1e6,
             "avg_power_w": result.avg_power_w,
             "memory_per_gpu_gb": result.memory_per_gpu_gb,
+            "batch_per_replica": batch_per_replica,
             "prefill_energy_j": result.prefill.energy_j,
             "decode_energy_j": result.decode.energy_j,
         }
@@ -91,7 +191,8 @@ class DeploymentProblem:
 
 def with_decode_from(*, prefill_run: Prediction, decode_run: Prediction,
                      workload: Workload) -> Prediction:
-    """Per-phase DVFS: prefill from one prediction, decode from another (same workload)."""
+    """Per-phase DVFS of a static batch: prefill from one prediction, decode from another
+    (same workload; the phases run one after the other)."""
     energy = prefill_run.prefill.energy_j + decode_run.decode.energy_j
     wall = prefill_run.prefill.latency_s + decode_run.decode.latency_s
     tokens = workload.batch * workload.output_tokens
@@ -101,7 +202,8 @@ def with_decode_from(*, prefill_run: Prediction, decode_run: Prediction,
                    avg_power_w=energy / wall, output_tokens_per_s=tokens / wall)
 
 
-def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float) -> Deployment:
+def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
+                           routing: Routing | None = None) -> Deployment:
     """A :class:`Deployment` from knob values (missing knobs take their defaults)."""
     runtime = str(params.get("runtime", DEFAULT_RUNTIME))
     fusion: frozenset[str] | None = None  # the runtime's defaults
@@ -116,7 +218,6 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float) -> De
     freq = params.get("freq_mhz")
     if freq is None and "clock_fraction" in params:
         freq = float(params["clock_fraction"]) * boost_mhz
-    skew = float(params.get("moe_skew", 0.0))
     return Deployment(
         num_gpus=_int_or_none(params.get("num_gpus")),
         tp=int(params.get("tp", 1)), pp=int(params.get("pp", 1)), ep=int(params.get("ep", 1)),
@@ -125,7 +226,7 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float) -> De
         fusion=fusion,
         overlap_sms=int(params.get("overlap_sms", 0)),
         freq_mhz=None if freq is None else float(freq),
-        routing=Routing(kind="zipf", skew=skew) if skew > 0 else Routing(),
+        routing=routing or Routing(),
         runtime=runtime,
     )
 
@@ -137,63 +238,134 @@ def workload_from_params(*, params: Mapping[str, Any], base: Workload) -> Worklo
                     output_tokens=float(params.get("output_tokens", base.output_tokens)))
 
 
-def _calibration(source: Path, name: str) -> Calibration:
-    try:
-        return load_calibration((source.parent / name).resolve())
-    except CalibrationFileError as exc:
-        raise ProblemError(f"{source}: calibration: {exc}") from None
-
-
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
 def summarise_trace(path: Path) -> tuple[float, float]:
     """Mean prompt and output lengths of a request trace (``num_prefill_tokens``,
-    ``num_decode_tokens`` columns, as in the Splitwise/Azure traces)."""
+    ``num_decode_tokens`` columns, as in the Splitwise/Azure traces).
+
+    Raises:
+        ProblemError: unreadable file, missing columns, no requests, or lengths that are not
+            finite positive numbers.
+    """
     try:
         frame = pd.read_csv(path, usecols=["num_prefill_tokens", "num_decode_tokens"])
-    except FileNotFoundError:
-        raise ProblemError(f"{path}: trace file not found") from None
-    except ValueError as exc:
-        raise ProblemError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise ProblemError(f"{path}: cannot read trace ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise ProblemError(f"{path}: {str(exc).splitlines()[0]}") from None
     if frame.empty:
         raise ProblemError(f"{path}: trace has no requests")
-    return float(frame["num_prefill_tokens"].mean()), float(frame["num_decode_tokens"].mean())
+    means = []
+    for column in ("num_prefill_tokens", "num_decode_tokens"):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        if values.isna().any() or not (values > 0).all() or not values.map(math.isfinite).all():
+            raise ProblemError(f"{path}: {column}: expected finite numbers > 0 on every row")
+        means.append(float(values.mean()))
+    return means[0], means[1]
 
 
-def problem_from_study(*, problem: Mapping[str, Any], source: Path) -> DeploymentProblem:
-    """Build the objective from a study's problem keys; errors name the study file."""
-    if "model" not in problem:
-        raise ProblemError(f"{source}: model: required (a zoo name or HF id)")
+def _relative(source: Path, value: str) -> Path:
+    return (source.parent / value).resolve()
+
+
+def _model(value: Any, source: Path) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ProblemError(f"{source}: model: expected a zoo name, HF id or config.json path, "
+                           f"got {value!r}")
+    name = str(_relative(source, value)) if value.lower().endswith(".json") else value
     try:
-        get_model(str(problem["model"]))
-    except ValueError as exc:
-        raise ProblemError(f"{source}: model: {exc}") from None
-    spec = problem.get("workload", {})
+        get_model(name)
+    except ValueError as exc:  # every EnergyLensError is a ValueError
+        raise ProblemError(f"{source}: model: {str(exc).splitlines()[0]}") from None
+    return name
+
+
+def _workload(spec: Any, source: Path) -> tuple[Workload, Routing]:
     if not isinstance(spec, Mapping):
         raise ProblemError(f"{source}: workload: expected a mapping of {', '.join(WORKLOAD_KEYS)}")
-    unknown = set(spec) - set(WORKLOAD_KEYS)
-    if unknown:
-        raise ProblemError(f"{source}: workload.{sorted(unknown)[0]}: unknown key; "
-                           f"expected {', '.join(WORKLOAD_KEYS)}")
-    values = {k: spec[k] for k in ("kind", "batch", "input_tokens", "output_tokens") if k in spec}
+    for key in spec:
+        if key not in WORKLOAD_KEYS:
+            raise ProblemError(f"{source}: workload.{key}: unknown key{suggest(str(key), WORKLOAD_KEYS)}")
+    values: dict[str, Any] = {}
+    for key in ("batch", "input_tokens", "output_tokens"):
+        if key in spec:
+            expected = _positive_number(spec[key])
+            if expected is not None:
+                raise ProblemError(f"{source}: workload.{key}: expected {expected}, got {spec[key]!r}")
+            values[key] = spec[key]
+    if "kind" in spec:
+        values["kind"] = spec["kind"]
+        if spec["kind"] not in kind_names():
+            raise ProblemError(f"{source}: workload.kind: unknown kind {spec['kind']!r}"
+                               f"{suggest(str(spec['kind']), kind_names())}")
     if "trace" in spec:
-        values["input_tokens"], values["output_tokens"] = summarise_trace(
-            (source.parent / str(spec["trace"])).resolve())
+        if "input_tokens" in spec or "output_tokens" in spec:
+            raise ProblemError(f"{source}: workload.trace: expected either a trace or "
+                               "input_tokens/output_tokens, not both")
+        try:
+            values["input_tokens"], values["output_tokens"] = summarise_trace(
+                _relative(source, str(spec["trace"])))
+        except ProblemError as exc:
+            raise ProblemError(f"{source}: workload.trace: {exc}") from None
+    skew = spec.get("moe_skew", 0.0)
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not math.isfinite(skew) or skew < 0:
+        raise ProblemError(f"{source}: workload.moe_skew: expected a finite number >= 0 "
+                           f"(Zipf exponent; 0 = uniform routing), got {skew!r}")
     try:
         workload = Workload(**values)
-    except (ConfigError, TypeError) as exc:
+    except ConfigError as exc:
         raise ProblemError(f"{source}: workload: {exc}") from None
-    costs = problem.get("gpu_cost_per_hour", {})
+    return workload, Routing(kind="zipf", skew=float(skew)) if skew > 0 else Routing()
+
+
+def _costs(costs: Any, source: Path) -> dict[str, float]:
     if not isinstance(costs, Mapping):
         raise ProblemError(f"{source}: gpu_cost_per_hour: expected a mapping GPU -> $/hour")
+    resolved = {}
+    for name, price in costs.items():
+        expected = _gpu(name)
+        if expected is not None:
+            raise ProblemError(f"{source}: gpu_cost_per_hour.{name}: expected {expected}")
+        if _positive_number(price) is not None:
+            raise ProblemError(f"{source}: gpu_cost_per_hour.{name}: expected a finite price > 0, "
+                               f"got {price!r}")
+        resolved[load_gpu(str(name)).name] = float(price)
+    return resolved
+
+
+def _calibration(source: Path, name: Any) -> Calibration:
     try:
-        resolved = {load_gpu(str(name)).name: float(price) for name, price in costs.items()}
-    except (UnknownGPUError, ValueError) as exc:
-        raise ProblemError(f"{source}: gpu_cost_per_hour: {exc}") from None
+        return load_calibration(_relative(source, str(name)))
+    except CalibrationFileError as exc:
+        raise ProblemError(f"{source}: calibration: {exc}") from None
+
+
+def problem_from_study(*, problem: Mapping[str, Any], source: Path,
+                       params: Collection[str] = ()) -> DeploymentProblem:
+    """Build the objective from a study's problem keys; errors name the study file and key.
+
+    Args:
+        problem: The study's problem section (``StudyConfig.problem``).
+        source: The study file: relative paths (model, trace, calibration) start from its folder.
+        params: The knob and fixed names of the study's space, for checks across sections.
+
+    Raises:
+        ProblemError: a key that cannot be used (one line).
+    """
+    if "model" not in problem:
+        raise ProblemError(f"{source}: model: required (a zoo name, HF id or config.json path)")
+    model = _model(problem["model"], source)
+    workload, routing = _workload(problem.get("workload", {}), source)
+    if "decode_clock_fraction" in params and workload.kind != "batch":
+        raise ProblemError(f"{source}: decode_clock_fraction: expected workload kind 'batch' (a "
+                           f"{workload.kind} workload runs prefill and decode in the same steps, "
+                           "at one clock)")
     calibration = problem.get("calibration")
     return DeploymentProblem(
-        model=str(problem["model"]), workload=workload, gpu_cost_per_hour=resolved,
-        calibration=None if calibration is None else _calibration(source, str(calibration)),
+        model=model, workload=workload, routing=routing,
+        gpu_cost_per_hour=_costs(problem.get("gpu_cost_per_hour", {}), source),
+        calibration=None if calibration is None else _calibration(source, calibration),
     )

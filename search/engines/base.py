@@ -54,6 +54,7 @@ class Engine(ABC):
         The study already exists with ``config.directions``. Every evaluation is written as
         :mod:`search.outcome` says (``make_outcome``, then ``record`` or ``frozen_trial``),
         infeasible ones included; trials already in the study are kept and counted. Call
-        ``progress.advance`` once per completed trial. ``seed`` (None: unseeded) overrides
+        ``progress.advance`` once per completed trial, and return after the trial or batch
+        being evaluated once ``progress.stop_requested`` is set (Ctrl-C). ``seed`` (None: unseeded) overrides
         ``config.seed``; ``config.sampler`` is one of :attr:`samplers`.
         """

@@ -1,7 +1,9 @@
-"""Grid engine: every point of an enumerable space, in batches for ``evaluate_many``."""
+"""Grid engine: every point of an enumerable space, or a uniform sample of it, streamed in
+batches for ``evaluate_many``."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -19,10 +21,12 @@ if TYPE_CHECKING:
     from search.config import StudyConfig
 
 BATCH_SIZE = 1024
+"""Grid points evaluated, and written to the study, at a time."""
 
 
 class GridEngine(Engine):
-    """Every point of an enumerable space, in grid order."""
+    """Every point of an enumerable space in grid order; with a budget below the grid size,
+    a uniform random sample of the whole grid."""
 
     name = "grid"
     samplers = ("grid",)
@@ -39,17 +43,26 @@ class GridEngine(Engine):
         seed: int | None,
         progress: TrialProgress,
     ) -> None:
-        """Evaluate grid points not yet in the study, in grid order, up to ``n_total`` trials.
+        """Evaluate grid points not yet in the study until it holds ``n_total`` trials.
 
-        ``seed`` is unused: the grid is deterministic.
+        When ``n_total`` covers the grid, points come in grid order; otherwise in the
+        pseudo-random order of ``seed`` (:meth:`Space.shuffled_grid`), so any budget is a
+        uniform sample of the whole grid, never one corner of it. Points are generated,
+        evaluated and written ``BATCH_SIZE`` at a time: memory does not grow with the grid.
         """
-        del seed
         space = config.space
         study = optuna.load_study(study_name=config.name, storage=storage)
         done = completed_trials(study)
         seen = {_key(space, t.params) for t in done if set(t.params) == set(space.names)}
-        pending = (p for p in space.grid() if _key(space, p) not in seen)
+        if n_total >= space.grid_size:
+            points = space.grid()
+        else:
+            start = random.SystemRandom().randrange(2**62) if seed is None else seed
+            points = space.shuffled_grid(seed=start)
+        pending = (p for p in points if _key(space, p) not in seen)
         for batch in chunks(islice(pending, max(0, n_total - len(done))), BATCH_SIZE):
+            if progress.stop_requested:
+                return
             evaluations = evaluate_batch(problem, [space.with_fixed(p) for p in batch])
             study.add_trials(
                 [

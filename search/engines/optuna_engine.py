@@ -19,6 +19,7 @@ from search.engines.base import Engine
 from search.outcome import completed_trials, make_outcome, record
 from search.problem import Problem
 from search.progress import TrialProgress
+from search.storage import claim_trial
 
 if TYPE_CHECKING:
     from search.config import StudyConfig
@@ -60,14 +61,17 @@ class OptunaEngine(Engine):
             return
 
         def objective(trial: optuna.Trial) -> list[float]:
+            claim_trial(trial)
             params = config.space.suggest(trial)
             outcome = make_outcome(config, problem.evaluate(config.space.with_fixed(params)))
             record(trial, outcome)
             return outcome.values
 
-        def advance(_: optuna.Study, trial: FrozenTrial) -> None:
+        def advance(study: optuna.Study, trial: FrozenTrial) -> None:
             if trial.state == TrialState.COMPLETE:
                 progress.advance()
+            if progress.stop_requested:
+                study.stop()
 
         # MaxTrialsCallback stops at the total even when other workers add trials meanwhile.
         study.optimize(

@@ -80,7 +80,7 @@ class PymooEngine(Engine):
         done = completed_trials(study)
         algorithm = _load_checkpoint(config, _fingerprint(done)) or _new_algorithm(config, seed, done)
         n_done = len(done)
-        while n_done < n_total:
+        while n_done < n_total and not progress.stop_requested:
             pop = algorithm.ask()
             if pop is None or len(pop) == 0:
                 break
