@@ -172,7 +172,7 @@ def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path, importance_co
     """Horizontal bars: hypervolume lost when pinned to baseline (with the 95 % noise band)
     beside global importance."""
     ranking = ranking.iloc[::-1]
-    fig = Figure(figsize=(10, 0.5 * len(ranking) + 1.5))
+    fig = Figure(figsize=(11, 0.5 * len(ranking) + 2.0))
     left, right = fig.subplots(1, 2, sharey=True)
     labels = [f"{k} (tie)" if tie else str(k) for k, tie in zip(ranking["knob"], ranking["tie"], strict=True)]
     lost = ranking["feasibility_lost"].to_numpy()
@@ -194,9 +194,10 @@ def plot_ranking(*, ranking: pd.DataFrame, title: str, path: Path, importance_co
         decades = 10.0 ** np.arange(np.ceil(np.log10(linear_up_to)), np.ceil(np.log10(largest)) + 1)
         left.set_xticks([*(-decades[decades <= -loss.min()]), 0.0, *decades])
         left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    left.set_xlabel("hypervolume lost when pinned to baseline, vs unpinned control [%]")
+    left.set_xlabel("hypervolume lost when pinned to baseline [%]\n(vs an unpinned control)")
     right.barh(labels, ranking[importance_column].fillna(0.0), color="tab:gray")
-    right.set_xlabel(f"PED-ANOVA {importance_column} (feasible trials)")
+    metric = importance_column.removeprefix("importance[").removesuffix("]")
+    right.set_xlabel(f"PED-ANOVA importance for {metric}\n(main study's feasible trials)")
     fig.suptitle(title)
     _save(fig, path)
 

@@ -202,7 +202,9 @@ def method_header(config: StudyConfig, *, budget: int, noise_seeds: int) -> str:
         f"method: constrained ablation of study {config.name} ({objectives}; SLOs: "
         f"{'; '.join(map(str, config.constraints)) or 'none'})",
         f"each knob pinned to its baseline, the rest re-optimised: engine {config.engine}, "
-        f"{budget} trials, seed {config.seed}; compared with an unpinned control of the same budget",
+        + ("each pinned grid whole; the control is the main study"
+           if get_engine(config.engine).exhaustive and budget >= config.space.grid_size
+           else f"{budget} trials, seed {config.seed}; compared with an unpinned control of the same budget"),
         "hv_loss_pct: feasible-front hypervolume lost vs the control, % (all objectives); "
         "loss_pct[m]: best feasible value of m lost vs the control, %",
         f"noise_pct: spread of the difference of two control runs ({noise_seeds} extra seeds; "
