@@ -8,7 +8,7 @@ cheap test problem).
 """
 
 from search.config import StudyConfig, StudyError, load_study
-from search.problem import Evaluation, Problem
+from search.problem import Evaluation, Problem, ProblemSchema
 from search.runner import (
     StudyStateError,
     create_study,
@@ -22,6 +22,7 @@ from search.space import Space, SpaceError, load_space
 __all__ = [
     "Evaluation",
     "Problem",
+    "ProblemSchema",
     "Space",
     "SpaceError",
     "StudyConfig",

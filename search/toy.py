@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from search.config import StudyConfig
-from search.problem import Evaluation
+from search.problem import Evaluation, ProblemSchema, ValueCheck
 
 GPUS = {  # speed, bandwidth, memory (bytes), static power (W), dynamic power (W)
     "small": (1.0, 1.0, 40e9, 90.0, 210.0),
@@ -40,6 +40,37 @@ TOY_SPACE: dict[str, Any] = {
     },
 }
 """A 27,648-point space over every knob the toy problem reads."""
+
+
+def _one_of(*values: Any) -> ValueCheck:
+    return lambda value: None if value in values else f"one of {', '.join(map(str, values))}"
+
+
+def _positive(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return None if ok else "a number > 0"
+
+
+TOY_SCHEMA = ProblemSchema(
+    keys={"notes": "free text"},
+    params={
+        "gpu": _one_of(*GPUS),
+        "gpus": _positive,
+        "tp": _positive,
+        "batch": _positive,
+        "freq": lambda v: None if isinstance(v, int | float) and 0 < v <= 1 else "a clock fraction in (0, 1]",
+        "fuse": lambda v: None if isinstance(v, bool) else "true or false",
+    },
+    metrics={
+        "latency_s": "step time [s]",
+        "tokens_per_s": "throughput [tokens/s]",
+        "energy_per_token_j": "energy per token [J]",
+        "power_w": "power of all GPUs [W]",
+        "memory_bytes": "memory per GPU [B]",
+    },
+    color_by="gpu",
+)
+"""What the toy problem reads, for strict study files (``load_study(path, schema=TOY_SCHEMA)``)."""
 
 TOY_STUDY: dict[str, Any] = {
     "name": "toy",

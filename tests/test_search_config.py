@@ -10,7 +10,7 @@ import yaml
 
 from search.commands import Application, Overrides, cmd_report, cmd_resume, cmd_run, cmd_worker
 from search.config import Constraint, Objective, load_study
-from search.toy import TOY_SPACE, toy_problem, write_toy_study
+from search.toy import TOY_SCHEMA, TOY_SPACE, toy_problem, write_toy_study
 
 APP = Application(problem_factory=toy_problem)
 
@@ -158,3 +158,47 @@ def test_worker_stops_at_the_requested_total(tmp_path, capsys) -> None:
     assert "toy: 15 completed trials in the study" in capsys.readouterr().out
     assert cmd_worker(path, app=APP) == 0  # the study file's budget
     assert "toy: 25 completed trials in the study" in capsys.readouterr().out
+
+
+STRICT = [
+    ({"notez": "x"}, "notez: unknown key 'notez'; did you mean 'notes'?"),
+    (
+        {"space": {"knobs": {"gpuz": {"type": "bool"}}}},
+        "space.knobs.gpuz: unknown knob 'gpuz'; did you mean 'gpu'?",
+    ),
+    (
+        {"space": {"knobs": {"gpu": {"type": "categorical", "values": ["small", "huge"]}}}},
+        "space.knobs.gpu.values[1]: expected one of small, medium, large, got 'huge'",
+    ),
+    (
+        {"space": {"knobs": {"freq": {"type": "float", "low": 0.5, "high": 2.0}}}},
+        "space.knobs.freq.high: expected a clock fraction in (0, 1], got 2.0",
+    ),
+    (
+        {"space": {"knobs": {"tp": {"type": "ordinal", "values": [1]}}, "fixed": {"colour": "red"}}},
+        "space.fixed.colour: unknown parameter 'colour'",
+    ),
+    (
+        {"objectives": ["minimize energy_per_token"]},
+        "objectives[0]: unknown metric 'energy_per_token'; did you mean 'energy_per_token_j'?",
+    ),
+    (
+        {"constraints": ["latency <= 1"]},
+        "constraints[0]: unknown metric 'latency'; did you mean 'latency_s'?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), STRICT)
+def test_a_schema_refuses_unknown_keys_knobs_values_and_metrics(tmp_path, capsys, overrides, message) -> None:
+    path = write_toy_study(tmp_path, **overrides)
+    load_study(path)  # without a schema the problem's keys and names are not checked
+    assert cmd_run(path, app=Application(problem_factory=toy_problem, schema=TOY_SCHEMA)) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}: {message}\n" or err.startswith(f"error: {path}: {message} (known: ")
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_toy_study_passes_its_own_schema(tmp_path) -> None:
+    config = load_study(write_toy_study(tmp_path, notes="fine"), schema=TOY_SCHEMA)
+    assert config.problem == {"notes": "fine"} and config.schema is TOY_SCHEMA
