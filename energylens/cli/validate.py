@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from energylens.cli.tables import console as make_console
 from energylens.errors import CalibrationDataError, CalibrationFileError
 from energylens.measurements.formats import FORMATS
@@ -95,8 +97,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         args.parser.error("validate needs FORMAT and FILE (or --all)")
     from energylens.validation.predictors import validate
 
-    report = validate(format=args.format, path=args.file, gpu=args.gpu,
-                      calibration=args.calibration, topology=args.topology)
+    # a spinner on a terminal (stderr), so that a long file is visibly at work
+    with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
+        report = validate(format=args.format, path=args.file, gpu=args.gpu,
+                          calibration=args.calibration, topology=args.topology)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -139,8 +143,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _validate_all(args: argparse.Namespace) -> int:
     from energylens.validation.accuracy import DEFAULT_DATA, TARGETS, collect
 
-    report = collect(data=Path(args.data) if args.data else DEFAULT_DATA,
-                     calibration=args.calibration)
+    with Console(stderr=True).status("predicting every known measurement file ..."):
+        report = collect(data=Path(args.data) if args.data else DEFAULT_DATA,
+                         calibration=args.calibration)
     if args.write_docs:
         from energylens.validation.docs import write_docs
 
