@@ -102,6 +102,13 @@ def files(argv: str, **contents: str | bytes) -> Callable[[Path], list[str]]:
     return setup
 
 
+def config_json(folder: Path, content: bytes) -> list[str]:
+    """A case: the study's model is ``config.json`` holding ``content``."""
+    argv = write(folder, study=STUDY.replace("llama-3.1-8b", "config.json"))
+    (folder / "config.json").write_bytes(content)
+    return argv
+
+
 def folder_as_study(folder: Path) -> list[str]:
     write(folder)
     (folder / "d.yaml").mkdir()
@@ -327,6 +334,18 @@ CATALOGUE = [
             '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}',
         ),
         "'num_hidden_layers' must be an integer >= 1",
+    ),
+    Case("empty config.json", lambda f: config_json(f, b""), "config.json: not valid JSON"),
+    Case("config.json not UTF-8", lambda f: config_json(f, b'{"model_type": "llama\xff"}'), "not UTF-8"),
+    Case("config.json holding a list", lambda f: config_json(f, b"[1, 2]"), "expected a JSON object"),
+    Case(
+        "config.json with a text hidden size",
+        lambda f: config_json(
+            f,
+            b'{"model_type": "llama", "hidden_size": "big", "num_hidden_layers": 2, '
+            b'"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}',
+        ),
+        "'hidden_size' must be an integer >= 1, got 'big'",
     ),
     Case(
         "missing trace",
