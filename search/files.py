@@ -63,6 +63,9 @@ def write_atomic(path: Path, write: Callable[[IO[str]], object]) -> None:
 def claim_results(folder: Path, *, study: str, storage: str, force: bool) -> None:
     """Make ``folder`` the results folder of ``study`` in ``storage`` (creating it).
 
+    A folder without an owner file that holds ``storage`` itself (the default journal file
+    sits in the results folder; studies run before owner files existed) is the study's.
+
     Raises:
         ResultsError: the folder holds another study's results, or files no study wrote
             (unless ``force``), or cannot be written.
@@ -84,7 +87,8 @@ def claim_results(folder: Path, *, study: str, storage: str, force: bool) -> Non
                 )
         if folder.is_file():
             raise ResultsError(f"{folder}: results: is a file, expected a folder")
-        if folder.is_dir() and any(p.name != OWNER_FILE for p in folder.iterdir()):
+        holds_storage = Path(storage).parent == folder and Path(storage).is_file()
+        if folder.is_dir() and not holds_storage and any(p.name != OWNER_FILE for p in folder.iterdir()):
             raise ResultsError(
                 f"{folder}: exists and was not written by a study; use --force to write into it"
             )

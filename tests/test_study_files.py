@@ -317,3 +317,13 @@ def test_relative_model_paths_start_from_the_study_file(tmp_path, monkeypatch) -
     monkeypatch.chdir(elsewhere)
     assert main(["study", "run", str(folder / "study.yaml")]) == 0
     assert (folder / "out" / "pareto.csv").exists() and not list(elsewhere.iterdir())
+
+
+def test_a_results_folder_holding_the_studys_own_journal_is_its_own(tmp_path, monkeypatch) -> None:
+    """Studies run before results folders had an owner file keep working."""
+    monkeypatch.chdir(tmp_path)
+    study(tmp_path)
+    assert main(["study", "run", "study.yaml", "--trials", "4"]) == 0
+    (tmp_path / "out" / ".study.json").unlink()
+    assert main(["study", "report", "study.yaml"]) == 0
+    assert (tmp_path / "out" / ".study.json").is_file()
