@@ -33,6 +33,7 @@ import errno
 import json
 import math
 import os
+import re
 import socket
 import time
 import uuid
@@ -68,14 +69,15 @@ class StorageError(RuntimeError):
 
 
 def display_storage(spec: str) -> str:
-    """``spec`` with the password of a URL replaced by ``***``."""
+    """``spec`` with the password of a URL (``user:password@`` or ``password=`` in the query)
+    replaced by ``***``."""
     if "://" not in spec:
         return spec
     scheme, rest = spec.split("://", 1)
     credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return spec
-    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+    if at and ":" in credentials:
+        rest = f"{credentials.split(':', 1)[0]}:***@{host}"
+    return f"{scheme}://" + re.sub(r"(?i)\b(password=)[^&]*", r"\1***", rest)
 
 
 def _alive(pid: int) -> bool:

@@ -438,6 +438,11 @@ CATALOGUE = [
         lambda f: [*write(f), "--storage", "postgresql+psycopg://bob:s3cret@127.0.0.1:9/db"],
         "cannot open the storage",
     ),
+    Case(
+        "password in the URL query",
+        lambda f: [*write(f), "--storage", "postgresql+psycopg://bob@127.0.0.1:9/db?password=s3cret"],
+        "db?password=***: cannot open the storage",
+    ),
     Case("storage is a folder", lambda f: [*write(f), "--storage", "."], "storage: is a folder"),
     # study state, results folders and files that exist
     Case("run twice", run_first("study", "run", "study.yaml"), "already has 4 completed trials"),
