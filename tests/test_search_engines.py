@@ -174,3 +174,11 @@ def test_every_sampler_and_single_objective_runs_and_reports(tmp_path, engine, s
     if len(objectives) == 1:
         best = trials.loc[trials["feasible"], "energy_per_token_j"].min()
         assert set(pareto["energy_per_token_j"]) == {best}
+
+
+def test_pymoo_resume_survives_a_damaged_checkpoint(tmp_path) -> None:
+    config = tiny(tmp_path, "pymoo")
+    run_study(config=config, problem=ToyDeployment(), n_trials=20)
+    checkpoint_path(config).write_bytes(b"not a pickle")
+    study = resume_study(config=config, problem=ToyDeployment(), n_trials=40)
+    assert len(completed_trials(study)) == 40

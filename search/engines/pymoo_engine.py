@@ -160,11 +160,14 @@ def _fingerprint(done: list[FrozenTrial]) -> tuple[int, str]:
 
 def _load_checkpoint(config: StudyConfig, fingerprint: tuple[int, str]) -> Algorithm | None:
     path = checkpoint_path(config)
-    if not path.exists():
+    try:
+        with path.open("rb") as f:
+            state = pickle.load(f)
+        return state["algorithm"] if state["fingerprint"] == fingerprint else None
+    except FileNotFoundError:
         return None
-    with path.open("rb") as f:
-        state = pickle.load(f)
-    return state["algorithm"] if state["fingerprint"] == fingerprint else None
+    except Exception:  # unreadable (another pymoo version, a damaged file): start from the trials
+        return None
 
 
 def _save_checkpoint(config: StudyConfig, algorithm: Algorithm, fingerprint: tuple[int, str]) -> None:
