@@ -164,9 +164,7 @@ def _load_checkpoint(config: StudyConfig, fingerprint: tuple[int, str]) -> Algor
         with path.open("rb") as f:
             state = pickle.load(f)
         return state["algorithm"] if state["fingerprint"] == fingerprint else None
-    except FileNotFoundError:
-        return None
-    except Exception:  # unreadable (another pymoo version, a damaged file): start from the trials
+    except Exception:  # none, or unreadable (another pymoo version, a damaged file): start from the trials
         return None
 
 
