@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from energylens.model.config import MAX_SIZE, MLAConfig, ModelConfig, MoEConfig
+from energylens.model.config import MAX_SIZE, HybridConfig, MLAConfig, ModelConfig, MoEConfig
 from energylens.model.hf.common import finish, head_dim_from
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import supported_model_types
@@ -107,8 +107,11 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
             if r.first(("head_dim", "kv_channels")) else \
             head_dim_from(cfg, hidden=hidden, heads=heads, hidden_key=r.first(HIDDEN) or "",
                           heads_key=r.first(HEADS) or "")
-    _attention_layers(r, f, n)
-    _experts(r, f, n)
+    kinds = _layer_kinds(r, n)
+    _attention_layers(r, f, n, kinds)
+    moe_flags = _experts(r, f, n)
+    if kinds and "linear" in kinds:
+        _linear_attention(r, f, kinds, moe_flags)
     _extras(r)
     return finish(f), r.notes
 
@@ -193,12 +196,7 @@ def _layer_kinds(r: _Reader, n: int) -> list[str] | None:
     return None
 
 
-def _attention_layers(r: _Reader, f: dict[str, Any], n: int) -> None:
-    kinds = _layer_kinds(r, n)
-    linear = kinds.count("linear") if kinds else 0
-    if linear:
-        r.notes.append(f"{linear} linear-attention (recurrent) layers of {n} modelled as "
-                       f"full attention")
+def _attention_layers(r: _Reader, f: dict[str, Any], n: int, kinds: list[str] | None) -> None:
     sliding = kinds.count("sliding") if kinds else 0
     window_on = r.cfg.flag("use_sliding_window", True)
     if r.cfg.has("sliding_window") and window_on:
@@ -213,27 +211,29 @@ def _attention_layers(r: _Reader, f: dict[str, Any], n: int) -> None:
                           f"{r.cfg.field('sliding_window')!r}")
 
 
-def _moe_layers(r: _Reader, n: int) -> int:
-    """How many layers are MoE: all, less the dense ones the config names."""
+def _moe_flags(r: _Reader, n: int) -> list[bool]:
+    """Which layers are MoE: all, less the dense ones the config names."""
     cfg = r.cfg
     if cfg.has("moe_layers"):
-        return len({i for i in cfg.list_of("moe_layers", int) or [] if 0 <= i < n})
+        listed = set(cfg.list_of("moe_layers", int) or [])
+        return [i in listed for i in range(n)]
     first_dense = cfg.integer("first_k_dense_replace", default=0, minimum=0)
     dense_only = set(cfg.list_of("mlp_only_layers", int) or [])
     step = cfg.integer("decoder_sparse_step", default=1)
     freq: Any = cfg.raw("moe_layer_freq")
-    count = 0
+    flags = []
     for i in range(n):
         moe = i >= first_dense and i not in dense_only and (i + 1) % step == 0
         if isinstance(freq, list):
             moe = moe and i < len(freq) and bool(freq[i])
         elif freq is not None:
             moe = moe and i % cfg.integer("moe_layer_freq") == 0
-        count += moe
-    return count
+        flags.append(moe)
+    return flags
 
 
-def _experts(r: _Reader, f: dict[str, Any], n: int) -> None:
+def _experts(r: _Reader, f: dict[str, Any], n: int) -> list[bool]:
+    """Sets the FFN fields; returns which layers are MoE."""
     key = r.first(EXPERTS)
     dense_ffn = r.size(FFN) if r.first(FFN) else 0
     experts = r.size(EXPERTS, minimum=0) if key else 0
@@ -241,7 +241,7 @@ def _experts(r: _Reader, f: dict[str, Any], n: int) -> None:
         if not dense_ffn:
             raise r.cfg.error(f"missing required field {r.cfg.field('intermediate_size')!r}")
         f["ffn_size"] = dense_ffn
-        return
+        return [False] * n
     expert_ffn = r.size(EXPERT_FFN) if r.first(EXPERT_FFN) else dense_ffn
     shared_count = r.size(SHARED_COUNT, minimum=0) if r.first(SHARED_COUNT) else None
     shared_ffn = r.size(SHARED_FFN, minimum=0) if r.first(SHARED_FFN) else None
@@ -249,7 +249,8 @@ def _experts(r: _Reader, f: dict[str, Any], n: int) -> None:
         shared_count = 1 if shared_ffn else 0
     if shared_count and not shared_ffn:
         shared_ffn = expert_ffn
-    moe_layers = _moe_layers(r, n)
+    flags = _moe_flags(r, n)
+    moe_layers = sum(flags)
     if moe_layers and moe_layers < n and not dense_ffn:
         raise r.cfg.error(f"{n - moe_layers} dense layers but no "
                           f"{r.cfg.field('intermediate_size')!r}")
@@ -258,6 +259,38 @@ def _experts(r: _Reader, f: dict[str, Any], n: int) -> None:
         num_shared_experts=shared_count, shared_expert_ffn=shared_ffn or 0,
         num_moe_layers=moe_layers, dense_layer_ffn=dense_ffn if moe_layers < n else 0)
     f["ffn_size"] = dense_ffn if moe_layers < n else expert_ffn
+    return flags
+
+
+#: Fields of a linear-attention (Gated DeltaNet) mixer: value heads and width, key heads
+#: and width, convolution width.
+LINEAR = ("linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads",
+          "linear_key_head_dim")
+
+
+def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
+                      moe_flags: list[bool]) -> None:
+    """Layers of linear (recurrent) attention: Mamba-2 mixers with the same state (value
+    heads x value width x key width, keys shared by the heads of a key group), each layer
+    a mixer block then its FFN block; without the linear_* sizes, full attention."""
+    linear = kinds.count("linear")
+    if f["sliding_window"] is not None or any(r.first((k,)) is None for k in LINEAR):
+        r.notes.append(f"{linear} linear-attention (recurrent) layers of {len(kinds)} modelled "
+                       f"as full attention")
+        return
+    heads, groups = r.cfg.integer("linear_num_value_heads"), r.cfg.integer("linear_num_key_heads")
+    if heads % groups:
+        raise r.cfg.error(f"{r.cfg.field('linear_num_value_heads')} = {heads} is not a "
+                          f"multiple of {r.cfg.field('linear_num_key_heads')} = {groups}")
+    f["hybrid"] = HybridConfig(
+        layer_pattern="".join(("M" if kind == "linear" else "*") + ("E" if moe else "-")
+                              for kind, moe in zip(kinds, moe_flags, strict=True)),
+        ssm_heads=heads, ssm_head_dim=r.cfg.integer("linear_value_head_dim"),
+        ssm_state_size=r.cfg.integer("linear_key_head_dim"), ssm_groups=groups,
+        conv_kernel=r.cfg.integer("linear_conv_kernel_dim", default=4))
+    f["num_layers"] = 2 * len(kinds)  # a mixer block and an FFN block per layer
+    r.notes.append(f"{linear} linear-attention (Gated DeltaNet) layers of {len(kinds)} "
+                   f"modelled as Mamba-2 mixers with the same state")
 
 
 def _extras(r: _Reader) -> None:
