@@ -36,12 +36,6 @@ ValueCheck = Callable[[Any], str | None]
 (``"one of H100, H200"``), which the error message shows after ``expected``."""
 
 
-def any_value(value: Any) -> str | None:
-    """A :data:`ValueCheck` that accepts everything."""
-    del value
-    return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProblemSchema:
     """What a problem reads from a study file, so that the file is checked before anything runs.

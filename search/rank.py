@@ -23,9 +23,10 @@ effect one more seed of the control. ``ci95_pct`` is 1.96 times that; a knob who
 within it of the next knob's shares its rank (``tie``), and ``within_noise`` marks losses
 that cannot be told from zero. On ``studies/llama70b_tpot.yaml`` with 500 trials, two seeds
 agreed within 0.2 % while eight spread over about 6 %, hence two extra seeds by default. An
-exhaustive engine (``Engine.exhaustive``, e.g. grid) is deterministic: its control is the
-main study and the noise is 0 (with a budget below the grid size, every study samples the
-grid uniformly and the comparison is only as good as that sample).
+exhaustive engine (``Engine.exhaustive``, e.g. grid) whose budget covers the grid is
+deterministic: the control is the whole grid (the main study itself when it holds the whole
+grid) and the noise is 0. With a budget below the grid size, every study samples the grid
+uniformly, so the control is re-run with extra seeds as for any other engine.
 
 Every study counts only its first ``budget`` completed trials, so studies left by an
 earlier ranking with a larger budget do not tilt the comparison.
@@ -123,8 +124,10 @@ def rank_optimizations(
     sub_config = replace(config, storage=ablation_storage(config))
     main = _feasible(config, trials_frame(config=config, study=study))
     box = bounds(main.points, directions=config.directions) if len(main.points) else None
-    exhaustive = get_engine(config.engine).exhaustive
-    n_controls = 0 if exhaustive else 1 + noise_seeds
+    control_budget = _budget(config, config.space, budget_per_ablation)
+    whole_grid = get_engine(config.engine).exhaustive and control_budget >= config.space.grid_size
+    main_is_control = whole_grid and len(completed_trials(study)) >= config.space.grid_size
+    n_controls = 0 if main_is_control else 1 if whole_grid else 1 + noise_seeds
     with trial_progress(
         enabled=progress, description=f"{config.name}: ablations", done=0,
         total=n_controls + len(config.space.knobs),
@@ -133,11 +136,10 @@ def rank_optimizations(
         for i in range(n_controls):
             controls.append(
                 _reoptimised(sub_config, problem, CONTROL if i == 0 else f"{CONTROL}_{i + 1}", config.space,
-                             _budget(config, config.space, budget_per_ablation),
-                             None if config.seed is None else config.seed + i)
+                             control_budget, None if config.seed is None else config.seed + i)
             )
             bar.advance()
-        if exhaustive:
+        if main_is_control:
             controls = [main]
         pinned = {}
         for knob in config.space.knobs:
@@ -147,7 +149,7 @@ def rank_optimizations(
             bar.advance()
     hv = {name: _hv(config, result, box) for name, result in pinned.items()}
     control_hvs = [_hv(config, c, box) for c in controls]
-    noise = 0.0 if exhaustive else _noise_pct(control_hvs)
+    noise = 0.0 if whole_grid else _noise_pct(control_hvs)
     importance = {o.metric: _importance(study, o) for o in config.objectives}
     rows = []
     for knob in config.space.knobs:
@@ -183,8 +185,8 @@ def rank_optimizations(
     ranks = _tied_ranks(ranking["feasibility_lost"].tolist(), ranking["hv_loss_pct"].tolist(), Z95 * noise)
     ranking.insert(0, "rank", ranks)
     ranking.insert(1, "tie", pd.Series(ranks).duplicated(keep=False).to_numpy())
-    header = method_header(config, budget=_budget(config, config.space, budget_per_ablation),
-                           noise_seeds=0 if exhaustive else noise_seeds)
+    header = method_header(config, budget=control_budget, whole_grid=whole_grid,
+                           noise_seeds=0 if whole_grid else noise_seeds)
     write_atomic(config.results / "ranking.csv", lambda f: (f.write(header), ranking.to_csv(f, index=False)))
     plot_ranking(
         ranking=ranking,
@@ -195,20 +197,19 @@ def rank_optimizations(
     return ranking
 
 
-def method_header(config: StudyConfig, *, budget: int, noise_seeds: int) -> str:
+def method_header(config: StudyConfig, *, budget: int, whole_grid: bool, noise_seeds: int) -> str:
     """The ``# `` lines at the top of ``ranking.csv`` (read it with ``comment='#'``)."""
     objectives = ", ".join(map(str, config.objectives))
     lines = [
         f"method: constrained ablation of study {config.name} ({objectives}; SLOs: "
         f"{'; '.join(map(str, config.constraints)) or 'none'})",
         f"each knob pinned to its baseline, the rest re-optimised: engine {config.engine}, "
-        + ("each pinned grid whole; the control is the main study"
-           if get_engine(config.engine).exhaustive and budget >= config.space.grid_size
+        + ("each pinned grid whole, compared with the whole grid" if whole_grid
            else f"{budget} trials, seed {config.seed}; compared with an unpinned control of the same budget"),
         "hv_loss_pct: feasible-front hypervolume lost vs the control, % (all objectives); "
         "loss_pct[m]: best feasible value of m lost vs the control, %",
         f"noise_pct: spread of the difference of two control runs ({noise_seeds} extra seeds; "
-        "0 for an exhaustive engine); ci95_pct = 1.96 x noise_pct; ranks within it are ties",
+        "0 for whole grids); ci95_pct = 1.96 x noise_pct; ranks within it are ties",
         "importance[m]: PED-ANOVA over the main study's feasible trials (global, where the "
         "ablation is local: the two can disagree)",
     ]

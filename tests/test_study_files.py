@@ -327,3 +327,22 @@ def test_a_results_folder_holding_the_studys_own_journal_is_its_own(tmp_path, mo
     (tmp_path / "out" / ".study.json").unlink()
     assert main(["study", "report", "study.yaml"]) == 0
     assert (tmp_path / "out" / ".study.json").is_file()
+
+
+def test_report_and_rank_take_the_storage_and_engine_of_the_run(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    study(tmp_path, STUDY.replace("trials: 40", "trials: 12"))
+    assert main(["study", "run", "study.yaml", "--storage", "elsewhere.journal"]) == 0
+    assert not (tmp_path / "out" / "storage.journal").exists()
+    assert main(["study", "report", "study.yaml"]) == 2  # the file's own storage has no such study
+    assert "no study 'small' in" in capsys.readouterr().err
+    assert main(["study", "report", "study.yaml", "--storage", "elsewhere.journal"]) == 0
+    assert main(["study", "rank", "study.yaml", "--storage", "elsewhere.journal", "--budget", "3"]) == 0
+    grid = ["--engine", "grid", "--budget", "400"]  # every (pinned) grid whole
+    assert main(["study", "rank", "study.yaml", "--storage", "elsewhere.journal", *grid]) == 0
+    ranking = pd.read_csv(tmp_path / "out" / "ranking.csv", comment="#")
+    assert set(ranking["knob"]) == {"tp", "batch", "gpu"} and (ranking["noise_pct"] == 0).all()
+    ablations = optuna.get_all_study_summaries(open_storage(str(tmp_path / "out" / "ablation.journal")))
+    trials = {s.study_name: s.n_trials for s in ablations}
+    # the 12 optuna trials of the main study are not the whole grid: the grid control is run
+    assert trials["small/ablate/_control"] == 384 and trials["small/ablate/tp"] == 128
