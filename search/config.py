@@ -269,7 +269,12 @@ def load_study(path: str | Path, *, schema: ProblemSchema | None = None) -> Stud
 
 
 def resolve_storage(spec: str, *, base: Path) -> str:
-    """A storage URL as is; a plain path (journal file) made absolute against ``base``."""
+    """A plain path (journal file) or the file of a ``sqlite:///`` URL made absolute against
+    ``base``; any other URL as is."""
+    if spec.startswith("sqlite:///") and not spec.startswith("sqlite:////"):
+        path, _, query = spec.removeprefix("sqlite:///").partition("?")
+        if path and path != ":memory:":
+            return f"sqlite:///{(base / path).resolve()}" + (f"?{query}" if query else "")
     return spec if "://" in spec else str((base / spec).resolve())
 
 

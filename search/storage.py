@@ -341,7 +341,10 @@ def sync_storage(storage: BaseStorage) -> None:
 
 
 def storage_exists(spec: str) -> bool:
-    """False for a journal file that does not exist yet; URLs are assumed to exist."""
+    """False for a journal file or SQLite database file that does not exist yet (so that
+    checking a new study creates nothing); other URLs are assumed to exist."""
+    if spec.startswith("sqlite:///"):
+        return Path(spec.removeprefix("sqlite:///").split("?")[0]).exists()
     return "://" in spec or Path(spec).exists()
 
 

@@ -202,3 +202,15 @@ def test_a_schema_refuses_unknown_keys_knobs_values_and_metrics(tmp_path, capsys
 def test_the_toy_study_passes_its_own_schema(tmp_path) -> None:
     config = load_study(write_toy_study(tmp_path, notes="fine"), schema=TOY_SCHEMA)
     assert config.problem == {"notes": "fine"} and config.schema is TOY_SCHEMA
+
+
+def test_storage_paths_start_from_the_study_file(tmp_path) -> None:
+    folder = tmp_path / "studies"
+    path = write_toy_study(folder, storage="sqlite:///db/s.db")
+    assert load_study(path).storage == f"sqlite:///{folder / 'db' / 's.db'}"
+    journal = load_study(write_toy_study(folder, storage="j/s.journal")).storage
+    assert journal == str(folder / "j" / "s.journal")
+    url = "postgresql+psycopg://u@host/db"
+    assert load_study(write_toy_study(folder, storage=url)).storage == url
+    absolute = f"sqlite:///{tmp_path}/x.db"  # sqlite:////tmp/... : already absolute
+    assert load_study(write_toy_study(folder, storage=absolute)).storage == absolute

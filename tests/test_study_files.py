@@ -346,3 +346,14 @@ def test_report_and_rank_take_the_storage_and_engine_of_the_run(tmp_path, capsys
     trials = {s.study_name: s.n_trials for s in ablations}
     # the 12 optuna trials of the main study are not the whole grid: the grid control is run
     assert trials["small/ablate/_control"] == 384 and trials["small/ablate/tp"] == 128
+
+
+def test_checking_a_study_on_a_new_sqlite_file_creates_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    study(tmp_path)
+    before = listing(tmp_path)
+    assert main(["study", "check", "study.yaml", "--storage", "sqlite:///new.db"]) == 0
+    assert listing(tmp_path) == before
+    assert main(["study", "run", "study.yaml", "--storage", "sqlite:///new.db", "--trials", "3"]) == 0
+    assert (tmp_path / "new.db").is_file()
+    assert main(["study", "report", "study.yaml", "--storage", "sqlite:///new.db"]) == 0
