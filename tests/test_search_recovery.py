@@ -209,3 +209,66 @@ def test_three_postgresql_workers_one_killed_mid_trial(tmp_path) -> None:
         create_study(config=config)
         result = run_workers(tmp_path, config.source, url, total=30)
         check_recovered(config, result, total=30)
+
+
+def test_three_energylens_workers_on_a_real_study_one_killed(tmp_path) -> None:
+    """``energylens study worker`` processes on a deployment study sharing a journal file: one
+    is SIGKILLed while the others run (inside a trial or an append, wherever it is); the others
+    reach the total and no trial is left RUNNING."""
+    (tmp_path / "space.yaml").write_text(
+        textwrap.dedent("""\
+        knobs:
+          tp: {type: ordinal, values: [1, 2, 4, 8]}
+          batch: {type: int, low: 1, high: 256}
+          clock_fraction: {type: float, low: 0.5, high: 1.0}
+        fixed: {gpu: H100, num_gpus: 8}
+        """)
+    )
+    (tmp_path / "study.yaml").write_text(
+        textwrap.dedent("""\
+        name: shared
+        space: space.yaml
+        model: llama-3.1-8b
+        workload: {kind: batch, input_tokens: 256, output_tokens: 32}
+        objectives: [minimize energy_per_output_token_j, minimize tpot_s]
+        constraints: ["tpot_s <= 0.05"]
+        engine: optuna
+        sampler: random
+        trials: 400
+        results: out
+        """)
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "energylens.cli", "study"]
+    first = subprocess.run(
+        [*cli, "run", "study.yaml", "--trials", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    journal = tmp_path / "out" / "storage.journal"
+    start = journal.stat().st_size
+    procs = [
+        subprocess.Popen(
+            [*cli, "worker", "study.yaml"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    deadline = time.monotonic() + 120
+    while journal.stat().st_size < start + 100_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    procs[0].send_signal(signal.SIGKILL)
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert [p.returncode for p in procs] == [-signal.SIGKILL, 0, 0], outputs
+    trials = optuna.load_study(study_name="shared", storage=open_storage(str(journal))).trials
+    states = [t.state for t in trials]
+    assert TrialState.RUNNING not in states
+    assert 400 <= states.count(TrialState.COMPLETE) <= 402
