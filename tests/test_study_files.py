@@ -357,3 +357,22 @@ def test_checking_a_study_on_a_new_sqlite_file_creates_nothing(tmp_path, monkeyp
     assert main(["study", "run", "study.yaml", "--storage", "sqlite:///new.db", "--trials", "3"]) == 0
     assert (tmp_path / "new.db").is_file()
     assert main(["study", "report", "study.yaml", "--storage", "sqlite:///new.db"]) == 0
+
+
+def test_a_config_json_model_is_read_once_per_study(tmp_path, capsys, monkeypatch) -> None:
+    """An approximated config.json is reported once, not once per trial."""
+    monkeypatch.chdir(tmp_path)
+    generic = {
+        "model_type": "not-a-known-type",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "intermediate_size": 2048,
+        "vocab_size": 32000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(generic))
+    study(tmp_path, STUDY.replace("llama-3.1-8b", "config.json").replace("trials: 40", "trials: 25"))
+    assert main(["study", "run", "study.yaml"]) == 0
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "approximated" in err

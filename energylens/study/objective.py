@@ -32,6 +32,7 @@ from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, ProblemError
 from energylens.hardware import GPU, UnknownGPUError, list_gpus, load_gpu
+from energylens.model import ModelConfig
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
@@ -136,9 +137,12 @@ SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics=METRICS, color_
 
 @dataclass(frozen=True, kw_only=True)
 class DeploymentProblem:
-    """Predict one deployment per configuration and report every metric."""
+    """Predict one deployment per configuration and report every metric.
 
-    model: str
+    ``model`` is resolved once (a ``config.json`` is read, and any approximation it needs
+    reported, when the study is loaded, not at every trial)."""
+
+    model: ModelConfig
     workload: Workload
     routing: Routing = field(default_factory=Routing)
     gpu_cost_per_hour: dict[str, float] = field(default_factory=dict)
@@ -271,16 +275,15 @@ def _relative(source: Path, value: str) -> Path:
     return (source.parent / value).resolve()
 
 
-def _model(value: Any, source: Path) -> str:
+def _model(value: Any, source: Path) -> ModelConfig:
     if not isinstance(value, str) or not value.strip():
         raise ProblemError(f"{source}: model: expected a zoo name, HF id or config.json path, "
                            f"got {value!r}")
     name = str(_relative(source, value)) if value.lower().endswith(".json") else value
     try:
-        get_model(name)
+        return get_model(name)
     except ValueError as exc:  # every EnergyLensError is a ValueError
         raise ProblemError(f"{source}: model: {str(exc).splitlines()[0]}") from None
-    return name
 
 
 def _workload(spec: Any, source: Path) -> tuple[Workload, Routing]:
