@@ -1,10 +1,12 @@
 """A generic multi-objective search engine (knows nothing about LLMs).
 
 Modules: ``space`` (YAML search spaces), ``config`` (study files), ``problem`` (the
-objective protocol), ``runner`` (run/resume/join studies), ``engines`` (the engine
-registry: optuna, pymoo, grid), ``pareto`` (fronts, hypervolume), ``report`` (CSV and
-plots), ``rank`` (ablation and importance), ``commands`` (CLI entry points), ``toy`` (a
-cheap test problem).
+objective protocol and the schema of what a problem reads), ``runner`` (run/resume/join
+studies, definitions recorded in the storage), ``engines`` (the engine registry: optuna,
+pymoo, grid), ``storage`` (journal files and SQL storages, heartbeats, crash recovery),
+``pareto`` (fronts, hypervolume), ``report`` (CSV and plots), ``files`` (atomic writes,
+results folders), ``rank`` (ablation and importance), ``progress`` (progress bars, Ctrl-C),
+``commands`` (CLI entry points), ``toy`` (a cheap test problem).
 """
 
 from search.config import StudyConfig, StudyError, load_study
