@@ -98,9 +98,12 @@ class Deployment:
 
 
 def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,
-                     gpu_clock_range: tuple[float, float]) -> None:
+                     gpu_clock_range: tuple[float, float], gpu_sm_count: int) -> None:
     """Raise :class:`ConfigError` if the deployment cannot run ``model`` at all."""
     d = deployment
+    if d.overlap_sms >= gpu_sm_count:
+        raise ConfigError(f"overlap_sms = {d.overlap_sms} leaves no SM for compute: "
+                          f"{gpu_name} has {gpu_sm_count} SMs")
     if d.num_gpus is not None:
         if d.gpus_per_replica * (d.dp or 1) > d.num_gpus:
             raise ConfigError(

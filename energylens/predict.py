@@ -44,7 +44,8 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
         cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
     cal = require_constants(calibration=cal, gpu=gpu_spec)  # own, borrowed, or a one-line error
     check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
-                     gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz))
+                     gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
+                     gpu_sm_count=gpu_spec.sm_count)
     ctx = step_context(model=model_cfg, gpu=gpu_spec, deployment=deployment, calibration=cal)
     runtime, degrees = ctx.runtime, dict(ctx.degrees)
     kind = get_kind(workload.kind)

@@ -98,3 +98,14 @@ def test_kv_dtype_flag_reaches_the_memory_model(capsys):
     assert main([*args, "--kv-dtype", "fp8"]) == 0
     fp8 = json.loads(capsys.readouterr().out)
     assert fp8["memory_per_gpu_gb"] < auto["memory_per_gpu_gb"]
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--moe-skew", "nan"], "skew"),
+    (["--moe-skew", "-1"], "skew"),
+    (["--overlap-sms", "132"], "132 SMs"),
+])
+def test_bad_knob_values_are_refused_not_ignored(capsys, extra, fragment):
+    code = main(["predict", "--model", "qwen3-30b-a3b", "--gpu", "h100", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and err.count("\n") == 1

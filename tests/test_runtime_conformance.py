@@ -120,7 +120,7 @@ def _moe_models() -> list[ModelConfig]:
 def _valid(deployment: Deployment, model: ModelConfig) -> bool:
     try:
         check_deployment(deployment=deployment, model=model, gpu_name="any",
-                         gpu_clock_range=(0.0, math.inf))
+                         gpu_clock_range=(0.0, math.inf), gpu_sm_count=1024)
     except ConfigError:
         return False
     return True

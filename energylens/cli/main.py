@@ -99,7 +99,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from energylens.predict import predict
 
-    routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew > 0 else Routing()
+    # Any value but 0 goes to Routing, which refuses a negative or NaN skew in one line.
+    routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew != 0 else Routing()
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                             dp=args.dp, weight_dtype=args.dtype, fusion=args.fusion,
                             kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
