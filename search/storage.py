@@ -40,6 +40,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,19 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     def __init__(self, log_storage: JournalFile) -> None:
         super().__init__(log_storage)
         self._last_beat: dict[int, float] = {}
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        """A new running trial carries its owner in the log entry that creates it: a worker
+        killed between creating a trial and its first heartbeat still leaves a trial that the
+        other workers recognise as stale (a trial without an owner never would be)."""
+        if template_trial is None:
+            template_trial = FrozenTrial(
+                number=-1, state=TrialState.RUNNING, value=None,
+                datetime_start=datetime.now(tz=UTC), datetime_complete=None, params={},
+                distributions={}, user_attrs={},
+                system_attrs={HEARTBEAT_KEY: [HOST, os.getpid(), time.time()]},
+                intermediate_values={}, trial_id=-1)
+        return super().create_new_trial(study_id, template_trial)
 
     def record_heartbeat(self, trial_id: int) -> None:
         """Record that this process still runs the trial (skipped within half an interval of

@@ -51,3 +51,20 @@ def test_runs_leave_the_journal_synced(tmp_path, monkeypatch) -> None:
     run_study(config=config, problem=ToyDeployment())
     assert len(synced) == 1
     sync_storage(optuna.storages.InMemoryStorage())  # other storages: nothing to do
+
+
+def test_a_new_trial_names_its_owner_in_the_entry_that_creates_it(tmp_path):
+    """Killed between creating a trial and its first heartbeat, a worker must still leave a
+    trial the others can recognise as stale: the owner is in the creating log entry."""
+    import optuna
+
+    from search.storage import HEARTBEAT_KEY, open_storage
+
+    storage = open_storage(str(tmp_path / "s.journal"))
+    study = optuna.create_study(storage=storage, study_name="s")
+    trial = study.ask()  # no heartbeat thread has run: only the creation was written
+    again = open_storage(str(tmp_path / "s.journal"))  # another process's view of the file
+    (frozen,) = optuna.load_study(study_name="s", storage=again).trials
+    assert frozen.number == trial.number and frozen.state == optuna.trial.TrialState.RUNNING
+    _, pid, _ = frozen.system_attrs[HEARTBEAT_KEY]
+    assert pid == os.getpid()
