@@ -38,38 +38,32 @@ _BUILDERS: dict[str, HFBuilder] = {}
 _WRITERS: dict[str, HFWriter] = {}
 
 
-def hf_builder(*model_types: str) -> Callable[[B], B]:
-    """Register the decorated builder for each of ``model_types`` (HF ``model_type``)."""
+def _register_in(table: dict[str, Any], what: str, model_types: tuple[str, ...]
+                 ) -> Callable[[Any], Any]:
+    """A decorator that files its function under each of ``model_types`` in ``table``."""
     if not model_types:
-        raise TypeError("hf_builder needs at least one model_type")
+        raise TypeError(f"hf_{what} needs at least one model_type")
 
-    def register(builder: B) -> B:
+    def register(function: Any) -> Any:
         for model_type in model_types:
-            other = _BUILDERS.get(model_type)
-            if other is not None and other is not builder:
-                raise RuntimeError(f"HF model_type {model_type!r} has two builders: "
-                                   f"{other.__module__} and {builder.__module__}")
-            _BUILDERS[model_type] = builder
-        return builder
+            other = table.get(model_type)
+            if other is not None and other is not function:
+                raise RuntimeError(f"HF model_type {model_type!r} has two {what}s: "
+                                   f"{other.__module__} and {function.__module__}")
+            table[model_type] = function
+        return function
 
     return register
+
+
+def hf_builder(*model_types: str) -> Callable[[B], B]:
+    """Register the decorated builder for each of ``model_types`` (HF ``model_type``)."""
+    return _register_in(_BUILDERS, "builder", model_types)
 
 
 def hf_writer(*model_types: str) -> Callable[[W], W]:
     """Register the decorated writer for each of ``model_types``."""
-    if not model_types:
-        raise TypeError("hf_writer needs at least one model_type")
-
-    def register(writer: W) -> W:
-        for model_type in model_types:
-            other = _WRITERS.get(model_type)
-            if other is not None and other is not writer:
-                raise RuntimeError(f"HF model_type {model_type!r} has two writers: "
-                                   f"{other.__module__} and {writer.__module__}")
-            _WRITERS[model_type] = writer
-        return writer
-
-    return register
+    return _register_in(_WRITERS, "writer", model_types)
 
 
 @functools.cache
