@@ -29,6 +29,7 @@ another host after :data:`GRACE_PERIOD_S` without a heartbeat.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import json
 import math
@@ -271,7 +272,17 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
 def _retry() -> Callable[[optuna.Study, FrozenTrial], None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature notes
-        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+        requeue = RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+
+    def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+        """Re-queue without the dead owner's heartbeat: Optuna copies system attributes into
+        the retry, and a claimed copy naming a dead process would be failed again, under the
+        worker now running it."""
+        orphan = copy.copy(trial)
+        orphan.system_attrs = {k: v for k, v in trial.system_attrs.items() if k != HEARTBEAT_KEY}
+        requeue(study, orphan)
+
+    return retry
 
 
 _JOURNALS: weakref.WeakKeyDictionary[BaseStorage, JournalFile] = weakref.WeakKeyDictionary()

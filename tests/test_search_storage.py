@@ -68,3 +68,19 @@ def test_a_new_trial_names_its_owner_in_the_entry_that_creates_it(tmp_path):
     assert frozen.number == trial.number and frozen.state == optuna.trial.TrialState.RUNNING
     _, pid, _ = frozen.system_attrs[HEARTBEAT_KEY]
     assert pid == os.getpid()
+
+
+def test_a_retried_trial_does_not_inherit_its_dead_owner(tmp_path):
+    """Optuna copies system attributes into a retry; a copy naming the dead owner would be
+    failed again under the live worker that claims it."""
+    from search.storage import HEARTBEAT_KEY, _retry
+
+    storage = open_storage(str(tmp_path / "s.journal"))
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.ask()
+    (dead,) = study.get_trials(deepcopy=True)
+    dead.system_attrs = {**dead.system_attrs, HEARTBEAT_KEY: ["host", 1, 0.0]}
+    _retry()(study, dead)
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(waiting) == 1 and HEARTBEAT_KEY not in waiting[0].system_attrs
+    assert waiting[0].system_attrs["failed_trial"] == dead.number
