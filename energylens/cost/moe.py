@@ -20,6 +20,7 @@ from energylens.errors import ConfigError
 RoutingKind = Literal["uniform", "zipf", "dirichlet", "histogram"]
 _PLACEMENTS = 64
 _SEED = 20260101
+_DRAWS = 256  # normal draws per expected maximum
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,11 +82,20 @@ def _rank_shares(routing: Routing, num_experts: int, ep: int) -> tuple[np.ndarra
     return placed, placed.sum(axis=2)
 
 
+@lru_cache(maxsize=64)
+def _normal_draws(shape: tuple[int, ...]) -> np.ndarray:
+    """The fixed-seed standard-normal sample behind :func:`_expected_max_normal`, drawn
+    once per shape (read-only)."""
+    z = np.random.default_rng(_SEED).standard_normal((_DRAWS, *shape))
+    z.flags.writeable = False
+    return z
+
+
 def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> float:
     """E[max_r X_r] for independent normals, by a fixed-seed sample (cached inputs)."""
     if mean.shape[-1] == 1:
         return float(mean.mean())
-    z = np.random.default_rng(_SEED).standard_normal((256, *mean.shape))
+    z = _normal_draws(mean.shape)
     return float(np.maximum(mean + std * z, 0.0).max(axis=-1).mean())
 
 

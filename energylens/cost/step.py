@@ -207,9 +207,7 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
 
 
 def _head_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
-    head = LayerGroup(name="head", layer=ctx.graph.head, count=1.0, window=None,
-                      sizes=ctx.graph.head_sizes, is_moe=False)
-    return _group_cost(ctx=ctx, group=head, seqs=seqs)
+    return _group_cost(ctx=ctx, group=ctx.graph.head_group, seqs=seqs)
 
 
 def pipeline_send_s(*, ctx: StepContext, tokens: float) -> float:

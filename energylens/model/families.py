@@ -10,7 +10,7 @@ mixers, attention, dense MLPs and MoE, counted from its layer pattern.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -44,6 +44,13 @@ class ModelGraph:
     groups: tuple[LayerGroup, ...]
     head: LayerSpec
     head_sizes: dict[str, int]
+
+    @cached_property
+    def head_group(self) -> LayerGroup:
+        """The head as a one-layer group, built once per graph (compiled kernels are
+        cached by group identity, so a fresh group per step would recompile the head)."""
+        return LayerGroup(name="head", layer=self.head, count=1.0, window=None,
+                          sizes=self.head_sizes, is_moe=False)
 
 
 @cache
