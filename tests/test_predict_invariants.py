@@ -108,7 +108,9 @@ def test_power_never_exceeds_board_limit(model, gpu, deployment, freq):
                     assert phase.energy_j / phase.latency_s <= tdp * p.num_gpus * (1 + 1e-9)
 
 
-def test_power_cap_stretches_a_kernel_instead_of_exceeding_tdp():
+def test_power_cap_lowers_the_clock_instead_of_exceeding_tdp():
+    """A kernel that would draw far above 700 W at boost runs at the clock where it draws
+    the limit (to the bisection's resolution): slower than at boost, never above the limit."""
     gpu = load_gpu("H100")
     hot = KernelConstants(energy_per_tensor_flop_j=5e-12)  # would draw far above 700 W
     graph = build_graph(get_model("llama-3.1-70b"))
@@ -117,11 +119,20 @@ def test_power_cap_stretches_a_kernel_instead_of_exceeding_tdp():
                                            degrees={"tp": 1, "etp": 1, "ep": 1},
                                            fusion=frozenset()).kernels if k.name == "gate")
     phase = {"b": 1, "m": 8192, "p": 1, "n": 1, "t": 1}
-    clock = ClockState.at(gpu=gpu, freq_mhz=None, constants=hot)
-    cost = kernel_cost(kernel=kernel, phase=phase, window=None, gpu=gpu, constants=hot, clock=clock,
-                       weight_dtype="bf16")
-    power = (cost.compute_energy_j + cost.memory_energy_j) / cost.latency_s + hot.static_power_w
-    assert power == pytest.approx(gpu.tdp_w, rel=1e-6)
+
+    def cost_at(constants: KernelConstants, freq_mhz: float | None):
+        clock = ClockState.at(gpu=gpu, freq_mhz=freq_mhz, constants=constants)
+        return kernel_cost(kernel=kernel, phase=phase, window=None, gpu=gpu,
+                           constants=constants, clock=clock, weight_dtype="bf16")
+
+    capped = cost_at(hot, None)
+    power = (capped.compute_energy_j + capped.memory_energy_j) / capped.latency_s + hot.static_power_w
+    assert gpu.tdp_w * (1 - 1e-3) <= power <= gpu.tdp_w * (1 + 1e-9)
+    assert capped.latency_s > cost_at(KernelConstants(), None).latency_s
+    # Asking for a lower clock than the throttle clock is slower still; a higher one is not.
+    assert cost_at(hot, gpu.min_clock_mhz).latency_s > capped.latency_s
+    assert cost_at(hot, 0.99 * gpu.boost_clock_mhz).latency_s == pytest.approx(capped.latency_s,
+                                                                               rel=1e-12)
 
 
 @pytest.mark.parametrize(("model", "gpu", "deployment"), CASES)

@@ -9,7 +9,8 @@ latency      = (compute^q + memory^q)^(1/q) + launch floor   (q: roofline sharpn
                floor is the kernel overhead, or its class's floor for a small kernel)
 dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes
                  + busy power x v(f)^2 f x (latency - kernel overhead)
-A kernel whose power would exceed the board limit is stretched until it does not.
+A kernel whose power would exceed the board limit runs at the highest clock that keeps it
+under the limit (and is stretched if even the minimum clock does not).
 """
 
 from __future__ import annotations
@@ -48,10 +49,95 @@ class ClockState:
     def at(cls, *, gpu: GPU, freq_mhz: float | None, constants: KernelConstants) -> ClockState:
         """Clock state at ``freq_mhz`` (boost clock when None)."""
         ratio = 1.0 if freq_mhz is None else freq_mhz / gpu.boost_clock_mhz
-        floor = constants.voltage_floor
-        low = gpu.min_clock_mhz / gpu.boost_clock_mhz
-        voltage = floor + (1.0 - floor) * max(ratio - low, 0.0) / (1.0 - low)
-        return cls(ratio=ratio, dynamic_scale=voltage**2)
+        return cls(ratio=ratio, dynamic_scale=float(
+            dynamic_scale_at(ratio=ratio, gpu=gpu, constants=constants)))
+
+
+def dynamic_scale_at(*, ratio: Size, gpu: GPU, constants: KernelConstants) -> Size:
+    """(V(f)/V(f_boost))^2 at clock ratio f/f_boost: the voltage rises linearly from its
+    floor at the minimum clock to 1 at boost."""
+    floor = constants.voltage_floor
+    low = gpu.min_clock_mhz / gpu.boost_clock_mhz
+    voltage = floor + (1.0 - floor) * np.maximum(ratio - low, 0.0) / (1.0 - low)
+    return voltage**2
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Work:
+    """A kernel's clock-independent parts: times at the boost clock (compute scales as
+    1/f, memory barely), FLOP energy at boost voltage, byte energy, launch floor."""
+
+    compute_s: Size
+    memory_s: Size
+    flop_energy_j: Size
+    byte_energy_j: Size
+    floor_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Clocked:
+    """A kernel run at one clock ratio."""
+
+    compute_s: Size
+    memory_s: Size
+    latency_s: Size
+    dynamic_scale: Size
+    busy_w: Size
+    power_w: Size  # board power, static included, if nothing stretched the kernel
+
+
+#: Bisection steps locating the clock at which a kernel meets the board power limit
+#: (2^-16 of the clock range: far below any clock a GPU can set).
+THROTTLE_STEPS = 16
+
+
+def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants) -> _Clocked:
+    compute_s = work.compute_s / ratio
+    memory_s = work.memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
+    q = constants.roofline_sharpness
+    bound = np.maximum(compute_s, memory_s)
+    share = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
+    latency = bound * (1.0 + share**q) ** (1.0 / q) + work.floor_s  # p-norm, no underflow
+    scale = dynamic_scale_at(ratio=ratio, gpu=gpu, constants=constants)
+    busy_w = constants.busy_power_w * ratio * scale
+    power = (constants.static_power_w + busy_w * (latency - work.floor_s) / latency
+             + (work.flop_energy_j * scale + work.byte_energy_j) / latency)
+    return _Clocked(compute_s=compute_s, memory_s=memory_s, latency_s=latency,
+                    dynamic_scale=scale, busy_w=busy_w, power_w=power)
+
+
+def _throttled(*, work: _Work, clock: ClockState, gpu: GPU,
+               constants: KernelConstants) -> _Clocked:
+    """The kernel at the requested clock, or, where that would draw more than the board
+    limit, at the highest clock that does not (the GPU's power management lowers the clock;
+    power rises with the clock, so bisection finds it). Where even the minimum clock draws
+    too much, the kernel is also stretched until its power fits. The throttle clock does
+    not depend on the requested one, so a higher requested clock is never slower."""
+    requested = _at_clock(work=work, ratio=clock.ratio, gpu=gpu, constants=constants)
+    over = requested.power_w > gpu.tdp_w
+    if not np.any(over):
+        return requested
+    low = np.full_like(np.asarray(requested.power_w, dtype=float),
+                       gpu.min_clock_mhz / gpu.boost_clock_mhz)
+    high = np.ones_like(low)
+    for _ in range(THROTTLE_STEPS):
+        middle = (low + high) / 2.0
+        fits = _at_clock(work=work, ratio=middle, gpu=gpu, constants=constants).power_w <= gpu.tdp_w
+        low, high = np.where(fits, middle, low), np.where(fits, high, middle)
+    ratio = np.where(over, np.minimum(low, clock.ratio), clock.ratio)
+    run = _at_clock(work=work, ratio=ratio, gpu=gpu, constants=constants)
+    # Still over the limit at the minimum clock: stretch until
+    # (flop + byte + busy_w (t - floor)) / t + static <= TDP.
+    headroom_w = np.maximum(gpu.tdp_w - constants.static_power_w - run.busy_w, 1.0)
+    stretched = (work.flop_energy_j * run.dynamic_scale + work.byte_energy_j
+                 - run.busy_w * work.floor_s) / headroom_w
+    latency = np.maximum(run.latency_s, stretched)
+    if np.ndim(requested.power_w) == 0:
+        return _Clocked(compute_s=float(run.compute_s), memory_s=float(run.memory_s),
+                        latency_s=float(latency), dynamic_scale=float(run.dynamic_scale),
+                        busy_w=float(run.busy_w), power_w=float(run.power_w))
+    return _Clocked(compute_s=run.compute_s, memory_s=run.memory_s, latency_s=latency,
+                    dynamic_scale=run.dynamic_scale, busy_w=run.busy_w, power_w=run.power_w)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +249,6 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
                                        window=window, kv_dtype=kv_dtype,
                                        cache=tensor.name in appended)
-    compute_s = (tensor_time + vector_time) * compute_slowdown / clock.ratio
     bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
     klass = vector_class(kernel)
     if klass is not None:  # small memory-bound kernel: its class's share of HBM peak
@@ -174,21 +259,18 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
         bandwidth_eff = bandwidth_eff * (constants.expert_bandwidth_efficiency
                                          / constants.memory_efficiency_max)
-    memory_s = (nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
-                * (1.0 + constants.memory_clock_sensitivity * (1.0 / clock.ratio - 1.0)))
-    q = constants.roofline_sharpness
-    bound = np.maximum(compute_s, memory_s)
-    ratio = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
-    floor_s = launch_floor_s(kernel=kernel, constants=constants)
-    latency = bound * (1.0 + ratio**q) ** (1.0 / q) + floor_s  # p-norm, no underflow
-    flop_energy = (tensor_energy_flops * constants.energy_per_tensor_flop_j
-                   + vector_flops * constants.energy_per_vector_flop_j) * clock.dynamic_scale
-    byte_energy = nbytes * constants.energy_per_hbm_byte_j
-    busy_w = constants.busy_power_w * clock.ratio * clock.dynamic_scale
-    headroom_w = gpu.tdp_w - constants.static_power_w - busy_w
-    # Power cap: (flop + byte + busy_w (t - overhead)) / t + static <= TDP.
-    capped = (flop_energy + byte_energy - busy_w * floor_s) / max(headroom_w, 1.0)
-    latency = np.maximum(latency, capped)
+    work = _Work(compute_s=(tensor_time + vector_time) * compute_slowdown,
+                 memory_s=nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff),
+                 flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
+                                + vector_flops * constants.energy_per_vector_flop_j),
+                 byte_energy_j=nbytes * constants.energy_per_hbm_byte_j,
+                 floor_s=launch_floor_s(kernel=kernel, constants=constants))
+    at = _throttled(work=work, clock=clock, gpu=gpu, constants=constants)
+    floor_s = work.floor_s
+    compute_s, memory_s, latency = at.compute_s, at.memory_s, at.latency_s
+    flop_energy = work.flop_energy_j * at.dynamic_scale
+    byte_energy = work.byte_energy_j
+    busy_w = at.busy_w
     compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
     # Busy power is drawn while a kernel streams or computes; during its fixed overhead
     # (launch, prologue, tail, waits between small kernels) the GPU draws static power only.

@@ -60,3 +60,22 @@ def phase_result(*, cost: StepCost, wall_s: float, static_w: float, gpus: int) -
     return PhaseResult(latency_s=wall_s, energy_j=float(dynamic + static),
                        compute_j=float(cost.compute_energy_j), memory_j=float(cost.memory_energy_j),
                        communication_j=float(cost.communication_energy_j), static_j=float(static))
+
+
+BREAKDOWN = ("compute_j", "memory_j", "communication_j", "static_j")
+
+
+def marginal_phase(*, whole: PhaseResult, rest: PhaseResult) -> PhaseResult:
+    """What ``whole`` costs beyond ``rest`` (e.g. the prompts admitted into decode steps).
+
+    The energy is the difference of the totals. Its breakdown is the difference per
+    component, except that adding work can move busy power from one component to another
+    (a prompt joining a memory-bound decode step makes it more compute-bound): a component
+    whose difference is negative is shown as 0, and the positive ones are scaled so that
+    the breakdown still sums to the energy."""
+    energy = whole.energy_j - rest.energy_j
+    parts = {k: max(getattr(whole, k) - getattr(rest, k), 0.0) for k in BREAKDOWN}
+    total = sum(parts.values())
+    scale = energy / total if total > 0 else 0.0
+    return PhaseResult(latency_s=whole.latency_s - rest.latency_s, energy_j=energy,
+                       **{k: v * scale for k, v in parts.items()})

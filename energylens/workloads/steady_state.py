@@ -15,7 +15,7 @@ import numpy as np
 from energylens.cost.memory import MemoryUse
 from energylens.cost.step import ZERO, SequenceGroup, engine_cost, step_cost
 from energylens.workloads.registry import MemoryDemand, Placement, register
-from energylens.workloads.result import PhaseResult, Prediction, phase_result
+from energylens.workloads.result import Prediction, marginal_phase, phase_result
 from energylens.workloads.workload import Workload
 
 #: Median of Poisson(lambda) ~ max(lambda - ln 2, 0) (exact at the threshold lambda = ln 2).
@@ -87,8 +87,7 @@ class SteadyState:
                               static_w=static_w, gpus=gpus)
         whole = phase_result(cost=mean.scaled(replicas), wall_s=step_s, static_w=static_w,
                              gpus=gpus)
-        prefill = PhaseResult(**{k: getattr(whole, k) - getattr(decode, k)
-                                 for k in whole.__dict__})
+        prefill = marginal_phase(whole=whole, rest=decode)
         tokens_per_step = batch * replicas
         per_token = whole.energy_j / tokens_per_step
         reason = memory.shortfall(gpu_name=ctx.gpu.name)
