@@ -11,8 +11,6 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
 from energylens.cli.tables import console
 from energylens.cost.memory import memory_use
 from energylens.hardware import GPU, list_gpus, load_gpu
@@ -98,6 +96,8 @@ def _attention(model: ModelConfig) -> str:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    from rich.table import Table  # on use: other commands never load rich
+
     chosen = _selected(args)
     if args.json:
         print(json.dumps({"models": [_summary(m, i) for m, i in chosen],
@@ -163,6 +163,8 @@ def footprint(model: ModelConfig) -> dict[str, Any]:
 
 
 def _cmd_models_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     model = get_model(args.name)
     local = args.name.lower().endswith(".json")
     info = None if local else model_info(model.name)
@@ -250,6 +252,8 @@ def _shown(key: str, value: float) -> str:
 
 
 def _cmd_gpus(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     gpus = list_gpus()
     if args.json:
         print(json.dumps({"gpus": [_gpu_record(g) for g in gpus]}))
@@ -286,6 +290,8 @@ def _gpu_record(gpu: GPU) -> dict[str, Any]:
 
 
 def _cmd_gpus_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     gpu = load_gpu(args.name)
     record = _gpu_record(gpu)
     if args.json:
@@ -310,6 +316,8 @@ def _cmd_gpus_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_runtimes(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     table = Table(title="Serving runtimes (--runtime)")
     for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
                    "EP layout", "own all-reduce up to"):

@@ -4,15 +4,14 @@ a worker; write a starter study."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from energylens.study.objective import SCHEMA, DeploymentProblem, problem_from_study
-from search.config import StudyConfig
-from search.engines import engine_names
-
-if TYPE_CHECKING:  # search.commands loads the engines, plots and reports: imported on use
+if TYPE_CHECKING:  # the objective, the engines (Optuna, pymoo), plots and reports: on use
+    from energylens.study.objective import DeploymentProblem
     from search.commands import Application, Overrides
+    from search.config import StudyConfig
 
 POSTGRES_DRIVERS = ("psycopg", "psycopg2")
 
@@ -22,13 +21,32 @@ def install_driver(module: str) -> str:
     return "pip install 'energylens[postgres]'" if module in POSTGRES_DRIVERS else f"pip install {module}"
 
 
+class _EngineNames:
+    """The registered engine names, looked up when argparse first needs them (checking an
+    ``--engine`` value or printing help), so that building the parser loads no engine."""
+
+    def __iter__(self) -> Iterator[str]:
+        from search.engines import engine_names
+
+        return iter(engine_names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in tuple(self)
+
+    def __str__(self) -> str:  # the default engine, in help texts
+        return next(iter(self))
+
+
 def study_problem(config: StudyConfig) -> DeploymentProblem:
     """The objective of a study file (its model, workload, routing and cost table)."""
+    from energylens.study.objective import problem_from_study
+
     return problem_from_study(problem=config.problem, source=config.source,
                               params=(*config.space.names, *config.space.fixed))
 
 
 def _app() -> Application:
+    from energylens.study.objective import SCHEMA
     from search.commands import Application
 
     return Application(problem_factory=study_problem, schema=SCHEMA, install_driver=install_driver,
@@ -49,9 +67,12 @@ def _common(parser: argparse.ArgumentParser, *, trials: str | None, seed: bool =
     parser.add_argument("study", help="study file (YAML; docs/study-files.md)")
     if trials is not None:
         parser.add_argument("--trials", type=int, metavar="N", help=trials)
-    parser.add_argument("--engine", choices=engine_names(),
-                        help="search engine (default: the study file's engine:, else "
-                             f"{engine_names()[0]})")
+    engine = parser.add_argument("--engine",
+                                 help="search engine (default: the study file's engine:, else "
+                                      "%(default_engine)s)")
+    # set after add_argument, which formats the choices once (that would load the engines)
+    engine.choices = _EngineNames()
+    engine.default_engine = engine.choices  # type: ignore[attr-defined]  # str(): the first
     parser.add_argument("--storage", metavar="URL",
                         help="journal file path or SQLAlchemy URL (default: the study file's "
                              "storage:, else <results>/storage.journal)")

@@ -5,20 +5,24 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
+    from rich.console import Console
 
-if TYPE_CHECKING:
     from energylens.predict import Prediction
 
 
 def console() -> Console:
     """A console that does not truncate tables when output is not a terminal."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def print_prediction(result: Prediction, *, console: Console | None = None) -> None:
     """Print the summary and the per-phase energy breakdown."""
+    from rich.console import Console
+    from rich.table import Table
+
     console = console or Console()
     status = "[green]feasible[/]" if result.feasible else f"[red]infeasible[/]: {result.infeasible_reason}"
     console.print(f"[bold]{result.model}[/] on {result.num_gpus} x {result.gpu} "
