@@ -35,6 +35,7 @@ from typing import Any, Literal, NoReturn, get_args
 import yaml
 
 from energylens.errors import ConfigError, HardwareFileError, UnknownGPUError
+from energylens.yamlfile import safe_load
 
 ProvenanceKind = Literal["datasheet", "measured", "assumed", "derived"]
 
@@ -241,7 +242,7 @@ class _Spec:
     def gpu(self) -> GPU:
         try:
             with self.path.open(encoding="utf-8") as fh:
-                loaded = yaml.safe_load(fh)
+                loaded = safe_load(fh)
         except OSError as exc:
             self.fail("<file>", f"cannot be read ({exc.strerror or exc.__class__.__name__})")
         except yaml.YAMLError as exc:

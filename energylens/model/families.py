@@ -14,11 +14,10 @@ from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from energylens.errors import SpecError
 from energylens.model.config import ModelConfig
 from energylens.model.spec import Einsum, LayerSpec, Overlap, parse_einsum, validate_layer
+from energylens.yamlfile import safe_load
 
 #: Ranks whose sizes depend on the phase (batch, new tokens, context, tokens per expert).
 PHASE_RANKS = ("b", "m", "p", "t", "n")
@@ -57,7 +56,7 @@ class ModelGraph:
 def family_part(name: str) -> dict[str, Any]:
     """The family part ``energylens/data/families/<name>.yaml`` (ops, fusion, sharding...)."""
     text = resources.files("energylens.data.families").joinpath(f"{name}.yaml").read_text("utf-8")
-    part = yaml.safe_load(text)
+    part = safe_load(text)
     if not isinstance(part, dict):
         raise SpecError(f"family part {name!r}: expected a mapping of ops, fusion, sharding")
     return part

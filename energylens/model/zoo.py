@@ -36,6 +36,7 @@ from energylens.model.config import (
     show_value,
 )
 from energylens.model.hf import load_hf_config
+from energylens.yamlfile import safe_load
 
 __all__ = ["ACTIVE_COUNT_EXCLUSIONS", "PRECISION_TOKENS", "RELEASE_TOKENS", "VERIFICATION_LEVELS",
            "Alias", "ModelInfo", "Resolution", "Zoo", "get_model", "list_models", "model_aliases",
@@ -121,7 +122,7 @@ def parse_models_yaml(text: str, *, source: str = "models.yaml") -> Zoo:
     """Parse a models.yaml document; any problem raises :class:`ModelConfigError`
     naming ``source``, the entry and the key."""
     try:
-        raw = yaml.safe_load(text)
+        raw = safe_load(text)
     except yaml.YAMLError as exc:
         reason = " ".join(str(exc).split())
         raise ModelConfigError(f"{source}: not valid YAML ({reason})") from None
