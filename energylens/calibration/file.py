@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -21,17 +22,22 @@ from energylens.cost.constants import (
     RuntimeConstants,
     runtime_key,
 )
-from energylens.errors import CalibrationFileError
+from energylens.errors import CalibrationFileError, EnergyLensError
 
-#: 2: runtime constants (engine overheads, own all-reduce) keyed by (runtime, GPU).
+#: 2: runtime constants (engine overheads, own all-reduce) keyed by (runtime, GPU); an
+#: overlay file (``base`` + ``overlay``: scale factors on a base file) is also version 2.
 FORMAT_VERSION = 2
 SHIPPED = "calibration.yaml"
 
 
 
 
-TOP_LEVEL_KEYS = ("version", "generated_by", "regenerate", "data", "kernels", "links", "runtimes", "fits")
+TOP_LEVEL_KEYS = ("version", "generated_by", "regenerate", "data", "kernels", "links", "runtimes", "fits",
+                  "base", "overlay")
 ENTRY_KEYS = ("value", "kind", "note", "fit", "fitted_on", "residual")
+#: An overlay file holds these only; ``base`` is ``shipped`` or a path from the file's folder.
+OVERLAY_FILE_KEYS = ("version", "generated_by", "base", "overlay")
+OVERLAY_KEYS = ("gpus", "factors", "fitted_on", "note")
 
 
 def _nearest(name: str, known: tuple[str, ...]) -> str:
@@ -66,8 +72,52 @@ def _values(*, section: Any, allowed: tuple[str, ...], where: str) -> dict[str, 
     return out
 
 
-def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
-    """Build a :class:`Calibration` from the parsed YAML of a calibration file.
+def _overlay_file(*, data: dict[str, Any], source: str, folder: Path | None) -> Calibration:
+    """An overlay file: its base calibration with the overlay's scale factors applied."""
+    from energylens.calibration.overlay import FACTOR_NAMES, Overlay, apply_overlay
+    from energylens.hardware import load_gpu
+
+    for key in data:
+        if key not in OVERLAY_FILE_KEYS:
+            raise CalibrationFileError(f"{source}: {key}: not allowed in an overlay file (it holds "
+                                       f"{', '.join(OVERLAY_FILE_KEYS)})")
+    for key in ("base", "overlay"):
+        if key not in data:
+            raise CalibrationFileError(f"{source}: an overlay file needs '{key}'")
+    base = data["base"]
+    if not isinstance(base, str) or not base.strip():
+        raise CalibrationFileError(f"{source}: base: expected 'shipped' or a calibration file path")
+    if base == "shipped":
+        calibration = default_calibration()
+    else:
+        path = Path(base) if folder is None else folder / base
+        calibration = load_calibration(path, overlay=False)
+    section = _mapping(data["overlay"], f"{source}: overlay")
+    for key in section:
+        if key not in OVERLAY_KEYS:
+            raise CalibrationFileError(
+                f"{source}: overlay.{key}: unknown key{_nearest(str(key), OVERLAY_KEYS)}")
+    names = section.get("gpus")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise CalibrationFileError(f"{source}: overlay.gpus: expected a list of GPU names")
+    try:
+        gpus = tuple(load_gpu(n).name for n in names)
+    except EnergyLensError as exc:
+        raise CalibrationFileError(f"{source}: overlay.gpus: {exc}") from None
+    factors = _values(section=section.get("factors") or {}, allowed=FACTOR_NAMES,
+                      where=f"{source}: overlay.factors")
+    for name, value in factors.items():
+        if value <= 0:
+            raise CalibrationFileError(f"{source}: overlay.factors.{name}: expected a positive "
+                                       f"factor, got {value:g}")
+    applied = apply_overlay(calibration, Overlay(factors=factors, gpus=gpus))
+    return replace(applied, source=f"{source} (overlay on {calibration.source})")
+
+
+def parse_calibration(*, data: dict[str, Any], source: str, folder: Path | None = None,
+                      overlay: bool = True) -> Calibration:
+    """Build a :class:`Calibration` from the parsed YAML of a calibration file (or of an
+    overlay file, whose ``base`` path starts from ``folder``, unless ``overlay`` is False).
 
     Raises:
         CalibrationFileError: a wrong version, an unknown key or constant (with the nearest
@@ -78,6 +128,11 @@ def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise CalibrationFileError(f"{source}: {key}: unknown key{_nearest(str(key), TOP_LEVEL_KEYS)}")
+    if "overlay" in data or "base" in data:
+        if not overlay:
+            raise CalibrationFileError(f"{source}: is an overlay file; an overlay's base must be "
+                                       "a full calibration file")
+        return _overlay_file(data=data, source=source, folder=folder)
     kernels = {
         gpu: KernelConstants(**_values(section=section, allowed=KERNEL_FIELDS,
                                        where=f"{source}: kernels.{gpu}"))
@@ -98,8 +153,9 @@ def parse_calibration(*, data: dict[str, Any], source: str) -> Calibration:
     return Calibration(kernels=kernels, links=links, runtimes=runtimes, source=source)
 
 
-def load_calibration(path: str | Path) -> Calibration:
-    """Load a calibration file written by ``energylens calibrate``.
+def load_calibration(path: str | Path, *, overlay: bool = True) -> Calibration:
+    """Load a calibration file written by ``energylens calibrate`` (or, unless ``overlay``
+    is False, an overlay file written by ``energylens calibrate --from``).
 
     Raises:
         CalibrationFileError: a missing or unreadable file, text that is not UTF-8 YAML, or
@@ -116,7 +172,7 @@ def load_calibration(path: str | Path) -> Calibration:
         raise CalibrationFileError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise CalibrationFileError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    return parse_calibration(data=data, source=str(path))
+    return parse_calibration(data=data, source=str(path), folder=path.parent, overlay=overlay)
 
 
 @cache

@@ -17,6 +17,7 @@ from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
+from energylens.workloads.load.cli import add_load_arguments, load_fields
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -74,7 +75,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-tokens", type=_positive_int, default=128,
                    help="generated tokens per request")
     p.add_argument("--workload", choices=kind_names(), default="batch",
-                   help="batch: one static batch; serving: continuous batching")
+                   help="batch: one static batch; serving: continuous batching; load: "
+                        "requests arriving over time, simulated")
     p.add_argument("--runtime", choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
@@ -93,6 +95,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="Zipf exponent of expert popularity (0 = uniform routing)")
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_load_arguments(p)
     p.set_defaults(handler=_cmd_predict)
 
 
@@ -107,7 +110,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
                             routing=routing, runtime=args.runtime)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
-                        output_tokens=args.output_tokens)
+                        output_tokens=args.output_tokens, **load_fields(args))
     result = predict(model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
                      calibration=args.calibration)
     if args.json:
@@ -130,7 +133,7 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 def _registrars() -> list[Registrar]:
     registrars: list[Registrar] = [_add_predict]
     for module_name in ("energylens.cli.catalog", "energylens.cli.validate",
-                        "energylens.cli.study"):
+                        "energylens.cli.study", "energylens.cli.measurements"):
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -10,8 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from energylens.cli.tables import console as make_console
 from energylens.errors import CalibrationDataError, CalibrationFileError
 from energylens.measurements.formats import FORMATS
@@ -25,8 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "per metric with a per-row table. With --all: every known file under "
                     "--data, against the accuracy targets (--write-docs DIR also writes "
                     "DIR/accuracy.md and parity plots).")
-    v.add_argument("format", nargs="?", choices=FORMATS, metavar="FORMAT",
-                   help=f"one of {', '.join(FORMATS)}")
+    v.add_argument("format", nargs="?", choices=(*FORMATS, "measurements"), metavar="FORMAT",
+                   help=f"one of {', '.join(FORMATS)}, or measurements (the measurement CSV of "
+                        "docs/measurements.md)")
     v.add_argument("file", nargs="?", metavar="FILE")
     v.add_argument("--gpu", help="GPU the file was measured on (default: from the file/path)")
     v.add_argument("--topology", help="vidur-network: interconnect (nvswitch, nvlink-pairwise; "
@@ -37,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--all", action="store_true", help="every known file under --data")
     v.add_argument("--data", default=None, help="data folder for --all (default: data/measurements)")
     v.add_argument("--write-docs", metavar="DIR", help="with --all: write DIR/accuracy.md + PNGs")
+    v.add_argument("--k-shot", type=int, default=None, metavar="K",
+                   help="measurements: per group, fit an overlay on K rows, score the others")
+    v.add_argument("--group-by", default=None, metavar="COLS",
+                   help="measurements with --k-shot: comma list of columns that form a group")
+    v.add_argument("--seed", type=int, default=0, help="measurements with --k-shot: row choice")
     v.set_defaults(handler=_cmd_validate, parser=v)
 
     c = sub.add_parser(
@@ -50,6 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="extra Vidur mlp.csv (path .../compute/<gpu>/<org>/<model>/mlp.csv)")
     c.add_argument("--vidur-network", action="append", default=[], metavar="FILE")
     c.add_argument("--mlenergy", action="append", default=[], metavar="FILE")
+    c.add_argument("--from", dest="from_csv", metavar="FILE.csv", default=None,
+                   help="fit a few-shot overlay on the rows of a measurement CSV "
+                        "(docs/measurements.md) on top of --base, instead of refitting")
+    c.add_argument("--base", default=None, metavar="FILE",
+                   help="with --from: the calibration the overlay scales (default: the shipped one)")
     c.add_argument("--output", "-o", default="calibration.yaml",
                    help="file to write (default: ./calibration.yaml; the shipped one is "
                         "energylens/data/calibration.yaml)")
@@ -95,6 +104,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return _validate_all(args)
     if args.format is None or args.file is None:
         args.parser.error("validate needs FORMAT and FILE (or --all)")
+    if args.format == "measurements":
+        from energylens.cli.measurements import validate_measurements
+
+        return validate_measurements(args)
+    if args.k_shot is not None or args.group_by is not None:
+        args.parser.error("--k-shot and --group-by apply to 'validate measurements' only")
+    from rich.console import Console  # on use: other commands never load rich
+
     from energylens.validation.predictors import validate
 
     # a spinner on a terminal (stderr), so that a long file is visibly at work
@@ -141,6 +158,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _validate_all(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from energylens.validation.accuracy import DEFAULT_DATA, TARGETS, collect
 
     with Console(stderr=True).status("predicting every known measurement file ..."):
@@ -189,6 +208,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
 
     output = Path(args.output)
+    if args.from_csv is not None:
+        from energylens.cli.measurements import calibrate_overlay
+
+        _check_output(output, force=args.force)
+        return calibrate_overlay(args)
     roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
     extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
                             vidur_network=[Path(p) for p in args.vidur_network],

@@ -1,0 +1,177 @@
+"""``energylens measurements convert``, ``validate measurements`` and ``calibrate --from``:
+the measurement CSV of ``docs/measurements.md``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from energylens.cli.tables import console as make_console
+from energylens.cost.constants import Calibration
+from energylens.errors import CalibrationFileError, MeasurementError
+from energylens.measurements.convert import FORMATS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``measurements convert``."""
+    m = sub.add_parser("measurements", help="the measurement CSV: convert published files to it")
+    msub = m.add_subparsers(dest="measurements_command", required=True)
+    c = msub.add_parser("convert", help="write a published measurement file as a measurement CSV",
+                        description="Convert FILE (a FORMAT file) to the measurement CSV of "
+                                    "docs/measurements.md.")
+    c.add_argument("format", choices=FORMATS, metavar="FORMAT", help=f"one of {', '.join(FORMATS)}")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--output", "-o", default=None, help="CSV to write (default: standard output)")
+    c.add_argument("--gpu", help="GPU the file was measured on, where it does not say")
+    c.add_argument("--num-gpus", type=int, help="vllm-benchmark: GPUs, where the result does not say")
+    c.add_argument("--tp", type=int, help="vllm-benchmark: tensor-parallel size")
+    c.add_argument("--load-as-serving", action="store_true",
+                   help="aiconfigurator: closed-loop rows as steady-state serving at batch = "
+                        "concurrency (an approximation) instead of workload=load")
+    c.set_defaults(handler=_cmd_convert)
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from energylens.measurements.convert import Options, converters, to_csv
+
+    options = Options(gpu=args.gpu, num_gpus=args.num_gpus, tp=args.tp,
+                      load_as_serving=args.load_as_serving)
+    converted = converters()[args.format](Path(args.file), options)
+    text = to_csv(converted)
+    for note in converted.notes:
+        print(f"energylens: note: {note}", file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.is_dir():
+        raise MeasurementError(f"{out}: --output is a folder; expected a file path")
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MeasurementError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    print(f"wrote {len(converted.rows)} rows to {out}", file=sys.stderr)
+    return 0
+
+
+def _calibration(name: str | None) -> Calibration:
+    from energylens.calibration.file import default_calibration, load_calibration
+
+    return default_calibration() if name is None else load_calibration(name)
+
+
+def validate_measurements(args: argparse.Namespace) -> int:
+    """``energylens validate measurements FILE.csv [--k-shot K --group-by COLS]``."""
+    from energylens.measurements.user_csv import load_user_csv
+    from energylens.validation.kshot import k_shot, validate_measured
+
+    if (args.k_shot is None) != (args.group_by is None):
+        args.parser.error("--k-shot and --group-by go together")
+    measurements = load_user_csv(args.file)
+    calibration = _calibration(args.calibration)
+    if measurements.ignored:
+        print(f"energylens: note: columns {', '.join(measurements.ignored)} are not part of the "
+              "format: carried through, ignored", file=sys.stderr)
+    with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
+        if args.k_shot is None:
+            report = validate_measured(measurements, calibration=calibration)
+        else:
+            group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
+            report = k_shot(measurements, k=args.k_shot, group_by=group_by, seed=args.seed,
+                            calibration=calibration)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    from rich.table import Table
+
+    console = make_console()
+    title = f"measurements: {args.file}" + (
+        f" (k-shot K={args.k_shot} per {args.group_by}, MAPE on rows not fitted on)"
+        if args.k_shot is not None else "")
+    summary = Table(title=title)
+    for column in ("metric", "MAPE", "rows"):
+        summary.add_column(column, justify="left" if column == "metric" else "right")
+    for name, err in report.metrics.items():
+        summary.add_row(name, f"{100 * float(err['mape'] or 0):.1f} %", str(err["n"]))
+    console.print(summary)
+    for key, overlay in report.overlays.items():
+        moved = ", ".join(f"{k} x{v:.3f}" for k, v in overlay.factors.items()) or "nothing moved"
+        console.print(f"overlay {key}: {moved}", highlight=False)
+    table = Table(title="rows (measured / predicted / error)")
+    metrics = list(report.metrics) or list(measurements.metrics)
+    for column in ("row", "model", "gpu", "workload", *metrics, "note"):
+        table.add_column(column)
+    for outcome in report.rows[: args.max_rows]:
+        row = outcome.row
+        cells = [str(row.number) + (" (fit)" if outcome.fitted_on else ""), str(row.values["model"]),
+                 str(row.values["gpu"]), str(row.values["workload"])]
+        for m in metrics:
+            meas, pred = row.measured.get(m), outcome.predicted.get(m)
+            cells.append("" if meas is None else f"{meas:.4g} / -" if pred is None
+                         else f"{meas:.4g} / {pred:.4g} / {100 * (pred / meas - 1):+.0f}%")
+        cells.append(outcome.error or "")
+        table.add_row(*cells)
+    console.print(table)
+    return 0
+
+
+def calibrate_overlay(args: argparse.Namespace) -> int:
+    """``energylens calibrate --from FILE.csv --output my.yaml``: fit and write an overlay."""
+    import hashlib
+
+    import yaml
+
+    from energylens import __version__
+    from energylens.calibration.overlay import FACTOR_NAMES, fit_overlay, overlay_document
+    from energylens.measurements.user_csv import load_user_csv
+    from energylens.validation.kshot import fit_rows
+
+    measurements = load_user_csv(args.from_csv)
+    base = _calibration(args.base)
+    rows, skipped = fit_rows(measurements)
+    for number, reason in skipped:
+        print(f"energylens: note: row {number} not fitted: {reason}", file=sys.stderr)
+    if not rows:
+        raise MeasurementError(f"{args.from_csv}: no row can be predicted, nothing to fit on")
+    fit = fit_overlay(rows=rows, base=base)
+    output = Path(args.output)
+    base_name = "shipped" if args.base is None else str(Path(args.base).resolve())
+    document = overlay_document(
+        fit=fit, base=base_name,
+        fitted_on={"file": str(args.from_csv),
+                   "sha256": hashlib.sha256(Path(args.from_csv).read_bytes()).hexdigest(),
+                   "rows": [r.number for r in measurements.rows
+                            if r.number not in {n for n, _ in skipped}]},
+        generated_by=f"energylens calibrate --from (energylens {__version__})")
+    _write_atomic(yaml.safe_dump(document, sort_keys=False, width=100), output)
+    out = sys.stdout
+    print(f"overlay on {base.source}, fitted on {len(rows)} row(s) of {args.from_csv} "
+          f"(GPUs: {', '.join(fit.overlay.gpus)})", file=out)
+    for name in FACTOR_NAMES:
+        value = fit.overlay.factors.get(name)
+        if value is None:
+            print(f"  {name:<20} unchanged", file=out)
+        else:
+            print(f"  {name:<20} x{value:.4f} ({100 * (value - 1):+.1f} %)", file=out)
+    print(f"rms log error of the rows: {fit.rms_log_before:.4f} -> {fit.rms_log_after:.4f}; "
+          f"wrote {output}", file=out)
+    return 0
+
+
+def _write_atomic(text: str, path: Path) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``."""
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(name, path)
+    except OSError as exc:
+        raise CalibrationFileError(f"{path}: cannot write ({exc.strerror or exc})") from None

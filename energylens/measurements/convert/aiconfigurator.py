@@ -1,0 +1,85 @@
+"""AIConfigurator's ``silicon_sample.csv`` (NVIDIA's end-to-end serving measurements) ->
+``load`` rows (closed loop: ``silicon_concurrency`` clients, from the provenance string).
+
+Aggregated rows only (``mode=agg``): disaggregated rows have separate prefill and decode
+worker layouts, which the format cannot express, and are counted in a note. Layout in
+the engine's terms: ``tp`` = ``tp_size`` (attention), ``ep`` = ``moe_ep_size``, ``moe_tp``
+= ``moe_tp_size``, ``attention_dp`` = ``attention_dp_size``; GPUs = ``tp_size x
+attention_dp_size x pp_size``; ``dtype`` = ``precision`` (``gemm_quant_mode`` where empty). ``silicon_tpot_ms`` is written as ``tpot_s``: the source
+does not say whether it is a mean or a median. With ``load_as_serving`` each row is
+written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
+client's request in flight: an approximation of the closed loop).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from energylens.measurements.convert import Converted, Options
+from energylens.measurements.formats import _csv_rows, _fail, _positive
+
+_KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
+         "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
+         "moe_tp_size", "moe_ep_size", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def _int(path: Path, row: dict[str, str], key: str, n: int) -> int:
+    value = _positive(path, key, row[key], n)
+    if not value.is_integer():
+        raise _fail(path, f"column '{key}' must be an integer, got {row[key]!r} in row {n}")
+    return int(value)
+
+
+def _stated(path: Path, row: dict[str, str], key: str, n: int) -> int | None:
+    """A layout size, or None where the row leaves it empty or 0 (not stated)."""
+    return None if row[key].strip() in ("", "0") else _int(path, row, key, n)
+
+
+def convert(path: Path, options: Options) -> Converted:
+    """One row per aggregated measurement."""
+    _, rows = _csv_rows(path, _KEYS)
+    out = Converted(rows=[])
+    skipped = unstated = no_load = 0
+    for n, row in enumerate(rows, start=1):
+        if row["mode"] != "agg":
+            skipped += 1
+            continue
+        found = _CONCURRENCY.search(row["silicon_data_source"])
+        if found is None:
+            no_load += 1
+            continue
+        concurrency = int(found.group(1))
+        tp, pp = (_int(path, row, k, n) for k in ("tp_size", "pp_size"))
+        adp, moe_tp, ep = (_stated(path, row, k, n) for k in ("attention_dp_size", "moe_tp_size",
+                                                              "moe_ep_size"))
+        unstated += None in (adp, moe_tp, ep)
+        converted: dict[str, Any] = {
+            "model": row["model_path"], "gpu": options.gpu or row["system"],
+            "num_gpus": tp * (adp or 1) * pp, "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
+            "attention_dp": adp,
+            "runtime": row["backend"], "runtime_version": row["backend_version"],
+            "dtype": row["precision"] or row["gemm_quant_mode"], "input_tokens": _int(path, row, "isl", n),
+            "output_tokens": _int(path, row, "osl", n),
+            "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
+            "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
+            "id": row["id"], "max_batch_size": row["batch_size"],
+            "provenance": row["silicon_data_source"]}
+        if options.load_as_serving:
+            converted.update(workload="serving", batch=concurrency)
+        else:
+            converted.update(workload="load", concurrency=concurrency)
+        out.rows.append(converted)
+    if skipped:
+        out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "
+                         "prefill and decode worker layouts")
+    if no_load:
+        out.notes.append(f"{no_load} aggregated row(s) left out: no silicon_concurrency= in "
+                         "their provenance, so their load is unknown")
+    if unstated:
+        out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
+                         "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
+                         "pp_size where attention_dp_size is not stated)")
+    return out

@@ -1,0 +1,50 @@
+"""ML.ENERGY leaderboard files -> steady-state ``serving`` rows.
+
+The input length is not in the data: each task's assumed value
+(:data:`energylens.measurements.mlenergy.TASK_INPUT_TOKENS`) is written, and the task is
+carried in a ``task`` column. ``median_itl_ms`` is the median inter-token latency
+(``itl_p50_s``). Layouts as vLLM launched them: ``expert_parallel = n`` with
+``tensor_parallel = 1`` is ``--tensor-parallel-size n --enable-expert-parallel`` (``tp = ep
+= n``); ``data_parallel = expert_parallel = n`` is data-parallel attention.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from energylens.measurements.convert import Converted, Options
+from energylens.measurements.formats import load_measurements
+from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
+
+
+def _layout(v: dict[str, Any]) -> dict[str, Any]:
+    n, tp, ep, dp = (int(v[k]) for k in ("num_gpus", "tensor_parallel", "expert_parallel",
+                                         "data_parallel"))
+    if ep > 1 and dp > 1:
+        return {"tp": tp, "ep": ep, "attention_dp": dp}
+    if ep > 1:
+        return {"tp": tp * ep, "ep": ep, "dp": n // (tp * ep)}
+    return {"tp": tp, "dp": dp}
+
+
+def convert(path: Path, options: Options) -> Converted:
+    """One row per configuration of a task or model file."""
+    out = Converted(rows=[])
+    for row in load_measurements(format="mlenergy", path=path, gpu=options.gpu).rows:
+        v, m = row.input, row.measured
+        task = str(v["task"])
+        dp = int(v["data_parallel"])
+        out.rows.append({
+            "model": v["model_id"], "gpu": row.context["gpu"], "num_gpus": int(v["num_gpus"]),
+            **_layout(v), "runtime": RUNTIME, "dtype": v["weight_precision"],
+            "workload": "serving", "batch": float(v["avg_batch_size"]) * max(dp, 1),
+            "input_tokens": TASK_INPUT_TOKENS.get(task), "output_tokens": v["avg_output_len"],
+            "itl_p50_s": m["median_itl_ms"] / 1e3, "output_tokens_per_s":
+                m["output_throughput_tokens_per_sec"], "power_w": m["avg_power_watts"],
+            "energy_per_output_token_j": m["energy_per_token_joules"], "task": task,
+            "max_num_seqs": v["max_num_seqs"]})
+    out.notes.append(f"input_tokens: the assumed mean prompt of each task "
+                     f"({', '.join(f'{k} {v:g}' for k, v in TASK_INPUT_TOKENS.items())}); "
+                     "ML.ENERGY does not record it")
+    return out

@@ -1,0 +1,95 @@
+"""vLLM ``benchmark_serving`` / ``vllm bench serve`` result JSON -> ``load`` rows.
+
+A result records the load (``request_rate``; ``max_concurrency`` for a closed loop), the
+totals and the latency statistics in ms (``mean_/median_/p<N>_`` of ``ttft``, ``tpot``,
+``itl``, ``e2el``), not the hardware: the GPU, GPU count and tensor-parallel size come from
+``--metadata`` keys saved in the result (``gpu``, ``num_gpus``, ``tp`` or
+``tensor_parallel_size``) or from the converter's options. A file holds one result, a
+JSON list of them, or one per line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from energylens.errors import MeasurementError
+from energylens.measurements.convert import Converted, Options
+
+#: Result key -> metric column (ms -> s for the latencies).
+_LATENCIES = {f"{stat}_{name}_ms": f"{column}{suffix}"
+              for name, column in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"),
+                                   ("e2el", "e2e"))
+              for stat, suffix in (("mean", "_s"), ("median", "_p50_s"), ("p90", "_p90_s"),
+                                   ("p99", "_p99_s"))}
+_RATES = {"request_throughput": "request_throughput_per_s",
+          "output_throughput": "output_tokens_per_s",
+          "total_token_throughput": "total_tokens_per_s"}
+
+
+def _results(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError):
+        raise MeasurementError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise MeasurementError(f"{path}: not UTF-8 text") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise MeasurementError(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}") from None
+    results = doc if isinstance(doc, list) else [doc]
+    if not results or not all(isinstance(r, dict) for r in results):
+        raise MeasurementError(f"{path}: expected a benchmark_serving result object (or a list)")
+    return results
+
+
+def _hardware(path: Path, result: dict[str, Any], options: Options, i: int) -> dict[str, Any]:
+    gpu = options.gpu or result.get("gpu")
+    tp = options.tp or result.get("tp") or result.get("tensor_parallel_size")
+    n = options.num_gpus or result.get("num_gpus") or tp
+    if gpu is None or n is None:
+        raise MeasurementError(f"{path}: result {i} does not record the GPU or the GPU count; "
+                               "pass --gpu and --num-gpus (or save them with --metadata)")
+    return {"gpu": gpu, "num_gpus": int(n), "tp": None if tp is None else int(tp)}
+
+
+def _number(path: Path, result: dict[str, Any], key: str, i: int) -> float:
+    value = result.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value <= 0:
+        raise MeasurementError(f"{path}: result {i}: key '{key}' must be a positive number, "
+                               f"got {value!r}")
+    return float(value)
+
+
+def convert(path: Path, options: Options) -> Converted:
+    """One ``load`` row per result."""
+    out = Converted(rows=[])
+    for i, result in enumerate(_results(path)):
+        if "model_id" not in result:
+            raise MeasurementError(f"{path}: result {i}: missing key 'model_id'")
+        completed = _number(path, result, "completed", i)
+        rate = result.get("request_rate")
+        concurrency = result.get("max_concurrency")
+        row: dict[str, Any] = {
+            "model": result["model_id"], **_hardware(path, result, options, i),
+            "runtime": result.get("backend", "vllm"), "workload": "load",
+            "request_rate": rate if isinstance(rate, int | float) and math.isfinite(rate) else None,
+            "concurrency": concurrency,
+            "input_tokens": _number(path, result, "total_input_tokens", i) / completed,
+            "output_tokens": _number(path, result, "total_output_tokens", i) / completed}
+        for key, column in _LATENCIES.items():
+            if isinstance(result.get(key), int | float):
+                row[column] = float(result[key]) / 1e3
+        for key, column in _RATES.items():
+            if isinstance(result.get(key), int | float):
+                row[column] = float(result[key])
+        row["date"] = result.get("date")
+        out.rows.append(row)
+    return out

@@ -1,0 +1,319 @@
+"""The one measurement CSV that ``validate measurements`` and ``calibrate --from`` read.
+
+A row is one measured configuration: ``model, gpu, num_gpus`` (required), the layout,
+runtime and precision, the workload (``batch``: one static batch; ``serving``: steady
+state at ``batch`` running sequences; ``load``: open or closed loop, answered by a
+registered workload kind named ``load``, else refused) and any subset of the metric
+columns in SI units. Columns the format does not know are carried through unchanged.
+:func:`load_user_csv` reads and checks a file (one-line :class:`MeasurementError`);
+:func:`row_case` turns a row into ``predict`` inputs, or an :class:`UnsupportedRow` with
+the reason; :func:`predicted_metrics` turns a prediction into the format's metrics.
+The format is documented in ``docs/measurements.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from energylens.deployment import KV_DTYPES, WEIGHT_DTYPES, Deployment
+from energylens.errors import EnergyLensError, MeasurementError
+from energylens.hardware import load_gpu
+from energylens.model.config import ModelConfig
+from energylens.model.zoo import get_model
+from energylens.runtime import get_runtime, runtime_names
+from energylens.workloads import Prediction, Workload, kind_names
+
+REQUIRED = ("model", "gpu", "num_gpus")
+#: Layout: ``tp`` is the engine's tensor-parallel size (attention), ``ep`` its expert-
+#: parallel size, ``moe_tp`` the tensor-parallel split of each expert, ``attention_dp``
+#: data-parallel attention, ``dp`` independent replicas.
+COUNTS = ("num_gpus", "tp", "pp", "ep", "dp", "moe_tp")
+RUNTIME_COLUMNS = ("runtime", "engine", "framework", "backend")
+TEXTS = ("runtime_version", "dtype", "kv_dtype", "workload")
+NUMBERS = ("freq_mhz", "batch", "concurrency", "request_rate", "input_tokens", "output_tokens")
+WORKLOADS = ("batch", "serving", "load")
+#: Metric columns (SI units): means, percentiles, rates, power and energy.
+METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+           "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
+           "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
+           "energy_per_output_token_j", "energy_per_request_j")
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *METRICS)
+
+#: Spellings of runtimes in published files -> registry names.
+RUNTIME_SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm",
+                     "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trtllm": "trtllm",
+                     "deepspeed-mii": "deepspeed-mii", "deepspeed": "deepspeed-mii",
+                     "mii": "deepspeed-mii", "lmdeploy": "lmdeploy", "llama.cpp": "llama.cpp",
+                     "llamacpp": "llama.cpp"}
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
+           "float8": "fp8", "fp8_block": "fp8", "fp4": "nvfp4"}
+
+
+class UnsupportedRow(Exception):
+    """A row the model cannot predict; the message is the reason reported."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserRow:
+    """One data row: every column as read (``columns``), the known ones parsed
+    (``values``: None where empty) and the measured metrics present."""
+
+    number: int  # 1 = first data row
+    columns: dict[str, str]
+    values: dict[str, Any]
+    measured: dict[str, float]
+
+    def as_input(self) -> dict[str, Any]:
+        """The row's columns: known ones parsed, unknown ones unchanged."""
+        def shown(value: Any) -> Any:
+            return int(value) if isinstance(value, float) and value.is_integer() else value
+
+        return {k: (shown(self.values.get(k)) if k in KNOWN else v)
+                for k, v in self.columns.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserMeasurements:
+    """A whole file: its rows and the columns it carries without reading them."""
+
+    path: str
+    rows: list[UserRow]
+    ignored: tuple[str, ...]
+    metrics: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """The ``predict`` inputs of one row."""
+
+    model: ModelConfig
+    gpu: str
+    deployment: Deployment
+    workload: Workload
+
+
+def _fail(path: Path, message: str) -> MeasurementError:
+    return MeasurementError(f"{path}: {message}")
+
+
+def _number(path: Path, column: str, raw: str, row: int) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _fail(path, f"column '{column}' has non-numeric value {raw!r} in row {row}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise _fail(path, f"column '{column}' must be a positive number, got {raw!r} in row {row}")
+    return value
+
+
+def _count(path: Path, column: str, raw: str, row: int) -> int:
+    value = _number(path, column, raw, row)
+    if not value.is_integer():
+        raise _fail(path, f"column '{column}' must be an integer, got {raw!r} in row {row}")
+    return int(value)
+
+
+def _attention_dp(path: Path, raw: str, row: int) -> int:
+    """``true``/``false`` (SGLang's flag: true = over every attention rank) or a size."""
+    text = raw.strip().lower()
+    if text in ("false", "no"):
+        return 1
+    if text in ("true", "yes"):
+        return 0  # enabled, size not given
+    return _count(path, "attention_dp", raw, row)
+
+
+def _runtime(raw: str) -> str:
+    return RUNTIME_SPELLINGS.get(raw.strip().lower(), raw.strip().lower())
+
+
+def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) -> UserRow:
+    values: dict[str, Any] = dict.fromkeys(KNOWN)
+    for column in header:
+        raw = (cells.get(column) or "").strip()
+        if not raw or column not in KNOWN:
+            continue
+        if column in COUNTS:
+            values[column] = _count(path, column, raw, number)
+        elif column == "attention_dp":
+            values[column] = _attention_dp(path, raw, number)
+        elif column in NUMBERS or column in METRICS:
+            values[column] = _number(path, column, raw, number)
+        elif column in RUNTIME_COLUMNS:
+            values[column] = _runtime(raw)
+        else:
+            values[column] = raw
+    for column in REQUIRED:
+        if values[column] is None:
+            raise _fail(path, f"column '{column}' has no value in row {number}")
+    workload = values["workload"]
+    if workload is not None and workload.lower() not in WORKLOADS:
+        raise _fail(path, f"column 'workload' must be one of {', '.join(WORKLOADS)}, "
+                          f"got {workload!r} in row {number}")
+    values["workload"] = (workload or "batch").lower()
+    runtimes = {values[c] for c in RUNTIME_COLUMNS if values[c] is not None}
+    if len(runtimes) > 1:
+        raise _fail(path, f"columns {', '.join(RUNTIME_COLUMNS)} disagree ({', '.join(sorted(runtimes))}) "
+                          f"in row {number}")
+    values["runtime"] = runtimes.pop() if runtimes else None
+    measured = {m: float(values[m]) for m in METRICS if values[m] is not None}
+    return UserRow(number=number, columns={k: cells.get(k) or "" for k in header}, values=values,
+                   measured=measured)
+
+
+def load_user_csv(path: str | Path) -> UserMeasurements:
+    """Read a measurement CSV; one-line :class:`MeasurementError` on any problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise _fail(p, "no such file") from None
+    except IsADirectoryError:
+        raise _fail(p, "is a directory, expected a CSV file") from None
+    except UnicodeDecodeError:
+        raise _fail(p, "not UTF-8 text") from None
+    if not text.strip():
+        raise _fail(p, "empty file")
+    reader = csv.DictReader(io.StringIO(text))
+    header = [name.strip() for name in reader.fieldnames or []]
+    reader.fieldnames = header
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise _fail(p, f"column '{duplicated[0]}' appears more than once")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise _fail(p, f"missing column{'s' if len(missing) > 1 else ''} "
+                       f"{', '.join(repr(c) for c in missing)} (required: {', '.join(REQUIRED)})")
+    metrics = tuple(m for m in METRICS if m in header)
+    if not metrics:
+        raise _fail(p, f"no metric column; expected any of {', '.join(METRICS)}")
+    rows = []
+    for number, cells in enumerate(reader, start=1):
+        if None in cells:
+            raise _fail(p, f"row {number} has more fields than the header")
+        if not any((v or "").strip() for v in cells.values()):
+            continue
+        rows.append(_parse(p, header, cells, number))
+    if not rows:
+        raise _fail(p, "no data rows")
+    ignored = tuple(h for h in header if h not in KNOWN)
+    return UserMeasurements(path=str(p), rows=rows, ignored=ignored, metrics=metrics)
+
+
+# --- a row -> predict inputs --------------------------------------------------------------
+
+
+def _dtype(raw: str | None, allowed: tuple[str, ...], what: str) -> str | None:
+    if raw is None or raw.lower() == "auto":
+        return None
+    name = _DTYPES.get(raw.lower(), raw.lower())
+    if name not in allowed:
+        raise UnsupportedRow(f"{what} {raw!r} is not modelled (known: {', '.join(allowed)})")
+    return name
+
+
+def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployment:
+    """The engine's layout (``tp`` attention TP, ``ep``, ``moe_tp``) as a Deployment, whose
+    ``tp`` splits each expert and whose attention runs over ``tp x ep`` GPUs. A dense
+    model has no experts: its ``moe_tp`` is not read."""
+    n, pp, ep = int(v["num_gpus"]), int(v["pp"] or 1), int(v["ep"] or 1)
+    dp = v["dp"]
+    attention_dp = v["attention_dp"]
+    if attention_dp is not None and attention_dp != 1:
+        size = "enabled" if attention_dp == 0 else str(attention_dp)
+        raise UnsupportedRow(f"data-parallel attention (attention_dp={size}) is not modelled "
+                             "yet: the Deployment has no attention_dp")
+    tp = v["tp"] or n // (pp * (dp or 1))
+    if tp < 1 or tp % ep:
+        raise UnsupportedRow(f"ep = {ep} does not divide tp = {tp}: the experts' group is the "
+                             "attention group in the modelled layout")
+    moe_tp = v["moe_tp"] if model.moe is not None else None
+    if moe_tp is not None and moe_tp != tp // ep:
+        raise UnsupportedRow(f"moe_tp = {moe_tp} with tp = {tp}, ep = {ep} is not modelled yet "
+                             f"(the Deployment splits each expert tp / ep = {tp // ep} ways)")
+    return Deployment(num_gpus=n, tp=tp // ep, ep=ep, pp=pp, dp=dp, runtime=runtime,
+                      weight_dtype=_dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
+                      kv_dtype=_dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"),
+                      freq_mhz=v["freq_mhz"])
+
+
+def _workload(v: dict[str, Any]) -> Workload:
+    kind = v["workload"]
+    for column in ("input_tokens", "output_tokens"):
+        if v[column] is None:
+            raise UnsupportedRow(f"no {column}: needed to predict a {kind} row")
+    lengths = {"input_tokens": v["input_tokens"], "output_tokens": v["output_tokens"]}
+    if kind == "batch":
+        return Workload(kind="batch", batch=int(v["batch"] or 1), **lengths)
+    if kind == "serving":
+        if v["batch"] is None:
+            raise UnsupportedRow("no batch: a serving row needs its mean running sequences")
+        return Workload(kind="serving", batch=v["batch"], **lengths)
+    if "load" not in kind_names():
+        raise UnsupportedRow("serving under load is not simulated (no workload kind named "
+                             "'load' is registered)")
+    known = {f.name for f in fields(Workload)}
+    if v["concurrency"] is not None and "concurrency" in known:  # closed loop
+        extra: dict[str, Any] = {"concurrency": int(v["concurrency"])}
+    elif v["request_rate"] is not None and "request_rate" in known:  # open loop
+        extra = {"request_rate": v["request_rate"]}
+    else:
+        raise UnsupportedRow("a load row needs its concurrency (closed loop) or request_rate "
+                             "(open loop)")
+    return Workload(kind="load", batch=v["batch"] or 1, **lengths, **extra)
+
+
+def row_case(row: UserRow) -> Case:
+    """The ``predict`` inputs of ``row``; raises :class:`UnsupportedRow` with the reason."""
+    v = row.values
+    runtime = v["runtime"] or "vllm"
+    if runtime not in runtime_names():
+        raise UnsupportedRow(f"runtime {runtime!r} has no profile (known: {', '.join(runtime_names())})")
+    try:
+        get_runtime(runtime)
+        model = get_model(str(v["model"]))
+        deployment = _deployment(v, runtime, model)
+        workload = _workload(v)
+        gpu = load_gpu(str(v["gpu"])).name
+    except EnergyLensError as exc:
+        raise UnsupportedRow(str(exc).strip().splitlines()[0]) from None
+    return Case(model=model, gpu=gpu, deployment=deployment, workload=workload)
+
+
+def predicted_metrics(prediction: Prediction, workload: Workload) -> dict[str, float]:
+    """The format's metrics from a prediction of ``workload``.
+
+    ``batch``: every request of a static batch shares one timeline, so its percentiles are
+    its means; ``serving``: means from the mean step, ``*_p50_s`` from the median step;
+    ``load``: the means and percentiles the load kind's result carries (``<latency>_mean_s``
+    as ``<latency>_s``, ``<latency>_pNN_s``, ``requests_per_s``).
+    """
+    p, batch = prediction, workload.batch
+    s_in, s_out = workload.input_tokens, workload.output_tokens
+    out = {"power_w": p.avg_power_w, "energy_per_output_token_j": p.energy_per_output_token_j,
+           "energy_per_request_j": p.energy_per_request_j,
+           "output_tokens_per_s": p.output_tokens_per_s,
+           "total_tokens_per_s": p.output_tokens_per_s * (s_in + s_out) / s_out,
+           "request_throughput_per_s": p.output_tokens_per_s / s_out, "ttft_s": p.ttft_s}
+    if workload.kind == "batch":
+        e2e = p.prefill.latency_s + p.decode.latency_s
+        out.update(tpot_s=p.tpot_s, itl_s=p.tpot_s, e2e_s=e2e, e2e_p50_s=e2e,
+                   ttft_p50_s=p.ttft_s, ttft_p90_s=p.ttft_s, ttft_p99_s=p.ttft_s,
+                   tpot_p50_s=p.tpot_s, tpot_p90_s=p.tpot_s, tpot_p99_s=p.tpot_s,
+                   itl_p50_s=p.tpot_s, request_throughput_per_s=batch / e2e)
+    elif workload.kind == "serving":
+        step = batch / p.output_tokens_per_s
+        out.update(tpot_s=step, itl_s=step, tpot_p50_s=p.tpot_s, itl_p50_s=p.tpot_s,
+                   e2e_s=p.ttft_s + (s_out - 1) * step)
+    else:
+        load = getattr(p, "load", None)
+        found = load if isinstance(load, dict) else {}
+        names = {m: m for m in METRICS} | {f"{x}_s": f"{x}_mean_s" for x in ("ttft", "tpot", "itl", "e2e")}
+        names["request_throughput_per_s"] = "requests_per_s"
+        out.update({m: float(found[key]) for m, key in names.items() if key in found})
+    return {k: float(v) for k, v in out.items()}

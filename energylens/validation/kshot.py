@@ -1,0 +1,196 @@
+"""``energylens validate measurements FILE.csv [--k-shot K --group-by COLS]``.
+
+Plain validation predicts every row of a measurement CSV (:mod:`energylens.measurements.
+user_csv`) with one calibration. K-shot validation splits the rows into groups (equal
+values of the ``group_by`` columns); in each group it fits an overlay
+(:mod:`energylens.calibration.overlay`) on K rows, chosen by ``seed`` and spread over the
+group's batch and length range, and scores the group's other rows only. With K = 0 no
+overlay is fitted and the result is the plain validation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from energylens.calibration.overlay import FitRow, Overlay, apply_overlay, fit_overlay
+from energylens.cost.constants import Calibration
+from energylens.errors import EnergyLensError, MeasurementError
+from energylens.measurements.user_csv import (
+    UnsupportedRow,
+    UserMeasurements,
+    UserRow,
+    predicted_metrics,
+    row_case,
+)
+from energylens.predict import predict
+
+
+@dataclass
+class RowOutcome:
+    """One row: its columns, what was predicted, why not, and whether it was fitted on."""
+
+    row: UserRow
+    predicted: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    fitted_on: bool | None = None  # None outside k-shot validation
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        out: dict[str, Any] = {"input": self.row.as_input(), "predicted": self.predicted,
+                               "error": self.error}
+        if self.fitted_on is not None:
+            out["fitted_on"] = self.fitted_on
+        return out
+
+
+@dataclass
+class MeasuredReport:
+    """Every row's outcome, and the overlay fitted per group (k-shot only)."""
+
+    rows: list[RowOutcome]
+    overlays: dict[str, Overlay] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict[str, dict[str, float | int | None]]:
+        """MAPE and count per measured metric over predicted rows not fitted on."""
+        ape: dict[str, list[float]] = defaultdict(list)
+        for outcome in self.rows:
+            if outcome.error is not None or outcome.fitted_on:
+                continue
+            for name, measured in outcome.row.measured.items():
+                if name in outcome.predicted:
+                    ape[name].append(abs(outcome.predicted[name] / measured - 1.0))
+        return {name: {"mape": round(float(np.mean(v)), 6), "n": len(v)}
+                for name, v in ape.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` object."""
+        return {"rows": [r.as_dict() for r in self.rows], "metrics": self.metrics}
+
+
+def _predictor(row: UserRow) -> Any:
+    """``calibration -> metrics | None`` for ``row``; raises UnsupportedRow."""
+    case = row_case(row)
+
+    def run(calibration: Calibration) -> dict[str, float] | None:
+        try:
+            result = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
+                             workload=case.workload, calibration=calibration)
+        except EnergyLensError:
+            return None
+        return predicted_metrics(result, case.workload) if result.feasible else None
+
+    return run, case
+
+
+def _outcome(row: UserRow, calibration: Calibration) -> RowOutcome:
+    outcome = RowOutcome(row=row)
+    try:
+        case = row_case(row)
+        result = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
+                         workload=case.workload, calibration=calibration)
+    except UnsupportedRow as exc:
+        outcome.error = str(exc)
+        return outcome
+    except EnergyLensError as exc:  # the deployment cannot run the model at all
+        outcome.error = str(exc).strip().splitlines()[0]
+        return outcome
+    if not result.feasible:
+        outcome.error = f"infeasible: {result.infeasible_reason}"
+    else:
+        outcome.predicted = predicted_metrics(result, case.workload)
+    return outcome
+
+
+def validate_measured(measurements: UserMeasurements, *, calibration: Calibration) -> MeasuredReport:
+    """Predict every row with ``calibration``."""
+    return MeasuredReport(rows=[_outcome(r, calibration) for r in measurements.rows])
+
+
+def _spread_pick(features: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
+    """``k`` indices spread over ``features`` (rows x dims): a random first, then each the
+    farthest from those picked (ties broken at random)."""
+    n = len(features)
+    if k >= n:
+        return list(range(n))
+    span = np.ptp(features, axis=0)
+    scaled = (features - features.min(axis=0)) / np.where(span > 0, span, 1.0)
+    picked = [int(rng.integers(n))]
+    while len(picked) < k:
+        distance = np.min(np.linalg.norm(scaled[:, None, :] - scaled[picked][None], axis=2), axis=1)
+        distance += rng.random(n) * 1e-9
+        distance[picked] = -1.0
+        picked.append(int(np.argmax(distance)))
+    return picked
+
+
+def _features(row: UserRow) -> list[float]:
+    v = row.values
+    return [float(np.log(v[c] or 1.0)) for c in ("batch", "concurrency", "input_tokens",
+                                                  "output_tokens")]
+
+
+def group_key(row: UserRow, group_by: Sequence[str]) -> str:
+    """``col=value,...`` of the row's group."""
+    return ",".join(f"{c}={row.columns.get(c, '')}" for c in group_by)
+
+
+def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], seed: int,
+           calibration: Calibration) -> MeasuredReport:
+    """Per group, fit an overlay on ``k`` spread rows and predict the others with it."""
+    unknown = [c for c in group_by if c not in measurements.rows[0].columns]
+    if unknown:
+        raise MeasurementError(f"{measurements.path}: --group-by column '{unknown[0]}' is not "
+                               f"in the file")
+    if k < 0:
+        raise MeasurementError(f"--k-shot must be >= 0, got {k}")
+    outcomes = validate_measured(measurements, calibration=calibration)
+    for outcome in outcomes.rows:
+        outcome.fitted_on = False
+    if k == 0:
+        return outcomes
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, outcome in enumerate(outcomes.rows):
+        groups[group_key(outcome.row, group_by)].append(i)
+    rng = np.random.default_rng(seed)
+    for key in sorted(groups):
+        usable = [i for i in groups[key] if outcomes.rows[i].error is None
+                  and any(m in outcomes.rows[i].predicted for m in outcomes.rows[i].row.measured)]
+        if not usable:
+            continue
+        chosen = [usable[j] for j in _spread_pick(
+            np.array([_features(outcomes.rows[i].row) for i in usable]), k, rng)]
+        fit = fit_overlay(rows=[_fit_row(outcomes.rows[i]) for i in chosen], base=calibration)
+        outcomes.overlays[key] = fit.overlay
+        tuned = apply_overlay(calibration, fit.overlay) if fit.overlay.factors else calibration
+        for i in groups[key]:
+            outcome = outcomes.rows[i]
+            outcome.fitted_on = i in chosen
+            if outcome.error is None and fit.overlay.factors:
+                outcomes.rows[i] = _outcome(outcome.row, tuned)
+                outcomes.rows[i].fitted_on = i in chosen
+    return outcomes
+
+
+def _fit_row(outcome: RowOutcome) -> FitRow:
+    run, case = _predictor(outcome.row)
+    return FitRow(gpu=case.gpu, measured=dict(outcome.row.measured), predict=run)
+
+
+def fit_rows(measurements: UserMeasurements) -> tuple[list[FitRow], list[tuple[int, str]]]:
+    """The rows an overlay can be fitted on, and (row number, reason) for the others."""
+    rows, skipped = [], []
+    for row in measurements.rows:
+        try:
+            run, case = _predictor(row)
+        except UnsupportedRow as exc:
+            skipped.append((row.number, str(exc)))
+            continue
+        rows.append(FitRow(gpu=case.gpu, measured=dict(row.measured), predict=run))
+    return rows, skipped
+
