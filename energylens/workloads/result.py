@@ -44,6 +44,10 @@ class Prediction:
     output_tokens_per_s: float
     prefill: PhaseResult
     decode: PhaseResult
+    #: Sequences each replica runs at once: the workload's batch per replica, or fewer
+    #: where the runtime's KV capacity caps the running batch (serving). None for kinds
+    #: that do not keep one running batch.
+    running_batch: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         """JSON form with the documented keys."""

@@ -72,7 +72,7 @@ class StaticBatch:
             energy_per_output_token_j=total_energy / output_tokens,
             energy_per_request_j=total_energy / workload.batch,
             avg_power_w=total_energy / wall, output_tokens_per_s=output_tokens / wall,
-            prefill=prefill, decode=decode,
+            prefill=prefill, decode=decode, running_batch=placement.sequences,
         )
 
 

@@ -3,7 +3,9 @@
 Every step decodes one token for each of ``batch`` running sequences at the mean context
 and admits a Poisson number of new prompts (mean ``batch / output_tokens``), prefilled
 whole in the same forward pass (chunked prefill with prompts shorter than the token
-budget).
+budget). Where the KV cache the runtime allocates cannot hold ``batch`` sequences, the
+running batch is capped at what it holds (as vLLM's scheduler admits only sequences whose
+blocks fit); the deployment is infeasible only when not even one sequence fits.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from energylens.cost.memory import MemoryUse
+from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import ZERO, SequenceGroup, engine_cost, step_cost
 from energylens.workloads.registry import MemoryDemand, Placement, register
 from energylens.workloads.result import Prediction, marginal_phase, phase_result
@@ -63,8 +65,9 @@ class SteadyState:
         the inter-token latency is the MEDIAN step, the step with the median prompt count
         (0 while the mean is below ln 2, ~mean - ln 2 beyond: a smooth stand-in for the
         integer median, interpolated between priced counts)."""
-        ctx, batch = placement.ctx, placement.sequences
+        ctx = placement.ctx
         s_in, s_out = workload.input_tokens, workload.output_tokens
+        batch, memory = self._capped(placement=placement, workload=workload, memory=memory)
         decode_seqs = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
         arrivals = batch / s_out
         engine = engine_cost(ctx=ctx, sequences=batch)
@@ -100,7 +103,36 @@ class SteadyState:
             energy_per_request_j=per_token * s_out, avg_power_w=whole.energy_j / step_s,
             output_tokens_per_s=tokens_per_step / step_s,
             prefill=replace(prefill, latency_s=step_s), decode=replace(decode, latency_s=step_s),
+            running_batch=batch,
         )
+
+    def _capped(self, *, placement: Placement, workload: Workload,
+                memory: MemoryUse) -> tuple[float, MemoryUse]:
+        """The running batch per replica and its memory: the requested one if it fits,
+        else as many sequences as the KV space left after weights, activations and the
+        reserve holds (at least one; with fewer the deployment stays infeasible)."""
+        batch = placement.sequences
+        if memory.fits:
+            return batch, memory
+        per_sequence = (memory.kv_cache_bytes + memory.state_bytes) / self.memory_demand(
+            workload=workload, sequences=batch).sequences
+        free = (memory.usable_bytes - memory.weights_bytes - memory.activation_bytes
+                - memory.reserve_bytes)
+        held = free / per_sequence if per_sequence > 0 else 0.0
+        if held < 1.0:
+            return batch, memory
+        ctx = placement.ctx
+        # the step holds fewer tokens too: shrink until the whole working set fits
+        while True:
+            demand = self.memory_demand(workload=workload, sequences=held)
+            capped = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                                degrees=dict(ctx.degrees), pp=ctx.pp,
+                                weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                                sequences=demand.sequences, context_tokens=demand.context_tokens,
+                                step_tokens=demand.step_tokens)
+            if capped.fits or held <= 1.0:
+                return (held, capped) if capped.fits else (batch, memory)
+            held = max(np.floor(held) - 1.0, 1.0)
 
 
 register(SteadyState())

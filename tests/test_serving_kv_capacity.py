@@ -1,0 +1,74 @@
+"""Serving runs as many sequences as the runtime's KV space holds instead of refusing."""
+
+from __future__ import annotations
+
+import pytest
+
+from energylens.deployment import Deployment, Workload
+from energylens.hardware import load_gpu
+from energylens.predict import predict
+from energylens.runtime import get_runtime
+
+# Qwen3-14B: 40 layers, 8 KV heads of 128, bf16 K and V: 40 * 8 * 128 * 2 * 2 B per token.
+QWEN3_14B_KV_BYTES_PER_TOKEN = 40 * 8 * 128 * 2 * 2
+SERVING = {"kind": "serving", "input_tokens": 600, "output_tokens": 400}
+
+
+def _serve(batch: float, **deployment: object):
+    return predict(model="qwen3-14b", gpu="B200", deployment=Deployment(**deployment),  # type: ignore[arg-type]
+                   workload=Workload(batch=batch, **SERVING))  # type: ignore[arg-type]
+
+
+def test_a_batch_that_fits_runs_as_asked() -> None:
+    result = _serve(100)
+    assert result.feasible and result.running_batch == 100
+
+
+def test_a_batch_beyond_the_kv_space_is_capped_at_what_the_space_holds() -> None:
+    result = _serve(5000)
+    assert result.feasible
+    gpu, vllm = load_gpu("B200"), get_runtime("vllm")
+    usable = gpu.hbm_capacity_bytes * vllm.memory_utilization
+    assert result.memory_per_gpu_gb * 1e9 <= usable * (1 + 1e-12)
+    # mean context 600 + 400 / 2 tokens; weights ~29.5 GB: the KV space holds ~1,000 sequences
+    context_bytes = (600 + 400 / 2) * QWEN3_14B_KV_BYTES_PER_TOKEN
+    bound = (usable - 29e9) / context_bytes
+    assert 0.9 * bound <= result.running_batch <= bound
+    # the capped deployment is priced at the capped batch: the same as asking for it
+    asked = _serve(result.running_batch)
+    assert asked.running_batch == result.running_batch
+    assert result.tpot_s == pytest.approx(asked.tpot_s, rel=1e-12)
+
+
+def test_an_fp8_kv_cache_holds_twice_the_sequences() -> None:
+    bf16 = _serve(20000)
+    fp8 = _serve(20000, kv_dtype="fp8")
+    assert fp8.running_batch == pytest.approx(2 * bf16.running_batch, rel=0.01)
+
+
+def test_a_deployment_without_room_for_one_sequence_is_infeasible_with_the_reason() -> None:
+    result = predict(model="llama-3.1-70b", gpu="H100", deployment=Deployment(),
+                     workload=Workload(batch=8, **SERVING))  # type: ignore[arg-type]
+    assert not result.feasible
+    assert "GB per GPU" in (result.infeasible_reason or "")
+
+
+def test_no_measured_ml_energy_configuration_is_called_infeasible() -> None:
+    """Every ML.ENERGY configuration really ran; the memory check must not refuse one
+    (rows of models or layouts the model lacks are refused for those reasons instead)."""
+    from pathlib import Path
+
+    from energylens.measurements.formats import load_measurements
+    from energylens.measurements.mlenergy import UnsupportedRow, predict_row
+
+    refused = []
+    files = sorted((Path(__file__).parents[1] / "data/measurements/mlenergy/models").glob("*.json"))
+    assert files
+    for path in files:
+        for row in load_measurements(format="mlenergy", path=path).rows:
+            try:
+                predict_row(row.input)
+            except UnsupportedRow as exc:
+                if "infeasible" in str(exc):
+                    refused.append(f"{path.name}: {exc}")
+    assert not refused, refused
