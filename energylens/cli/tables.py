@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
@@ -52,3 +53,26 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
                           f"{phase.memory_j:,.1f}", f"{phase.communication_j:,.1f}",
                           f"{phase.static_j:,.1f}", f"{phase.energy_j:,.1f}")
     console.print(breakdown)
+    from energylens.workloads.load import LoadPrediction
+
+    if isinstance(result, LoadPrediction):
+        print_load(result.load, console=console)
+
+
+def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> None:
+    """Latency percentiles (ms) and the rates, SLO and queue figures of a load run."""
+    from rich.table import Table
+
+    latencies = Table(title="Latency under load (ms)")
+    for column in ("latency", "mean", "p50", "p90", "p99"):
+        latencies.add_column(column, justify="right")
+    for name in ("ttft", "tpot", "itl", "e2e"):
+        latencies.add_row(name.upper(), *(f"{float(load[f'{name}_{s}_s']) * 1e3:,.1f}"
+                                          for s in ("mean", "p50", "p90", "p99")))
+    console.print(latencies)
+    console.print(f"requests/s {float(load['requests_per_s']):.3f}, goodput "
+                  f"{float(load['goodput_requests_per_s']):.3f} req/s (SLO attainment "
+                  f"{float(load['slo_attainment']):.1%}, SLOs met: {str(load['slo_met']).lower()}), "
+                  f"mean running {float(load['mean_running']):.1f}, mean queue "
+                  f"{float(load['mean_queue_length']):.2f}, preemptions {int(load['preemptions'])}, "
+                  f"idle energy {float(load['idle_energy_j']):,.0f} J", highlight=False)

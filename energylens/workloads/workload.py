@@ -7,16 +7,34 @@ from dataclasses import dataclass
 
 from energylens.errors import ConfigError
 
+#: Fields only the ``load`` kind reads (requests arriving over time).
+LOAD_FIELDS = ("request_rate", "concurrency", "trace", "num_requests", "seed", "arrival_cv",
+               "length_cv", "slo")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """``batch``: one static batch, prefill then decode. ``serving``: continuous batching
-    at steady state with ``batch`` running sequences of mean input/output lengths."""
+    at steady state with ``batch`` running sequences of mean input/output lengths.
+    ``load``: requests arriving over time, simulated through the runtime's scheduler:
+    open loop at ``request_rate`` (gamma inter-arrivals of CV ``arrival_cv``, 1 = Poisson;
+    or a ``trace``'s own timestamps, rescaled to ``request_rate`` when it is given) or a
+    closed loop of ``concurrency`` clients (``batch`` clients when neither is given);
+    lengths ``input_tokens``/``output_tokens`` (gamma of CV ``length_cv`` around them) or
+    the ``trace``'s; ``slo`` bounds such as ``"ttft_p90_s<=1"``."""
 
     kind: str = "batch"
     batch: float = 1  # may be fractional in ``serving`` (a measured mean)
     input_tokens: float = 512
     output_tokens: float = 128
+    request_rate: float | None = None  # requests/s of the whole deployment
+    concurrency: int | None = None  # closed-loop clients of the whole deployment
+    trace: str | None = None  # CSV with num_prefill_tokens, num_decode_tokens[, arrived_at]
+    num_requests: int | None = None  # None: enough for a steady state (the kind decides)
+    seed: int = 0
+    arrival_cv: float | None = None  # None: Poisson, or the trace's timestamps
+    length_cv: float = 0.0  # 0: fixed lengths
+    slo: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from energylens.workloads.registry import kind_names
@@ -27,3 +45,20 @@ class Workload:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        for name in ("request_rate", "arrival_cv"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        if not math.isfinite(self.length_cv) or self.length_cv < 0:
+            raise ConfigError(f"length_cv must be a finite number >= 0, got {self.length_cv}")
+        for name in ("concurrency", "num_requests"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise ConfigError(f"{name} must be an integer >= 1, got {value}")
+        if self.request_rate is not None and self.concurrency is not None:
+            raise ConfigError("give a request rate (open loop) or a concurrency (closed loop), "
+                              "not both")
+        used = [name for name in LOAD_FIELDS if getattr(self, name) not in (None, 0, 0.0, ())]
+        if self.kind != "load" and used:
+            raise ConfigError(f"{', '.join(used)}: only a 'load' workload reads "
+                              f"{'it' if len(used) == 1 else 'them'} (got kind {self.kind!r})")

@@ -1,0 +1,75 @@
+"""Command-line options of the ``load`` workload (``energylens predict --workload load``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from energylens.workloads.load.metrics import SLO
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _slo(text: str) -> str:
+    try:
+        SLO.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a load workload, in their own group."""
+    group = parser.add_argument_group("load workload (--workload load)")
+    loop = group.add_mutually_exclusive_group()
+    loop.add_argument("--request-rate", type=_positive_float,
+                      help="open loop: requests/s of the whole deployment")
+    loop.add_argument("--concurrency", type=_count,
+                      help="closed loop: clients, each sending its next request when the last "
+                           "ends (default: --batch clients)")
+    group.add_argument("--trace", help="CSV of request lengths (num_prefill_tokens, "
+                                       "num_decode_tokens) and optionally arrived_at seconds")
+    group.add_argument("--arrival-cv", type=_positive_float,
+                       help="gamma inter-arrival CV (1 = Poisson, the default; with a trace: "
+                            "its own timestamps)")
+    group.add_argument("--length-cv", type=float, default=0.0,
+                       help="gamma CV of request lengths around --input/--output-tokens")
+    group.add_argument("--num-requests", type=_count,
+                       help="requests to simulate (default: enough for a steady state)")
+    group.add_argument("--seed", type=_seed, default=0, help="random seed")
+    group.add_argument("--slo", type=_slo, action="append", default=[],
+                       help="latency bound such as 'ttft_p90_s<=1' (repeatable)")
+
+
+def load_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """``Workload`` keyword arguments from the parsed options (a workload of another kind
+    refuses any that is set)."""
+    return {"request_rate": args.request_rate, "concurrency": args.concurrency,
+            "trace": args.trace, "arrival_cv": args.arrival_cv, "length_cv": args.length_cv,
+            "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo)}

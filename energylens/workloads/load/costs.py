@@ -1,0 +1,124 @@
+"""Step prices of a load run, from :func:`energylens.cost.step.step_cost` on a grid.
+
+A step under continuous batching is ``d`` decoding sequences (mean context ``c``) plus
+prefill chunks (``n`` new tokens after ``k`` cached ones). Attention kernels run once per
+sequence group and every other kernel sees the step's tokens merged, so a step costs
+
+    D(d, c) + F(d + sum n) - F(d) + sum_i A(n_i, k_i) + engine(d + chunks)
+
+with D the decode-only step, F(T) the step of T tokens whose attention is negligible
+(context 1) and A(n, k) = step(one chunk) - F(n) the attention of one chunk. Each term is
+priced on a grid and interpolated linearly (costs are piecewise linear in the context and
+smooth in the token counts); integer axes are tabulated at every integer so that the
+scheduler's lookups are list indexing. Pipeline parallelism (micro-batches) makes steps
+less than additive: there the decomposition is an approximation.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.cost.step import SequenceGroup, StepContext, engine_cost, step_cost
+
+#: Fields of a step's price: wall time and the three dynamic energy components.
+FIELDS = ("latency_s", "compute_energy_j", "memory_energy_j", "communication_energy_j")
+#: Context points of the grids (the context axis is priced in one vectorised call).
+CONTEXT_POINTS = 17
+
+
+def _geometric_axis(top: int) -> np.ndarray:
+    """1, 2, 3, 4, 6, 8, 12, ... up to ``top`` (two points per octave), ``top`` included."""
+    points = {1, top}
+    value = 2
+    while value < top:
+        points.update({value, value * 3 // 2})
+        value *= 2
+    return np.array(sorted(p for p in points if p <= top), dtype=float)
+
+
+def _price(ctx: StepContext, groups: list[SequenceGroup]) -> np.ndarray:
+    """(fields, points) array of one vectorised step price."""
+    cost = step_cost(ctx=ctx, seqs=groups)
+    values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
+    points = np.broadcast_shapes(*(v.shape for v in values))
+    return np.stack([np.broadcast_to(v, points) for v in values])
+
+
+def _fill_integers(axis: np.ndarray, values: np.ndarray, top: int) -> np.ndarray:
+    """Values at every integer 0..top, linear between grid points (and through 0 at 0)."""
+    xs = np.concatenate(([0.0], axis))
+    ys = np.concatenate((np.zeros_like(values[:1]), values))
+    grid = np.arange(top + 1, dtype=float)
+    flat = ys.reshape(len(xs), -1)
+    out = np.stack([np.interp(grid, xs, flat[:, j]) for j in range(flat.shape[1])], axis=-1)
+    return out.reshape((top + 1, *values.shape[1:]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTable:
+    """Tabulated step prices of one replica. Arrays have the fields on the last axis."""
+
+    decode: np.ndarray  # (d 0..max_decode, context point, field)
+    merged: np.ndarray  # (tokens 0..max_tokens, field)
+    chunk: np.ndarray  # (new tokens 0..budget, cached point, field)
+    contexts: list[float]  # context points of ``decode``
+    cached: list[float]  # cached-token points of ``chunk``
+    engine_idle_s: float
+    engine_busy_s_per_sequence: float
+    engine_busy_j_per_sequence: float  # busy energy of the replica's GPUs per sequence
+
+    @classmethod
+    def build(cls, *, ctx: StepContext, max_decode: int, max_context: int,
+              budget: int) -> StepTable:
+        """Price the grids: ``max_decode`` sequences, contexts to ``max_context``, prefill
+        chunks to ``budget`` tokens."""
+        contexts = np.unique(np.round(np.linspace(1.0, max(max_context, 2), CONTEXT_POINTS)))
+        d_axis = _geometric_axis(max_decode)
+        decode = np.stack([_price(ctx, [SequenceGroup(sequences=d, new_tokens=1.0,
+                                                      context=contexts)]).T for d in d_axis])
+        t_axis = _geometric_axis(budget + max_decode)
+        merged = _fill_integers(t_axis, np.stack([
+            _price(ctx, [SequenceGroup(sequences=t, new_tokens=1.0, context=1.0)])[:, 0]
+            for t in t_axis]), budget + max_decode)
+        cached = np.unique(np.round(np.linspace(0.0, max(max_context, 1), CONTEXT_POINTS)))
+        n_axis = _geometric_axis(budget)
+        chunk = np.stack([
+            _price(ctx, [SequenceGroup(sequences=1.0, new_tokens=n, context=n + cached)]).T
+            - merged[int(n)] for n in n_axis])
+        idle_s, per_seq_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
+                                                        sequences=1.0)
+        return cls(decode=_fill_integers(d_axis, decode, max_decode), merged=merged,
+                   chunk=_fill_integers(n_axis, chunk, budget),
+                   contexts=[float(c) for c in contexts], cached=[float(c) for c in cached],
+                   engine_idle_s=float(idle_s), engine_busy_s_per_sequence=float(per_seq_s),
+                   engine_busy_j_per_sequence=float(
+                       engine_cost(ctx=ctx, sequences=1.0).compute_energy_j))
+
+    def latency_lists(self) -> tuple[list[list[float]], list[float], list[list[float]]]:
+        """The latency tables as Python lists (the scheduler's fast path)."""
+        return (self.decode[..., 0].tolist(), self.merged[:, 0].tolist(),
+                self.chunk[..., 0].tolist())
+
+
+def interpolate(points: list[float], row: list[float], x: float) -> float:
+    """``row`` (values at ``points``) at ``x``, linear, clamped to the ends."""
+    i = bisect_right(points, x)
+    if i <= 0:
+        return row[0]
+    if i >= len(points):
+        return row[-1]
+    x0, x1 = points[i - 1], points[i]
+    return row[i - 1] + (row[i] - row[i - 1]) * (x - x0) / (x1 - x0)
+
+
+def interpolate_many(points: list[float], table: np.ndarray, rows: np.ndarray,
+                     xs: np.ndarray) -> np.ndarray:
+    """``table[rows]`` at ``xs`` along its second axis, every field: (len(xs), fields)."""
+    grid = np.asarray(points)
+    i = np.clip(np.searchsorted(grid, xs, side="right"), 1, len(grid) - 1)
+    x0, x1 = grid[i - 1], grid[i]
+    w = np.clip((xs - x0) / (x1 - x0), 0.0, 1.0)[:, None]
+    return table[rows, i - 1] * (1 - w) + table[rows, i] * w

@@ -1,0 +1,198 @@
+"""The ``load`` workload kind: requests arriving over time, simulated request by request.
+
+Binds a deployment's replica to the simulator: the scheduler limits (the runtime's token
+budget, vLLM's cap on running requests, the KV pool left by the memory model), the step
+price tables, the requests one replica receives; then scales one replica's run to the
+deployment (replicas serve independent shares of the traffic behind a round-robin
+balancer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.step import StepContext
+from energylens.workloads.load.arrivals import (
+    Requests,
+    closed_loop_clients,
+    default_count,
+    load_trace,
+    replica_requests,
+)
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise
+from energylens.workloads.load.simulator import (
+    BLOCK_TOKENS,
+    SchedulerLimits,
+    SimRun,
+    simulate,
+)
+from energylens.workloads.registry import MemoryDemand, Placement, register
+from energylens.workloads.result import PhaseResult, Prediction
+from energylens.workloads.workload import Workload
+
+#: vLLM's default cap on running requests (``--max-num-seqs``) for ``vllm serve``: 1,024
+#: on GPUs with >= 70 GiB other than the A100, 256 otherwise. Source: vLLM
+#: ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py, V1 engine, 0.10-0.11),
+#: recalled, not re-read here: kind datasheet (engine code).
+MAX_SEQUENCES_LARGE, MAX_SEQUENCES_SMALL = 1024, 256
+LARGE_GPU_BYTES = 70 * 2**30
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadPrediction(Prediction):
+    """A :class:`Prediction` with the load metrics of the whole deployment (``load``: the
+    flat keys of :meth:`LoadMetrics.as_dict`, rates scaled to every replica)."""
+
+    load: dict[str, float | int | bool]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON form: the prediction's keys, then the load metrics at the top level."""
+        out = super().as_dict()
+        load = out.pop("load")
+        assert isinstance(load, dict)
+        return {**out, **load}
+
+
+def max_sequences(ctx: StepContext) -> int:
+    """vLLM's default ``max_num_seqs`` on this GPU."""
+    large = ctx.gpu.hbm_capacity_bytes >= LARGE_GPU_BYTES and "a100" not in ctx.gpu.name.lower()
+    return MAX_SEQUENCES_LARGE if large else MAX_SEQUENCES_SMALL
+
+
+def kv_pool_tokens(ctx: StepContext) -> int:
+    """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
+    activations of a full token budget and its reserve, over the cache bytes per token."""
+    def use(sequences: float) -> MemoryUse:
+        return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                          degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                          kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=1.0,
+                          step_tokens=float(ctx.runtime.prefill_chunk_tokens))
+    fixed, one = use(0.0), use(1.0)
+    per_token = one.kv_cache_bytes
+    if per_token <= 0:  # no attention cache (a recurrent model): sequences cap the batch
+        return 2**40
+    return int(max(fixed.usable_bytes - fixed.total_bytes, 0.0) // per_token)
+
+
+def _clients_per_replica(workload: Workload, sequences: float) -> float:
+    # ``sequences`` is batch / replicas: the same share of a closed loop's clients
+    return closed_loop_clients(workload) * sequences / workload.batch
+
+
+def _lengths(workload: Workload) -> tuple[float, float, float]:
+    """Mean input, mean output and longest total length of the workload's requests."""
+    if workload.trace:
+        trace = load_trace(workload.trace)
+        total = trace.input_tokens + trace.output_tokens
+        return (float(np.mean(trace.input_tokens)), float(np.mean(trace.output_tokens)),
+                float(total.max()))
+    longest = workload.input_tokens + workload.output_tokens
+    if workload.length_cv > 0:  # gamma tail: 4 CVs above the mean
+        longest *= 1 + 4 * workload.length_cv
+    return workload.input_tokens, workload.output_tokens, longest
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRun:
+    """One replica's simulation and what priced it."""
+
+    requests: Requests
+    table: StepTable
+    limits: SchedulerLimits
+    sim: SimRun
+
+
+def simulate_replica(*, placement: Placement, workload: Workload,
+                     table: StepTable | None = None) -> LoadRun:
+    """Simulate the requests of one replica; ``table`` reuses a price grid of an earlier
+    run on the same placement with lengths no longer than this one's."""
+    ctx, replicas = placement.ctx, placement.replicas
+    clients = closed_loop_clients(workload) / replicas
+    count = math.ceil(workload.num_requests / replicas) if workload.num_requests else \
+        default_count(clients=clients)
+    requests = replica_requests(workload=workload, replicas=replicas, count=count)
+    longest = int((requests.input_tokens + requests.output_tokens).max())
+    cap = max_sequences(ctx)
+    limits = SchedulerLimits(token_budget=ctx.runtime.prefill_chunk_tokens, max_sequences=cap,
+                             kv_tokens=max(kv_pool_tokens(ctx), longest + 2 * BLOCK_TOKENS))
+    most = cap if requests.arrival_s is not None else min(cap, requests.clients)
+    if table is None:
+        table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
+                                budget=limits.token_budget)
+    return LoadRun(requests=requests, table=table, limits=limits,
+                   sim=simulate(requests=requests, table=table, limits=limits))
+
+
+def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,
+           gpus: int, replicas: int) -> PhaseResult:
+    compute, memory, comm = (j * replicas for j in joules)
+    static = static_w * gpus * wall_s * replicas
+    return PhaseResult(latency_s=wall_s, energy_j=compute + memory + comm + static,
+                       compute_j=compute, memory_j=memory, communication_j=comm,
+                       static_j=static)
+
+
+def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryUse,
+                    metrics: LoadMetrics, name: str) -> LoadPrediction:
+    """The deployment's prediction from one replica's metrics."""
+    ctx, replicas = placement.ctx, placement.replicas
+    static_w = ctx.constants.static_power_w
+    per_token = metrics.window_energy_j / metrics.window_output_tokens
+    lat = metrics.latency_s
+    load: dict[str, float | int | bool] = {**metrics.as_dict()}
+    for key in ("requests_per_s", "goodput_requests_per_s"):
+        load[key] = float(load[key]) * replicas
+    for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j", "preemptions"):
+        load[key] = load[key] * replicas
+    load["goodput_requests_per_s_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
+    reason = memory.shortfall(gpu_name=ctx.gpu.name)
+    return LoadPrediction(
+        model=placement.model.name, gpu=ctx.gpu.name, num_gpus=placement.gpus, workload=name,
+        feasible=reason is None, infeasible_reason=reason,
+        memory_per_gpu_gb=float(memory.total_bytes / 1e9), ttft_s=lat["ttft_mean_s"],
+        tpot_s=lat["tpot_mean_s"], energy_per_output_token_j=per_token,
+        energy_per_request_j=per_token * metrics.mean_output_tokens,
+        avg_power_w=metrics.window_energy_j / metrics.window_s * replicas,
+        output_tokens_per_s=metrics.output_tokens_per_s * replicas,
+        prefill=_phase(wall_s=metrics.prefill_window[0], joules=metrics.prefill_window[1:],
+                       static_w=static_w, gpus=ctx.replica_gpus, replicas=replicas),
+        decode=_phase(wall_s=metrics.decode_only_window[0],
+                      joules=metrics.decode_only_window[1:], static_w=static_w,
+                      gpus=ctx.replica_gpus, replicas=replicas),
+        running_batch=metrics.mean_running, load=load)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Requests arriving over time through the runtime's scheduler (``load``)."""
+
+    name: str = "load"
+
+    def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
+        """A closed loop's clients (up to vLLM's cap) at their mean request length, or,
+        in an open loop, one request of the longest length, must fit without preemption."""
+        mean_in, mean_out, longest = _lengths(workload)
+        clients = _clients_per_replica(workload, sequences)
+        if clients > 0:
+            held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
+            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out,
+                                step_tokens=held * mean_in)
+        return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
+
+    def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
+        """Simulate one replica's share and report the deployment."""
+        slos = tuple(SLO.parse(text) for text in workload.slo)
+        result = simulate_replica(placement=placement, workload=workload)
+        metrics = summarise(run=result.sim, table=result.table, slos=slos,
+                            static_w=placement.ctx.constants.static_power_w,
+                            gpus=placement.ctx.replica_gpus)
+        return load_prediction(placement=placement, workload=workload, memory=memory,
+                               metrics=metrics, name=self.name)
+
+
+register(Load())

@@ -1,0 +1,192 @@
+"""Serving metrics of a simulated load run: latency percentiles, throughput, goodput,
+SLO attainment, energy (idle power included) and queue statistics.
+
+Warm-up and drain are discarded: request metrics cover the requests from the 10th to the
+90th percentile of arrival order, and rates, energy and time averages cover the window
+between the first and the last of their arrivals (the whole run when that is empty).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.errors import ConfigError
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.simulator import SimRun
+
+#: Share of the requests discarded at each end (warm-up, drain).
+WARMUP_FRACTION = 0.1
+PERCENTILES = (50, 90, 99)
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+#: Per-request latencies an SLO may bound (ITL is per token, not per request).
+SLO_LATENCIES = ("ttft", "tpot", "e2e")
+_SLO = re.compile(r"^\s*(ttft|tpot|e2e)_(p\d{1,2}|mean)_s\s*<=\s*([0-9.eE+-]+)\s*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SLO:
+    """``<latency>_<statistic>_s <= bound``: each request's latency should be within
+    ``bound``; the statistic over requests is what is checked (p90: 90 % of them)."""
+
+    latency: str
+    statistic: str  # "p90", "mean", ...
+    bound_s: float
+
+    @property
+    def metric(self) -> str:
+        """The metric it bounds, e.g. ``ttft_p90_s``."""
+        return f"{self.latency}_{self.statistic}_s"
+
+    @classmethod
+    def parse(cls, text: str) -> SLO:
+        """``"ttft_p90_s<=1"`` -> SLO; one-line :class:`ConfigError` otherwise."""
+        match = _SLO.match(text)
+        bound = float("nan")
+        if match:
+            try:
+                bound = float(match.group(3))
+            except ValueError:
+                bound = float("nan")
+        if not match or not math.isfinite(bound) or bound <= 0:
+            raise ConfigError(f"SLO {text!r}: expected <latency>_<pNN|mean>_s<=<seconds > 0> "
+                              f"with latency one of {', '.join(SLO_LATENCIES)}, e.g. "
+                              "ttft_p90_s<=1")
+        return cls(latency=match.group(1), statistic=match.group(2), bound_s=bound)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadMetrics:
+    """Everything a load run reports (SI units; latencies in seconds)."""
+
+    latency_s: dict[str, float]  # "ttft_p90_s" -> value, for every latency and statistic
+    requests_per_s: float
+    output_tokens_per_s: float
+    goodput_requests_per_s: float
+    slo_attainment: float  # share of requests meeting every SLO bound
+    slo_met: bool  # every SLO's statistic within its bound
+    energy_j: float  # whole run: iterations + idle
+    iteration_energy_j: float  # whole run, static power during iterations included
+    idle_energy_j: float  # whole run, static power while no iteration runs
+    window_s: float
+    window_energy_j: float
+    window_output_tokens: float
+    dynamic_window_j: tuple[float, float, float]  # compute, memory, communication
+    # (wall s, compute J, memory J, communication J) of the decode-only records and of
+    # those carrying prompt tokens, in the window (static power not included)
+    decode_only_window: tuple[float, float, float, float]
+    prefill_window: tuple[float, float, float, float]
+    mean_output_tokens: float  # of the measured requests
+    mean_running: float
+    mean_waiting: float
+    mean_in_system_requests: float  # time average of waiting + running over the window
+    arrival_rate_per_s: float  # measured requests / window
+    mean_e2e_s: float
+    preemptions: int
+    peak_kv_tokens: float
+    measured_requests: int
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        """Flat JSON form (the latency keys at the top level)."""
+        return {**self.latency_s, "requests_per_s": self.requests_per_s,
+                "goodput_requests_per_s": self.goodput_requests_per_s,
+                "slo_attainment": self.slo_attainment, "slo_met": self.slo_met,
+                "idle_energy_j": self.idle_energy_j, "iteration_energy_j": self.iteration_energy_j,
+                "total_energy_j": self.energy_j, "mean_running": self.mean_running,
+                "mean_queue_length": self.mean_waiting, "preemptions": self.preemptions,
+                "peak_kv_tokens": self.peak_kv_tokens, "measured_requests": self.measured_requests}
+
+
+def _stats(name: str, values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+    """Mean and percentiles (weighted: each value counts ``weights`` times)."""
+    if weights is None:
+        weights = np.ones_like(values)
+    if len(values) == 0 or float(np.sum(weights)) <= 0:
+        return {f"{name}_{s}_s": 0.0 for s in ("mean", *(f"p{q}" for q in PERCENTILES))}
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order].astype(float)
+    cum = np.cumsum(w)
+    out = {f"{name}_mean_s": float(np.sum(v * w) / cum[-1])}
+    for q in PERCENTILES:
+        # the smallest value with at least q % of the weight at or below it
+        index = min(int(np.searchsorted(cum, q / 100.0 * cum[-1] - 1e-9 * cum[-1])), len(v) - 1)
+        out[f"{name}_p{q}_s"] = float(v[index])
+    return out
+
+
+def _statistic(values: np.ndarray, statistic: str) -> float:
+    return float(np.mean(values)) if statistic == "mean" else \
+        float(np.percentile(values, int(statistic[1:]), method="higher"))
+
+
+def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
+              gpus: int) -> LoadMetrics:
+    """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica."""
+    n = len(run.arrival_s)
+    skip = int(WARMUP_FRACTION * n) if n >= 10 else 0
+    order = np.argsort(run.arrival_s, kind="stable")
+    kept = order[skip:n - skip]
+    t_a, t_b = float(run.arrival_s[kept[0]]), float(run.arrival_s[kept[-1]])
+    if t_b <= t_a:
+        t_a, t_b = float(run.arrival_s.min()), float(run.finish_s.max())
+    window = t_b - t_a
+
+    ttft = run.first_token_s[kept] - run.arrival_s[kept]
+    e2e = run.finish_s[kept] - run.arrival_s[kept]
+    outputs = run.output_tokens[kept]
+    multi = outputs > 1
+    tpot = (run.finish_s[kept][multi] - run.first_token_s[kept][multi]) / (outputs[multi] - 1)
+    step = run.wall_s / run.count
+    end = run.start_s + run.wall_s
+    share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s
+    itl_weight = run.decode * run.count * share
+    latencies = {**_stats("ttft", ttft), **_stats("tpot", tpot),
+                 **_stats("itl", step, itl_weight), **_stats("e2e", e2e)}
+
+    per_request = {"ttft": ttft, "e2e": e2e,
+                   "tpot": np.where(multi, (run.finish_s[kept] - run.first_token_s[kept])
+                                    / np.maximum(outputs - 1, 1), 0.0)}
+    good = np.ones(len(kept), dtype=bool)
+    met = True
+    for slo in slos:
+        good &= per_request[slo.latency] <= slo.bound_s
+        values = tpot if slo.latency == "tpot" else per_request[slo.latency]
+        met = met and (len(values) == 0 or _statistic(values, slo.statistic) <= slo.bound_s)
+    attainment = float(np.mean(good)) if len(kept) else 0.0
+
+    dynamic = run.dynamic_energy(table)
+    busy = float(np.sum(run.wall_s))
+    static_per_s = static_w * gpus
+    iteration_j = float(np.sum(dynamic)) + static_per_s * busy
+    idle_j = static_per_s * run.idle_s
+    dyn_window = (dynamic * share[:, None]).sum(axis=0)
+    window_j = float(dyn_window.sum()) + static_per_s * window
+    tokens = float(np.sum(run.tokens_out * share))
+    completions = float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b)))
+    wall_share = run.wall_s * share
+    prefill_rows = run.prefill_tokens > 0
+
+    def part(rows: np.ndarray) -> tuple[float, float, float, float]:
+        joules = (dynamic[rows] * share[rows, None]).sum(axis=0)
+        return (float(wall_share[rows].sum()), float(joules[0]), float(joules[1]),
+                float(joules[2]))
+
+    return LoadMetrics(
+        latency_s=latencies,
+        requests_per_s=completions / window, output_tokens_per_s=tokens / window,
+        goodput_requests_per_s=completions / window * attainment, slo_attainment=attainment,
+        slo_met=met, energy_j=iteration_j + idle_j, iteration_energy_j=iteration_j,
+        idle_energy_j=idle_j, window_s=window, window_energy_j=window_j,
+        window_output_tokens=tokens,
+        dynamic_window_j=(float(dyn_window[0]), float(dyn_window[1]), float(dyn_window[2])),
+        decode_only_window=part(~prefill_rows), prefill_window=part(prefill_rows),
+        mean_output_tokens=float(np.mean(outputs)),
+        mean_running=float(np.sum(run.running * wall_share)) / window,
+        mean_waiting=float(np.sum(run.waiting * wall_share)) / window,
+        mean_in_system_requests=float(np.sum((run.running + run.waiting) * wall_share)) / window,
+        arrival_rate_per_s=len(kept) / window, mean_e2e_s=float(np.mean(e2e)),
+        preemptions=int(run.preemptions.sum()), peak_kv_tokens=run.peak_kv_tokens,
+        measured_requests=len(kept))

@@ -1,0 +1,293 @@
+"""Replay requests through a vLLM-style scheduler, one replica, iteration by iteration.
+
+Policy (vLLM V1's scheduler with its defaults): continuous batching; every step first
+gives each running decode one token, then running prompts and, first come first served,
+waiting prompts their share of the step's token budget (chunked prefill); at most
+``max_sequences`` requests run at once; the KV cache is a pool of tokens, and when a
+step's tokens do not fit, the last admitted request is preempted (its cache freed, its
+prompt and generated tokens recomputed later, ahead of the queue). A prompt's last chunk
+yields its first token. Iterations that only decode, with no arrival or completion due,
+are advanced together (their number is known), so the cost is per event, not per token.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from energylens.workloads.load.arrivals import Requests
+from energylens.workloads.load.costs import StepTable, interpolate, interpolate_many
+
+#: vLLM's KV block (``--block-size`` default 16 tokens); half a block per sequence is
+#: the mean of what its last, partly filled block leaves unused.
+BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerLimits:
+    """The runtime's scheduler limits for one replica."""
+
+    token_budget: int  # tokens per step (max_num_batched_tokens)
+    max_sequences: int  # running requests (max_num_seqs)
+    kv_tokens: int  # KV-cache pool in tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimRun:
+    """What one simulation produced. Per request: times [s] and preemptions. Per record
+    (one iteration, or ``count`` decode-only iterations run back to back): its start, wall
+    time, decode sequences, mean decode context, prefill tokens, chunks, output tokens and
+    the waiting and running requests at its start. Per chunk: its record, new and cached
+    tokens."""
+
+    arrival_s: np.ndarray
+    admitted_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    start_s: np.ndarray
+    wall_s: np.ndarray
+    count: np.ndarray
+    decode: np.ndarray
+    context: np.ndarray
+    prefill_tokens: np.ndarray
+    chunks: np.ndarray
+    tokens_out: np.ndarray
+    waiting: np.ndarray
+    running: np.ndarray
+    chunk_record: np.ndarray
+    chunk_new: np.ndarray
+    chunk_cached: np.ndarray
+    peak_kv_tokens: float
+
+    @property
+    def makespan_s(self) -> float:
+        """From the first arrival to the last completion."""
+        return float(self.finish_s.max() - self.arrival_s.min())
+
+    @property
+    def idle_s(self) -> float:
+        """Time of the makespan in which no iteration runs (the GPUs wait for requests)."""
+        previous_end = np.concatenate(([self.arrival_s.min()],
+                                       (self.start_s + self.wall_s)[:-1]))
+        return float(np.sum(np.clip(self.start_s - previous_end, 0.0, None)))
+
+    def dynamic_energy(self, table: StepTable) -> np.ndarray:
+        """(records, 3) compute, memory and communication joules of each record, from the
+        same tables the scheduler timed its steps with."""
+        return self._price(table)[:, 1:]
+
+    def _price(self, table: StepTable) -> np.ndarray:
+        d = self.decode
+        cost = interpolate_many(table.contexts, table.decode, d, self.context)
+        cost = cost + table.merged[d + self.prefill_tokens] - table.merged[d]
+        sequences = (d + self.chunks).astype(float)
+        engine = np.zeros_like(cost)
+        engine[:, 0] = table.engine_idle_s + table.engine_busy_s_per_sequence * sequences
+        engine[:, 1] = table.engine_busy_j_per_sequence * sequences
+        cost = (cost + engine) * self.count[:, None]
+        if len(self.chunk_record):
+            chunk = interpolate_many(table.cached, table.chunk, self.chunk_new,
+                                     self.chunk_cached.astype(float))
+            np.add.at(cost, self.chunk_record, chunk)
+        return cost
+
+
+def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -> SimRun:
+    """Run every request to completion; deterministic for given inputs."""
+    n_req = requests.count
+    inp = requests.input_tokens.tolist()
+    out = requests.output_tokens.tolist()
+    arrival = [math.nan] * n_req
+    admitted = [math.nan] * n_req
+    first = [math.nan] * n_req
+    finish = [math.nan] * n_req
+    preempted = [0] * n_req
+    gen = [0] * n_req  # tokens generated so far
+    computed = [0] * n_req  # prompt (and recomputed) tokens cached so far
+    target = list(inp)  # tokens a prefill must cache: the prompt, plus outputs on recompute
+    base = [0] * n_req  # cached tokens when decoding started
+    start = [0] * n_req  # iteration index of the first decode step
+    epoch = [0] * n_req  # invalidates heap entries of a preempted request
+
+    pending: deque[tuple[float, int]] = deque()
+    if requests.arrival_s is None:
+        issued = min(requests.clients, n_req)
+        pending.extend((0.0, r) for r in range(issued))
+    else:
+        issued = n_req
+        pending.extend(zip(requests.arrival_s.tolist(), range(n_req), strict=True))
+
+    dl, fl, cl = table.latency_lists()
+    contexts, cached_pts = table.contexts, table.cached
+    idle_s, per_seq_s = table.engine_idle_s, table.engine_busy_s_per_sequence
+    budget_max, cap, kv_cap = limits.token_budget, limits.max_sequences, limits.kv_tokens
+    half_block = BLOCK_TOKENS / 2
+
+    waiting: deque[int] = deque()
+    running: dict[int, None] = {}  # admission order: the last is preempted first
+    prefilling: list[int] = []
+    decoding: set[int] = set()
+    heap: list[tuple[int, int, int]] = []  # (last decode iteration, request, epoch)
+    decode_kv = 0  # KV tokens of the decoding requests
+    prefill_kv = 0  # KV tokens of the prefilling requests
+    peak_kv = 0.0
+    t = 0.0
+    it = 0  # iterations run so far (index of the next one)
+    rec: dict[str, list[float]] = {k: [] for k in (
+        "start", "wall", "count", "decode", "context", "prefill", "chunks", "tokens",
+        "waiting", "running")}
+    chunk_rec: list[int] = []
+    chunk_new: list[int] = []
+    chunk_cached: list[int] = []
+
+    def kv_free() -> float:
+        return kv_cap - decode_kv - prefill_kv - half_block * len(running)
+
+    def finish_request(r: int) -> None:
+        nonlocal issued
+        finish[r] = t
+        del running[r]
+        if requests.arrival_s is None and issued < n_req:
+            pending.append((t, issued))
+            issued += 1
+
+    def preempt_last() -> None:
+        nonlocal decode_kv, prefill_kv
+        r = next(reversed(running))
+        del running[r]
+        if r in decoding:
+            decoding.discard(r)
+            decode_kv -= base[r] + it - start[r]
+            epoch[r] += 1
+        else:
+            prefilling.remove(r)
+            prefill_kv -= computed[r]
+        computed[r] = 0
+        target[r] = inp[r] + gen[r]
+        preempted[r] += 1
+        waiting.appendleft(r)
+
+    while True:
+        while pending and pending[0][0] <= t:
+            when, r = pending.popleft()
+            arrival[r] = when
+            waiting.append(r)
+        if not running and not waiting:
+            if not pending:
+                break
+            t = pending[0][0]
+            continue
+        while decoding and kv_free() < len(decoding):
+            preempt_last()
+        d = len(decoding)
+        budget = budget_max - d
+        room = kv_free() - d
+        chunks: list[tuple[int, int, int]] = []
+        for r in prefilling:
+            n = min(target[r] - computed[r], budget, int(room))
+            if n <= 0:
+                break
+            chunks.append((r, n, computed[r]))
+            budget -= n
+            room -= n
+        while waiting and budget > 0 and len(running) < cap:
+            r = waiting[0]
+            n = min(target[r], budget)
+            if room - half_block < n:
+                break
+            waiting.popleft()
+            if math.isnan(admitted[r]):
+                admitted[r] = t
+            running[r] = None
+            prefilling.append(r)
+            chunks.append((r, n, 0))
+            budget -= n
+            room -= n + half_block
+        if not chunks and d == 0:
+            preempt_last()  # prompts in flight fill the pool: make room for the first
+            continue
+        n_wait, n_run = len(waiting), len(running)
+        if not chunks:  # decode only: run until the next completion, arrival or full pool
+            while heap[0][2] != epoch[heap[0][1]]:
+                heapq.heappop(heap)
+            steps = heap[0][0] - it + 1
+            ctx0 = decode_kv / d + 1.0
+            if pending:
+                step_s = interpolate(contexts, dl[d], ctx0) + idle_s + per_seq_s * d
+                steps = min(steps, max(1, math.ceil((pending[0][0] - t) / step_s)))
+            steps = max(1, min(steps, int(kv_free() // d)))
+            mid = ctx0 + (steps - 1) / 2
+            step_s = interpolate(contexts, dl[d], mid) + idle_s + per_seq_s * d
+            wall = step_s * steps
+            prefill_tokens = 0
+            tokens = d * steps
+            completed = 0
+        else:
+            prefill_tokens = sum(n for _, n, _ in chunks)
+            mid = decode_kv / d + 1.0 if d else 1.0
+            wall = (interpolate(contexts, dl[d], mid) if d else 0.0) \
+                + fl[d + prefill_tokens] - fl[d] + idle_s + per_seq_s * (d + len(chunks))
+            for _, n, k in chunks:
+                wall += interpolate(cached_pts, cl[n], k)
+                chunk_rec.append(len(rec["start"]))
+                chunk_new.append(n)
+                chunk_cached.append(k)
+            steps = 1
+            tokens = d
+            completed = 0
+        for key, value in (("start", t), ("wall", wall), ("count", steps), ("decode", d),
+                           ("context", mid), ("prefill", prefill_tokens),
+                           ("chunks", len(chunks)), ("waiting", n_wait), ("running", n_run)):
+            rec[key].append(value)
+        t += wall
+        it += steps
+        decode_kv += d * steps
+        for r, n, _ in chunks:
+            computed[r] += n
+            prefill_kv += n
+            if computed[r] < target[r]:
+                continue
+            prefilling.remove(r)
+            prefill_kv -= computed[r]
+            gen[r] += 1
+            completed += 1
+            if math.isnan(first[r]):
+                first[r] = t
+            if gen[r] >= out[r]:
+                finish_request(r)
+                continue
+            decoding.add(r)
+            base[r], start[r] = computed[r], it
+            decode_kv += computed[r]
+            heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
+        rec["tokens"].append(tokens + completed)
+        while heap and heap[0][0] < it:
+            last, r, stamp = heapq.heappop(heap)
+            if stamp != epoch[r]:
+                continue
+            decoding.discard(r)
+            decode_kv -= base[r] + it - start[r]
+            gen[r] = out[r]
+            finish_request(r)
+        peak_kv = max(peak_kv, decode_kv + prefill_kv)
+
+    ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running")
+    arrays = {k: np.asarray(v, dtype=np.int64 if k in ints else float) for k, v in rec.items()}
+    return SimRun(
+        arrival_s=np.asarray(arrival), admitted_s=np.asarray(admitted),
+        first_token_s=np.asarray(first), finish_s=np.asarray(finish),
+        preemptions=np.asarray(preempted), input_tokens=requests.input_tokens,
+        output_tokens=requests.output_tokens, start_s=arrays["start"], wall_s=arrays["wall"],
+        count=arrays["count"], decode=arrays["decode"], context=arrays["context"],
+        prefill_tokens=arrays["prefill"], chunks=arrays["chunks"], tokens_out=arrays["tokens"],
+        waiting=arrays["waiting"], running=arrays["running"],
+        chunk_record=np.asarray(chunk_rec, dtype=np.int64),
+        chunk_new=np.asarray(chunk_new, dtype=np.int64),
+        chunk_cached=np.asarray(chunk_cached, dtype=np.int64), peak_kv_tokens=float(peak_kv))
