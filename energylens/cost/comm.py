@@ -10,7 +10,8 @@ large messages: time = min(time, bulk_latency + moved / (link bandwidth x bulk f
 as NCCL's tuner picks the faster of its protocols/algorithms per message size
 with NCCL's bus-bandwidth convention: all-reduce moves 2(n-1)/n of the message per GPU,
 all-gather and all-to-all (n-1)/n, send/recv the whole message. Communication kernels
-hold ``sms`` SMs; bandwidth grows with them until ``saturation_sms``.
+hold ``sms`` SMs (a number, or an array over configurations); bandwidth grows with them
+until ``saturation_sms``.
 
 A group larger than the GPU's scale-up domain (``gpus_per_node``: k domains of g GPUs)
 runs hierarchically, as NCCL's tree and NVLS-tree algorithms do (:func:`scale_out_cost`):
@@ -67,7 +68,7 @@ def link_for_group(*, gpu: GPU, group_size: int) -> tuple[str, float]:
 
 def scale_out_cost(*, kind: str, message_bytes: Size, group_size: int, gpus_per_node: int,
                    intra_bandwidth: float, intra: LinkConstants, inter_bandwidth: float,
-                   inter: LinkConstants, sms: float | None = None) -> CommCost:
+                   inter: LinkConstants, sms: Size | None = None) -> CommCost:
     """A collective over ``group_size`` GPUs in domains of ``gpus_per_node``: the
     hierarchical split of the module docstring (send/recv crosses the NIC whole)."""
     g = min(gpus_per_node, group_size)
@@ -93,16 +94,16 @@ def scale_out_cost(*, kind: str, message_bytes: Size, group_size: int, gpus_per_
 
 
 def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidth: float,
-                    constants: LinkConstants, sms: float | None = None) -> CommCost:
+                    constants: LinkConstants, sms: Size | None = None) -> CommCost:
     """Cost of one collective of ``message_bytes`` (the full tensor, per GPU) over a group."""
     if group_size <= 1:
         return CommCost(latency_s=0.0, energy_j=0.0, wire_s=0.0)
     n = group_size
     moved = message_bytes * _BUS_FACTOR[kind](n)
     if kind == "send_recv":  # one copy engine-free transfer: latency + bytes / bandwidth
-        achieved = bandwidth * min(constants.p2p_bandwidth_fraction, 1.0)
+        achieved: Size = bandwidth * min(constants.p2p_bandwidth_fraction, 1.0)
         if sms is not None:
-            achieved = achieved * min(1.0, max(sms, 1.0) / constants.saturation_sms)
+            achieved = achieved * np.minimum(1.0, np.maximum(sms, 1.0) / constants.saturation_sms)
         wire = moved / achieved
         latency = constants.p2p_latency_s + wire
     else:
@@ -111,13 +112,14 @@ def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidt
         achieved = (bandwidth * min(fraction, 1.0)
                     * message_bytes / (message_bytes + constants.half_bandwidth_bytes))
         if sms is not None:
-            achieved = achieved * min(1.0, max(sms, 1.0) / constants.saturation_sms)
+            achieved = achieved * np.minimum(1.0, np.maximum(sms, 1.0) / constants.saturation_sms)
         wire = moved / achieved
         q = constants.latency_sharpness
         bound = np.maximum(wire, base)
         latency = bound * (1.0 + (np.minimum(wire, base) / np.maximum(bound, 1e-30)) ** q) ** (1.0 / q)
         if constants.bulk_bandwidth_fraction > 0:  # NCCL picks the faster protocol per size
-            sm_share = 1.0 if sms is None else min(1.0, max(sms, 1.0) / constants.saturation_sms)
+            sm_share = (1.0 if sms is None
+                        else np.minimum(1.0, np.maximum(sms, 1.0) / constants.saturation_sms))
             bulk_wire = moved / (bandwidth * constants.bulk_bandwidth_fraction * sm_share)
             bulk = constants.bulk_latency_s + bulk_wire
             wire = np.where(bulk < latency, bulk_wire, wire)
@@ -126,6 +128,6 @@ def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidt
     return CommCost(latency_s=latency, energy_j=energy, wire_s=wire)
 
 
-def overlapped_time(*, compute_s: Size, comm_s: Size, sync_s: float) -> Size:
+def overlapped_time(*, compute_s: Size, comm_s: Size, sync_s: Size) -> Size:
     """Wall time of compute and communication that run concurrently."""
     return np.maximum(compute_s, comm_s) + sync_s

@@ -7,10 +7,12 @@ recurrent mixer such as Mamba-2) are a constant size per sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+import numpy as np
 
 from energylens.cost.kernels import local_sizes
-from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES
+from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES, Size
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
 from energylens.runtime.profile import RuntimeProfile
@@ -18,24 +20,25 @@ from energylens.runtime.profile import RuntimeProfile
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryUse:
-    """Bytes per GPU on the most loaded pipeline stage."""
+    """Bytes per GPU on the most loaded pipeline stage (arrays over configurations when
+    the sequences are)."""
 
-    weights_bytes: float
-    kv_cache_bytes: float
-    activation_bytes: float
+    weights_bytes: Size
+    kv_cache_bytes: Size
+    activation_bytes: Size
     reserve_bytes: float
     capacity_bytes: float
     usable_bytes: float  # the share of capacity the runtime may use
-    state_bytes: float = 0.0  # recurrent-mixer state of the sequences (constant per sequence)
+    state_bytes: Size = 0.0  # recurrent-mixer state of the sequences (constant per sequence)
 
     @property
-    def total_bytes(self) -> float:
+    def total_bytes(self) -> Size:
         """Everything that must fit."""
         return (self.weights_bytes + self.kv_cache_bytes + self.state_bytes
                 + self.activation_bytes + self.reserve_bytes)
 
     @property
-    def fits(self) -> bool:
+    def fits(self) -> bool | np.ndarray:
         """Whether it fits in the usable share of HBM."""
         return self.total_bytes <= self.usable_bytes
 
@@ -50,6 +53,16 @@ class MemoryUse:
                 f"{self.activation_bytes / 1e9:.1f}, reserve {self.reserve_bytes / 1e9:.1f}) but "
                 f"{gpu_name} has {self.capacity_bytes / 1e9:.0f} GB, of which "
                 f"{self.usable_bytes / 1e9:.0f} GB usable")
+
+
+    def shortfalls(self, *, gpu_name: str) -> list[str | None]:
+        """:meth:`shortfall` of each configuration of an array-valued use."""
+        shape = np.shape(self.total_bytes)
+        columns = {f.name: np.broadcast_to(getattr(self, f.name), shape).ravel()
+                   for f in fields(self)}
+        fits = np.broadcast_to(self.fits, shape).ravel()
+        return [None if fits[i] else MemoryUse(**{k: float(v[i]) for k, v in columns.items()})
+                .shortfall(gpu_name=gpu_name) for i in range(fits.size)]
 
 
 def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dtype: str) -> float:
@@ -96,14 +109,14 @@ def _state_bytes_per_sequence(*, group: LayerGroup, degrees: dict[str, int]) -> 
 
 
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
-               pp: int, weight_dtype: str, kv_dtype: str, sequences: float,
+               pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
                context_tokens: float,
-               step_tokens: float) -> MemoryUse:
+               step_tokens: Size) -> MemoryUse:
     """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``, with
     ``step_tokens`` tokens in one forward pass (capped at the runtime's prefill chunk)."""
     weights = 0.0
-    kv = 0.0
-    state = 0.0
+    kv: Size = 0.0
+    state: Size = 0.0
     for group in graph.groups:
         weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
                                                      weight_dtype=weight_dtype)
@@ -119,7 +132,7 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     weights += vocab_shard * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
-    activations = min(step_tokens, runtime.prefill_chunk_tokens) * per_token
+    activations = np.minimum(step_tokens, runtime.prefill_chunk_tokens) * per_token
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations,
                      reserve_bytes=runtime.reserve_bytes, capacity_bytes=gpu.hbm_capacity_bytes,

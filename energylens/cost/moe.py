@@ -15,6 +15,7 @@ from typing import Literal
 
 import numpy as np
 
+from energylens.cost.work import Size
 from energylens.errors import ConfigError
 
 RoutingKind = Literal["uniform", "zipf", "dirichlet", "histogram"]
@@ -42,12 +43,13 @@ class Routing:
 
 @dataclass(frozen=True, kw_only=True)
 class ExpertLoad:
-    """Per-step expert work of the EP group, for the critical (max) rank and the mean rank."""
+    """Per-step expert work of the EP group, for the critical (max) rank and the mean rank
+    (arrays over configurations from :func:`expert_load_at`)."""
 
-    tokens_max_rank: float  # expected token-expert assignments on the most loaded rank
-    tokens_mean_rank: float
-    active_experts_max_rank: float  # distinct experts whose weights the slowest rank reads
-    active_experts_mean_rank: float
+    tokens_max_rank: Size  # expected token-expert assignments on the most loaded rank
+    tokens_mean_rank: Size
+    active_experts_max_rank: Size  # distinct experts whose weights the slowest rank reads
+    active_experts_mean_rank: Size
 
 
 def expert_popularity(*, routing: Routing, num_experts: int) -> np.ndarray:
@@ -122,3 +124,22 @@ def expert_load(*, routing: Routing, num_experts: int, top_k: int, ep: int,
         active_experts_max_rank=min(max(active_max, float(active.mean())), num_experts / ep),
         active_experts_mean_rank=float(active.mean()),
     )
+
+
+def expert_load_at(*, routing: Routing, num_experts: int, top_k: int, ep: int,
+                   tokens: Size) -> ExpertLoad:
+    """:func:`expert_load` at one token count or an array of them (each distinct count is
+    priced once, through the same cache)."""
+    if np.ndim(tokens) == 0:
+        return expert_load(routing=routing, num_experts=num_experts, top_k=top_k, ep=ep,
+                           tokens=float(tokens))
+    counts, inverse = np.unique(np.asarray(tokens, dtype=float), return_inverse=True)
+    loads = [expert_load(routing=routing, num_experts=num_experts, top_k=top_k, ep=ep,
+                         tokens=float(count)) for count in counts]
+    shape = np.shape(tokens)
+    return ExpertLoad(**{name: np.array([getattr(load, name) for load in loads])[inverse]
+                         .reshape(shape) for name in _LOAD_FIELDS})
+
+
+_LOAD_FIELDS = ("tokens_max_rank", "tokens_mean_rank", "active_experts_max_rank",
+                "active_experts_mean_rank")

@@ -194,7 +194,7 @@ def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
 def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None, gpu: GPU,
                 constants: KernelConstants, clock: ClockState, weight_dtype: str,
                 kv_dtype: str = "bf16",
-                compute_slowdown: float = 1.0) -> KernelCost:
+                compute_slowdown: Size = 1.0) -> KernelCost:
     """Price one kernel. ``compute_slowdown`` > 1 when overlapped communication holds SMs."""
     tensor_time: Size = 0.0
     vector_time: Size = 0.0

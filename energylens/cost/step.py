@@ -5,6 +5,12 @@ both under continuous batching). Kernels that touch the context rank ``p`` (atte
 run once per group; all other kernels see the step's tokens merged into one batch, so
 weights are read once per step. Context lengths may be numpy arrays: one call prices
 several decode steps.
+
+Array-polymorphic over configurations too (:mod:`energylens.batch_predict`): sequence
+counts, the clock (``StepContext.clock``) and ``overlap_sms`` may be numpy arrays over
+configurations that share everything else (context points then lie on a leading axis).
+``overlap_sms`` must be all zero or all positive: whether a collective overlaps decides
+which kernels share SMs, not just how fast they run.
 """
 
 from __future__ import annotations
@@ -15,14 +21,20 @@ from functools import lru_cache
 import numpy as np
 
 from energylens.cost.comm import (
+    CommCost,
     collective_cost,
     link_for_group,
     overlapped_time,
     scale_out_cost,
 )
-from energylens.cost.constants import Calibration, KernelConstants, RuntimeConstants
-from energylens.cost.kernels import CompiledLayer, Kernel, compile_layer
-from energylens.cost.moe import Routing, expert_load
+from energylens.cost.constants import (
+    Calibration,
+    KernelConstants,
+    LinkConstants,
+    RuntimeConstants,
+)
+from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
+from energylens.cost.moe import Routing, expert_load_at
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import GPU
@@ -72,7 +84,7 @@ class StepContext:
     fusion: frozenset[str]
     weight_dtype: str
     kv_dtype: str
-    overlap_sms: int
+    overlap_sms: int | np.ndarray
     clock: ClockState
     routing: Routing
     pp: int
@@ -95,7 +107,7 @@ class StepContext:
         return d["tp"] * self.pp
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)
 def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
               fusion: frozenset[str]) -> CompiledLayer:
     return compile_layer(layer=group.layer, sizes=group.sizes, degrees=dict(degrees),
@@ -117,8 +129,8 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     moe = ctx.graph.model.moe
     if group.is_moe and moe is not None:
         ep = dict(ctx.degrees)["ep"]
-        load = expert_load(routing=ctx.routing, num_experts=moe.num_experts, top_k=moe.top_k,
-                           ep=ep, tokens=float(tokens))
+        load = expert_load_at(routing=ctx.routing, num_experts=moe.num_experts,
+                              top_k=moe.top_k, ep=ep, tokens=tokens)
         per_rank = moe.num_experts / ep
         rank_tokens = load.tokens_max_rank if critical else load.tokens_mean_rank
         merged["t"] = rank_tokens / per_rank
@@ -137,8 +149,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     degrees = dict(ctx.degrees)
     constants = ctx.constants
     overlapping = {c.overlap_kernel for c in compiled.collectives
-                   if ctx.overlap_sms > 0 and c.overlap_kernel is not None}
-    slowdown = ctx.gpu.sm_count / max(ctx.gpu.sm_count - ctx.overlap_sms, 1)
+                   if _overlaps(ctx) and c.overlap_kernel is not None}
+    slowdown = ctx.gpu.sm_count / np.maximum(ctx.gpu.sm_count - ctx.overlap_sms, 1)
     latencies: dict[int, Size] = {}
     compute_j: Size = 0.0
     memory_j: Size = 0.0
@@ -158,35 +170,84 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                                     degrees=degrees):
         size = degrees[collective.dim]
         kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
-        link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
         nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **merged},
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
-        if collective.kind == "all_reduce":
-            link = ctx.runtime.allreduce_link(link=link, constants=ctx.runtime_constants,
-                                              scale_up=kind == ctx.gpu.intra_node.kind,
-                                              message_bytes=nbytes)
         sms = ctx.overlap_sms if overlapped else None
-        if size > ctx.gpu.gpus_per_node:  # crosses scale-up domains: hierarchical
-            comm = scale_out_cost(
-                kind=collective.kind, message_bytes=nbytes, group_size=size,
-                gpus_per_node=ctx.gpu.gpus_per_node,
-                intra_bandwidth=ctx.gpu.intra_node.bandwidth_bytes_per_s,
-                intra=ctx.calibration.link(gpu=ctx.gpu.name, kind=ctx.gpu.intra_node.kind),
-                inter_bandwidth=bandwidth, inter=link, sms=sms)
-        else:
-            comm = collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
-                                   bandwidth=bandwidth, constants=link, sms=sms)
+        comm, sync_s = _collective_cost(ctx=ctx, collective=collective, kind=kind,
+                                        bandwidth=bandwidth, nbytes=nbytes, sms=sms)
         comm_j = comm_j + comm.energy_j
         if overlapped and collective.overlap_kernel is not None:
             index = collective.overlap_kernel
             hidden = latencies[index]
             latencies[index] = overlapped_time(compute_s=hidden, comm_s=comm.latency_s,
-                                               sync_s=link.overlap_sync_s)
+                                               sync_s=sync_s)
         else:
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
     return latency, compute_j, memory_j, comm_j, exposed
+
+
+def _overlaps(ctx: StepContext) -> bool:
+    """Whether communication kernels hold SMs (and so overlap with compute)."""
+    positive = np.asarray(ctx.overlap_sms) > 0
+    if positive.ndim and positive.any() != positive.all():
+        raise ValueError("overlap_sms must be all zero or all positive within one StepContext")
+    return bool(positive.all())
+
+
+def _collective_cost(*, ctx: StepContext, collective: Collective, kind: str, bandwidth: float,
+                     nbytes: Size, sms: Size | None) -> tuple[CommCost, Size]:
+    """One collective of ``nbytes`` over its group, and the sync cost of overlapping it.
+
+    An all-reduce may run on the runtime's own algorithm up to a message size: with an
+    array of messages, each is priced on the link the runtime picks for its size."""
+    link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
+    if collective.kind != "all_reduce":
+        return _on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
+                        sms=sms, link=link), link.overlap_sync_s
+
+    def chosen(message: Size) -> LinkConstants:
+        return ctx.runtime.allreduce_link(link=link, constants=ctx.runtime_constants,
+                                          scale_up=kind == ctx.gpu.intra_node.kind,
+                                          message_bytes=message)
+
+    if np.ndim(nbytes) == 0:
+        picked = chosen(nbytes)
+        return _on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
+                        sms=sms, link=picked), picked.overlap_sync_s
+    sizes, inverse = np.unique(np.asarray(nbytes), return_inverse=True)
+    links: list[LinkConstants] = []
+    which = np.empty(len(sizes), dtype=int)
+    for i, size in enumerate(sizes):
+        picked = chosen(float(size))
+        if picked not in links:
+            links.append(picked)
+        which[i] = links.index(picked)
+    per_config = which[inverse].reshape(np.shape(nbytes))
+    costs = [_on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
+                      sms=sms, link=one) for one in links]
+    comm, sync_s = costs[0], np.full(np.shape(nbytes), links[0].overlap_sync_s)
+    for index in range(1, len(links)):
+        use = per_config == index
+        comm = CommCost(**{f: np.where(use, getattr(costs[index], f), getattr(comm, f))
+                           for f in ("latency_s", "energy_j", "wire_s")})
+        sync_s = np.where(use, links[index].overlap_sync_s, sync_s)
+    return comm, sync_s
+
+
+def _on_link(*, ctx: StepContext, collective: Collective, bandwidth: float, nbytes: Size,
+             sms: Size | None, link: LinkConstants) -> CommCost:
+    size = dict(ctx.degrees)[collective.dim]
+    if size > ctx.gpu.gpus_per_node:  # crosses scale-up domains: hierarchical
+        return scale_out_cost(
+            kind=collective.kind, message_bytes=nbytes, group_size=size,
+            gpus_per_node=ctx.gpu.gpus_per_node,
+            intra_bandwidth=ctx.gpu.intra_node.bandwidth_bytes_per_s,
+            intra=ctx.calibration.link(gpu=ctx.gpu.name, kind=ctx.gpu.intra_node.kind),
+            inter_bandwidth=bandwidth, inter=link, sms=sms)
+    return collective_cost(kind=collective.kind, message_bytes=nbytes, group_size=size,
+                           bandwidth=bandwidth, constants=link, sms=sms)
 
 
 def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup]) -> StepCost:
@@ -210,21 +271,21 @@ def _head_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
     return _group_cost(ctx=ctx, group=ctx.graph.head_group, seqs=seqs)
 
 
-def pipeline_send_s(*, ctx: StepContext, tokens: float) -> float:
+def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
     """Time to pass one micro-batch's activations to the next pipeline stage."""
     if ctx.pp <= 1:
         return 0.0
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     message = tokens * ctx.graph.model.hidden_size * ACTIVATION_BYTES
-    return float(collective_cost(kind="send_recv", message_bytes=message, group_size=2,
-                                 bandwidth=bandwidth, constants=link).latency_s)
+    return collective_cost(kind="send_recv", message_bytes=message, group_size=2,
+                           bandwidth=bandwidth, constants=link).latency_s
 
 
 def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
     """One step through the whole model, pipelined over ``pp`` micro-batches when possible."""
     batch = sum(s.sequences for s in seqs)
-    micro = max(1.0, min(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
+    micro = np.maximum(1.0, np.minimum(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
     micro_seqs = [SequenceGroup(sequences=s.sequences / micro, new_tokens=s.new_tokens,
                                 context=s.context) for s in seqs]
     total = _head_cost(ctx=ctx, seqs=micro_seqs)
