@@ -12,7 +12,7 @@ from rich.console import Console
 
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
-from energylens.errors import CalibrationFileError, MeasurementError
+from energylens.errors import CalibrationFileError, ConfigError, MeasurementError
 from energylens.measurements.convert import FORMATS
 
 
@@ -70,7 +70,7 @@ def validate_measurements(args: argparse.Namespace) -> int:
     from energylens.validation.kshot import k_shot, validate_measured
 
     if (args.k_shot is None) != (args.group_by is None):
-        args.parser.error("--k-shot and --group-by go together")
+        raise ConfigError("--k-shot and --group-by go together")
     measurements = load_user_csv(args.file)
     calibration = _calibration(args.calibration)
     if measurements.ignored:
@@ -133,10 +133,11 @@ def calibrate_overlay(args: argparse.Namespace) -> int:
     measurements = load_user_csv(args.from_csv)
     base = _calibration(args.base)
     rows, skipped = fit_rows(measurements)
+    if not rows:
+        raise MeasurementError(f"{args.from_csv}: no row can be predicted, nothing to fit on "
+                               f"(row {skipped[0][0]}: {skipped[0][1]})")
     for number, reason in skipped:
         print(f"energylens: note: row {number} not fitted: {reason}", file=sys.stderr)
-    if not rows:
-        raise MeasurementError(f"{args.from_csv}: no row can be predicted, nothing to fit on")
     fit = fit_overlay(rows=rows, base=base)
     output = Path(args.output)
     base_name = "shipped" if args.base is None else str(Path(args.base).resolve())

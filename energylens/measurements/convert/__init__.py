@@ -41,7 +41,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.10g}"
+        return repr(value)
     return str(value)
 
 

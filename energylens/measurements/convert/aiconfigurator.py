@@ -5,8 +5,9 @@ Aggregated rows only (``mode=agg``): disaggregated rows have separate prefill an
 worker layouts, which the format cannot express, and are counted in a note. Layout in
 the engine's terms: ``tp`` = ``tp_size`` (attention), ``ep`` = ``moe_ep_size``, ``moe_tp``
 = ``moe_tp_size``, ``attention_dp`` = ``attention_dp_size``; GPUs = ``tp_size x
-attention_dp_size x pp_size``; ``dtype`` = ``precision`` (``gemm_quant_mode`` where empty). ``silicon_tpot_ms`` is written as ``tpot_s``: the source
-does not say whether it is a mean or a median. With ``load_as_serving`` each row is
+attention_dp_size x pp_size``; ``dtype`` = ``precision`` (``gemm_quant_mode`` where
+empty). ``silicon_tpot_ms`` is written as ``tpot_s``: the source does not say whether it
+is a mean or a median. With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
 """

@@ -1,0 +1,76 @@
+"""Bad measurement CSVs, conversions and overlays: exit code 2, one stderr line, no
+traceback, and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from energylens.cli.main import main
+
+GOOD = ("model,gpu,num_gpus,workload,batch,input_tokens,output_tokens,ttft_s\n"
+        "llama-3.1-8b,H100,1,batch,4,512,128,0.05\n")
+
+CASES: dict[str, tuple[str, list[str], str]] = {
+    "missing required column": ("model,gpu,ttft_s\nx,H100,1\n", [], "missing column 'num_gpus'"),
+    "no metric column": ("model,gpu,num_gpus\nx,H100,1\n", [], "no metric column"),
+    "non-numeric": (GOOD.replace(",4,", ",four,"), [], "column 'batch' has non-numeric value"),
+    "negative metric": (GOOD.replace("0.05", "-0.05"), [], "column 'ttft_s' must be a positive"),
+    "fractional GPU count": (GOOD.replace("H100,1,", "H100,1.5,"), [], "must be an integer"),
+    "bad workload": (GOOD.replace("batch,4", "offline,4"), [], "column 'workload' must be one of"),
+    "empty file": ("", [], "empty file"),
+    "header only": (GOOD.splitlines()[0] + "\n", [], "no data rows"),
+    "duplicate column": ("model,gpu,num_gpus,ttft_s,ttft_s\nx,H100,1,1,1\n", [], "appears more"),
+    "ragged row": (GOOD.strip() + ",9\n", [], "more fields than the header"),
+    "runtime columns disagree": ("model,gpu,num_gpus,runtime,engine,ttft_s\nx,H100,1,vllm,sglang,1\n",
+                                 [], "disagree"),
+    "unknown group column": (GOOD, ["--k-shot", "1", "--group-by", "cluster"],
+                             "--group-by column 'cluster' is not in the file"),
+    "k-shot without group": (GOOD, ["--k-shot", "1"], "--k-shot and --group-by go together"),
+    "negative k": (GOOD, ["--k-shot", "-1", "--group-by", "gpu"], "--k-shot must be >= 0"),
+}
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], code: int, message: str) -> None:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert message in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_measurement_csv(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text, extra, message = CASES[case]
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    before = sorted(tmp_path.iterdir())
+    _one_line(capsys, main(["validate", "measurements", str(path), *extra]), message)
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line(capsys, main(["validate", "measurements", str(tmp_path / "none.csv")]),
+              "no such file")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("model,gpu,num_gpus,ttft_s\nx,H100,1,1\n", "no row can be predicted"),
+    ("model,gpu\nx,H100\n", "missing column 'num_gpus'"),
+])
+def test_bad_calibrate_from(text: str, message: str, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    code = main(["calibrate", "--from", str(path), "--output", str(tmp_path / "my.yaml")])
+    _one_line(capsys, code, message)
+    assert not (tmp_path / "my.yaml").exists()
+
+
+def test_bad_conversion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "perf_model.csv"
+    path.write_text("model,hardware\nx,H100\n")
+    code = main(["measurements", "convert", "splitwise", str(path), "-o", str(tmp_path / "o.csv")])
+    _one_line(capsys, code, "missing columns")
+    assert not (tmp_path / "o.csv").exists()

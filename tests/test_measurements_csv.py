@@ -1,0 +1,213 @@
+"""The measurement CSV: converters round-trip into validate, unknown columns are carried,
+refusals carry their reason, k-shot with K = 0 is plain validation."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from energylens.calibration.file import default_calibration
+from energylens.cli.main import main
+from energylens.measurements import user_csv
+from energylens.measurements.convert import Options, converters, to_csv
+from energylens.measurements.user_csv import load_user_csv
+from energylens.validation.kshot import k_shot, validate_measured
+from energylens.validation.predictors import validate
+
+REPO = Path(__file__).resolve().parents[1]
+LIB = REPO / "data" / "measurements" / "llm-inference-bench" / "All_results.csv"
+MLENERGY = REPO / "data" / "measurements" / "mlenergy" / "tasks" / "lm-arena-chat.json"
+
+HEADER = "model,gpu,num_gpus,tp,runtime,workload,batch,input_tokens,output_tokens"
+
+
+def _write(tmp_path: Path, text: str, name: str = "m.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _convert(fmt: str, source: Path, tmp_path: Path, **options: object) -> Path:
+    out = tmp_path / f"{fmt}.csv"
+    out.write_text(to_csv(converters()[fmt](source, Options(**options))))  # type: ignore[arg-type]
+    return out
+
+
+def _small_lib(tmp_path: Path) -> Path:
+    """vLLM rows on H100 and A100 of the bench, plus two rows of another framework."""
+    with LIB.open() as f:
+        rows = list(csv.DictReader(f))
+    keep = [r for r in rows if r["Framework"] == "vLLM" and "Nvidia" in r["Hardware"]
+            and r["Model"] == "meta-llama/Meta-Llama-3-8B"][:12]
+    keep += [r for r in rows if r["Framework"] == "sambaflow"][:2]
+    path = tmp_path / "lib.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(keep)
+    return path
+
+
+def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp_path: Path) -> None:
+    source = _small_lib(tmp_path)
+    converted = load_user_csv(_convert("llm-inference-bench", source, tmp_path))
+    ours = validate_measured(converted, calibration=default_calibration()).rows
+    theirs = validate(format="llm-inference-bench", path=source).rows
+    assert len(ours) == len(theirs) == 14
+    for mine, bench in zip(ours, theirs, strict=True):
+        assert mine.row.measured["e2e_s"] == bench.measured["latency_s"]
+        if bench.error is None:
+            assert mine.error is None
+            assert mine.predicted["e2e_s"] == pytest.approx(bench.predicted["latency_s"], rel=1e-9)
+            assert mine.predicted["total_tokens_per_s"] == pytest.approx(
+                bench.predicted["throughput_tokens_per_s"], rel=1e-9)
+    assert all("runtime 'sambaflow' has no profile" in (o.error or "") for o in ours[-2:])
+
+
+def test_mlenergy_round_trip_keeps_the_layout_and_the_predictions(tmp_path: Path) -> None:
+    from energylens.measurements import mlenergy
+    from energylens.measurements.formats import load_measurements
+
+    converted = load_user_csv(_convert("mlenergy", MLENERGY, tmp_path))
+    source = load_measurements(format="mlenergy", path=MLENERGY).rows
+    outcomes = validate_measured(converted, calibration=default_calibration()).rows
+    checked = 0
+    for outcome, row in list(zip(outcomes, source, strict=True))[::6]:
+        try:
+            expected = mlenergy.predict_row(row.input, calibration=default_calibration())
+        except mlenergy.UnsupportedRow:
+            assert outcome.error is not None
+            continue
+        assert outcome.predicted["itl_p50_s"] == pytest.approx(expected["median_itl_ms"] / 1e3)
+        assert outcome.predicted["energy_per_output_token_j"] == pytest.approx(
+            expected["energy_per_token_joules"])
+        checked += 1
+    assert checked >= 5
+
+
+def test_splitwise_round_trip(tmp_path: Path) -> None:
+    source = _write(tmp_path, "model,hardware,prompt_size,batch_size,token_size,prompt_time,"
+                              "token_time,tensor_parallel\nllama-3.1-8b,H100,512,4,128,60,9,1\n",
+                    "perf_model.csv")
+    converted = load_user_csv(_convert("splitwise", source, tmp_path))
+    row = converted.rows[0]
+    assert row.measured == {"ttft_s": 0.06, "tpot_s": 0.009}
+    assert row.values["workload"] == "batch" and row.values["batch"] == 4
+    outcome = validate_measured(converted, calibration=default_calibration()).rows[0]
+    assert outcome.error is None and outcome.predicted["ttft_s"] > 0
+
+
+def test_vllm_benchmark_result_becomes_a_load_row(tmp_path: Path) -> None:
+    result = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "completed": 100,
+              "request_rate": float("inf"), "max_concurrency": 16, "total_input_tokens": 102400,
+              "total_output_tokens": 12800, "mean_ttft_ms": 80.0, "median_ttft_ms": 70.0,
+              "p99_ttft_ms": 200.0, "mean_tpot_ms": 9.0, "output_throughput": 1500.0}
+    source = _write(tmp_path, json.dumps(result).replace("Infinity", '"inf"'), "result.json")
+    converted = load_user_csv(_convert("vllm-benchmark", source, tmp_path, gpu="H100",
+                                       num_gpus=1))
+    row = converted.rows[0]
+    assert row.values["workload"] == "load" and row.values["concurrency"] == 16
+    assert row.values["input_tokens"] == 1024 and row.values["output_tokens"] == 128
+    assert row.measured["ttft_p50_s"] == pytest.approx(0.07)
+    assert row.measured["ttft_p99_s"] == pytest.approx(0.2)
+    assert row.measured["output_tokens_per_s"] == 1500.0
+
+
+def test_vllm_benchmark_without_the_gpu_is_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    source = _write(tmp_path, json.dumps({"model_id": "x", "completed": 1}), "result.json")
+    assert main(["measurements", "convert", "vllm-benchmark", str(source)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --gpu and --num-gpus" in err[0]
+
+
+AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
+              "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
+              "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")
+
+
+def test_aiconfigurator_rows_keep_id_layout_and_concurrency(tmp_path: Path) -> None:
+    source = _write(tmp_path, AIC_HEADER
+                    + "r1,db; silicon_concurrency=32; x=1,sglang,0.5,deepseek-ai/DeepSeek-V3,"
+                      "h200_sxm,fp8,agg,1024,1024,fp8,fp8,32,8,1,8,1,8,900,25\n"
+                    + "r2,db; silicon_concurrency=4,vllm,0.11,Qwen/Qwen3-32B,h100_sxm,,agg,"
+                      "1024,128,fp8,,4,2,1,1,2,1,150,18\n"
+                    + "r3,db; silicon_concurrency=4,vllm,0.11,Qwen/Qwen3-32B,h100_sxm,fp8,"
+                      "disagg,1024,128,fp8,,,,,,,,150,18\n",
+                    "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options())
+    assert [r["id"] for r in converted.rows] == ["r1", "r2"]
+    assert any("1 disaggregated row" in n for n in converted.notes)
+    first = converted.rows[0]
+    assert (first["tp"], first["attention_dp"], first["ep"], first["moe_tp"], first["num_gpus"],
+            first["concurrency"], first["workload"]) == (8, 8, 8, 1, 64, 32, "load")
+    assert converted.rows[1]["dtype"] == "fp8"  # gemm_quant_mode where precision is empty
+    path = tmp_path / "aic.csv"
+    path.write_text(to_csv(converted))
+    measurements = load_user_csv(path)
+    assert measurements.ignored == ("id", "max_batch_size", "provenance")
+    outcome = validate_measured(measurements, calibration=default_calibration()).rows[0]
+    assert "data-parallel attention (attention_dp=8) is not modelled" in (outcome.error or "")
+    serving = converters()["aiconfigurator"](source, Options(load_as_serving=True)).rows[1]
+    assert (serving["workload"], serving["batch"]) == ("serving", 4)
+
+
+def test_unknown_columns_are_carried_through_unchanged_and_named_once(tmp_path: Path,
+                                                                     capsys) -> None:  # type: ignore[no-untyped-def]
+    path = _write(tmp_path, f"{HEADER},ttft_s,notes,id\n"
+                            "llama-3.1-8b,H100,1,1,vllm,batch,4,512,128,0.05, a note ,007\n"
+                            "llama-3.1-8b,H100,1,1,vLLM,batch,8,512,128,0.09,,008\n")
+    assert main(["validate", "measurements", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert set(report) == {"rows", "metrics"}
+    assert [r["input"]["id"] for r in report["rows"]] == ["007", "008"]
+    assert report["rows"][0]["input"]["notes"] == " a note "
+    assert report["rows"][1]["input"]["runtime"] == "vllm"
+    assert set(report["rows"][0]) == {"input", "predicted", "error"}
+    assert report["metrics"]["ttft_s"]["n"] == 2
+    notes = [line for line in captured.err.splitlines() if "not part of the format" in line]
+    assert len(notes) == 1 and "notes, id" in notes[0]
+
+
+def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
+                            "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"
+                            "llama-3.1-8b,H100,1,1,vllm,load,,512,128,,,8,0.01\n"
+                            "llama-3.1-8b,H100,1,1,no-such-engine,batch,4,512,128,,,,0.01\n"
+                            "llama-3.1-8b,H100,1,1,vllm,batch,4,,128,,,,0.01\n")
+    monkeypatch.setattr(user_csv, "kind_names", lambda: ("batch", "serving"))
+    errors = [o.error for o in validate_measured(load_user_csv(path),
+                                                 calibration=default_calibration()).rows]
+    assert "moe_tp = 1 with tp = 4, ep = 2 is not modelled" in (errors[0] or "")
+    assert errors[1] == ("serving under load is not simulated (no workload kind named 'load' "
+                         "is registered)")
+    assert "runtime 'no-such-engine' has no profile" in (errors[2] or "")
+    assert errors[3] == "no input_tokens: needed to predict a batch row"
+
+
+K_SHOT_ROWS = "".join(f"llama-3.1-8b,{gpu},1,1,vllm,batch,{b},{n},128,{t:.4f}\n"
+                      for gpu in ("H100", "A100") for b, n, t in
+                      ((1, 128, 0.02), (8, 512, 0.1), (32, 1024, 0.6), (64, 2048, 2.0),
+                       (16, 256, 0.1)))
+
+
+def test_k_shot_with_k_0_is_plain_validation(tmp_path: Path) -> None:
+    measurements = load_user_csv(_write(tmp_path, f"{HEADER},ttft_s\n{K_SHOT_ROWS}"))
+    plain = validate_measured(measurements, calibration=default_calibration()).as_dict()
+    zero = k_shot(measurements, k=0, group_by=["gpu"], seed=3,
+                  calibration=default_calibration()).as_dict()
+    assert all(row.pop("fitted_on") is False for row in zero["rows"])
+    assert zero == plain
+
+
+def test_k_shot_scores_only_rows_not_fitted_on(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = _write(tmp_path, f"{HEADER},ttft_s\n{K_SHOT_ROWS}")
+    assert main(["validate", "measurements", str(path), "--k-shot", "2", "--group-by", "gpu",
+                 "--seed", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    fitted = [r["input"]["gpu"] for r in report["rows"] if r["fitted_on"]]
+    assert sorted(fitted) == ["A100", "A100", "H100", "H100"]
+    assert report["metrics"]["ttft_s"]["n"] == 6
