@@ -58,7 +58,6 @@ def serving_params(gpu_name: str) -> tuple[Param, ...]:
         Param(FLOP_SHARE, 0.5, 0.02, 0.95),
         Param("energy_per_hbm_byte_j", 30.0e-12, 5.0e-12, 150.0e-12, log=True),
         Param(f"{LINK_PREFIX}{gpu.intra_node.kind}.power_w", 40.0, 0.0, 300.0),
-        Param(f"{RUNTIME_PREFIX}allreduce_latency_s", 10.0e-6, 2.0e-6, 60.0e-6, log=True),
     )
 
 

@@ -1,7 +1,8 @@
 """``energylens calibrate``: fit every constant the data identifies and write the file.
 
 Order: (1) kernel latency curves per GPU from Vidur per-op profiles; (2) collective
-curves per ``<GPU>:<topology>`` from Vidur NCCL profiles; (3) serving-engine overheads and
+curves per ``<GPU>:<topology>`` from Vidur NCCL profiles, and each runtime's own small
+all-reduce per GPU from AIConfigurator's measured kernel tables; (3) serving-engine overheads and
 power constants per GPU from ML.ENERGY steady-state rows, on top of (1) and (2). GPUs
 without data of their own borrow what they lack from the measured relative their GPU file
 declares (``borrows:``; :mod:`energylens.calibration.transfer`), recorded as ``assumed``:
@@ -65,10 +66,12 @@ class CalibrationData:
     vidur_mlp: list[Path] = field(default_factory=list)
     vidur_network: list[Path] = field(default_factory=list)
     mlenergy: list[Path] = field(default_factory=list)
+    custom_allreduce: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
-        return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy})
+        return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
+                       *self.custom_allreduce})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -82,6 +85,8 @@ def discover(root: Path) -> CalibrationData:
         vidur_mlp=sorted((root / "vidur" / "compute").glob("*/*/*/mlp.csv")),
         vidur_network=sorted((root / "vidur" / "network").glob("*/*.csv")),
         mlenergy=tasks or models,  # model files repeat the task files' rows
+        custom_allreduce=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/comm/*/*/custom_allreduce_perf.parquet")),
     )
 
 
@@ -186,6 +191,10 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                                               report=fits[fit_id])
                                     for k, v in result.values.items()}
 
+    for path in data.custom_allreduce:
+        _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
+                              leave_out=leave_out, log=log)
+
     if data.mlenergy:
         from energylens.measurements.formats import load_measurements
 
@@ -252,6 +261,29 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     log(f"  {name} moves {100 * spread:.0f} % across regime folds "
                         f"(> {100 * SPREAD_LIMIT:.0f} %): identified by one regime")
     return Outcome(calibration=calibration, provenance=prov, fits=fits, data=data)
+
+
+def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
+                          prov: dict[str, dict[str, dict[str, Any]]],
+                          fits: dict[str, dict[str, Any]], leave_out: bool,
+                          log: Callable[[str], None]) -> None:
+    """A runtime's own all-reduce on one GPU from its measured kernel table."""
+    from energylens.calibration.fit_custom_allreduce import fit_custom_allreduce, read_table
+    from energylens.runtime import get_runtime, runtime_names
+
+    runtime = path.parts[-3]
+    if runtime not in runtime_names():
+        return
+    table = read_table(path=path, max_bytes=get_runtime(runtime).custom_allreduce_max_bytes)
+    log(f"{runtime} all-reduce {table.gpu}: fitting 3 constants on {table.latency_s.size} rows")
+    result = fit_custom_allreduce(table=table, leave_out=leave_out)
+    fit_id = f"custom-allreduce/{runtime}/{table.gpu}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_group_size_out")
+    key = runtime_key(runtime=runtime, gpu=table.gpu)
+    runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **result.values)
+    prov.setdefault(f"runtimes/{key}", {}).update(
+        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+         for k, v in result.values.items()})
 
 
 def to_yaml(outcome: Outcome) -> str:

@@ -136,7 +136,7 @@ def _borrow_runtimes(*, gpu: GPU, relative: GPU, runtimes: dict[str, RuntimeCons
         own = prov.setdefault(f"runtimes/{target}", {})
         borrowed: dict[str, float] = {}
         for field, entry in source.items():
-            if field in own or (field == "allreduce_latency_s" and not same_link):
+            if field in own or (field.startswith("allreduce_") and not same_link):
                 continue
             borrowed[field] = entry["value"]
             own[field] = {"value": entry["value"], "kind": "assumed",

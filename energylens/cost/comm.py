@@ -32,11 +32,11 @@ has a fixed cost 5x lower than all-reduce's, hence its own latency and fraction.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from energylens.cost.constants import LinkConstants
+from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.cost.work import Size
 from energylens.hardware import GPU
 
@@ -91,6 +91,19 @@ def scale_out_cost(*, kind: str, message_bytes: Size, group_size: int, gpus_per_
     return CommCost(latency_s=np.maximum(inside.latency_s, across.latency_s),
                     energy_j=inside.energy_j + across.energy_j,
                     wire_s=np.maximum(inside.wire_s, across.wire_s))
+
+
+def own_allreduce_link(*, constants: RuntimeConstants, link: LinkConstants) -> LinkConstants:
+    """NCCL's ``link`` with a runtime's own all-reduce in place of its latency and, where
+    the runtime's bus-bandwidth fraction is set, of its bandwidth curve: an additive
+    alpha-beta form without NCCL's ramp or second protocol."""
+    own = replace(link, latency_s=constants.allreduce_latency_s,
+                  latency_per_hop_s=constants.allreduce_latency_per_hop_s)
+    if constants.allreduce_bus_bandwidth_fraction <= 0:
+        return own
+    return replace(own, bus_bandwidth_fraction=constants.allreduce_bus_bandwidth_fraction,
+                   bandwidth_group_exponent=0.0, half_bandwidth_bytes=0.0,
+                   latency_sharpness=1.0, bulk_bandwidth_fraction=0.0)
 
 
 def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidth: float,

@@ -74,8 +74,11 @@ class RuntimeConstants:
     # Fixed time per MoE layer under expert parallelism (expert-map and routing bookkeeping
     # outside the CUDA graph; GPUs idle at static power).
     ep_moe_layer_overhead_s: float = 0.0
-    # Latency of the runtime's own small all-reduce over the scale-up link (0 = NCCL's).
+    # The runtime's own small all-reduce over the scale-up link (latency 0 = NCCL's):
+    # latency + per-hop latency x log2(n) + moved bytes / (link x bus bandwidth fraction).
     allreduce_latency_s: float = 0.0
+    allreduce_latency_per_hop_s: float = 0.0
+    allreduce_bus_bandwidth_fraction: float = 0.0  # 0 = NCCL's bandwidth curve
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from energylens.cost.comm import own_allreduce_link
 from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.cost.kernels import Collective
 from energylens.errors import EnergyLensError
@@ -60,7 +61,7 @@ class RuntimeProfile:
         the message is within its size limit, else NCCL's ``link``."""
         if (scale_up and constants.allreduce_latency_s > 0
                 and np.all(np.asarray(message_bytes) <= self.custom_allreduce_max_bytes)):
-            return replace(link, latency_s=constants.allreduce_latency_s, latency_per_hop_s=0.0)
+            return own_allreduce_link(constants=constants, link=link)
         return link
 
     def step_overhead_s(self, *, constants: RuntimeConstants,
