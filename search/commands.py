@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from search.config import StudyConfig, StudyError, load_study
+from search.engines.grid_engine import EXHAUSTIVE
+from search.exhaustive import Shard, exhaustive_folder, parse_shard, run_exhaustive
+from search.exhaustive_report import GridReport, has_grid_results, write_grid_report
 from search.files import ResultsError, claim_results
 from search.frame import distinct_configurations
 from search.knobs import BoolKnob, CategoricalKnob, FloatKnob, IntKnob, Knob
@@ -75,12 +78,22 @@ class Overrides:
     storage: str | None = None
     seed: int | None = None
     new_study: str | None = None
+    shard: str | None = None
+    """``K/N``: run the K-th of N parts of the whole grid as an exhaustive grid (Parquet)."""
 
     def apply(self, config: StudyConfig) -> StudyConfig:
-        """``config`` with these overrides."""
-        return config.overridden(
+        """``config`` with these overrides (a shard selects the exhaustive grid sampler)."""
+        config = config.overridden(
             engine=self.engine, storage=self.storage, seed=self.seed, trials=self.trials, name=self.new_study
         )
+        if self.shard is None:
+            return config
+        parse_shard(self.shard)
+        return replace(config.with_engine("grid"), sampler=EXHAUSTIVE)
+
+    def shard_of(self) -> Shard:
+        """The shard to run (the whole grid when none is given)."""
+        return Shard() if self.shard is None else parse_shard(self.shard)
 
 
 def cmd_check(study_path: str | Path, *, app: Application, overrides: Overrides = Overrides()) -> int:
@@ -113,6 +126,8 @@ def cmd_run(
     try:
         config = overrides.apply(load_study(study_path, schema=app.schema))
         problem = app.problem_factory(config)
+        if config.writes_parquet:
+            return _run_grid(config, problem, overrides.shard_of(), force)
         config.budget()  # a grid too large to run whole is refused before anything is created
         refuse_existing(config)
         _claim(config, force)
@@ -134,6 +149,8 @@ def cmd_resume(study_path: str | Path, *, app: Application, overrides: Overrides
     config: StudyConfig | None = None
     try:
         config = overrides.apply(load_study(study_path, schema=app.schema))
+        if config.writes_parquet:  # a rerun continues after the last complete chunk
+            return _run_grid(config, app.problem_factory(config), overrides.shard_of(), force)
         if overrides.trials is None:
             raise StudyError("--trials: expected the total number of completed trials to reach")
         problem = app.problem_factory(config)
@@ -158,6 +175,10 @@ def cmd_report(
     """Rewrite the report of an existing study and print its feasible Pareto front."""
     try:
         config = overrides.apply(load_study(study_path, schema=app.schema))
+        if config.writes_parquet or (has_grid_results(config) and not completed_in_storage(config)):
+            _claim(config, force)
+            _print_grid(config, write_grid_report(config=config))
+            return 0
         study = open_study(config=config)
         _claim(config, force)
         _finish(config, study)
@@ -212,6 +233,40 @@ def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides
         return _interrupted(config, app)
     _console().print(f"{config.name}: {len(completed_trials(study))} completed trials in the study")
     return 0
+
+
+def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool) -> int:
+    """Run (or continue) one shard of an exhaustive grid; report once every shard is done.
+
+    Raises:
+        KeyboardInterrupt: after the chunk in flight (its chunks are kept; a rerun continues).
+    """
+    _claim(config, force)
+    state = run_exhaustive(config=config, problem=problem, shard=shard, progress=True)
+    console = _console()
+    console.print(
+        f"{config.name}: shard {shard}: {state.evaluated:,} of {state.size:,} configurations "
+        f"evaluated, {state.feasible:,} feasible, in {exhaustive_folder(config) / shard.folder_name}"
+    )
+    report = write_grid_report(config=config)
+    if report.missing:
+        console.print(f"shards still to run: {', '.join(report.missing)}; then: study report")
+        return 0
+    _print_grid(config, report)
+    return 0
+
+
+def _print_grid(config: StudyConfig, report: GridReport) -> None:
+    columns = [*config.space.names, *(o.metric for o in config.objectives)]
+    covered = "the whole grid" if not report.missing else f"shards missing: {', '.join(report.missing)}"
+    title = (
+        f"{config.name}: exact feasible Pareto front ({len(report.front)} configurations; "
+        f"{report.evaluated:,} of {report.grid_size:,} evaluated, {covered}; {report.feasible:,} feasible)"
+    )
+    console = _console()
+    _print_table(console, report.front[columns], title=title)
+    for path in report.files:
+        console.print(f"wrote {path}")
 
 
 def _claim(config: StudyConfig, force: bool) -> None:

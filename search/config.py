@@ -9,7 +9,8 @@ Format (paths are relative to the study file's folder)::
       - {metric: output_tokens_per_s, direction: maximize}
     constraints: ["tpot_s <= 0.05", "ttft_s <= 2"]
     engine: optuna                   # a registered engine: optuna (default) | pymoo | grid
-    sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3
+    sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3;
+                                     # grid: grid | exhaustive (Parquet, search.exhaustive)
     population_size: 50
     trials: 500                      # budget; exhaustive engines (grid): the whole grid
     seed: 0
@@ -30,8 +31,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from search._schema import Checker, read_yaml
 from search.engines import engine_names, get_engine
+from search.engines.grid_engine import EXHAUSTIVE
 from search.problem import ProblemSchema
 from search.space import Space, SpaceError, load_space, parse_space
 
@@ -94,7 +98,11 @@ class Constraint:
         Relative (divided by ``|bound|``, raw when the bound is 0) so that constraints in
         different units add up sensibly in the engines' total-violation ranking.
         """
-        excess = value - self.bound if self.op == "<=" else self.bound - value
+        return float(self.violations(np.asarray(value, dtype=float)))
+
+    def violations(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`violation` of every value of an array."""
+        excess = values - self.bound if self.op == "<=" else self.bound - values
         return excess / abs(self.bound) if self.bound else excess
 
     def satisfied(self, value: float) -> bool:
@@ -134,11 +142,15 @@ class StudyConfig:
         return [o.direction for o in self.objectives]
 
     def budget(self) -> int:
-        """Trials to run: ``trials``, else the whole grid (exhaustive engine) or DEFAULT_TRIALS.
+        """Trials to run: ``trials``, else the whole grid (exhaustive engine) or DEFAULT_TRIALS;
+        the grid sampler ``exhaustive`` (Parquet, :mod:`search.exhaustive`) always covers the
+        whole grid, whatever its size.
 
         Raises:
             StudyError: an exhaustive engine, no ``trials`` and a grid over MAX_GRID_POINTS.
         """
+        if self.writes_parquet:
+            return self.space.grid_size
         if self.trials is not None:
             return self.trials
         if not get_engine(self.engine).exhaustive:
@@ -150,6 +162,12 @@ class StudyConfig:
                 f"{MAX_GRID_POINTS:,}); set trials: N or pass --trials N to sample N points uniformly"
             )
         return size
+
+    @property
+    def writes_parquet(self) -> bool:
+        """The study is an exhaustive grid written to Parquet (``sampler: exhaustive``), not
+        an Optuna study."""
+        return self.sampler == EXHAUSTIVE
 
     def overridden(
         self,

@@ -28,8 +28,57 @@ def non_dominated_mask(points: np.ndarray, *, directions: Sequence[str]) -> np.n
     """Boolean mask of the points no other point dominates (ties are all kept).
 
     A point dominates another when it is no worse in every objective and better in one.
+    Two objectives: one sort and a running minimum (O(n log n), millions of points a
+    second); more: candidates that dominate many points filter the rest first, then a
+    sweep in lexicographic order.
     """
     f = as_minimization(points, directions)
+    if len(f) == 0:
+        return np.zeros(0, dtype=bool)
+    if f.shape[1] == 2:
+        return _mask_2d(f)
+    mask = np.zeros(len(f), dtype=bool)
+    survivors = np.flatnonzero(~_dominated_by(f, f[_pivots(f)]))
+    mask[survivors[_sweep(f[survivors])]] = True
+    return mask
+
+
+def _mask_2d(f: np.ndarray) -> np.ndarray:
+    order = np.lexsort((f[:, 1], f[:, 0]))
+    a, b = f[order, 0], f[order, 1]
+    first = np.r_[True, a[1:] != a[:-1]]
+    group = np.cumsum(first) - 1
+    group_best = b[first]  # sorted by b within a group of equal a
+    earlier_best = np.r_[np.inf, np.minimum.accumulate(group_best)[:-1]]
+    # dominated: a point of a smaller first objective is no worse in the second, or a point of
+    # the same first objective is better in the second
+    dominated = (earlier_best[group] <= b) | (group_best[group] < b)
+    mask = np.zeros(len(f), dtype=bool)
+    mask[order] = ~dominated
+    return mask
+
+
+def _pivots(f: np.ndarray, n: int = 16) -> np.ndarray:
+    """Points likely to dominate many others: the best in each objective and by the sum of
+    objectives scaled to their ranges."""
+    span = np.ptp(f, axis=0)
+    scaled = (f - f.min(axis=0)) / np.where(span > 0, span, 1.0)
+    best_sum = np.argsort(scaled.sum(axis=1), kind="stable")[:n]
+    return np.unique(np.r_[best_sum, np.argmin(f, axis=0)])
+
+
+def _dominated_by(f: np.ndarray, others: np.ndarray, block: int = 65536) -> np.ndarray:
+    """Whether each row of ``f`` is dominated by some row of ``others``."""
+    out = np.zeros(len(f), dtype=bool)
+    for start in range(0, len(f), block):
+        part = f[start : start + block, None, :]
+        no_worse = np.all(others[None] <= part, axis=2)
+        better = np.any(others[None] < part, axis=2)
+        out[start : start + block] = np.any(no_worse & better, axis=1)
+    return out
+
+
+def _sweep(f: np.ndarray) -> np.ndarray:
     order = np.lexsort(f.T[::-1])
     front = np.empty_like(f)
     n_front = 0

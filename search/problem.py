@@ -6,6 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import pandas as pd
+
 
 @dataclass
 class Evaluation:
@@ -24,7 +27,15 @@ class Evaluation:
 
 
 class Problem(Protocol):
-    """An objective. Engines call ``evaluate_many`` for batches when it exists."""
+    """An objective. Optional batch hooks, used when present (see :func:`evaluate_batch` and
+    :func:`evaluate_frame`):
+
+    * ``evaluate_many(list[params]) -> list[Evaluation]``: a batch of configurations;
+    * ``evaluate_table(table: pandas.DataFrame) -> pandas.DataFrame``: a columnar batch, one
+      row per configuration and one column per knob or fixed value; the result has the same
+      index, one float column per metric and an ``infeasible_reason`` column (None or ""
+      when the configuration can run).
+    """
 
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
         """Evaluate one configuration (knob values plus the space's fixed values)."""
@@ -63,3 +74,44 @@ def evaluate_batch(problem: Problem, batch: Sequence[Mapping[str, Any]]) -> list
     if len(results) != len(batch):
         raise ValueError(f"evaluate_many returned {len(results)} evaluations for {len(batch)} configurations")
     return results
+
+
+REASON_COLUMN = "infeasible_reason"
+"""Column of :func:`evaluate_frame` results: why a configuration cannot run (None when it can)."""
+
+
+def evaluate_frame(problem: Problem, table: pd.DataFrame) -> pd.DataFrame:
+    """Evaluate every row of ``table`` (knob and fixed values) into a metrics table.
+
+    Uses ``problem.evaluate_table`` when present, else :func:`evaluate_batch` on the rows.
+    The result has ``table``'s index, one float column per metric (NaN where a configuration
+    did not report it) and :data:`REASON_COLUMN` (object: None when the configuration runs).
+
+    Raises:
+        ValueError: the hook returned another number of rows or no reason column.
+    """
+    columnar = getattr(problem, "evaluate_table", None)
+    if columnar is not None:
+        result = columnar(table)
+        if len(result) != len(table) or REASON_COLUMN not in result.columns:
+            raise ValueError(
+                f"evaluate_table returned {len(result)} rows for {len(table)} configurations"
+                f" (columns: {', '.join(map(str, result.columns))}; {REASON_COLUMN!r} is required)"
+            )
+        result = result.set_axis(table.index)
+        reasons = result[REASON_COLUMN].astype(object)
+        reasons = reasons.where(reasons.notna() & (reasons != ""), None)
+        metrics = result.drop(columns=[REASON_COLUMN]).astype(float)
+        return metrics.assign(**{REASON_COLUMN: reasons})
+    rows = [{str(k): v for k, v in row.items()} for row in table.to_dict("records")]
+    evaluations = evaluate_batch(problem, rows)
+    names = list(dict.fromkeys(k for e in evaluations for k in e.metrics))
+    values = np.full((len(rows), len(names)), np.nan)
+    column = {name: j for j, name in enumerate(names)}
+    for i, evaluation in enumerate(evaluations):
+        for name, value in evaluation.metrics.items():
+            values[i, column[name]] = value
+    frame = pd.DataFrame(values, index=table.index, columns=names)
+    reasons = [e.infeasible_reason for e in evaluations]
+    frame[REASON_COLUMN] = pd.Series(reasons, index=table.index, dtype=object)
+    return frame

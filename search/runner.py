@@ -255,6 +255,11 @@ def _drive(
     seed: int | None,
     progress: bool,
 ) -> optuna.Study:
+    if config.writes_parquet:
+        raise StudyStateError(
+            f"{config.source}: sampler exhaustive writes the grid to Parquet, not to a study; "
+            "run it with search.exhaustive.run_exhaustive (energylens study run)"
+        )
     study = optuna.load_study(study_name=config.name, storage=storage)
     fail_stale_trials(study)
     n_done = len(completed_trials(study))

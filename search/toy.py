@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from search.config import StudyConfig
@@ -28,6 +29,9 @@ GPUS = {  # speed, bandwidth, memory (bytes), static power (W), dynamic power (W
 }
 WEIGHTS_BYTES = 100e9
 KV_BYTES_PER_SEQUENCE = 1.5e9
+
+READ = ["gpu", "gpus", "tp", "batch", "freq", "fuse"]
+"""The parameters the toy reads (any other is ignored)."""
 
 TOY_SPACE: dict[str, Any] = {
     "knobs": {
@@ -99,40 +103,59 @@ class ToyDeployment:
 
     def evaluate_many(self, params: Sequence[Mapping[str, Any]]) -> list[Evaluation]:
         """Evaluate a batch with numpy."""
-        spec = np.array([GPUS[p["gpu"]] for p in params]).reshape(-1, 5)
-        speed, bandwidth, memory, static_w, dynamic_w = spec.T
-        gpus, tp, batch, freq, fuse = (
-            np.array([float(p[k]) for p in params]) for k in ("gpus", "tp", "batch", "freq", "fuse")
+        metrics, reasons = _model(
+            [p["gpu"] for p in params], {k: np.array([float(p[k]) for p in params]) for k in READ[1:]}
         )
-        need = (WEIGHTS_BYTES + batch * KV_BYTES_PER_SEQUENCE) / tp
-        memory_s = need / (bandwidth * 1e12) * np.where(fuse > 0, 0.9, 1.0)
-        compute_s = batch * 1e-2 / (speed * tp * freq) * np.where(fuse > 0, 0.8, 1.0)
-        comm_s = np.where(tp > 1, 0.004 * np.log2(tp) * (1 + batch / 32), 0.0)
-        replicas = np.maximum(gpus // tp, 1)
-        step_s = np.maximum(compute_s, memory_s) + comm_s + 0.002
-        busy = compute_s / np.maximum(compute_s, memory_s)
-        power_w = static_w * (1 + 0.1 * np.log2(replicas)) + dynamic_w * freq**2.5 * (0.4 + 0.6 * busy)
-        metrics = {
-            "latency_s": step_s,
-            "tokens_per_s": batch * replicas / step_s,
-            "energy_per_token_j": gpus * power_w * step_s / (batch * replicas),
-            "power_w": gpus * power_w,
-            "memory_bytes": need,
-        }
         results = []
-        for i in range(len(params)):
-            if tp[i] > gpus[i]:
-                results.append(Evaluation({}, f"tp={tp[i]:.0f} > gpus={gpus[i]:.0f}"))
-            elif need[i] > memory[i]:
-                results.append(
-                    Evaluation(
-                        {"memory_bytes": float(need[i])},
-                        f"needs {need[i] / 1e9:.1f} GB per GPU > {memory[i] / 1e9:.0f} GB",
-                    )
-                )
-            else:
-                results.append(Evaluation({k: float(v[i]) for k, v in metrics.items()}))
+        for i, reason in enumerate(reasons):
+            kept = {k: float(v[i]) for k, v in metrics.items() if not np.isnan(v[i])}
+            results.append(Evaluation(kept, reason))
         return results
+
+    def evaluate_table(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Evaluate every row of ``table`` (columns: at least :data:`READ`) at once: one column
+        per metric (NaN where the configuration cannot run) plus ``infeasible_reason``."""
+        metrics, reasons = _model(table["gpu"], {k: table[k].to_numpy(dtype=float) for k in READ[1:]})
+        frame = pd.DataFrame(metrics, index=table.index)
+        frame["infeasible_reason"] = pd.Series(reasons, index=table.index, dtype=object)
+        return frame
+
+
+def _model(
+    gpu: list[str] | pd.Series, knobs: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[Any]]:
+    """Metric arrays (NaN where a configuration cannot run) and the reasons (None: it runs)."""
+    if isinstance(gpu, pd.Series):  # a column: one lookup per distinct GPU
+        spec = np.stack([gpu.astype(object).map({k: v[j] for k, v in GPUS.items()}).to_numpy(dtype=float)
+                         for j in range(5)], axis=1)
+    else:
+        spec = np.array([GPUS[name] for name in gpu], dtype=float).reshape(-1, 5)
+    speed, bandwidth, memory, static_w, dynamic_w = spec.T
+    gpus, tp, batch, freq, fuse = (knobs[k] for k in READ[1:])
+    need = (WEIGHTS_BYTES + batch * KV_BYTES_PER_SEQUENCE) / tp
+    memory_s = need / (bandwidth * 1e12) * np.where(fuse > 0, 0.9, 1.0)
+    compute_s = batch * 1e-2 / (speed * tp * freq) * np.where(fuse > 0, 0.8, 1.0)
+    comm_s = np.where(tp > 1, 0.004 * np.log2(tp) * (1 + batch / 32), 0.0)
+    replicas = np.maximum(gpus // tp, 1)
+    step_s = np.maximum(compute_s, memory_s) + comm_s + 0.002
+    busy = compute_s / np.maximum(compute_s, memory_s)
+    power_w = static_w * (1 + 0.1 * np.log2(replicas)) + dynamic_w * freq**2.5 * (0.4 + 0.6 * busy)
+    too_wide, too_big = tp > gpus, need > memory
+    invalid = too_wide | too_big
+    metrics = {
+        "latency_s": step_s,
+        "tokens_per_s": batch * replicas / step_s,
+        "energy_per_token_j": gpus * power_w * step_s / (batch * replicas),
+        "power_w": gpus * power_w,
+    }
+    metrics = {k: np.where(invalid, np.nan, v) for k, v in metrics.items()}
+    metrics["memory_bytes"] = np.where(too_wide, np.nan, need)
+    reasons: list[Any] = [None] * len(gpus)
+    for i in np.flatnonzero(too_big):
+        reasons[i] = f"needs {need[i] / 1e9:.1f} GB per GPU > {memory[i] / 1e9:.0f} GB"
+    for i in np.flatnonzero(too_wide):
+        reasons[i] = f"tp={tp[i]:.0f} > gpus={gpus[i]:.0f}"
+    return metrics, reasons
 
 
 def toy_problem(config: StudyConfig) -> ToyDeployment:

@@ -22,14 +22,18 @@ if TYPE_CHECKING:
 
 BATCH_SIZE = 1024
 """Grid points evaluated, and written to the study, at a time."""
+EXHAUSTIVE = "exhaustive"
+"""The sampler that writes the whole grid to Parquet (:mod:`search.exhaustive`) instead of
+storing one trial per point; the runner refuses it (it has no Optuna study)."""
 
 
 class GridEngine(Engine):
     """Every point of an enumerable space in grid order; with a budget below the grid size,
-    a uniform random sample of the whole grid."""
+    a uniform random sample of the whole grid. Sampler ``exhaustive`` is run by
+    :func:`search.exhaustive.run_exhaustive`, never through a study."""
 
     name = "grid"
-    samplers = ("grid",)
+    samplers = ("grid", EXHAUSTIVE)
     exhaustive = True
     needs_enumerable_space = True
 
