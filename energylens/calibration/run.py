@@ -2,7 +2,8 @@
 
 Order: (1) kernel latency curves per GPU from Vidur per-op profiles; (2) collective
 curves per ``<GPU>:<topology>`` from Vidur NCCL profiles, and each runtime's own small
-all-reduce per GPU from AIConfigurator's measured kernel tables; (3) serving-engine overheads and
+all-reduce per GPU and the low-precision GEMM efficiency ratios per GPU from
+AIConfigurator's measured kernel tables; (3) serving-engine overheads and
 power constants per GPU from ML.ENERGY steady-state rows, on top of (1) and (2). GPUs
 without data of their own borrow what they lack from the measured relative their GPU file
 declares (``borrows:``; :mod:`energylens.calibration.transfer`), recorded as ``assumed``:
@@ -67,11 +68,12 @@ class CalibrationData:
     vidur_network: list[Path] = field(default_factory=list)
     mlenergy: list[Path] = field(default_factory=list)
     custom_allreduce: list[Path] = field(default_factory=list)
+    gemm_tables: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
-                       *self.custom_allreduce})
+                       *self.custom_allreduce, *self.gemm_tables})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -87,6 +89,8 @@ def discover(root: Path) -> CalibrationData:
         mlenergy=tasks or models,  # model files repeat the task files' rows
         custom_allreduce=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/comm/*/*/custom_allreduce_perf.parquet")),
+        gemm_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/gemm/vllm/*/gemm_perf.parquet")),
     )
 
 
@@ -191,6 +195,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                                               report=fits[fit_id])
                                     for k, v in result.values.items()}
 
+    for path in data.gemm_tables:
+        _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
+
     for path in data.custom_allreduce:
         _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
                               leave_out=leave_out, log=log)
@@ -261,6 +268,26 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     log(f"  {name} moves {100 * spread:.0f} % across regime folds "
                         f"(> {100 * SPREAD_LIMIT:.0f} %): identified by one regime")
     return Outcome(calibration=calibration, provenance=prov, fits=fits, data=data)
+
+
+def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
+                   prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                   log: Callable[[str], None]) -> None:
+    """Low-precision GEMM efficiency ratios of one GPU from its measured GEMM table."""
+    from energylens.calibration.fit_custom_allreduce import table_gpu
+    from energylens.calibration.fit_precision import RATIOS, fit_precision
+
+    gpu = table_gpu(path)
+    for name in RATIOS:
+        result = fit_precision(path=path, field=name)
+        if result is None:
+            continue
+        log(f"kernels {gpu}: {name} = {result.values[name]:.3f} on {result.n_points} shapes")
+        fit_id = f"aiconfigurator-gemm/{gpu}/{name}"
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_half_the_k_values_out")
+        kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **result.values)
+        prov.setdefault(f"kernels/{gpu}", {})[name] = _entry(
+            result.values[name], kind="fitted", fit_id=fit_id, report=fits[fit_id])
 
 
 def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],

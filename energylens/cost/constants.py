@@ -43,6 +43,10 @@ class KernelConstants:
     activation_bandwidth_efficiency: float = 0.80
     elementwise_overhead_s: float = 4.0e-6
     elementwise_bandwidth_efficiency: float = 0.80
+    # Fraction of its own peak an FP8 (FP4) GEMM reaches, relative to what a BF16 GEMM
+    # reaches of the BF16 peak (1 = the datasheet's 2x (4x) rate is reached in full).
+    fp8_gemm_efficiency_ratio: float = 1.0
+    fp4_gemm_efficiency_ratio: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)

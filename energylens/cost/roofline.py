@@ -163,6 +163,15 @@ def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
 
 
+def precision_efficiency_ratio(*, dtype: str, gpu: GPU, constants: KernelConstants) -> float:
+    """How much less of its peak a ``dtype`` GEMM reaches than a BF16 GEMM of the BF16
+    peak (1 for 16-bit GEMMs and where the GPU has no native ``dtype`` rate)."""
+    if dtype not in gpu.dense_flops_per_s:
+        return 1.0
+    return {"fp8": constants.fp8_gemm_efficiency_ratio,
+            "fp4": constants.fp4_gemm_efficiency_ratio}.get(dtype, 1.0)
+
+
 #: Function of a small memory-bound kernel's ops -> its class; the first op that names a
 #: class decides (a fused add + norm is a norm kernel).
 VECTOR_CLASSES: dict[str, str] = {"rmsnorm": "norm", "layernorm": "norm", "rope": "rope",
@@ -238,7 +247,8 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         entry[2] = entry[2] + flops
     for dtype, shape, flops, _ in merged.values():
         eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
-                              constants=constants)
+                              constants=constants) * precision_efficiency_ratio(
+            dtype=dtype, gpu=gpu, constants=constants)
         tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
     nbytes: Size = 0.0
     # appended to the KV cache (in its dtype); a recurrent state (no token rank) is not
