@@ -35,12 +35,16 @@ from energylens.workloads.registry import MemoryDemand, Placement, register
 from energylens.workloads.result import PhaseResult, Prediction
 from energylens.workloads.workload import Workload
 
-#: vLLM's default cap on running requests (``--max-num-seqs``) for ``vllm serve``: 1,024
-#: on GPUs with >= 70 GiB other than the A100, 256 otherwise. Source: vLLM
-#: ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py, V1 engine, 0.10-0.11),
-#: recalled, not re-read here: kind datasheet (engine code).
-MAX_SEQUENCES_LARGE, MAX_SEQUENCES_SMALL = 1024, 256
+#: ``vllm serve`` scheduler defaults (V1 engine, OpenAI server): on GPUs with >= 70 GiB
+#: other than the A100, ``--max-num-batched-tokens`` 8,192 and ``--max-num-seqs`` 1,024;
+#: otherwise 2,048 and 256. Source: vLLM ``EngineArgs.get_batch_defaults``
+#: (vllm/engine/arg_utils.py, 0.10-0.11), recalled, not re-read here: kind datasheet
+#: (engine code). The profile's ``prefill_chunk_tokens`` (16,384, the offline ``LLM``
+#: class's budget) sizes activation memory; a server under load runs with these.
+SERVE_LARGE = (8192, 1024)
+SERVE_SMALL = (2048, 256)
 LARGE_GPU_BYTES = 70 * 2**30
+MAX_SEQUENCES_LARGE = SERVE_LARGE[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,20 +62,21 @@ class LoadPrediction(Prediction):
         return {**out, **load}
 
 
-def max_sequences(ctx: StepContext) -> int:
-    """vLLM's default ``max_num_seqs`` on this GPU."""
+def serve_defaults(ctx: StepContext) -> tuple[int, int]:
+    """``vllm serve``'s (token budget, max running requests) on this GPU."""
     large = ctx.gpu.hbm_capacity_bytes >= LARGE_GPU_BYTES and "a100" not in ctx.gpu.name.lower()
-    return MAX_SEQUENCES_LARGE if large else MAX_SEQUENCES_SMALL
+    return SERVE_LARGE if large else SERVE_SMALL
 
 
-def kv_pool_tokens(ctx: StepContext) -> int:
+def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
     """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
-    activations of a full token budget and its reserve, over the cache bytes per token."""
+    activations of a step of ``budget`` tokens and its reserve, over the cache bytes per
+    token."""
     def use(sequences: float) -> MemoryUse:
         return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                           degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                           kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=1.0,
-                          step_tokens=float(ctx.runtime.prefill_chunk_tokens))
+                          step_tokens=float(budget))
     fixed, one = use(0.0), use(1.0)
     per_token = one.kv_cache_bytes
     if per_token <= 0:  # no attention cache (a recurrent model): sequences cap the batch
@@ -117,9 +122,9 @@ def simulate_replica(*, placement: Placement, workload: Workload,
         default_count(clients=clients)
     requests = replica_requests(workload=workload, replicas=replicas, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
-    cap = max_sequences(ctx)
-    limits = SchedulerLimits(token_budget=ctx.runtime.prefill_chunk_tokens, max_sequences=cap,
-                             kv_tokens=max(kv_pool_tokens(ctx), longest + 2 * BLOCK_TOKENS))
+    budget, cap = serve_defaults(ctx)
+    limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
+                             kv_tokens=max(kv_pool_tokens(ctx, budget=budget), longest + 2 * BLOCK_TOKENS))
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,

@@ -3,7 +3,8 @@ SLO attainment, energy (idle power included) and queue statistics.
 
 Warm-up and drain are discarded: request metrics cover the requests from the 10th to the
 90th percentile of arrival order, and rates, energy and time averages cover the window
-between the first and the last of their arrivals (the whole run when that is empty).
+from the first one's arrival to the last one's completion (the later requests keep the
+system loaded until then; the whole run when that window is empty).
 """
 
 from __future__ import annotations
@@ -106,20 +107,23 @@ def _stats(name: str, values: np.ndarray, weights: np.ndarray | None = None) -> 
         weights = np.ones_like(values)
     if len(values) == 0 or float(np.sum(weights)) <= 0:
         return {f"{name}_{s}_s": 0.0 for s in ("mean", *(f"p{q}" for q in PERCENTILES))}
-    order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order].astype(float)
-    cum = np.cumsum(w)
-    out = {f"{name}_mean_s": float(np.sum(v * w) / cum[-1])}
+    out = {f"{name}_mean_s": float(np.sum(values * weights) / np.sum(weights))}
     for q in PERCENTILES:
-        # the smallest value with at least q % of the weight at or below it
-        index = min(int(np.searchsorted(cum, q / 100.0 * cum[-1] - 1e-9 * cum[-1])), len(v) - 1)
-        out[f"{name}_p{q}_s"] = float(v[index])
+        out[f"{name}_p{q}_s"] = _percentile(values, weights, q)
     return out
+
+
+def _percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value with at least ``q`` % of the weight at or below it."""
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order].astype(float))
+    index = min(int(np.searchsorted(cum, q / 100.0 * cum[-1] * (1 - 1e-12))), len(values) - 1)
+    return float(values[order][index])
 
 
 def _statistic(values: np.ndarray, statistic: str) -> float:
     return float(np.mean(values)) if statistic == "mean" else \
-        float(np.percentile(values, int(statistic[1:]), method="higher"))
+        _percentile(values, np.ones_like(values), float(statistic[1:]))
 
 
 def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
@@ -129,7 +133,7 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     skip = int(WARMUP_FRACTION * n) if n >= 10 else 0
     order = np.argsort(run.arrival_s, kind="stable")
     kept = order[skip:n - skip]
-    t_a, t_b = float(run.arrival_s[kept[0]]), float(run.arrival_s[kept[-1]])
+    t_a, t_b = float(run.arrival_s[kept[0]]), float(run.finish_s[kept[-1]])
     if t_b <= t_a:
         t_a, t_b = float(run.arrival_s.min()), float(run.finish_s.max())
     window = t_b - t_a

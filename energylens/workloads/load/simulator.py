@@ -165,6 +165,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         if r in decoding:
             decoding.discard(r)
             decode_kv -= base[r] + it - start[r]
+            gen[r] += it - start[r]  # the tokens it decoded are kept (and recomputed)
             epoch[r] += 1
         else:
             prefilling.remove(r)

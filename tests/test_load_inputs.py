@@ -1,0 +1,115 @@
+"""Bad input to the ``load`` workload: one line, ConfigError in Python, exit 2 on the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from energylens.cli.main import main
+from energylens.errors import ConfigError
+from energylens.predict import predict
+from energylens.workloads import Workload
+from energylens.workloads.load.metrics import SLO
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "traces"
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"request_rate": float("nan")}, "request_rate must be a finite number > 0"),
+    ({"request_rate": -2.0}, "request_rate must be a finite number > 0"),
+    ({"request_rate": float("inf")}, "request_rate must be a finite number > 0"),
+    ({"arrival_cv": 0.0}, "arrival_cv must be a finite number > 0"),
+    ({"length_cv": float("nan")}, "length_cv must be a finite number >= 0"),
+    ({"concurrency": 0}, "concurrency must be an integer >= 1"),
+    ({"num_requests": -5}, "num_requests must be an integer >= 1"),
+    ({"num_requests": 2.5}, "num_requests must be an integer >= 1"),
+    ({"request_rate": 1.0, "concurrency": 4}, "not both"),
+])
+def test_bad_load_fields_are_one_line_config_errors(fields: dict[str, object],
+                                                    message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        Workload(kind="load", **fields)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
+def test_other_kinds_refuse_load_fields() -> None:
+    with pytest.raises(ConfigError, match="only a 'load' workload reads it"):
+        Workload(kind="batch", request_rate=2.0)
+    with pytest.raises(ConfigError, match="request_rate, slo: only a 'load' workload"):
+        Workload(kind="serving", request_rate=2.0, slo=("ttft_p90_s<=1",))
+
+
+@pytest.mark.parametrize("text", ["ttft<=1", "ttft_p90_s<=-1", "ttft_p90_s<=nan",
+                                  "itl_p90_s<=1", "ttft_p90_s>=1", "ttft_p90_s<=1s", ""])
+def test_bad_slos_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match="expected <latency>_<pNN|mean>_s<=") as info:
+        SLO.parse(text)
+    assert "\n" not in str(info.value)
+
+
+def test_slo_parses_percentile_and_mean() -> None:
+    slo = SLO.parse(" tpot_p99_s <= 0.05 ")
+    assert (slo.latency, slo.statistic, slo.bound_s, slo.metric) == ("tpot", "p99", 0.05,
+                                                                     "tpot_p99_s")
+    assert SLO.parse("e2e_mean_s<=2e1").bound_s == 20.0
+
+
+def _trace(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "trace.csv"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a,b\n1,2\n", "trace lacks column num_prefill_tokens, num_decode_tokens"),
+    ("num_prefill_tokens,num_decode_tokens\n", "trace has no requests"),
+    ("num_prefill_tokens,num_decode_tokens\n10,0\n", "num_decode_tokens: expected finite"),
+    ("num_prefill_tokens,num_decode_tokens\nx,3\n", "num_prefill_tokens: expected finite"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n2,10,3\n1,10,3\n",
+     "arrived_at: expected non-decreasing"),
+])
+def test_bad_traces_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    workload = Workload(kind="load", trace=_trace(tmp_path, text), request_rate=1.0)
+    with pytest.raises(ConfigError, match=message) as info:
+        predict(model="llama-3.1-8b", gpu="H100", workload=workload)
+    assert "\n" not in str(info.value)
+
+
+def test_a_missing_trace_is_a_one_line_cli_error(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "2", "--trace", str(tmp_path / "none.csv"), "--json"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot read trace" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--request-rate", "nan"], ["--request-rate", "-1"], ["--concurrency", "0"],
+    ["--request-rate", "1", "--concurrency", "2"], ["--slo", "ttft<1"],
+    ["--num-requests", "1.5"],
+])
+def test_bad_cli_options_exit_2_in_one_line(argv: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--workload", "load",
+              *argv])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_load_options_with_another_kind_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--request-rate", "3"])
+    assert code == 2 and "only a 'load' workload" in capsys.readouterr().err
+
+
+def test_the_conversation_trace_replays_its_own_clock_or_a_rescaled_one() -> None:
+    trace = str(TRACES / "splitwise_conv.csv")
+    arrived = np.loadtxt(trace, delimiter=",", skiprows=1, usecols=0, max_rows=600)
+    own_rate = 599 / (arrived[-1] - arrived[0])
+    runs = {rate: predict(model="llama-3.1-8b", gpu="H100", workload=Workload(
+        kind="load", trace=trace, num_requests=600, request_rate=rate))
+        for rate in (None, 1.0, 3.0)}
+    for rate, run in runs.items():
+        assert float(run.load["requests_per_s"]) == pytest.approx(rate or own_rate, rel=0.15)

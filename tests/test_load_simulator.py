@@ -1,0 +1,180 @@
+"""Cross-checks of the request-level simulator (``--workload load``) against the other
+kinds and against identities any queue must satisfy (issue 12, item 3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from energylens.calibration.coverage import require_constants
+from energylens.calibration.file import default_calibration
+from energylens.cost.step import SequenceGroup, engine_cost, step_cost
+from energylens.deployment import Deployment
+from energylens.hardware import load_gpu
+from energylens.model.zoo import get_model
+from energylens.predict import predict, step_context
+from energylens.workloads import Placement, Workload
+from energylens.workloads.load.arrivals import Requests
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.kind import LoadPrediction, simulate_replica
+from energylens.workloads.load.simulator import SchedulerLimits, simulate
+
+MODEL, GPU = "llama-3.1-8b", "H100"
+
+
+def _load(**fields: object) -> LoadPrediction:
+    result = predict(model=MODEL, gpu=GPU, workload=Workload(kind="load", **fields))
+    assert isinstance(result, LoadPrediction)
+    return result
+
+
+def _placement() -> Placement:
+    gpu = load_gpu(GPU)
+    model = get_model(MODEL)
+    cal = require_constants(calibration=default_calibration(), gpu=gpu)
+    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(), calibration=cal)
+    return Placement(ctx=ctx, model=model, replicas=1, gpus=1, sequences=1.0)
+
+
+def test_vanishing_load_is_one_prefill_then_batch_one_decode_steps() -> None:
+    """Requests 100 s apart never meet: TTFT is one prefill step of one prompt and TPOT
+    the mean batch-1 decode step, as the static-batch kind prices them."""
+    alone = predict(model=MODEL, gpu=GPU, workload=Workload(kind="batch", batch=1,
+                                                            input_tokens=512, output_tokens=128))
+    load = _load(request_rate=0.01, num_requests=30, input_tokens=512, output_tokens=128)
+    assert load.load["ttft_p50_s"] == pytest.approx(alone.ttft_s, rel=1e-3)
+    assert load.load["tpot_p50_s"] == pytest.approx(alone.tpot_s, rel=5e-3)
+    assert load.load["mean_queue_length"] == pytest.approx(0.0, abs=1e-3)
+    assert load.load["idle_energy_j"] > 0.5 * load.load["total_energy_j"]  # GPUs mostly wait
+
+
+@pytest.mark.parametrize("clients", [16, 128])
+def test_saturated_closed_loop_matches_the_steady_state_at_its_running_batch(
+        clients: int) -> None:
+    load = _load(concurrency=clients, input_tokens=512, output_tokens=256)
+    assert load.load["mean_running"] == pytest.approx(clients, rel=0.02)
+    steady = predict(model=MODEL, gpu=GPU, workload=Workload(
+        kind="serving", batch=float(load.load["mean_running"]), input_tokens=512,
+        output_tokens=256))
+    assert load.output_tokens_per_s == pytest.approx(steady.output_tokens_per_s, rel=0.05)
+
+
+@pytest.mark.parametrize("rate", [5.0, 20.0])
+def test_littles_law_holds_on_the_simulated_queue(rate: float) -> None:
+    """Requests in the system (time average of the iterations' queue and running counts)
+    = arrival rate x mean time in the system (from the requests' own times)."""
+    load = _load(request_rate=rate, num_requests=2000, input_tokens=512, output_tokens=256)
+    in_system = float(load.load["mean_running"]) + float(load.load["mean_queue_length"])
+    little = float(load.load["requests_per_s"]) * float(load.load["e2e_mean_s"])
+    assert in_system == pytest.approx(little, rel=0.03)
+
+
+def _run(rate: float | None, count: int = 300) -> tuple[object, StepTable]:
+    workload = Workload(kind="load", request_rate=rate, num_requests=count,
+                        input_tokens=700, output_tokens=90, length_cv=0.5)
+    result = simulate_replica(placement=_placement(), workload=workload)
+    return result.sim, result.table
+
+
+@pytest.mark.parametrize("rate", [0.2, 8.0, 200.0])
+def test_time_and_energy_are_conserved(rate: float) -> None:
+    """Iterations and idle gaps tile the makespan; the scheduler's step times (scalar
+    lookups) are the price tables' (vectorised); total energy = iteration energy + idle."""
+    from energylens.workloads.load.metrics import summarise
+
+    sim, table = _run(rate)
+    busy = float(np.sum(sim.wall_s))
+    assert busy + sim.idle_s == pytest.approx(sim.makespan_s, rel=1e-9)
+    ends = sim.start_s + sim.wall_s
+    assert np.all(sim.start_s[1:] >= ends[:-1] - 1e-9)  # one iteration at a time
+    priced = sim._price(table)
+    np.testing.assert_allclose(priced[:, 0], sim.wall_s, rtol=1e-9)
+    static_w = 100.0
+    metrics = summarise(run=sim, table=table, slos=(), static_w=static_w, gpus=1)
+    dynamic = float(np.sum(priced[:, 1:]))
+    assert metrics.iteration_energy_j == pytest.approx(dynamic + static_w * busy, rel=1e-9)
+    assert metrics.idle_energy_j == pytest.approx(static_w * sim.idle_s, rel=1e-9)
+    assert metrics.energy_j == pytest.approx(dynamic + static_w * sim.makespan_s, rel=1e-9)
+    # every request ran to its last token, after its first
+    assert np.all(sim.first_token_s >= sim.arrival_s)
+    assert np.all(sim.finish_s >= sim.first_token_s)
+    assert int(np.sum(sim.tokens_out)) == int(np.sum(sim.output_tokens))
+
+
+def test_the_price_tables_match_step_cost_on_mixed_steps() -> None:
+    """Decode batch + prefill chunks priced from the grid vs step_cost on the same step."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=256, max_context=4096, budget=8192)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        d, c = int(rng.integers(1, 256)), float(rng.integers(100, 4000))
+        chunks = [(int(rng.integers(16, 2000)), int(rng.integers(0, 2000))) for _ in range(2)]
+        exact = step_cost(ctx=ctx, seqs=[
+            SequenceGroup(sequences=d, new_tokens=1.0, context=c),
+            *(SequenceGroup(sequences=1.0, new_tokens=n, context=n + k) for n, k in chunks)])
+        exact = exact + engine_cost(ctx=ctx, sequences=d + len(chunks))
+        sim = _single_step(table, d=d, context=c, chunks=chunks)
+        assert sim == pytest.approx(float(exact.latency_s), rel=0.03)
+
+
+def _single_step(table: StepTable, *, d: int, context: float,
+                 chunks: list[tuple[int, int]]) -> float:
+    from energylens.workloads.load.costs import interpolate
+
+    dl, fl, cl = table.latency_lists()
+    tokens = sum(n for n, _ in chunks)
+    wall = interpolate(table.contexts, dl[d], context) + fl[d + tokens] - fl[d]
+    wall += sum(interpolate(table.cached, cl[n], k) for n, k in chunks)
+    return wall + table.engine_idle_s + table.engine_busy_s_per_sequence * (d + len(chunks))
+
+
+def test_a_small_kv_pool_preempts_and_still_finishes_every_request() -> None:
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=64, max_context=1024, budget=2048)
+    count = 200
+    requests = Requests(input_tokens=np.full(count, 400), output_tokens=np.full(count, 400),
+                        arrival_s=None, clients=64)
+    roomy = simulate(requests=requests, table=table,
+                     limits=SchedulerLimits(token_budget=2048, max_sequences=64,
+                                            kv_tokens=10**7))
+    tight = simulate(requests=requests, table=table,
+                     limits=SchedulerLimits(token_budget=2048, max_sequences=64,
+                                            kv_tokens=8000))
+    assert roomy.preemptions.sum() == 0 and tight.preemptions.sum() > 0
+    assert tight.peak_kv_tokens <= 8000 < roomy.peak_kv_tokens
+    for run in (roomy, tight):
+        assert int(np.sum(run.tokens_out)) == count * 400  # no token generated twice
+        assert np.all(np.isfinite(run.finish_s))
+    assert tight.makespan_s > roomy.makespan_s  # recomputing costs time
+
+
+def test_runs_are_deterministic_per_seed() -> None:
+    first = _load(request_rate=4.0, num_requests=300, length_cv=0.8, seed=3).as_dict()
+    again = _load(request_rate=4.0, num_requests=300, length_cv=0.8, seed=3).as_dict()
+    other = _load(request_rate=4.0, num_requests=300, length_cv=0.8, seed=4).as_dict()
+    assert first == again
+    assert first["ttft_p90_s"] != other["ttft_p90_s"]
+
+
+def test_slo_attainment_and_goodput() -> None:
+    loose = _load(request_rate=5.0, num_requests=500, slo=("ttft_p90_s<=10", "tpot_p90_s<=1"))
+    tight = _load(request_rate=5.0, num_requests=500, slo=("ttft_p90_s<=1e-4",))
+    assert loose.load["slo_attainment"] == 1.0 and loose.load["slo_met"] is True
+    assert loose.load["goodput_requests_per_s"] == pytest.approx(loose.load["requests_per_s"])
+    assert tight.load["slo_attainment"] == 0.0 and tight.load["slo_met"] is False
+    assert tight.load["goodput_requests_per_s"] == 0.0
+    # the p90 bound at the p90 itself: about 90 % of the requests meet it
+    p90 = float(loose.load["ttft_p90_s"])
+    at = _load(request_rate=5.0, num_requests=500, slo=(f"ttft_p90_s<={p90}",))
+    assert at.load["slo_met"] is True
+    assert 0.88 <= float(at.load["slo_attainment"]) <= 0.93
+
+
+def test_more_load_never_shortens_the_queue_or_the_latency() -> None:
+    rates = [1.0, 10.0, 30.0, 60.0]
+    runs = [_load(request_rate=r, num_requests=1000) for r in rates]
+    for key in ("ttft_p90_s", "e2e_mean_s", "mean_running"):
+        values = [float(run.load[key]) for run in runs]
+        assert values == sorted(values), key
+    throughput = [run.output_tokens_per_s for run in runs]
+    assert throughput == sorted(throughput)
