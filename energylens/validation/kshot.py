@@ -10,6 +10,7 @@ overlay is fitted and the result is the plain validation.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -157,8 +158,8 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
     groups: dict[str, list[int]] = defaultdict(list)
     for i, outcome in enumerate(outcomes.rows):
         groups[group_key(outcome.row, group_by)].append(i)
-    rng = np.random.default_rng(seed)
     for key in sorted(groups):
+        rng = np.random.default_rng([seed, zlib.crc32(key.encode())])  # one stream per group
         usable = [i for i in groups[key] if outcomes.rows[i].error is None
                   and any(m in outcomes.rows[i].predicted for m in outcomes.rows[i].row.measured)]
         if not usable:

@@ -1,0 +1,165 @@
+"""The K-shot curves of ``docs/k-shot.md``: ``python -m energylens.validation.kshot_report``.
+
+Each dataset is converted to the measurement CSV, validated with ``k_shot`` for every K
+and seed, and summarised per group: the mean absolute percentage error of one metric on
+the rows not fitted on, averaged over the seeds (K = 0 fits nothing: one run). Runs on
+``--jobs`` processes; the LLM-Inference-Bench curves take ~10 min on 2 cores, the
+AIConfigurator rows (simulated under load) longer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from energylens.calibration.file import default_calibration
+from energylens.measurements.convert import Options, converters, to_csv
+from energylens.measurements.user_csv import UserMeasurements, load_user_csv
+from energylens.validation.kshot import MeasuredReport, group_key, k_shot
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A source file, how it is converted, grouped and scored, and its target."""
+
+    name: str
+    format: str
+    path: Path
+    group_by: tuple[str, ...]
+    metric: str
+    ks: tuple[int, ...]
+    limit: float  # MAPE target at the largest K listed in ``target_k``
+    target_k: int
+    options: Options = Options()
+
+
+DATASETS = (
+    Dataset("LLM-Inference-Bench static batches, per (framework, GPU): end-to-end latency",
+            "llm-inference-bench", REPO / "data/measurements/llm-inference-bench/All_results.csv",
+            ("framework", "gpu"), "e2e_s", (0, 1, 3, 5), 0.10, 3),
+    Dataset("LLM-Inference-Bench static batches, per (framework, model, GPU): end-to-end latency",
+            "llm-inference-bench", REPO / "data/measurements/llm-inference-bench/All_results.csv",
+            ("framework", "model", "gpu"), "e2e_s", (0, 1, 3, 5), 0.08, 3),
+    Dataset("AIConfigurator serving rows as steady-state serving (batch = concurrency), per "
+            "engine: TPOT", "aiconfigurator", SHARED / "aiconfigurator/silicon_sample.csv",
+            ("runtime",), "tpot_s", (0,), 0.12, 0, Options(load_as_serving=True)),
+    Dataset("AIConfigurator serving rows under load (closed loop), per engine: TPOT",
+            "aiconfigurator", SHARED / "aiconfigurator/silicon_sample.csv", ("runtime",),
+            "tpot_s", (0,), 0.12, 0),
+)
+
+
+def _measurements(dataset: Dataset, folder: Path) -> UserMeasurements:
+    path = folder / f"{dataset.format}{'-as-serving' if dataset.options.load_as_serving else ''}.csv"
+    if not path.exists():
+        path.write_text(to_csv(converters()[dataset.format](dataset.path, dataset.options)))
+    return load_user_csv(path)
+
+
+def group_errors(report: MeasuredReport, *, group_by: Sequence[str],
+                 metric: str) -> dict[str, tuple[int, int, list[float]]]:
+    """Per group: rows, rows predicted, and the APEs of ``metric`` on rows not fitted on."""
+    out: dict[str, tuple[int, int, list[float]]] = {}
+    for outcome in report.rows:
+        key = group_key(outcome.row, group_by)
+        rows, predicted, ape = out.get(key, (0, 0, []))
+        measured = outcome.row.measured.get(metric)
+        if outcome.error is None:
+            predicted += 1
+            if not outcome.fitted_on and measured is not None and metric in outcome.predicted:
+                ape.append(abs(outcome.predicted[metric] / measured - 1.0))
+        out[key] = (rows + 1, predicted, ape)
+    return out
+
+
+def _job(args: tuple[Dataset, int, int, str]) -> tuple[Dataset, int, int, dict]:
+    dataset, k, seed, folder = args
+    report = k_shot(_measurements(dataset, Path(folder)), k=k, group_by=dataset.group_by,
+                    seed=seed, calibration=default_calibration())
+    return dataset, k, seed, group_errors(report, group_by=dataset.group_by, metric=dataset.metric)
+
+
+def _pct(values: list[float]) -> str:
+    return f"{100 * float(np.mean(values)):.1f}" if values else "-"
+
+
+def render(results: list[tuple[Dataset, int, int, dict]], datasets: Sequence[Dataset],
+           seeds: int) -> str:
+    """Markdown tables, one per dataset: per group, MAPE per K (mean over seeds)."""
+    lines: list[str] = []
+    for dataset in datasets:
+        mine = [r for r in results if r[0] == dataset]
+        if not mine:
+            continue
+        per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        sizes: dict[str, tuple[int, int]] = {}
+        pooled: dict[int, list[float]] = defaultdict(list)
+        for _, k, _, groups in mine:
+            for key, (rows, predicted, ape) in groups.items():
+                sizes[key] = (rows, predicted)
+                if ape:
+                    per[key][k].append(float(np.mean(ape)))
+                pooled[k].extend(ape)
+        ks = dataset.ks
+        lines += [f"### {dataset.name}", "",
+                  f"Target: MAPE <= {100 * dataset.limit:.0f} % at K = {dataset.target_k}. "
+                  f"K > 0: mean over {seeds} seeds of the group's MAPE on the rows not "
+                  "fitted on.", "",
+                  "| group | rows | predicted | " + " | ".join(f"K={k} MAPE %" for k in ks)
+                  + " | target met |",
+                  "|---|---|---|" + "---|" * len(ks) + "---|"]
+        for key in sorted(sizes):
+            rows, predicted = sizes[key]
+            if not predicted:
+                continue
+            gate = per[key].get(dataset.target_k)
+            met = "-" if not gate else ("yes" if np.mean(gate) <= dataset.limit else "no")
+            lines.append(f"| {key} | {rows} | {predicted} | "
+                         + " | ".join(_pct(per[key].get(k, [])) for k in ks) + f" | {met} |")
+        lines.append("| all predicted rows (pooled) | | | "
+                     + " | ".join(_pct(pooled[k]) for k in ks) + " | |")
+        unpredicted = sorted(key for key, (_, predicted) in sizes.items() if not predicted)
+        if unpredicted:
+            lines += ["", f"Not predicted at all ({len(unpredicted)} groups): "
+                      + "; ".join(unpredicted) + "."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Compute the curves and print the tables (or write them to --output)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default=None, help="datasets whose name contains this text")
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    datasets = [d for d in DATASETS if d.path.is_file()
+                and (args.only is None or args.only in d.name)]
+    with tempfile.TemporaryDirectory() as folder:
+        for dataset in datasets:
+            _measurements(dataset, Path(folder))
+        jobs = [(d, k, s, folder) for d in datasets for k in d.ks
+                for s in (range(args.seeds) if k else (0,))]
+        with multiprocessing.get_context("fork").Pool(max(args.jobs, 1)) as pool:
+            results = pool.map(_job, jobs, chunksize=1)
+    text = render(results, datasets, args.seeds)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
