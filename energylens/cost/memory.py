@@ -12,7 +12,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from energylens.cost.kernels import local_sizes
-from energylens.cost.work import ACTIVATION_BYTES, DTYPE_BYTES, Size
+from energylens.cost.work import (
+    ACTIVATION_BYTES,
+    DTYPE_BYTES,
+    EMBEDDING_BYTES,
+    Size,
+    weight_dtype_of,
+)
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
 from energylens.runtime.profile import RuntimeProfile
@@ -74,7 +80,7 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
                 elements = 1.0
                 for rank in tensor.ranks:
                     elements *= local[rank]
-                total += elements * DTYPE_BYTES[weight_dtype]
+                total += elements * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
     return total
 
 
@@ -128,8 +134,9 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     kv /= pp
     state /= pp
     model = graph.model
-    vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"] * DTYPE_BYTES[weight_dtype]
-    weights += vocab_shard * (1 if model.tie_word_embeddings else 2)
+    vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"]
+    head_bytes = DTYPE_BYTES[weight_dtype] if weight_dtype in ("bf16", "fp16") else EMBEDDING_BYTES
+    weights += vocab_shard * head_bytes * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     activations = np.minimum(step_tokens, runtime.prefill_chunk_tokens) * per_token

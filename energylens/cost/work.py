@@ -100,8 +100,22 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
     return _product(tensor.ranks, sizes) * element
 
 
+#: Weights a quantised checkpoint keeps in 16 bits: the LM head and the MoE router. Their
+#: quantisation configs exclude them (Qwen3-30B-A3B-FP8 ``modules_to_not_convert``: lm_head
+#: and every ``mlp.gate``; MiniMax-M2.5 and GLM-5-FP8 likewise; NVIDIA's Llama-3.1-70B-FP8
+#: and Qwen3-235B-A22B-NVFP4 ``exclude_modules``: lm_head, the routers; DeepSeek-V3's card:
+#: embedding, output head and MoE gating stay in higher precision). The embedding table is a
+#: lookup, not a linear layer, and stays 16-bit too (:data:`EMBEDDING_BYTES`).
+UNQUANTISED_WEIGHTS = ("WLM", "WR")
+EMBEDDING_BYTES = 2.0
+
+
 def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
     """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype``."""
+    if weight_dtype in ("bf16", "fp16"):
+        return weight_dtype
+    if tensor.name in UNQUANTISED_WEIGHTS:
+        return "bf16"
     if weight_dtype in EXPERT_ONLY_DTYPES and EXPERT_WEIGHT_RANK not in tensor.ranks:
         return "bf16"
     return weight_dtype
