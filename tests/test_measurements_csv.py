@@ -211,3 +211,16 @@ def test_k_shot_scores_only_rows_not_fitted_on(tmp_path: Path, capsys) -> None: 
     fitted = [r["input"]["gpu"] for r in report["rows"] if r["fitted_on"]]
     assert sorted(fitted) == ["A100", "A100", "H100", "H100"]
     assert report["metrics"]["ttft_s"]["n"] == 6
+
+
+def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) -> None:
+    from energylens.validation.kshot_report import DATASETS, group_errors, render
+
+    measurements = load_user_csv(_write(tmp_path, f"{HEADER},ttft_s\n{K_SHOT_ROWS}"))
+    report = k_shot(measurements, k=2, group_by=["gpu"], seed=0,
+                    calibration=default_calibration())
+    groups = group_errors(report, group_by=["gpu"], metric="ttft_s")
+    assert {k: (rows, predicted, len(ape)) for k, (rows, predicted, ape) in groups.items()} == {
+        "gpu=H100": (5, 5, 3), "gpu=A100": (5, 5, 3)}
+    text = render([(DATASETS[0], 2, 0, groups)], [DATASETS[0]], seeds=1)
+    assert "| gpu=A100 | 5 | 5 |" in text

@@ -33,7 +33,7 @@ class Dataset:
     """A source file, how it is converted, grouped and scored, and its target."""
 
     name: str
-    format: str
+    format: str  # a converter's, or "measurements" for a file in the format already
     path: Path
     group_by: tuple[str, ...]
     metric: str
@@ -54,12 +54,14 @@ DATASETS = (
             "engine: TPOT", "aiconfigurator", SHARED / "aiconfigurator/silicon_sample.csv",
             ("runtime",), "tpot_s", (0,), 0.12, 0, Options(load_as_serving=True)),
     Dataset("AIConfigurator serving rows under load (closed loop), per engine: TPOT",
-            "aiconfigurator", SHARED / "aiconfigurator/silicon_sample.csv", ("runtime",),
-            "tpot_s", (0,), 0.12, 0),
+            "measurements", REPO / "data/measurements/aiconfigurator/silicon_sample_agg.csv",
+            ("runtime",), "tpot_s", (0,), 0.12, 0),
 )
 
 
 def _measurements(dataset: Dataset, folder: Path) -> UserMeasurements:
+    if dataset.format == "measurements":  # converted already
+        return load_user_csv(dataset.path)
     path = folder / f"{dataset.format}{'-as-serving' if dataset.options.load_as_serving else ''}.csv"
     if not path.exists():
         path.write_text(to_csv(converters()[dataset.format](dataset.path, dataset.options)))
