@@ -37,10 +37,15 @@ from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.workloads import kind_names
+from energylens.workloads.load import LoadPrediction
+from energylens.workloads.load.metrics import STUDY_METRICS as LOAD_METRICS
+from energylens.workloads.load.metrics import study_metrics
+from energylens.workloads.load.study import LOAD_KEYS, load_values
 from search._schema import suggest
 from search.problem import Evaluation, ProblemSchema, ValueCheck
 
-WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace", "moe_skew")
+WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace", "moe_skew",
+                 *LOAD_KEYS)
 PROBLEM_KEYS = {
     "model": "zoo name, Hugging Face id or config.json path (relative to the study file)",
     "workload": f"mapping of {', '.join(WORKLOAD_KEYS)}",
@@ -62,6 +67,8 @@ METRICS = {
     "prefill_energy_j": "energy of the prefill phase [J]",
     "decode_energy_j": "energy of the decode phase [J]",
 }
+#: Metrics only a ``load`` workload reports (a study may name them too).
+LOAD_ONLY_METRICS = {name: f"{what} (load workloads)" for name, what in LOAD_METRICS.items()}
 
 
 def _positive_int(value: Any) -> str | None:
@@ -128,10 +135,13 @@ PARAMS: dict[str, ValueCheck] = {
     "clock_fraction": _fraction,
     "decode_clock_fraction": _fraction,
     "dtype": _one_of(WEIGHT_DTYPES, "a weight dtype"),
+    "request_rate": _positive_number,  # load workloads: open-loop requests/s
+    "concurrency": _positive_int,  # load workloads: closed-loop clients
 }
 """Every knob a deployment space may use, with the check of one value."""
 
-SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics=METRICS, color_by="gpu")
+SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics={**METRICS, **LOAD_ONLY_METRICS},
+                       color_by="gpu")
 """What study files of deployment studies may contain (``search.config.load_study``)."""
 
 
@@ -190,6 +200,7 @@ class DeploymentProblem:
             "batch_per_replica": batch_per_replica,
             "prefill_energy_j": result.prefill.energy_j,
             "decode_energy_j": result.decode.energy_j,
+            **(study_metrics(result.load) if isinstance(result, LoadPrediction) else {}),
         }
 
 
@@ -237,9 +248,12 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
 
 def workload_from_params(*, params: Mapping[str, Any], base: Workload) -> Workload:
     """The study's workload with any workload knobs of this configuration applied."""
-    return Workload(kind=base.kind, batch=float(params.get("batch", base.batch)),
-                    input_tokens=float(params.get("input_tokens", base.input_tokens)),
-                    output_tokens=float(params.get("output_tokens", base.output_tokens)))
+    loop = {key: params[key] for key in ("request_rate", "concurrency") if key in params}
+    if loop:  # a knob picks the loop: the other one is cleared
+        loop = {"request_rate": None, "concurrency": None, **loop}
+    return replace(base, batch=float(params.get("batch", base.batch)),
+                   input_tokens=float(params.get("input_tokens", base.input_tokens)),
+                   output_tokens=float(params.get("output_tokens", base.output_tokens)), **loop)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -304,7 +318,8 @@ def _workload(spec: Any, source: Path) -> tuple[Workload, Routing]:
         if spec["kind"] not in kind_names():
             raise ProblemError(f"{source}: workload.kind: unknown kind {spec['kind']!r}"
                                f"{suggest(str(spec['kind']), kind_names())}")
-    if "trace" in spec:
+    load = spec.get("kind") == "load"  # a trace is replayed request by request
+    if "trace" in spec and not load:
         if "input_tokens" in spec or "output_tokens" in spec:
             raise ProblemError(f"{source}: workload.trace: expected either a trace or "
                                "input_tokens/output_tokens, not both")
@@ -313,6 +328,11 @@ def _workload(spec: Any, source: Path) -> tuple[Workload, Routing]:
                 _relative(source, str(spec["trace"])))
         except ProblemError as exc:
             raise ProblemError(f"{source}: workload.trace: {exc}") from None
+    try:
+        values.update(load_values(spec, trace=str(_relative(source, str(spec["trace"])))
+                                  if load and "trace" in spec else None))
+    except ConfigError as exc:
+        raise ProblemError(f"{source}: workload.{exc}") from None
     skew = spec.get("moe_skew", 0.0)
     if isinstance(skew, bool) or not isinstance(skew, int | float) or not math.isfinite(skew) or skew < 0:
         raise ProblemError(f"{source}: workload.moe_skew: expected a finite number >= 0 "
@@ -366,6 +386,10 @@ def problem_from_study(*, problem: Mapping[str, Any], source: Path,
         raise ProblemError(f"{source}: decode_clock_fraction: expected workload kind 'batch' (a "
                            f"{workload.kind} workload runs prefill and decode in the same steps, "
                            "at one clock)")
+    loop_knobs = sorted({"request_rate", "concurrency"} & set(params))
+    if loop_knobs and workload.kind != "load":
+        raise ProblemError(f"{source}: {loop_knobs[0]}: expected workload kind 'load' (only "
+                           f"a load workload has arrivals)")
     calibration = problem.get("calibration")
     return DeploymentProblem(
         model=model, workload=workload, routing=routing,

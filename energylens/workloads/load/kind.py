@@ -154,7 +154,7 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         load[key] = float(load[key]) * replicas
     for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j", "preemptions"):
         load[key] = load[key] * replicas
-    load["goodput_requests_per_s_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
+    load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
     reason = memory.shortfall(gpu_name=ctx.gpu.name)
     return LoadPrediction(
         model=placement.model.name, gpu=ctx.gpu.name, num_gpus=placement.gpus, workload=name,

@@ -194,3 +194,29 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
         arrival_rate_per_s=len(kept) / window, mean_e2e_s=float(np.mean(e2e)),
         preemptions=int(run.preemptions.sum()), peak_kv_tokens=run.peak_kv_tokens,
         measured_requests=len(kept))
+
+
+#: Metrics a study may use on a ``load`` workload (name -> meaning [unit]).
+STUDY_METRICS = {
+    **{f"{name}_{s}_s": f"{what}, {s if s != 'mean' else 'mean'} over requests [s]"
+       for name, what in (("ttft", "time to first token under load"),
+                          ("tpot", "time per output token under load"),
+                          ("itl", "inter-token latency under load (per token)"),
+                          ("e2e", "request latency under load"))
+       for s in ("mean", *(f"p{q}" for q in PERCENTILES))},
+    "requests_per_s": "completed requests per second under load [1/s]",
+    "goodput_requests_per_s": "requests/s meeting every SLO bound of the workload [1/s]",
+    "goodput_per_gpu": "goodput per GPU [1/s]",
+    "slo_attainment": "share of requests meeting every SLO bound of the workload",
+    "mean_running": "time-average running requests per replica under load",
+    "mean_queue_length": "time-average waiting requests per replica under load",
+    "idle_share": "share of the run's energy spent idle (static power, no iteration)",
+}
+
+
+def study_metrics(load: dict[str, float | int | bool]) -> dict[str, float]:
+    """The :data:`STUDY_METRICS` of a load prediction's ``load`` mapping."""
+    out = {key: float(load[key]) for key in STUDY_METRICS if key in load}
+    total = float(load["total_energy_j"])
+    out["idle_share"] = float(load["idle_energy_j"]) / total if total > 0 else 0.0
+    return out

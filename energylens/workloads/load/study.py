@@ -1,0 +1,48 @@
+"""The load keys of a study's ``workload`` mapping (``energylens.study.objective``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from energylens.errors import ConfigError
+from energylens.workloads.load.arrivals import load_trace
+from energylens.workloads.load.metrics import SLO
+
+#: Workload keys only a ``load`` workload reads (``Workload`` fields of the same name).
+LOAD_KEYS = ("request_rate", "concurrency", "num_requests", "seed", "arrival_cv", "length_cv",
+             "slo")
+
+
+def load_values(spec: Mapping[str, Any], *, trace: str | None) -> dict[str, Any]:
+    """``Workload`` keyword arguments from the load keys of ``spec`` (and ``trace``, the
+    trace's path, read here so that a bad file fails when the study loads); ``slo`` may be
+    one string or a list. Values are checked by ``Workload`` itself; a bad SLO, trace or a
+    value of the wrong type is a one-line :class:`ConfigError` naming the key."""
+    values: dict[str, Any] = {}
+    if trace is not None:
+        try:
+            load_trace(trace)
+        except ConfigError as exc:
+            raise ConfigError(f"trace: {exc}") from None
+        values["trace"] = trace
+    for key in LOAD_KEYS:
+        if key not in spec:
+            continue
+        value = spec[key]
+        if key == "slo":
+            texts = [value] if isinstance(value, str) else value
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise ConfigError(f"slo: expected a bound such as 'ttft_p90_s<=1' or a list of "
+                                  f"them, got {value!r}")
+            for text in texts:
+                try:
+                    SLO.parse(text)
+                except ConfigError as exc:
+                    raise ConfigError(f"slo: {exc}") from None
+            values[key] = tuple(texts)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        else:
+            values[key] = value
+    return values

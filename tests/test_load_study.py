@@ -1,0 +1,57 @@
+"""Studies on a ``load`` workload: its keys, knobs and percentile metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from energylens.errors import ProblemError
+from energylens.study.objective import SCHEMA, problem_from_study
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "studies" / "azure_conv_goodput.yaml"
+WORKLOAD = {"kind": "load", "trace": "../data/measurements/traces/splitwise_conv.csv",
+            "request_rate": 4, "num_requests": 400, "slo": ["ttft_p90_s<=1", "tpot_p90_s<=0.05"]}
+
+
+def test_a_load_study_reports_percentiles_goodput_and_attainment() -> None:
+    problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": WORKLOAD},
+                                 source=STUDY)
+    assert problem.workload.trace and Path(problem.workload.trace).is_file()
+    low = problem.evaluate({"gpu": "H100", "tp": 1})
+    high = problem.evaluate({"gpu": "H100", "tp": 1, "request_rate": 40.0})
+    for evaluation in (low, high):
+        assert evaluation.infeasible_reason is None
+        assert set(evaluation.metrics) >= {"ttft_p90_s", "tpot_p99_s", "goodput_per_gpu",
+                                           "slo_attainment", "itl_p50_s", "requests_per_s"}
+        assert set(evaluation.metrics) <= set(SCHEMA.metrics)
+    assert low.metrics["slo_attainment"] > high.metrics["slo_attainment"]
+    assert low.metrics["ttft_p90_s"] < high.metrics["ttft_p90_s"]
+    assert low.metrics["requests_per_s"] == pytest.approx(4.0, rel=0.15)
+
+
+def test_a_concurrency_knob_makes_a_closed_loop() -> None:
+    problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": WORKLOAD},
+                                 source=STUDY, params=["concurrency"])
+    few = problem.evaluate({"gpu": "H100", "concurrency": 2})
+    many = problem.evaluate({"gpu": "H100", "concurrency": 32})
+    assert few.metrics["mean_running"] == pytest.approx(2, rel=0.05)
+    assert many.metrics["mean_running"] > 20
+
+
+@pytest.mark.parametrize(("workload", "params", "message"), [
+    ({**WORKLOAD, "slo": "ttft<=1"}, (), "workload.slo: SLO 'ttft<=1'"),
+    ({**WORKLOAD, "slo": [1]}, (), "workload.slo: expected a bound"),
+    ({**WORKLOAD, "request_rate": -1}, (), "request_rate must be a finite number > 0"),
+    ({**WORKLOAD, "num_requests": "many"}, (), "workload.num_requests: expected a number"),
+    ({**WORKLOAD, "trace": "missing.csv"}, (), "workload.trace: "),
+    ({"kind": "batch", "request_rate": 3}, (), "only a 'load' workload reads it"),
+    ({"kind": "serving"}, ("request_rate",), "request_rate: expected workload kind 'load'"),
+])
+def test_bad_load_study_keys_are_one_line_problem_errors(
+        workload: dict[str, object], params: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ProblemError, match=message) as info:
+        problem_from_study(problem={"model": "llama-3.1-8b", "workload": workload},
+                           source=STUDY, params=params)
+    assert "\n" not in str(info.value) and str(STUDY) in str(info.value)
