@@ -84,3 +84,13 @@ def test_a_weight_gemm_in_fp8_computes_for_bf16_time_over_twice_the_ratio() -> N
     peaks = gpu.dense_flops_per_s["fp8"] / gpu.dense_flops_per_s["bf16"]
     assert compute_s("fp8", 0.6) == pytest.approx(compute_s("bf16", 0.6) / (peaks * 0.6), rel=1e-9)
     assert compute_s("bf16", 0.3) == compute_s("bf16", 0.9)
+
+
+def test_a_low_precision_flop_costs_the_datasheet_rate_ratio_of_a_bf16_flop() -> None:
+    from energylens.cost.roofline import flop_energy_scale
+
+    assert flop_energy_scale(dtype="fp8", gpu=load_gpu("H100")) == pytest.approx(989.4 / 1978.9,
+                                                                                 rel=1e-3)
+    assert flop_energy_scale(dtype="fp4", gpu=load_gpu("B200")) == pytest.approx(0.25, rel=1e-3)
+    assert flop_energy_scale(dtype="fp8", gpu=load_gpu("A100-80GB-SXM")) == 1.0  # runs in bf16
+    assert flop_energy_scale(dtype="bf16", gpu=load_gpu("B200")) == 1.0

@@ -25,7 +25,6 @@ from energylens.cost.work import (
     ACTIVE_EXPERTS,
     COMPUTE_DTYPE,
     EXPERT_WEIGHT_RANK,
-    LOW_PRECISION,
     GemmShape,
     Size,
     gemm_shape,
@@ -163,6 +162,14 @@ def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
 
 
+def flop_energy_scale(*, dtype: str, gpu: GPU) -> float:
+    """Energy of a ``dtype`` tensor FLOP relative to a BF16 one: the datasheet's BF16 rate
+    over the ``dtype`` rate (FP8 and INT8 run at twice the BF16 rate, FP4 at four times,
+    within the same board power, so each FLOP takes that much less energy; assumed
+    proportional). 1 where the GPU has no native ``dtype`` rate (the GEMM runs in BF16)."""
+    return gpu.peak_flops_per_s("bf16") / gpu.peak_flops_per_s(dtype)
+
+
 def precision_efficiency_ratio(*, dtype: str, gpu: GPU, constants: KernelConstants) -> float:
     """How much less of its peak a ``dtype`` GEMM reaches than a BF16 GEMM of the BF16
     peak (1 for 16-bit GEMMs and where the GPU has no native ``dtype`` rate)."""
@@ -208,7 +215,7 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     tensor_time: Size = 0.0
     vector_time: Size = 0.0
     tensor_flops: Size = 0.0
-    tensor_energy_flops: Size = 0.0  # fp8/int8 FLOPs count half
+    tensor_energy_flops: Size = 0.0  # in BF16-FLOP equivalents (flop_energy_scale)
     vector_flops: Size = 0.0
     fused_attention = sum(1 for op in kernel.ops if op.causal) > 1
     # Horizontally fused GEMMs (q+k+v, gate+up) run as ONE GEMM: contractions of a kernel
@@ -228,7 +235,7 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         dtype = "bf16" if weight is None else weight_dtype_of(weight, weight_dtype)
         dtype = COMPUTE_DTYPE.get(dtype, dtype)
         shape = gemm_shape(op=op, sizes=sizes, window=window)
-        scale = 0.5 if dtype in LOW_PRECISION else 1.0
+        scale = flop_energy_scale(dtype=dtype, gpu=gpu)
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * scale
         if fused_attention and op.causal:

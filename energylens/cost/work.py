@@ -22,8 +22,6 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0,
                "int4": (4.0 + 20.0 / 128.0) / 8.0,
                # NVFP4: 4-bit E2M1 elements + one FP8 E4M3 scale per 16 (NVIDIA's format)
                "nvfp4": 4.5 / 8.0}
-#: Weight dtypes whose tensor-core work counts half the energy of a bf16 FLOP.
-LOW_PRECISION = ("fp8", "int8")
 #: Checkpoint formats that quantise only the routed experts (gpt-oss: MXFP4 experts,
 #: bf16 attention, router, embeddings); other weights stay bf16.
 EXPERT_ONLY_DTYPES = ("mxfp4",)
