@@ -254,6 +254,7 @@ def test_ops_folded_into_the_combine_exist(name: str) -> None:
 # --- all-reduce link and step overhead ---------------------------------------------------
 
 MESSAGES = np.geomspace(256.0, 4.0e9, 41)
+DECODE_MESSAGE_BYTES = 1.0e6  # 70B at batch 64: 64 x 8,192 x 2 B = 1 MiB per all-reduce
 
 
 def _allreduce_s(link: LinkConstants, message: Size, n: int, bandwidth: float) -> np.ndarray:
@@ -269,10 +270,13 @@ def _runtime_constants(name: str) -> list[RuntimeConstants]:
 
 @every_runtime
 @pytest.mark.parametrize("gpu", list_gpus(), ids=lambda gpu: gpu.name)
-def test_own_allreduce_is_never_slower_than_nccl(name: str, gpu: GPU) -> None:
+def test_own_allreduce_replaces_nccl_below_its_limit_and_wins_on_small_messages(
+        name: str, gpu: GPU) -> None:
     """On every shipped GPU, as ``step.py`` asks it: a runtime's own all-reduce replaces
-    NCCL's on the scale-up link only, only below its size limit, and only where it is at
-    least as fast as NCCL at every message size and group size of a node."""
+    NCCL's on the scale-up link only and only below its size limit (engines choose it by
+    size, not by speed: vLLM's measured one-shot/two-shot kernel is slower than NCCL at
+    4-8 MB), and where calibrated it beats NCCL on the small messages of decode (<= 1 MB)
+    at every group size of a node."""
     profile, cal = get_runtime(name), default_calibration()
     constants = cal.runtime(runtime=name, gpu=gpu.name)
     limit = profile.custom_allreduce_max_bytes
@@ -286,11 +290,13 @@ def test_own_allreduce_is_never_slower_than_nccl(name: str, gpu: GPU) -> None:
                 if not scale_up or message > limit or constants.allreduce_latency_s == 0:
                     assert own == link  # NCCL's across nodes, above the limit, uncalibrated
                 took = _allreduce_s(own, float(message), group, node.bandwidth_bytes_per_s)
-                assert took <= nccl[i] * (1 + 1e-12), (node.kind, group, message)
+                if message <= DECODE_MESSAGE_BYTES:
+                    assert took <= nccl[i] * (1 + 1e-12), (node.kind, group, message)
+            small = MESSAGES[MESSAGES <= DECODE_MESSAGE_BYTES]
             own = profile.allreduce_link(link=link, constants=constants, scale_up=scale_up,
-                                         message_bytes=MESSAGES)  # a vector of messages
-            took = _allreduce_s(own, MESSAGES, group, node.bandwidth_bytes_per_s)
-            assert np.all(took <= nccl * (1 + 1e-12))
+                                         message_bytes=small)  # a vector of messages
+            took = _allreduce_s(own, small, group, node.bandwidth_bytes_per_s)
+            assert np.all(took <= nccl[: small.size] * (1 + 1e-12))
 
 
 @every_runtime
