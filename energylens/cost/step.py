@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from energylens.runtime.profile import RuntimeProfile
 class SequenceGroup:
     """``sequences`` sequences each adding ``new_tokens`` to a context of ``context``."""
 
-    sequences: float
+    sequences: Size
     new_tokens: float
     context: Size
 
@@ -64,7 +65,7 @@ class StepCost:
     def __add__(self, other: StepCost) -> StepCost:
         return StepCost(**{k: getattr(self, k) + getattr(other, k) for k in self.__dict__})
 
-    def scaled(self, factor: float) -> StepCost:
+    def scaled(self, factor: Size) -> StepCost:
         """Every field times ``factor``."""
         return StepCost(**{k: v * factor for k, v in self.__dict__.items()})
 
@@ -303,12 +304,13 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
                     + (micro + stages - 1.0) * send)
 
 
-def engine_cost(*, ctx: StepContext, sequences: float) -> StepCost:
+def engine_cost(*, ctx: StepContext, sequences: Size) -> StepCost:
     """The runtime's own time in one step on a replica: a fixed part the GPUs idle through
     (static power only, charged by the caller over the wall time) and a part per running
     sequence during which they draw busy power."""
+    # the runtime hooks are written for a number; their arithmetic broadcasts over arrays
     idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
-                                                 sequences=sequences)
+                                                 sequences=cast(float, sequences))
     busy_j = ctx.constants.busy_power_w * busy_s * ctx.replica_gpus
     return StepCost(latency_s=idle_s + busy_s, compute_energy_j=busy_j, memory_energy_j=0.0,
                     communication_energy_j=0.0, communication_s=0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from energylens.cost.work import Size
 from energylens.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,9 +33,9 @@ class MemoryDemand:
     """What the memory check must hold per replica: sequences, their longest context, and
     the tokens of one forward pass."""
 
-    sequences: float
+    sequences: Size
     context_tokens: float
-    step_tokens: float
+    step_tokens: Size
 
 
 class WorkloadKind(Protocol):

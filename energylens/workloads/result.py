@@ -1,10 +1,32 @@
-"""The result of a prediction: per-phase latency and energy, and the headline metrics."""
+"""The result of a prediction: per-phase latency and energy, and the headline metrics.
+
+The workload kinds compute a prediction as :data:`Columns` (numbers, or arrays over the
+configurations of :func:`energylens.batch_predict.predict_many`); :func:`prediction` turns
+one configuration's columns into a :class:`Prediction`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from energylens.cost.memory import MemoryUse
 from energylens.cost.step import StepCost
+from energylens.cost.work import Size
+
+#: Fields of a phase; its columns are ``prefill_<field>`` and ``decode_<field>``.
+PHASE_FIELDS = ("latency_s", "energy_j", "compute_j", "memory_j", "communication_j", "static_j")
+PHASES = ("prefill", "decode")
+#: The columns a workload kind computes (:func:`prediction` reads them).
+COLUMNS = ("feasible", "infeasible_reason", "num_gpus", "memory_per_gpu_gb", "ttft_s", "tpot_s",
+           "energy_per_output_token_j", "energy_per_request_j", "avg_power_w",
+           "output_tokens_per_s", "running_batch",
+           *(f"{phase}_{field}" for phase in PHASES for field in PHASE_FIELDS))
+#: A prediction by column name: numbers for one configuration, arrays for many (the
+#: ``infeasible_reason`` of many is a list, None where the configuration fits).
+Columns = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,29 +79,66 @@ class Prediction:
         return out
 
 
-def phase_result(*, cost: StepCost, wall_s: float, static_w: float, gpus: int) -> PhaseResult:
-    """A phase from its dynamic cost, plus static power paid by every GPU over ``wall_s``."""
+def value(number: Any) -> Size:
+    """A float for one configuration, a float array for many."""
+    return float(number) if np.ndim(number) == 0 else np.asarray(number, dtype=float)
+
+
+def phase_columns(*, cost: StepCost, wall_s: Size, static_w: float, gpus: Size) -> dict[str, Size]:
+    """A phase (:data:`PHASE_FIELDS`) from its dynamic cost, plus static power paid by every
+    GPU over ``wall_s``."""
     static = static_w * gpus * wall_s
     dynamic = cost.compute_energy_j + cost.memory_energy_j + cost.communication_energy_j
-    return PhaseResult(latency_s=wall_s, energy_j=float(dynamic + static),
-                       compute_j=float(cost.compute_energy_j), memory_j=float(cost.memory_energy_j),
-                       communication_j=float(cost.communication_energy_j), static_j=float(static))
+    return {"latency_s": wall_s, "energy_j": value(dynamic + static),
+            "compute_j": value(cost.compute_energy_j), "memory_j": value(cost.memory_energy_j),
+            "communication_j": value(cost.communication_energy_j), "static_j": value(static)}
 
 
 BREAKDOWN = ("compute_j", "memory_j", "communication_j", "static_j")
 
 
-def marginal_phase(*, whole: PhaseResult, rest: PhaseResult) -> PhaseResult:
-    """What ``whole`` costs beyond ``rest`` (e.g. the prompts admitted into decode steps).
+def marginal_phase(*, whole: dict[str, Size], rest: dict[str, Size]) -> dict[str, Size]:
+    """What phase ``whole`` costs beyond phase ``rest`` (e.g. the prompts admitted into
+    decode steps).
 
     The energy is the difference of the totals. Its breakdown is the difference per
     component, except that adding work can move busy power from one component to another
     (a prompt joining a memory-bound decode step makes it more compute-bound): a component
     whose difference is negative is shown as 0, and the positive ones are scaled so that
     the breakdown still sums to the energy."""
-    energy = whole.energy_j - rest.energy_j
-    parts = {k: max(getattr(whole, k) - getattr(rest, k), 0.0) for k in BREAKDOWN}
+    energy = whole["energy_j"] - rest["energy_j"]
+    parts = {k: np.maximum(whole[k] - rest[k], 0.0) for k in BREAKDOWN}
     total = sum(parts.values())
-    scale = energy / total if total > 0 else 0.0
-    return PhaseResult(latency_s=whole.latency_s - rest.latency_s, energy_j=energy,
-                       **{k: v * scale for k, v in parts.items()})
+    positive = total > 0
+    scale = np.where(positive, energy / np.where(positive, total, 1.0), 0.0)
+    return {"latency_s": whole["latency_s"] - rest["latency_s"], "energy_j": energy,
+            **{k: value(v * scale) for k, v in parts.items()}}
+
+
+def feasibility(*, memory: MemoryUse, gpu_name: str) -> tuple[Any, Any]:
+    """(feasible, infeasible reason): numbers for one configuration, a bool array and a list
+    of reasons (None where it fits) for many."""
+    if np.ndim(memory.total_bytes) == 0:
+        reason = memory.shortfall(gpu_name=gpu_name)
+        return reason is None, reason
+    reasons = memory.shortfalls(gpu_name=gpu_name)
+    return np.array([r is None for r in reasons]), reasons
+
+
+def prediction(*, columns: Columns, model: str, gpu: str, workload: str) -> Prediction:
+    """One configuration's columns as a :class:`Prediction`."""
+    phases = {phase: PhaseResult(**{f: float(columns[f"{phase}_{f}"]) for f in PHASE_FIELDS})
+              for phase in PHASES}
+    running = columns["running_batch"]
+    return Prediction(
+        model=model, gpu=gpu, num_gpus=int(columns["num_gpus"]), workload=workload,
+        feasible=bool(columns["feasible"]), infeasible_reason=columns["infeasible_reason"],
+        memory_per_gpu_gb=float(columns["memory_per_gpu_gb"]), ttft_s=float(columns["ttft_s"]),
+        tpot_s=float(columns["tpot_s"]),
+        energy_per_output_token_j=float(columns["energy_per_output_token_j"]),
+        energy_per_request_j=float(columns["energy_per_request_j"]),
+        avg_power_w=float(columns["avg_power_w"]),
+        output_tokens_per_s=float(columns["output_tokens_per_s"]),
+        prefill=phases["prefill"], decode=phases["decode"],
+        running_batch=None if running is None else float(running),
+    )

@@ -10,14 +10,24 @@ blocks fit); the deployment is infeasible only when not even one sequence fits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import ZERO, SequenceGroup, engine_cost, step_cost
+from energylens.cost.work import Size
 from energylens.workloads.registry import MemoryDemand, Placement, register
-from energylens.workloads.result import Prediction, marginal_phase, phase_result
+from energylens.workloads.result import (
+    Columns,
+    Prediction,
+    feasibility,
+    marginal_phase,
+    phase_columns,
+    prediction,
+    value,
+)
 from energylens.workloads.workload import Workload
 
 #: Median of Poisson(lambda) ~ max(lambda - ln 2, 0) (exact at the threshold lambda = ln 2).
@@ -26,22 +36,40 @@ MEDIAN_POISSON_OFFSET = float(np.log(2.0))
 EXACT_ARRIVAL_COUNTS = 2
 
 
-def arrival_mixture(mean: float) -> list[tuple[float, float]]:
+def arrival_mixture(mean: Size) -> list[tuple[Size, Size]]:
     """(prompt count, probability) points standing in for Poisson(``mean``) arrivals per
     step: counts 0 .. EXACT_ARRIVAL_COUNTS - 1 exactly, the tail at its conditional mean.
-    Probabilities sum to 1 and the points' mean is ``mean``."""
-    points: list[tuple[float, float]] = []
-    prob = float(np.exp(-mean))
-    head_mass = head_mean = 0.0
+    Probabilities sum to 1 and the points' mean is ``mean``. With an array of means the
+    tail point is always there, with probability 0 where the tail is negligible (one
+    number drops it)."""
+    points: list[tuple[Size, Size]] = []
+    prob = value(np.exp(-mean))
+    head_mass: Size = 0.0
+    head_mean: Size = 0.0
     for count in range(EXACT_ARRIVAL_COUNTS):
         points.append((float(count), prob))
         head_mass += prob
         head_mean += count * prob
         prob *= mean / (count + 1)
     tail = 1.0 - head_mass
-    if tail > 1e-12:
-        points.append(((mean - head_mean) / tail, tail))
+    kept = tail > 1e-12
+    if np.ndim(mean) == 0 and not kept:
+        return points
+    conditional = (mean - head_mean) / np.where(kept, tail, 1.0)
+    points.append((value(np.where(kept, conditional, float(EXACT_ARRIVAL_COUNTS))),
+                   value(np.where(kept, tail, 0.0))))
     return points
+
+
+def _interp(x: Size, xs: list[Size], ys: list[Size]) -> Size:
+    """``np.interp(x, xs, ys)`` with the points' abscissae and ordinates per configuration
+    (numbers or arrays; ``xs`` increasing), by numpy's own formula."""
+    result = ys[-1]
+    for j in range(len(xs) - 2, -1, -1):
+        slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+        inside = slope * (x - xs[j]) + ys[j]
+        result = np.where(x < xs[j + 1], np.where(x == xs[j], ys[j], inside), result)
+    return value(np.where(x < xs[0], ys[0], result))
 
 
 @dataclass(frozen=True)
@@ -50,11 +78,11 @@ class SteadyState:
 
     name: str = "serving"
 
-    def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
+    def memory_demand(self, *, workload: Workload, sequences: Size) -> MemoryDemand:
         """Running sequences spread over their lifetimes (mean context in + out / 2); a
         step holds the decodes plus the prompts admitted in it."""
         s_in, s_out = workload.input_tokens, workload.output_tokens
-        return MemoryDemand(sequences=float(np.ceil(sequences)), context_tokens=s_in + s_out / 2,
+        return MemoryDemand(sequences=value(np.ceil(sequences)), context_tokens=s_in + s_out / 2,
                             step_tokens=sequences + sequences / s_out * s_in)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
@@ -65,6 +93,16 @@ class SteadyState:
         the inter-token latency is the MEDIAN step, the step with the median prompt count
         (0 while the mean is below ln 2, ~mean - ln 2 beyond: a smooth stand-in for the
         integer median, interpolated between priced counts)."""
+        columns = self.columns(placement=placement, workload=workload, memory=memory,
+                               batch=workload.batch)
+        return prediction(columns=columns, model=placement.model.name,
+                          gpu=placement.ctx.gpu.name, workload=self.name)
+
+    def columns(self, *, placement: Placement, workload: Workload, memory: MemoryUse,
+                batch: Size) -> Columns:
+        """:meth:`run` as columns (arrays over configurations for many; ``batch``, the
+        workload's batch, is not read: the placement's sequences are the batch here)."""
+        del batch
         ctx = placement.ctx
         s_in, s_out = workload.input_tokens, workload.output_tokens
         batch, memory = self._capped(placement=placement, workload=workload, memory=memory)
@@ -74,65 +112,75 @@ class SteadyState:
         decode_only = step_cost(ctx=ctx, seqs=[decode_seqs]) + engine
         points = arrival_mixture(arrivals)
         counts = [count for count, _ in points]
-        costs = [decode_only if count == 0 else step_cost(
+        costs = [decode_only if np.ndim(count) == 0 and count == 0 else step_cost(
             ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
                                                       context=s_in)]) + engine
                  for count in counts]
         mean = sum((cost.scaled(prob) for cost, (_, prob) in zip(costs, points, strict=True)),
                    ZERO)
-        step_s = float(mean.latency_s)
-        decode_s = float(decode_only.latency_s)
-        times = [float(c.latency_s) for c in costs]
-        median_itl_s = float(np.interp(max(arrivals - MEDIAN_POISSON_OFFSET, 0.0), counts, times))
+        step_s = value(mean.latency_s)
+        decode_s = value(decode_only.latency_s)
+        times = [value(c.latency_s) for c in costs]
+        median_itl_s = _interp(np.maximum(arrivals - MEDIAN_POISSON_OFFSET, 0.0), counts, times)
         static_w = ctx.constants.static_power_w
-        replicas, gpus = float(placement.replicas), placement.gpus
-        decode = phase_result(cost=decode_only.scaled(replicas), wall_s=decode_s,
-                              static_w=static_w, gpus=gpus)
-        whole = phase_result(cost=mean.scaled(replicas), wall_s=step_s, static_w=static_w,
-                             gpus=gpus)
+        replicas, gpus = placement.replicas * 1.0, placement.gpus
+        decode = phase_columns(cost=decode_only.scaled(replicas), wall_s=decode_s,
+                               static_w=static_w, gpus=gpus)
+        whole = phase_columns(cost=mean.scaled(replicas), wall_s=step_s, static_w=static_w,
+                              gpus=gpus)
         prefill = marginal_phase(whole=whole, rest=decode)
         tokens_per_step = batch * replicas
-        per_token = whole.energy_j / tokens_per_step
-        reason = memory.shortfall(gpu_name=ctx.gpu.name)
-        return Prediction(
-            model=placement.model.name, gpu=ctx.gpu.name, num_gpus=gpus, workload=self.name,
-            feasible=reason is None, infeasible_reason=reason,
-            memory_per_gpu_gb=float(memory.total_bytes / 1e9),
-            ttft_s=float(np.interp(1.0, counts, times)), tpot_s=median_itl_s,
-            energy_per_output_token_j=per_token,
-            energy_per_request_j=per_token * s_out, avg_power_w=whole.energy_j / step_s,
-            output_tokens_per_s=tokens_per_step / step_s,
-            prefill=replace(prefill, latency_s=step_s), decode=replace(decode, latency_s=step_s),
-            running_batch=batch,
-        )
+        per_token = whole["energy_j"] / tokens_per_step
+        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name)
+        return {
+            "feasible": feasible, "infeasible_reason": reason, "num_gpus": gpus,
+            "memory_per_gpu_gb": value(memory.total_bytes / 1e9),
+            "ttft_s": _interp(1.0, counts, times), "tpot_s": median_itl_s,
+            "energy_per_output_token_j": per_token, "energy_per_request_j": per_token * s_out,
+            "avg_power_w": whole["energy_j"] / step_s,
+            "output_tokens_per_s": tokens_per_step / step_s, "running_batch": batch,
+            **{f"prefill_{k}": v for k, v in {**prefill, "latency_s": step_s}.items()},
+            **{f"decode_{k}": v for k, v in {**decode, "latency_s": step_s}.items()},
+        }
 
     def _capped(self, *, placement: Placement, workload: Workload,
-                memory: MemoryUse) -> tuple[float, MemoryUse]:
+                memory: MemoryUse) -> tuple[Size, MemoryUse]:
         """The running batch per replica and its memory: the requested one if it fits,
         else as many sequences as the KV space left after weights, activations and the
-        reserve holds (at least one; with fewer the deployment stays infeasible)."""
+        reserve holds (at least one; with fewer the deployment stays infeasible). Per
+        configuration when the placement holds arrays."""
         batch = placement.sequences
-        if memory.fits:
-            return batch, memory
         per_sequence = (memory.kv_cache_bytes + memory.state_bytes) / self.memory_demand(
             workload=workload, sequences=batch).sequences
         free = (memory.usable_bytes - memory.weights_bytes - memory.activation_bytes
                 - memory.reserve_bytes)
-        held = free / per_sequence if per_sequence > 0 else 0.0
-        if held < 1.0:
+        spread = per_sequence > 0
+        held = np.where(spread, free / np.where(spread, per_sequence, 1.0), 0.0)
+        done = np.asarray(memory.fits) | (held < 1.0)  # fits as asked, or not even one does
+        if done.all():
             return batch, memory
         ctx = placement.ctx
+        capped_batch: Size = batch
+        capped = memory
+        held = np.where(done, 1.0, held)
         # the step holds fewer tokens too: shrink until the whole working set fits
-        while True:
-            demand = self.memory_demand(workload=workload, sequences=held)
-            capped = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
-                                degrees=dict(ctx.degrees), pp=ctx.pp,
-                                weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                                sequences=demand.sequences, context_tokens=demand.context_tokens,
-                                step_tokens=demand.step_tokens)
-            if capped.fits or held <= 1.0:
-                return (held, capped) if capped.fits else (batch, memory)
-            held = max(np.floor(held) - 1.0, 1.0)
+        while not done.all():
+            demand = self.memory_demand(workload=workload, sequences=value(held))
+            trial = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                               degrees=dict(ctx.degrees), pp=ctx.pp,
+                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                               sequences=demand.sequences, context_tokens=demand.context_tokens,
+                               step_tokens=demand.step_tokens)
+            fits = np.asarray(trial.fits)
+            take = ~done & fits
+            capped_batch = value(np.where(take, held, capped_batch))
+            kept: dict[str, Any] = {f.name: value(np.where(take, getattr(trial, f.name),
+                                                           getattr(capped, f.name)))
+                                    for f in fields(MemoryUse)}
+            capped = MemoryUse(**kept)
+            done = done | fits | (held <= 1.0)
+            held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
+        return capped_batch, capped
 
 
 register(SteadyState())
