@@ -284,7 +284,7 @@ def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
             continue
         log(f"kernels {gpu}: {name} = {result.values[name]:.3f} on {result.n_points} shapes")
         fit_id = f"aiconfigurator-gemm/{gpu}/{name}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_half_the_k_values_out")
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_k_half_out")
         kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **result.values)
         prov.setdefault(f"kernels/{gpu}", {})[name] = _entry(
             result.values[name], kind="fitted", fit_id=fit_id, report=fits[fit_id])
@@ -311,6 +311,13 @@ def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
     prov.setdefault(f"runtimes/{key}", {}).update(
         {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
          for k, v in result.values.items()})
+
+
+def unidentified_constants(fits: dict[str, dict[str, Any]]) -> list[str]:
+    """``fit/constant`` of every constant that ended at a bound of its range in a fit on
+    all the data (the regime folds are reported, not judged, here)."""
+    return [f"{fit_id}/{name}" for fit_id, report in sorted(fits.items())
+            if not fit_id.startswith("regimes/") for name in report.get("at_bound", [])]
 
 
 def to_yaml(outcome: Outcome) -> str:

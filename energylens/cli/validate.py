@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip the leave-one-group-out refits (faster; no held-out errors)")
     c.add_argument("--jobs", type=int, default=2, help="processes for held-out refits")
     c.add_argument("--quiet", action="store_true")
+    c.add_argument("--allow-unidentified", action="store_true",
+                   help="exit 0 even if a fitted constant ended at a bound of its range "
+                        "(not identified by the data); the file records them either way")
     c.set_defaults(handler=_cmd_calibrate)
 
     r = sub.add_parser(
@@ -204,6 +207,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         calibrate,
         discover,
         merge,
+        unidentified_constants,
         write,
     )
 
@@ -231,6 +235,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     outcome = calibrate(data=data, leave_out=not args.no_leave_out, jobs=max(args.jobs, 1), log=log)
     write(outcome, output)
     log(f"wrote {output}")
+    unidentified = unidentified_constants(outcome.fits)
+    if unidentified and not args.allow_unidentified:
+        raise CalibrationDataError(
+            f"wrote {output}, but {len(unidentified)} fitted constants ended at a bound of their "
+            f"range (not identified by the data): {', '.join(unidentified)}; "
+            f"--allow-unidentified accepts them")
     return 0
 
 

@@ -128,6 +128,13 @@ def _constants(report: AccuracyReport) -> list[str]:
     lines = [f"The shipped calibration holds {counts['fitted']} fitted constants, "
              f"{counts['assumed']} borrowed (`assumed`) and {counts['default']} built-in "
              "defaults (not identified by any data), over every GPU, link and runtime.", ""]
+    from energylens.calibration.run import unidentified_constants
+
+    unidentified = unidentified_constants(report.fits)
+    lines += ["**Not identified**: fitted constants that ended at a bound of their range in a "
+              "fit on all the data (`energylens calibrate` exits with an error on them unless "
+              "`--allow-unidentified`; the shipped file was written with it): "
+              + (", ".join(f"`{name}`" for name in unidentified) or "none") + ".", ""]
     for gpu in REGIME_GPUS:
         spread = report.fits.get(f"mlenergy/{gpu}", {}).get("spread_across_regime_folds", {})
         if not spread:
