@@ -157,7 +157,7 @@ def run_worker(
         shared = " or ".join(repr(e.name) for e in ENGINES if e.shared_study)
         raise StudyStateError(f"workers need engine {shared}, the study file has {config.engine!r}")
     n_total = config.budget() if n_trials is None else n_trials
-    return _drive(config, problem, _existing(config), n_total, None, progress)
+    return _drive(config, problem, _existing(config), n_total, None, progress, shared=True)
 
 
 def ensure_study(
@@ -254,6 +254,8 @@ def _drive(
     n_total: int,
     seed: int | None,
     progress: bool,
+    *,
+    shared: bool = False,
 ) -> optuna.Study:
     if config.writes_parquet:
         raise StudyStateError(
@@ -268,9 +270,9 @@ def _drive(
     ) as bar:
         try:
             with stop_on_interrupt(bar):
-                get_engine(config.engine).run(
-                    config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar
-                )
+                engine = get_engine(config.engine)
+                run = engine.run_shared if shared else engine.run
+                run(config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar)
         finally:
             sync_storage(storage)
     return optuna.load_study(study_name=config.name, storage=storage)

@@ -40,7 +40,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,8 @@ LOCK_GRACE_PERIOD_S = 30
 is broken after this many seconds unchanged."""
 HOST = socket.gethostname()
 HEARTBEAT_KEY = "search:heartbeat"
+GENERATION_KEY = "search:generation:"
+"""Prefix of the study system attrs recording a generation in flight (one per process)."""
 
 
 class StorageError(RuntimeError):
@@ -163,11 +165,16 @@ class JournalFile(JournalFileBackend):
         super().__init__(file_path, lock_obj=self._append_lock)
         interval = SYNC_INTERVAL_S if sync_interval_s is None else sync_interval_s
         self._durability = _Durability(file_path, interval)
+        self._buffer: list[dict[str, Any]] | None = None
         # Last fsync on garbage collection or at interpreter exit, whichever comes first.
         weakref.finalize(self, self._durability.sync)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        """Append ``logs`` (one JSON line each) under the lock; fsync if one is due."""
+        """Append ``logs`` (one JSON line each) under the lock; fsync if one is due. Inside
+        :meth:`buffered`, keep them until the block ends."""
+        if self._buffer is not None:
+            self._buffer.extend(logs)
+            return
         text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
         self._append_lock.acquire()
         try:
@@ -181,6 +188,20 @@ class JournalFile(JournalFileBackend):
     def sync(self) -> None:
         """fsync the file now if anything was appended since the last fsync."""
         self._durability.sync()
+
+    @contextlib.contextmanager
+    def buffered(self) -> Iterator[None]:
+        """Appends inside the block are written together, in one append, when it ends without
+        an exception (and dropped otherwise). Only for writes whose effect nothing in the
+        block reads back, e.g. ``study.add_trials`` (a trial's id is not read)."""
+        self._buffer = []
+        try:
+            yield
+            logs, self._buffer = self._buffer, None
+            if logs:
+                self.append_logs(logs)
+        finally:
+            self._buffer = None
 
 
 class _Durability:
@@ -358,6 +379,24 @@ class MissingDriverError(StorageError):
         super().__init__(f"{shown}: the database driver {module!r} is not installed")
 
 
+@contextlib.contextmanager
+def batched_writes(storage: BaseStorage) -> Iterator[None]:
+    """Write what the block appends to a journal file in one append (:meth:`JournalFile.buffered`);
+    other storages write as usual."""
+    backend = _JOURNALS.get(storage)
+    if backend is None:
+        yield
+        return
+    # Optuna's create_new_trial reads back the id of the trial this process created last,
+    # which only exists once one was replayed; add_trials does not use the id.
+    replay = storage._replay_result  # type: ignore[attr-defined]
+    if not hasattr(replay, "_last_created_trial_id_by_this_process"):
+        replay._last_created_trial_id_by_this_process = -1
+    with backend.buffered():
+        yield
+    storage._sync_with_backend()  # type: ignore[attr-defined]  # replay the appended logs
+
+
 def sync_storage(storage: BaseStorage) -> None:
     """fsync a journal opened by :func:`open_storage` now (RDB storages commit anyway)."""
     backend = _JOURNALS.get(storage)
@@ -385,7 +424,39 @@ def claim_trial(trial: optuna.Trial) -> None:
 
 
 def fail_stale_trials(study: optuna.Study) -> None:
-    """Fail (and re-queue) the study's running trials whose worker is gone."""
+    """Fail (and re-queue) the study's running trials whose worker is gone, and record as lost
+    the generations in flight of processes of this host that died (:func:`generation_in_flight`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature notes
         optuna.storages.fail_stale_trials(study)
+    for key, mark in study._storage.get_study_system_attrs(study._study_id).items():
+        if not key.startswith(GENERATION_KEY) or not isinstance(mark, dict) or mark.get("lost"):
+            continue
+        if mark["host"] == HOST and not _alive(int(mark["pid"])):
+            study._storage.set_study_system_attr(study._study_id, key, {**mark, "lost": True})
+            warnings.warn(
+                f"study {study.study_name!r}: a generation of {mark['size']} configurations that "
+                f"process {mark['pid']} was evaluating when it died is lost (not stored)",
+                stacklevel=2,
+            )
+
+
+def lost_generations(study: optuna.Study) -> list[dict[str, Any]]:
+    """Generations recorded as lost by :func:`fail_stale_trials` (host, pid, size, started)."""
+    marks = study._storage.get_study_system_attrs(study._study_id)
+    return [
+        m for k, m in marks.items() if k.startswith(GENERATION_KEY) and isinstance(m, dict) and m.get("lost")
+    ]
+
+
+@contextlib.contextmanager
+def generation_in_flight(study: optuna.Study, size: int) -> Iterator[None]:
+    """Record in the study that this process evaluates a generation of ``size`` configurations
+    not stored yet, until the block ends normally: if the process dies meanwhile, the next
+    :func:`fail_stale_trials` of this host records the generation as lost. One study system
+    attr per process, written twice per generation."""
+    key = f"{GENERATION_KEY}{HOST}:{os.getpid()}"
+    mark: dict[str, Any] = {"host": HOST, "pid": os.getpid(), "size": size, "started": time.time()}
+    study._storage.set_study_system_attr(study._study_id, key, mark)
+    yield
+    study._storage.set_study_system_attr(study._study_id, key, None)

@@ -58,3 +58,19 @@ class Engine(ABC):
         being evaluated once ``progress.stop_requested`` is set (Ctrl-C). ``seed`` (None: unseeded) overrides
         ``config.seed``; ``config.sampler`` is one of :attr:`samplers`.
         """
+
+    def run_shared(
+        self,
+        *,
+        config: StudyConfig,
+        problem: Problem,
+        storage: BaseStorage,
+        n_total: int,
+        seed: int | None,
+        progress: TrialProgress,
+    ) -> None:
+        """:meth:`run` as one of several workers on the study (``energylens study worker``):
+        an engine with ``shared_study`` overrides it when its own run is not safe to share."""
+        self.run(
+            config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=progress
+        )
