@@ -113,3 +113,13 @@ def test_the_conversation_trace_replays_its_own_clock_or_a_rescaled_one() -> Non
         for rate in (None, 1.0, 3.0)}
     for rate, run in runs.items():
         assert float(run.load["requests_per_s"]) == pytest.approx(rate or own_rate, rel=0.15)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"capacity_attainment": 0.9}, "needs at least one slo"),
+    ({"capacity_attainment": 1.5, "slo": ("ttft_p90_s<=1",)}, "share in \\(0, 1\\]"),
+    ({"capacity_attainment": float("nan"), "slo": ("ttft_p90_s<=1",)}, "share in"),
+])
+def test_bad_capacity_targets_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Workload(kind="load", **fields)  # type: ignore[arg-type]

@@ -178,3 +178,17 @@ def test_more_load_never_shortens_the_queue_or_the_latency() -> None:
         assert values == sorted(values), key
     throughput = [run.output_tokens_per_s for run in runs]
     assert throughput == sorted(throughput)
+
+
+def test_capacity_is_the_highest_rate_meeting_the_attainment_target() -> None:
+    slos = ("ttft_p90_s<=0.2", "tpot_p90_s<=0.02")
+    found = _load(request_rate=1.0, num_requests=400, slo=slos, capacity_attainment=0.9)
+    capacity = float(found.load["capacity_requests_per_s"])
+    assert capacity > 1.0
+    assert found.load["capacity_per_gpu"] == pytest.approx(capacity)  # one GPU
+    at = _load(request_rate=capacity, num_requests=400, slo=slos)
+    beyond = _load(request_rate=1.5 * capacity, num_requests=400, slo=slos)
+    assert float(at.load["slo_attainment"]) >= 0.9 > float(beyond.load["slo_attainment"])
+    looser = _load(request_rate=1.0, num_requests=400, slo=("ttft_p90_s<=1", "tpot_p90_s<=0.05"),
+                   capacity_attainment=0.9)
+    assert float(looser.load["capacity_requests_per_s"]) > capacity

@@ -9,7 +9,7 @@ from energylens.errors import ConfigError
 
 #: Fields only the ``load`` kind reads (requests arriving over time).
 LOAD_FIELDS = ("request_rate", "concurrency", "trace", "num_requests", "seed", "arrival_cv",
-               "length_cv", "slo")
+               "length_cv", "slo", "capacity_attainment")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +21,8 @@ class Workload:
     or a ``trace``'s own timestamps, rescaled to ``request_rate`` when it is given) or a
     closed loop of ``concurrency`` clients (``batch`` clients when neither is given);
     lengths ``input_tokens``/``output_tokens`` (gamma of CV ``length_cv`` around them) or
-    the ``trace``'s; ``slo`` bounds such as ``"ttft_p90_s<=1"``."""
+    the ``trace``'s; ``slo`` bounds such as ``"ttft_p90_s<=1"``; ``capacity_attainment``:
+    also find the highest request rate at which that share of requests meets them."""
 
     kind: str = "batch"
     batch: float = 1  # may be fractional in ``serving`` (a measured mean)
@@ -35,6 +36,7 @@ class Workload:
     arrival_cv: float | None = None  # None: Poisson, or the trace's timestamps
     length_cv: float = 0.0  # 0: fixed lengths
     slo: tuple[str, ...] = ()
+    capacity_attainment: float | None = None  # also find the rate sustained at this share
 
     def __post_init__(self) -> None:
         from energylens.workloads.registry import kind_names
@@ -49,6 +51,11 @@ class Workload:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        target = self.capacity_attainment
+        if target is not None and not (math.isfinite(target) and 0 < target <= 1):
+            raise ConfigError(f"capacity_attainment must be a share in (0, 1], got {target}")
+        if target is not None and not self.slo:
+            raise ConfigError("capacity_attainment needs at least one slo bound")
         if not math.isfinite(self.length_cv) or self.length_cv < 0:
             raise ConfigError(f"length_cv must be a finite number >= 0, got {self.length_cv}")
         for name in ("concurrency", "num_requests"):

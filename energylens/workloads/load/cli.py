@@ -65,6 +65,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=_seed, default=0, help="random seed")
     group.add_argument("--slo", type=_slo, action="append", default=[],
                        help="latency bound such as 'ttft_p90_s<=1' (repeatable)")
+    group.add_argument("--capacity", type=_positive_float, dest="capacity_attainment",
+                       help="also find the highest request rate at which this share of "
+                            "requests (e.g. 0.9) meets every --slo (bisection)")
 
 
 def load_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,4 +75,5 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
     refuses any that is set)."""
     return {"request_rate": args.request_rate, "concurrency": args.concurrency,
             "trace": args.trace, "arrival_cv": args.arrival_cv, "length_cv": args.length_cv,
-            "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo)}
+            "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo),
+            "capacity_attainment": args.capacity_attainment}

@@ -196,8 +196,16 @@ class Load:
         metrics = summarise(run=result.sim, table=result.table, slos=slos,
                             static_w=placement.ctx.constants.static_power_w,
                             gpus=placement.ctx.replica_gpus)
-        return load_prediction(placement=placement, workload=workload, memory=memory,
-                               metrics=metrics, name=self.name)
+        out = load_prediction(placement=placement, workload=workload, memory=memory,
+                              metrics=metrics, name=self.name)
+        if workload.capacity_attainment is not None:
+            from energylens.workloads.load.capacity import capacity_per_replica
+
+            rate = capacity_per_replica(placement=placement, workload=workload,
+                                        target=workload.capacity_attainment) * placement.replicas
+            out.load.update(capacity_requests_per_s=rate,
+                            capacity_per_gpu=rate / placement.gpus)
+        return out
 
 
 register(Load())

@@ -211,6 +211,9 @@ STUDY_METRICS = {
     "mean_running": "time-average running requests per replica under load",
     "mean_queue_length": "time-average waiting requests per replica under load",
     "idle_share": "share of the run's energy spent idle (static power, no iteration)",
+    "capacity_requests_per_s": "highest request rate with capacity_attainment of the "
+                               "requests meeting every SLO bound [1/s]",
+    "capacity_per_gpu": "capacity per GPU [1/s]",
 }
 
 

@@ -100,7 +100,9 @@ class SimRun:
 
 
 def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -> SimRun:
-    """Run every request to completion; deterministic for given inputs."""
+    """Run every request to completion; deterministic for given inputs. A closed loop's
+    clients all send their first request at time 0 (``benchmark_serving
+    --max-concurrency``)."""
     n_req = requests.count
     inp = requests.input_tokens.tolist()
     out = requests.output_tokens.tolist()
@@ -116,13 +118,14 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     start = [0] * n_req  # iteration index of the first decode step
     epoch = [0] * n_req  # invalidates heap entries of a preempted request
 
-    pending: deque[tuple[float, int]] = deque()
+    pending: list[tuple[float, int]]  # (arrival time, request): a heap
     if requests.arrival_s is None:
         issued = min(requests.clients, n_req)
-        pending.extend((0.0, r) for r in range(issued))
+        pending = [(0.0, r) for r in range(issued)]
     else:
         issued = n_req
-        pending.extend(zip(requests.arrival_s.tolist(), range(n_req), strict=True))
+        pending = list(zip(requests.arrival_s.tolist(), range(n_req), strict=True))
+    heapq.heapify(pending)
 
     dl, fl, cl = table.latency_lists()
     contexts, cached_pts = table.contexts, table.cached
@@ -155,7 +158,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         finish[r] = t
         del running[r]
         if requests.arrival_s is None and issued < n_req:
-            pending.append((t, issued))
+            heapq.heappush(pending, (t, issued))
             issued += 1
 
     def preempt_last() -> None:
@@ -177,7 +180,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
 
     while True:
         while pending and pending[0][0] <= t:
-            when, r = pending.popleft()
+            when, r = heapq.heappop(pending)
             arrival[r] = when
             waiting.append(r)
         if not running and not waiting:

@@ -1,0 +1,46 @@
+"""Capacity: the highest request rate a deployment sustains while a target share of
+requests meets every SLO bound (DistServe's per-GPU goodput question), by bisection.
+
+Open loop at each probed rate (Poisson, or the workload's arrival CV; the trace's clock
+rescaled when the workload replays one), on one replica with one price table. The rate
+is bracketed between 0 and the replica's service rate with every request queued at once,
+then halved ``STEPS`` times: the answer is within 1/2^STEPS of that bracket, from below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.kind import simulate_replica
+from energylens.workloads.load.metrics import SLO, summarise
+from energylens.workloads.registry import Placement
+from energylens.workloads.workload import Workload
+
+#: Bisection steps (the bracket shrinks 2^STEPS times).
+STEPS = 7
+
+
+def capacity_per_replica(*, placement: Placement, workload: Workload, target: float) -> float:
+    """Requests/s one replica serves with at least ``target`` of them meeting every SLO
+    of ``workload`` (0 when even a trickle misses them)."""
+    slos = tuple(SLO.parse(text) for text in workload.slo)
+    one = replace(placement, replicas=1, gpus=placement.ctx.replica_gpus)
+    static_w = placement.ctx.constants.static_power_w
+
+    def run(rate: float) -> tuple[float, float]:
+        probe = replace(workload, request_rate=rate, concurrency=None)
+        result = simulate_replica(placement=one, workload=probe, table=tables.get("t"))
+        tables["t"] = result.table
+        metrics = summarise(run=result.sim, table=result.table, slos=slos, static_w=static_w,
+                            gpus=placement.ctx.replica_gpus)
+        return metrics.slo_attainment, metrics.requests_per_s
+
+    tables: dict[str, StepTable] = {}
+    _, service = run(1e6)  # every request queued at once: the replica's service rate
+    low, high = 0.0, service
+    for _ in range(STEPS):
+        mid = (low + high) / 2
+        attained, _ = run(mid)
+        low, high = (mid, high) if attained >= target else (low, mid)
+    return low
