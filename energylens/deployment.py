@@ -145,3 +145,4 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
             raise ConfigError(
                 f"freq_mhz = {d.freq_mhz:g} is outside {gpu_name}'s range {low:g}-{high:g} MHz"
             )
+    get_runtime(d.runtime).check(deployment=d, model=model)  # precisions, layouts it lacks

@@ -64,6 +64,7 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
                  calibration: Calibration) -> StepContext:
     """Everything fixed across the steps of one deployment (checked already)."""
     runtime = get_runtime(deployment.runtime)
+    calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name)
     constants = calibration.kernel(gpu.name)
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,

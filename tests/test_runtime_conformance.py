@@ -13,7 +13,6 @@ import math
 from collections.abc import Iterator
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import get_args
 
 import numpy as np
 import pytest
@@ -25,19 +24,18 @@ from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.cost.kernels import Collective, compile_layer
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.work import ACTIVATION_BYTES, Size, tensor_bytes
-from energylens.deployment import FUSIONS, Deployment, Workload, check_deployment
+from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload, check_deployment
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.hardware import GPU, list_gpus, load_gpu
-from energylens.hardware.database import ProvenanceKind
 from energylens.model import ModelConfig, build_graph, list_models
 from energylens.model.families import LayerGroup
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, RuntimeProfile, get_runtime, runtime_names
-from energylens.runtime.profile import load_facts
+from energylens.runtime.profile import FACT_KINDS, PARALLEL_DIMS, load_facts
 from energylens.runtime.registry import register
 
 NAMES = runtime_names()
-KNOWN_KINDS = frozenset(get_args(ProvenanceKind))
+KNOWN_KINDS = frozenset(FACT_KINDS)
 #: Every constructor field of a profile that is a fact (carries value, kind and source).
 FACTS = tuple(f.name for f in dataclasses.fields(RuntimeProfile)
               if f.name not in ("name", "display_name", "provenance"))
@@ -109,6 +107,19 @@ def test_fact_values_are_in_range(name: str) -> None:
     assert p.expert_parallel_layout in EP_LAYOUTS
     assert math.isfinite(p.custom_allreduce_max_bytes) and p.custom_allreduce_max_bytes >= 0
     assert len(set(p.fused_into_combine)) == len(p.fused_into_combine)
+    assert p.version.strip()
+    assert list(p.cuda_graph_batch_sizes) == sorted(set(p.cuda_graph_batch_sizes))
+    assert all(size >= 1 for size in p.cuda_graph_batch_sizes)
+    assert isinstance(p.kv_block_tokens, int) and p.kv_block_tokens >= 1
+    assert p.weight_dtypes and p.weight_dtypes <= frozenset(WEIGHT_DTYPES)
+    assert p.kv_dtypes and p.kv_dtypes <= frozenset(KV_DTYPES)
+    assert p.parallelism <= frozenset(PARALLEL_DIMS)
+    if "ep" in p.parallelism:  # an engine with EP states which layout it uses
+        assert p.expert_parallel_layout in EP_LAYOUTS
+    for prior in (p.prior_step_overhead_s, p.prior_per_sequence_overhead_s):
+        assert math.isfinite(prior) and 0 <= prior < 0.1
+    assert p.launch_program.strip() and p.launch_flags
+    assert len(set(p.launch_flags)) == len(p.launch_flags)
 
 
 # --- collective layout -------------------------------------------------------------------
@@ -223,8 +234,9 @@ def _folds_partial_sums(name: str, case: tuple[ModelConfig, int, int]) -> bool:
 
 @pytest.mark.parametrize(("name", "case"), [
     pytest.param(name, case, id=f"{name}-{_ep_id(case)}", marks=pytest.mark.xfail(
-        strict=True, reason="runtime/vllm.py folds the shared expert's all-reduce over the whole "
-        "tp*ep group into the combine all-reduce over the ep group only")
+        strict=True, reason="RuntimeProfile.collective_layout (tensor-parallel-attention) folds "
+        "the shared expert's all-reduce over the whole tp*ep group into the combine all-reduce "
+        "over the ep group only")
         if _folds_partial_sums(name, case) else ())
     for name in NAMES for case in EP_CASES])
 def test_a_folded_reduction_is_covered_by_the_combine_group(
@@ -369,7 +381,12 @@ def _finite_positive(p: Prediction) -> None:
     ids=["dense", "dense-tp2", "moe-ep2"])
 def test_predicts_with_finite_positive_metrics(name: str, kind: str, model: str,
                                                deployment: Deployment) -> None:
-    p = predict(model=model, gpu=GPU_NAME, deployment=dataclasses.replace(deployment, runtime=name),
+    deployment = dataclasses.replace(deployment, runtime=name)
+    if deployment.ep > 1 and "ep" not in get_runtime(name).parallelism:
+        with pytest.raises(ConfigError, match="expert parallelism"):
+            predict(model=model, gpu=GPU_NAME, deployment=deployment)
+        return
+    p = predict(model=model, gpu=GPU_NAME, deployment=deployment,
                 workload=Workload(kind=kind, batch=8))
     assert p.feasible, p.infeasible_reason
     _finite_positive(p)

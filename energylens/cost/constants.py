@@ -71,7 +71,8 @@ class LinkConstants:
 
 @dataclass(frozen=True, kw_only=True)
 class RuntimeConstants:
-    """Constants of one serving runtime (engine) on one GPU (SI units); 0 = none."""
+    """Constants of one serving runtime (engine) on one GPU (SI units): overheads 0 = none,
+    scales 1 = the engine's kernels reach the GPU's kernel constants."""
 
     step_overhead_s: float = 0.0  # engine time per step the GPUs idle through (scheduling)
     per_sequence_overhead_s: float = 0.0  # per running sequence (sampling, KV bookkeeping)
@@ -83,6 +84,12 @@ class RuntimeConstants:
     allreduce_latency_s: float = 0.0
     allreduce_latency_per_hop_s: float = 0.0
     allreduce_bus_bandwidth_fraction: float = 0.0  # 0 = NCCL's bandwidth curve
+    # Efficiencies of the engine's kernels relative to the GPU's kernel constants (which were
+    # fitted on vLLM-like kernels): GEMMs, fused attention, weight streams, KV reads.
+    gemm_efficiency_scale: float = 1.0
+    attention_efficiency_scale: float = 1.0
+    memory_efficiency_scale: float = 1.0
+    kv_bandwidth_scale: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)

@@ -2,27 +2,69 @@
 
 Facts are data (``energylens/data/runtimes/<name>.yaml``: value, kind, source); what an
 engine does differently in code (how it lays out collectives, how its step overhead is
-shaped) are the methods of its module's :class:`RuntimeProfile` subclass.
+shaped, which layouts it refuses, how it is launched) are the methods of its module's
+:class:`RuntimeProfile` subclass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from energylens.cost.comm import own_allreduce_link
-from energylens.cost.constants import LinkConstants, RuntimeConstants
+from energylens.cost.constants import Calibration, LinkConstants, RuntimeConstants
 from energylens.cost.kernels import Collective
-from energylens.errors import EnergyLensError
+from energylens.cost.work import Size
+from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.spec import LayerSpec
 
-_FACTS = ("default_fusions", "memory_utilization", "reserve_bytes", "prefill_chunk_tokens",
-          "expert_parallel_layout", "fused_into_combine", "custom_allreduce_max_bytes")
+if TYPE_CHECKING:
+    from energylens.deployment import Deployment
+    from energylens.model.config import ModelConfig
+    from energylens.runtime.launch import LaunchCommand, LaunchSpec
+
+#: Kinds of a fact: documented in the engine's docs or code (``datasheet``), measured,
+#: fitted on a named file, derived from other facts, or assumed.
+FACT_KINDS = ("datasheet", "measured", "fitted", "derived", "assumed")
+#: Parallel dimensions a runtime may support (``Deployment`` degrees).
+PARALLEL_DIMS = ("tp", "pp", "ep")
+
+
+def _strings(value: Any) -> frozenset[str]:
+    return frozenset(str(v) for v in value)
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+#: Every fact of a profile and how its YAML value is read.
+_FACTS: dict[str, Callable[[Any], Any]] = {
+    "version": str,
+    "default_fusions": _strings,
+    "attention_kernel": str,
+    "cuda_graph_batch_sizes": _ints,
+    "memory_utilization": float,
+    "reserve_bytes": float,
+    "prefill_chunk_tokens": int,
+    "kv_block_tokens": int,
+    "weight_dtypes": _strings,
+    "kv_dtypes": _strings,
+    "parallelism": _strings,
+    "expert_parallel_layout": str,
+    "fused_into_combine": lambda v: tuple(str(x) for x in v),
+    "custom_allreduce_max_bytes": float,
+    "prior_step_overhead_s": float,
+    "prior_per_sequence_overhead_s": float,
+    "launch_program": str,
+    "launch_flags": lambda v: tuple(str(x) for x in v),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,20 +81,92 @@ class RuntimeProfile:
 
     name: str
     display_name: str
+    version: str  # the engine release the facts describe
     default_fusions: frozenset[str]
+    attention_kernel: str  # attention kernel family (informational)
+    cuda_graph_batch_sizes: tuple[int, ...]  # decode batch sizes captured as CUDA graphs
     memory_utilization: float  # share of HBM the engine may use
     reserve_bytes: float  # CUDA context, workspaces, allocator slack
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
+    kv_block_tokens: int  # tokens per KV-cache block (page)
+    weight_dtypes: frozenset[str]  # weight precisions it runs
+    kv_dtypes: frozenset[str]  # KV-cache precisions it stores
+    parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
     fused_into_combine: tuple[str, ...]  # reductions folded into the MoE combine
     custom_allreduce_max_bytes: float  # own all-reduce up to this size (0 = always NCCL)
+    # Priors of the (runtime, GPU) overheads, written by ``energylens calibrate`` where no
+    # measurement identifies them (the cost model reads the calibration file, not these).
+    prior_step_overhead_s: float
+    prior_per_sequence_overhead_s: float
+    launch_program: str  # the command that starts a server (``vllm serve``)
+    launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]
+
+    # --- what it can run ------------------------------------------------------------------
+
+    def check(self, *, deployment: Deployment, model: ModelConfig) -> None:
+        """Raise :class:`ConfigError` (with the reason) if this engine cannot run the
+        deployment: a weight or KV-cache precision it lacks, a parallel layout it lacks."""
+        weight = deployment.weight_dtype or model.weight_dtype
+        if weight not in self.weight_dtypes:
+            raise ConfigError(f"{self.display_name} {self.version} cannot run {weight} weights "
+                              f"(it runs {', '.join(sorted(self.weight_dtypes))})")
+        kv = deployment.kv_dtype
+        if kv is not None and kv not in self.kv_dtypes:
+            raise ConfigError(f"{self.display_name} {self.version} has no {kv} KV cache "
+                              f"(it stores {', '.join(sorted(self.kv_dtypes))})")
+        for dim in PARALLEL_DIMS:
+            if getattr(deployment, dim) > 1 and dim not in self.parallelism:
+                raise ConfigError(
+                    f"{self.display_name} {self.version} has no {_DIM_NAMES[dim]} parallelism "
+                    f"({dim} = {getattr(deployment, dim)}; it supports "
+                    f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
+
+    def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
+        """The command that starts ``spec`` on this engine, with documented flags only
+        (``launch_flags``). Every runtime module overrides it."""
+        raise NotImplementedError(f"runtime {self.name} has no launch command")
+
+    def flag(self, name: str) -> str:
+        """``name`` if it is one of this engine's documented flags (a typo fails here)."""
+        if name not in self.launch_flags:
+            raise ValueError(f"{self.name}: {name} is not a documented flag of {self.version}")
+        return name
+
+    # --- how it runs ----------------------------------------------------------------------
 
     def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
                           degrees: dict[str, int]) -> list[Collective]:
-        """The collectives this runtime issues for a layer (default: as the spec derives)."""
-        del layer, degrees
-        return list(collectives)
+        """The collectives this runtime issues for a layer.
+
+        ``all-to-all``: as the spec derives. ``tensor-parallel-attention`` (vLLM's
+        ``--enable-expert-parallel``, TensorRT-LLM and SGLang without attention DP): the
+        spec derives all-to-all dispatch and combine for EP (right when each rank holds
+        different tokens); with attention and dense layers tensor-parallel over the whole
+        EP group every rank already holds every token after the attention all-reduce, so
+        dispatch is a local selection (no communication) and combine is one all-reduce of
+        the MoE output over the group, into which the ``fused_into_combine`` reductions
+        (the shared expert's partial sums) are folded.
+        """
+        ep = degrees.get("ep", 1)
+        if (self.expert_parallel_layout != "tensor-parallel-attention" or ep <= 1
+                or degrees.get("tp", 1) % ep):
+            return list(collectives)
+        out: list[Collective] = []
+        combined = False
+        for c in collectives:
+            if c.kind == "all_to_all" and c.dim == "ep":
+                if "x" in layer.op(c.after_op).output.ranks:  # dispatch: tokens land on experts
+                    continue
+                out.append(replace(c, kind="all_reduce", tensor=layer.op(c.after_op).output))
+                combined = True
+            else:
+                out.append(c)
+        if combined:
+            out = [c for c in out
+                   if not (c.kind == "all_reduce" and c.after_op in self.fused_into_combine)]
+        return out
 
     def allreduce_link(self, *, link: LinkConstants, constants: RuntimeConstants, scale_up: bool,
                        message_bytes: Any) -> LinkConstants:
@@ -65,10 +179,42 @@ class RuntimeProfile:
         return link
 
     def step_overhead_s(self, *, constants: RuntimeConstants,
-                        sequences: float) -> tuple[float, float]:
+                      sequences: Size) -> tuple[float, Size]:
         """(idle, busy) seconds of engine work per step: CPU work the GPUs idle through
         (static power only), and per-sequence work during which they draw busy power."""
         return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
+
+    def calibration_for(self, *, calibration: Calibration, gpu: str) -> Calibration:
+        """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
+        reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
+        itself, so an engine without scales predicts exactly as before)."""
+        c = calibration.runtime(runtime=self.name, gpu=gpu)
+        return _scaled(calibration, gpu, c.gemm_efficiency_scale, c.attention_efficiency_scale,
+                       c.memory_efficiency_scale, c.kv_bandwidth_scale)
+
+
+_DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert"}
+#: An efficiency times a scale stays below this (a kernel never reaches 100 % of peak).
+MAX_EFFICIENCY = 0.98
+
+
+@lru_cache(maxsize=64)  # Calibration hashes by identity: one copy per (file, GPU, scales)
+def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, memory: float,
+            kv: float) -> Calibration:
+    if gemm == attention == memory == kv == 1.0:
+        return calibration
+    base = calibration.kernel(gpu)
+
+    def cap(value: float, scale: float) -> float:
+        return min(value * scale, MAX_EFFICIENCY)
+
+    return calibration.with_kernel(
+        gpu,
+        gemm_efficiency_max=cap(base.gemm_efficiency_max, gemm),
+        attention_efficiency_max=cap(base.attention_efficiency_max, attention),
+        memory_efficiency_max=cap(base.memory_efficiency_max, memory),
+        expert_bandwidth_efficiency=cap(base.expert_bandwidth_efficiency, memory),
+        kv_bandwidth_efficiency=cap(base.kv_bandwidth_efficiency, kv))
 
 
 @cache
@@ -83,16 +229,12 @@ def load_facts(name: str) -> dict[str, Any]:
                               f"{sorted(missing)} facts")
     values: dict[str, Any] = {"name": data["name"], "display_name": data["display_name"]}
     provenance: dict[str, Fact] = {}
-    for key in _FACTS:
+    for key, read in _FACTS.items():
         entry = data[key]
-        values[key] = entry["value"]
+        if entry.get("kind") not in FACT_KINDS:
+            raise EnergyLensError(f"runtimes/{name}.yaml: {key}: kind must be one of "
+                                  f"{', '.join(FACT_KINDS)}, got {entry.get('kind')!r}")
+        values[key] = read(entry["value"])
         provenance[key] = Fact(source=entry["source"], kind=entry["kind"])
-    values["default_fusions"] = frozenset(values["default_fusions"])
-    values["fused_into_combine"] = tuple(values["fused_into_combine"])
-    values["memory_utilization"] = float(values["memory_utilization"])
-    values["reserve_bytes"] = float(values["reserve_bytes"])
-    values["prefill_chunk_tokens"] = int(values["prefill_chunk_tokens"])
-    values["custom_allreduce_max_bytes"] = float(values["custom_allreduce_max_bytes"])
     values["provenance"] = provenance
     return values
-

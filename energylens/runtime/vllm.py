@@ -1,46 +1,49 @@
-"""vLLM: the runtime every shipped serving constant was fitted on (ML.ENERGY, vLLM 0.11)."""
+"""vLLM: the runtime every shipped serving constant was fitted on (ML.ENERGY, vLLM 0.11).
+
+Its expert-parallel layout (``tensor-parallel-attention``) and custom all-reduce are the
+base class's; what is its own is the launch command.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from energylens.cost.kernels import Collective
-from energylens.model.spec import LayerSpec
+from energylens.runtime.launch import PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class VLLM(RuntimeProfile):
-    """vLLM's expert-parallel layout (its custom all-reduce is the base class's)."""
+    """``vllm serve``: one server for every replica (``--data-parallel-size``)."""
 
-    def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
-                          degrees: dict[str, int]) -> list[Collective]:
-        """Collectives as vLLM runs them when attention is tensor-parallel over the EP group.
-
-        The spec derives all-to-all dispatch and combine for EP (right when each rank holds
-        different tokens). Under ``--enable-expert-parallel`` with TP attention every rank
-        of the group already holds every token after the attention all-reduce, so dispatch
-        is a local selection (no communication) and combine is one all-reduce of the MoE
-        output over the group, into which the shared expert's partial sums are folded.
-        """
-        ep = degrees.get("ep", 1)
-        if ep <= 1 or degrees.get("tp", 1) % ep:
-            return list(collectives)
-        out: list[Collective] = []
-        combined = False
-        for c in collectives:
-            if c.kind == "all_to_all" and c.dim == "ep":
-                if "x" in layer.op(c.after_op).output.ranks:  # dispatch: tokens land on experts
-                    continue
-                out.append(replace(c, kind="all_reduce", tensor=layer.op(c.after_op).output))
-                combined = True
-            else:
-                out.append(c)
-        if combined:
-            out = [c for c in out
-                   if not (c.kind == "all_reduce" and c.after_op in self.fused_into_combine)]
-        return out
+    def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
+        """``vllm serve MODEL --tensor-parallel-size ... --max-num-seqs ...``."""
+        d, f = spec.deployment, self.flag
+        argv = [*self.launch_program.split(), spec.model_id,
+                f("--tensor-parallel-size"), str(d.tp * d.ep)]
+        if d.pp > 1:
+            argv += [f("--pipeline-parallel-size"), str(d.pp)]
+        if d.ep > 1:
+            argv.append(f("--enable-expert-parallel"))
+        if d.replicas > 1:
+            argv += [f("--data-parallel-size"), str(d.replicas)]
+        notes: list[str] = []
+        if spec.weight_dtype in TORCH_DTYPES and spec.weight_dtype != spec.checkpoint_dtype:
+            argv += [f("--dtype"), TORCH_DTYPES[spec.weight_dtype]]
+        elif spec.quantize and spec.weight_dtype == "fp8":
+            argv += [f("--quantization"), "fp8"]  # online dynamic FP8 of a 16-bit checkpoint
+        elif spec.quantize:
+            notes.append(f"needs a {spec.weight_dtype} checkpoint of {spec.model_id} "
+                         "(vLLM reads its quantization from the checkpoint)")
+        if d.kv_dtype == "fp8":
+            argv += [f("--kv-cache-dtype"), "fp8"]
+        argv += [f("--max-num-seqs"), str(spec.max_num_seqs),
+                 f("--max-model-len"), str(spec.max_model_len),
+                 f("--gpu-memory-utilization"), f"{self.memory_utilization:g}",
+                 f("--port"), str(PORT)]
+        return LaunchCommand(argv=tuple(argv), gpus_per_server=d.total_gpus,
+                             notes=tuple(notes))
 
 
 register(VLLM(**load_facts("vllm")))

@@ -1,0 +1,107 @@
+"""The command that starts a deployment on its serving engine (``predict --launch-command``,
+``study report``'s ``launch_command`` column and ``launch/<point>.sh``).
+
+Each runtime module builds its engine's command from a :class:`LaunchSpec` using only the
+flags its facts file documents (``launch_flags``, with the doc they were read from), so a
+generated command parses with the engine version the profile describes.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from energylens.runtime.registry import get_runtime
+
+if TYPE_CHECKING:  # runtime modules import this one while energylens.deployment imports them
+    from energylens.deployment import Deployment
+    from energylens.model.config import ModelConfig
+    from energylens.workloads.workload import Workload
+
+#: First port of the servers a script starts (replica i listens on PORT + i).
+PORT = 8000
+#: Torch dtype names the engines' ``--dtype`` flags take.
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSpec:
+    """What a launch command needs: the checkpoint and the deployment, resolved."""
+
+    model_id: str  # Hugging Face repo id (or path) of the checkpoint
+    checkpoint_dtype: str  # the checkpoint's weight dtype
+    deployment: Deployment
+    weight_dtype: str  # the dtype the weights run in
+    max_num_seqs: int  # sequences one replica runs at once
+    max_model_len: int  # prompt + output tokens of one sequence
+
+    @property
+    def quantize(self) -> bool:
+        """Weights run in another dtype than the checkpoint's (fp16/bf16 casts aside)."""
+        return self.weight_dtype != self.checkpoint_dtype and not (
+            self.weight_dtype in TORCH_DTYPES and self.checkpoint_dtype in TORCH_DTYPES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchCommand:
+    """One server's command line; ``replicas`` servers when the engine has no data-parallel
+    option of its own; ``files`` (name, text) written before it starts; ``notes`` say what
+    the command needs that it cannot give (a pre-quantised checkpoint)."""
+
+    argv: tuple[str, ...]
+    replicas: int = 1
+    gpus_per_server: int = 1
+    files: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """The command as one shell line (one server)."""
+        return shlex.join(self.argv)
+
+    def script(self) -> str:
+        """A bash script that writes the files and starts every server."""
+        lines = ["#!/usr/bin/env bash", "# written by energylens", "set -euo pipefail"]
+        lines += [f"# {note}" for note in self.notes]
+        for name, text in self.files:
+            lines += [f"cat > {shlex.quote(name)} <<'EOF'", text.rstrip("\n"), "EOF"]
+        if self.replicas == 1:
+            lines.append(self.line())
+            return "\n".join(lines) + "\n"
+        # replica i on the next gpus_per_server GPUs, listening on PORT + i
+        words = [shlex.quote(word) for word in self.argv]
+        words = [f"$(({PORT} + i))" if word == str(PORT) and "port" in words[n - 1] else word
+                 for n, word in enumerate(words)]
+        lines += [
+            f"# {self.replicas} independent servers of {self.gpus_per_server} GPU(s) each, "
+            f"ports {PORT}..{PORT + self.replicas - 1}",
+            f"for i in $(seq 0 {self.replicas - 1}); do",
+            f"  first=$((i * {self.gpus_per_server}))",
+            f"  CUDA_VISIBLE_DEVICES=$(seq -s, $first $((first + {self.gpus_per_server - 1}))) "
+            + " ".join(words) + " &",
+            "done",
+            "wait",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workload) -> LaunchSpec:
+    """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime)."""
+    get_runtime(deployment.runtime).check(deployment=deployment, model=model)
+    return LaunchSpec(
+        model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
+        deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
+        max_num_seqs=max(1, math.ceil(workload.batch / deployment.replicas)),
+        max_model_len=int(math.ceil(workload.input_tokens + workload.output_tokens)))
+
+
+def launch_command(*, model: ModelConfig, deployment: Deployment,
+                   workload: Workload) -> LaunchCommand:
+    """The command that starts ``deployment`` on its runtime.
+
+    Raises:
+        ConfigError: the runtime cannot run the deployment (the reason, one line).
+    """
+    spec = launch_spec(model=model, deployment=deployment, workload=workload)
+    return get_runtime(deployment.runtime).launch(spec=spec)

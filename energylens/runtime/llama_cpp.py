@@ -1,0 +1,56 @@
+"""llama.cpp (``llama-server``): GGUF weights, layer split (pipeline) or row split
+(tensor) across GPUs but not both, no expert parallelism, no FP8."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from energylens.errors import ConfigError
+from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
+from energylens.runtime.profile import RuntimeProfile, load_facts
+from energylens.runtime.registry import register
+
+if TYPE_CHECKING:
+    from energylens.deployment import Deployment
+    from energylens.model.config import ModelConfig
+
+#: GGUF file type of each weight dtype (``convert_hf_to_gguf.py`` / ``llama-quantize``).
+GGUF_TYPES = {"bf16": "BF16", "fp16": "F16", "int8": "Q8_0", "int4": "Q4_K_M", "mxfp4": "MXFP4"}
+#: ``--cache-type-k/-v`` of a KV dtype.
+CACHE_TYPES = {"bf16": "bf16", "fp16": "f16"}
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LlamaCpp(RuntimeProfile):
+    """``llama-server``: one server per replica, ``--parallel`` slots for the batch."""
+
+    def check(self, *, deployment: Deployment, model: ModelConfig) -> None:
+        """The base checks, and ``--split-mode`` is layer (pp) or row (tp), not both."""
+        super().check(deployment=deployment, model=model)
+        if deployment.tp > 1 and deployment.pp > 1:
+            raise ConfigError(f"{self.display_name} splits a model by layer (pp) or by row (tp), "
+                              f"not both (tp = {deployment.tp}, pp = {deployment.pp})")
+
+    def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
+        """``llama-server --model MODEL.gguf --n-gpu-layers 999 --parallel N ...``."""
+        d, f = spec.deployment, self.flag
+        gguf = f"{spec.model_id.rsplit('/', 1)[-1]}-{GGUF_TYPES[spec.weight_dtype]}.gguf"
+        argv = [*self.launch_program.split(), f("--model"), gguf, f("--n-gpu-layers"), "999"]
+        if d.gpus_per_replica > 1:
+            argv += [f("--split-mode"), "row" if d.tp > 1 else "layer"]
+        if d.kv_dtype is not None:
+            argv += [f("--cache-type-k"), CACHE_TYPES[d.kv_dtype],
+                     f("--cache-type-v"), CACHE_TYPES[d.kv_dtype]]
+        argv += [f("--parallel"), str(spec.max_num_seqs),
+                 f("--ctx-size"), str(spec.max_num_seqs * spec.max_model_len),
+                 f("--ubatch-size"), str(self.prefill_chunk_tokens),
+                 f("--flash-attn"), "on", f("--port"), str(PORT)]
+        note = (f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"
+                + (f" and llama-quantize to {GGUF_TYPES[spec.weight_dtype]}"
+                   if spec.weight_dtype not in ("bf16", "fp16") else ""))
+        return LaunchCommand(argv=tuple(argv), replicas=d.replicas,
+                             gpus_per_server=d.gpus_per_replica, notes=(note,))
+
+
+register(LlamaCpp(**load_facts("llama.cpp")))

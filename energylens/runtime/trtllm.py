@@ -1,0 +1,45 @@
+"""TensorRT-LLM (PyTorch backend, ``trtllm-serve``): NVIDIA's engine; its kernel
+efficiencies are fitted on AIConfigurator's kernel tables and its overheads on
+LLM-Inference-Bench (``energylens.calibration.fit_runtime``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
+from energylens.runtime.profile import RuntimeProfile, load_facts
+from energylens.runtime.registry import register
+
+#: The LLM-API options file ``--extra_llm_api_options`` points to (KV-cache dtype).
+EXTRA_OPTIONS = "extra_llm_api_options.yaml"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TensorRTLLM(RuntimeProfile):
+    """``trtllm-serve``: one server per replica (it has no data-parallel option)."""
+
+    def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
+        """``trtllm-serve MODEL --backend pytorch --tp_size ...``."""
+        d, f = spec.deployment, self.flag
+        argv = [*self.launch_program.split(), spec.model_id, f("--backend"), "pytorch",
+                f("--tp_size"), str(d.tp * d.ep), f("--pp_size"), str(d.pp)]
+        if d.ep > 1:
+            argv += [f("--ep_size"), str(d.ep)]
+        notes: list[str] = []
+        if spec.quantize:  # TensorRT-LLM reads quantisation from a ModelOpt checkpoint
+            notes.append(f"needs a {spec.weight_dtype} (ModelOpt) checkpoint of {spec.model_id}")
+        files: tuple[tuple[str, str], ...] = ()
+        if d.kv_dtype == "fp8":
+            files = ((EXTRA_OPTIONS, "kv_cache_config:\n  dtype: fp8\n"),)
+            argv += [f("--extra_llm_api_options"), EXTRA_OPTIONS]
+        argv += [f("--max_batch_size"), str(spec.max_num_seqs),
+                 f("--max_seq_len"), str(spec.max_model_len),
+                 f("--max_num_tokens"), str(self.prefill_chunk_tokens),
+                 f("--kv_cache_free_gpu_memory_fraction"), f"{self.memory_utilization:g}",
+                 f("--port"), str(PORT)]
+        return LaunchCommand(argv=tuple(argv), replicas=d.replicas,
+                             gpus_per_server=d.gpus_per_replica, files=files,
+                             notes=tuple(notes))
+
+
+register(TensorRTLLM(**load_facts("trtllm")))

@@ -1,0 +1,193 @@
+"""Runtime profiles beyond the conformance suite: what each engine refuses (and why), its
+kernel-efficiency scales, and its launch command checked against the flags its facts file
+documents (no engine installed)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import shlex
+
+import pytest
+
+from energylens.calibration.file import default_calibration
+from energylens.deployment import Deployment, Workload
+from energylens.errors import ConfigError
+from energylens.model.zoo import get_model
+from energylens.predict import predict
+from energylens.runtime import get_runtime, runtime_names
+from energylens.runtime.launch import PORT, launch_command
+from energylens.study.objective import DeploymentProblem
+
+DENSE, MOE, GPU = "llama-3.1-8b", "qwen3-30b-a3b", "H100"
+
+
+@pytest.mark.parametrize(("runtime", "deployment", "reason"), [
+    ("llama.cpp", Deployment(weight_dtype="fp8"), "cannot run fp8 weights"),
+    ("deepspeed-mii", Deployment(weight_dtype="int4"), "cannot run int4 weights"),
+    ("lmdeploy", Deployment(kv_dtype="fp8"), "no fp8 KV cache"),
+    ("llama.cpp", Deployment(kv_dtype="fp8"), "no fp8 KV cache"),
+    ("deepspeed-mii", Deployment(pp=2), "no pipeline parallelism"),
+    ("lmdeploy", Deployment(pp=2), "no pipeline parallelism"),
+    ("llama.cpp", Deployment(tp=2, pp=2), r"by layer \(pp\) or by row \(tp\), not both"),
+])
+def test_a_configuration_the_engine_lacks_is_refused_with_the_reason(
+        runtime: str, deployment: Deployment, reason: str) -> None:
+    deployment = dataclasses.replace(deployment, runtime=runtime)
+    with pytest.raises(ConfigError, match=reason):
+        predict(model=DENSE, gpu=GPU, deployment=deployment)
+    assert predict(model=DENSE, gpu=GPU, deployment=Deployment(runtime="vllm", **{
+        k: getattr(deployment, k) for k in ("tp", "pp", "weight_dtype", "kv_dtype")})).feasible
+
+
+@pytest.mark.parametrize("runtime", ["deepspeed-mii", "lmdeploy", "llama.cpp"])
+def test_expert_parallelism_is_refused_by_engines_without_it(runtime: str) -> None:
+    with pytest.raises(ConfigError, match="no expert parallelism"):
+        predict(model=MOE, gpu=GPU, deployment=Deployment(runtime=runtime, ep=2, num_gpus=2))
+
+
+def test_an_fp8_checkpoint_is_refused_by_engines_without_fp8() -> None:
+    model = dataclasses.replace(get_model(DENSE), weight_dtype="fp8")
+    for runtime in ("llama.cpp", "deepspeed-mii"):
+        with pytest.raises(ConfigError, match="fp8 weights"):
+            predict(model=model, gpu=GPU, deployment=Deployment(runtime=runtime))
+
+
+def test_the_study_knob_makes_the_trial_infeasible_with_the_reason() -> None:
+    problem = DeploymentProblem(model=get_model(DENSE), workload=Workload(batch=8))
+    bad = problem.evaluate({"gpu": GPU, "runtime": "llama.cpp", "dtype": "fp8"})
+    assert not bad.metrics and "llama.cpp" in (bad.infeasible_reason or "")
+    assert "fp8" in (bad.infeasible_reason or "")
+    good = problem.evaluate({"gpu": GPU, "runtime": "trtllm", "dtype": "fp8"})
+    assert good.infeasible_reason is None and good.metrics["tpot_s"] > 0
+
+
+# --- kernel-efficiency scales ------------------------------------------------------------
+
+def test_unit_scales_leave_the_calibration_itself() -> None:
+    """vLLM's predictions do not move: no scales, the very same calibration object."""
+    cal = default_calibration()
+    for name in runtime_names():
+        c = cal.runtime(runtime=name, gpu="H100-SXM")
+        unit = (c.gemm_efficiency_scale, c.attention_efficiency_scale,
+                c.memory_efficiency_scale, c.kv_bandwidth_scale) == (1.0, 1.0, 1.0, 1.0)
+        if unit:
+            assert get_runtime(name).calibration_for(calibration=cal, gpu="H100-SXM") is cal
+
+
+def test_scales_multiply_the_efficiencies_and_move_the_phase_they_bound() -> None:
+    cal = default_calibration().with_runtime(runtime="sglang", gpu="H100-SXM",
+                                             gemm_efficiency_scale=0.5, memory_efficiency_scale=0.5)
+    base = cal.kernel("H100-SXM")
+    scaled = get_runtime("sglang").calibration_for(calibration=cal, gpu="H100-SXM")
+    k = scaled.kernel("H100-SXM")
+    assert k.gemm_efficiency_max == pytest.approx(base.gemm_efficiency_max * 0.5)
+    assert k.memory_efficiency_max == pytest.approx(base.memory_efficiency_max * 0.5)
+    assert k.attention_efficiency_max == base.attention_efficiency_max
+    assert k.kv_bandwidth_efficiency == base.kv_bandwidth_efficiency
+    work = Workload(batch=16, input_tokens=2048, output_tokens=64)
+    slow = predict(model=DENSE, gpu=GPU, deployment=Deployment(runtime="sglang"), workload=work,
+                   calibration=cal)
+    ref = predict(model=DENSE, gpu=GPU, deployment=Deployment(runtime="sglang"), workload=work,
+                  calibration=default_calibration())
+    # compute-bound prefill and memory-bound decode both slow down, by at most 2x
+    assert ref.prefill.latency_s < slow.prefill.latency_s <= 2.0 * ref.prefill.latency_s * 1.001
+    assert ref.tpot_s < slow.tpot_s <= 2.0 * ref.tpot_s * 1.001
+
+
+# --- launch commands ---------------------------------------------------------------------
+
+DEPLOYMENTS = [Deployment(), Deployment(tp=4, num_gpus=4), Deployment(tp=2, num_gpus=8),
+               Deployment(pp=2, num_gpus=2), Deployment(kv_dtype="fp8"),
+               Deployment(weight_dtype="fp8", kv_dtype="bf16"), Deployment(weight_dtype="int4"),
+               Deployment(weight_dtype="fp16")]
+MOE_DEPLOYMENTS = [Deployment(tp=2, ep=2, num_gpus=4), Deployment(ep=4, num_gpus=8)]
+
+
+def _cases() -> list[tuple[str, str, Deployment]]:
+    out = []
+    for runtime in runtime_names():
+        profile = get_runtime(runtime)
+        for model, deployments in ((DENSE, DEPLOYMENTS), (MOE, MOE_DEPLOYMENTS)):
+            for d in deployments:
+                d = dataclasses.replace(d, runtime=runtime)
+                try:
+                    profile.check(deployment=d, model=get_model(model))
+                except ConfigError:
+                    continue
+                out.append((runtime, model, d))
+    return out
+
+
+CASES = _cases()
+
+
+def _flags(argv: list[str], program: list[str]) -> tuple[list[str], list[str]]:
+    """(flags, positionals) of a command line after its program words (``--flag value``
+    pairs: a word after a flag is its value unless it is a flag itself)."""
+    assert argv[:len(program)] == program
+    flags, positionals, after_flag = [], [], False
+    for word in argv[len(program):]:
+        if word.startswith("-"):
+            flags.append(word.split("=", 1)[0])
+            after_flag = True
+        elif after_flag:
+            after_flag = False
+        else:
+            positionals.append(word)
+    return flags, positionals
+
+
+def test_every_runtime_has_launch_cases() -> None:
+    assert {runtime for runtime, _, _ in CASES} == set(runtime_names())
+
+
+@pytest.mark.parametrize(("runtime", "model", "deployment"), CASES,
+                         ids=[f"{r}-{m}-{i}" for i, (r, m, _) in enumerate(CASES)])
+def test_launch_command_uses_only_the_documented_flags(runtime: str, model: str,
+                                                       deployment: Deployment) -> None:
+    profile = get_runtime(runtime)
+    command = launch_command(model=get_model(model), deployment=deployment,
+                             workload=Workload(batch=64, input_tokens=1000, output_tokens=200))
+    argv = shlex.split(command.line())
+    assert list(command.argv) == argv  # the line quotes what it must
+    if runtime == "deepspeed-mii":  # started from Python: keyword arguments of mii.serve
+        assert argv[:2] == ["python", "-c"]
+        calls = [n for n in ast.walk(ast.parse(argv[2])) if isinstance(n, ast.Call)]
+        serve = next(c for c in calls if getattr(c.func, "attr", "") == "serve")
+        used = [k.arg for k in serve.keywords]
+        assert len(serve.args) == 1 and "tensor_parallel" in used
+    else:
+        used, positionals = _flags(argv, profile.launch_program.split())
+        assert len(positionals) <= 1, positionals  # the model, where it is positional
+    assert used and set(used) <= set(profile.launch_flags), set(used) - set(profile.launch_flags)
+    assert len(used) == len(set(used))
+    # the deployment reaches the command: every GPU is used, the batch is the seqs limit
+    assert command.replicas * command.gpus_per_server == deployment.total_gpus
+    seqs = -(-64 // deployment.replicas)
+    if runtime == "deepspeed-mii":
+        assert "max_length=1200" in argv[2]
+    else:  # the running-sequence limit is the batch each replica runs
+        assert str(seqs) in argv
+    script = command.script()
+    assert script.startswith("#!/usr/bin/env bash") and str(PORT) in script
+
+
+def test_launch_command_carries_the_parallel_layout() -> None:
+    model = get_model(DENSE)
+    argv = launch_command(model=model, deployment=Deployment(tp=4, pp=2, num_gpus=16),
+                          workload=Workload(batch=64)).argv
+    assert argv[:3] == ("vllm", "serve", model.hf_id)
+    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert pairs["--tensor-parallel-size"] == "4" and pairs["--pipeline-parallel-size"] == "2"
+    assert pairs["--data-parallel-size"] == "2" and pairs["--max-num-seqs"] == "32"
+    trt = launch_command(model=model, deployment=Deployment(runtime="trtllm", kv_dtype="fp8"),
+                         workload=Workload(batch=8))
+    assert "--extra_llm_api_options" in trt.argv
+    assert any("dtype: fp8" in text for _, text in trt.files)
+
+
+def test_launch_command_refuses_what_the_engine_cannot_run() -> None:
+    with pytest.raises(ConfigError, match="fp8"):
+        launch_command(model=get_model(DENSE), deployment=Deployment(runtime="llama.cpp",
+                       weight_dtype="fp8"), workload=Workload())
