@@ -16,6 +16,7 @@ from search.outcome import completed_trials, frozen_trial, make_outcome
 from search.problem import Problem, evaluate_batch
 from search.progress import TrialProgress
 from search.space import Space
+from search.storage import batched_writes
 
 if TYPE_CHECKING:
     from search.config import StudyConfig
@@ -68,12 +69,13 @@ class GridEngine(Engine):
             if progress.stop_requested:
                 return
             evaluations = evaluate_batch(problem, [space.with_fixed(p) for p in batch])
-            study.add_trials(
-                [
-                    frozen_trial(space, p, make_outcome(config, e))
-                    for p, e in zip(batch, evaluations, strict=True)
-                ]
-            )
+            with batched_writes(storage):
+                study.add_trials(
+                    [
+                        frozen_trial(space, p, make_outcome(config, e))
+                        for p, e in zip(batch, evaluations, strict=True)
+                    ]
+                )
             progress.advance(len(batch))
 
 

@@ -3,8 +3,9 @@
 The algorithm is driven by ask/tell: each generation is decoded, evaluated (in one
 ``evaluate_many`` call when the problem has it), told back with objectives converted to
 minimisation in ``F`` and constraint values in ``G`` (feasible when <= 0), and written to
-the study. After each generation the algorithm is pickled to
-``<results>/checkpoints/<study>.pkl`` with a fingerprint of the study; a resume
+the study in one append (a killed run loses at most the generation in flight, which the next
+open records as lost: :func:`search.storage.generation_in_flight`). After each generation
+the algorithm is pickled to ``<results>/checkpoints/<study>.pkl`` with a fingerprint of the study; a resume
 continues from it when the study still matches (same number of completed trials, same
 first trial), and otherwise seeds the first population with the study's completed trials.
 """
@@ -40,6 +41,7 @@ from search.engines.base import Engine
 from search.outcome import VALID_KEY, Outcome, completed_trials, frozen_trial, make_outcome
 from search.problem import Problem, evaluate_batch
 from search.progress import TrialProgress
+from search.storage import batched_writes, generation_in_flight
 
 if TYPE_CHECKING:
     from search.config import StudyConfig
@@ -86,13 +88,15 @@ class PymooEngine(Engine):
                 break
             pop = pop[: n_total - n_done]
             params = [config.space.decode(ind.X) for ind in pop]
-            evaluations = evaluate_batch(problem, [config.space.with_fixed(p) for p in params])
-            outcomes = [make_outcome(config, e) for e in evaluations]
-            _assign(config, pop, outcomes)
-            algorithm.tell(infills=pop)
-            study.add_trials(
-                [frozen_trial(config.space, p, o) for p, o in zip(params, outcomes, strict=True)]
-            )
+            with generation_in_flight(study, len(pop)):
+                evaluations = evaluate_batch(problem, [config.space.with_fixed(p) for p in params])
+                outcomes = [make_outcome(config, e) for e in evaluations]
+                _assign(config, pop, outcomes)
+                algorithm.tell(infills=pop)
+                with batched_writes(storage):
+                    study.add_trials(
+                        [frozen_trial(config.space, p, o) for p, o in zip(params, outcomes, strict=True)]
+                    )
             n_done += len(pop)
             _save_checkpoint(config, algorithm, _fingerprint(completed_trials(study)))
             progress.advance(len(pop))
