@@ -35,6 +35,7 @@ from energylens.calibration.coverage import measured_gpus, require_data_or_borro
 from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, VECTOR_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
+from energylens.calibration.fit_runtime import aic_tables, apply_fits, fill_priors, fit_runtimes
 from energylens.calibration.fit_serving import (
     LINK_PREFIX,
     RUNTIME_PREFIX,
@@ -69,11 +70,15 @@ class CalibrationData:
     mlenergy: list[Path] = field(default_factory=list)
     custom_allreduce: list[Path] = field(default_factory=list)
     gemm_tables: list[Path] = field(default_factory=list)
+    # serving runtimes (energylens.calibration.fit_runtime)
+    runtime_kernels: list[Path] = field(default_factory=list)
+    llm_inference_bench: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
-                       *self.custom_allreduce, *self.gemm_tables})
+                       *self.custom_allreduce, *self.gemm_tables, *self.runtime_kernels,
+                       *self.llm_inference_bench})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -91,6 +96,8 @@ def discover(root: Path) -> CalibrationData:
             "*/comm/*/*/custom_allreduce_perf.parquet")),
         gemm_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/gemm/vllm/*/gemm_perf.parquet")),
+        runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
+        llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
     )
 
 
@@ -249,7 +256,14 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                 else:
                     kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
                     prov.setdefault(f"kernels/{gpu}", {})[name] = entry
+    if data.runtime_kernels or data.llm_inference_bench:  # other serving runtimes
+        base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
+        found = fit_runtimes(aiconfigurator=data.runtime_kernels,
+                             llm_inference_bench=data.llm_inference_bench, base=base, log=log)
+        apply_fits(fits=found, runtimes=runtimes, prov=prov)
+        fits.update(found.fits)
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):

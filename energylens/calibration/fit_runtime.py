@@ -1,0 +1,473 @@
+"""Fit serving-runtime constants per (runtime, GPU) (``runtimes.<rt>.<gpu>`` sections).
+
+Two sources, each identifying what it can:
+
+* AIConfigurator's kernel tables (``<gpu>/{gemm,attention}/<engine>/<version>/*.parquet``,
+  measured by NVIDIA per engine): on the shapes both engines measured, the median ratio
+  of vLLM's kernel time to TensorRT-LLM's is TensorRT-LLM's efficiency relative to vLLM's
+  kernels (which the GPU's kernel constants describe): large bf16 GEMMs (compute),
+  skinny bf16 GEMMs (weight streaming), context attention, long-context generation
+  attention (KV reads). vLLM is the reference (scale 1, its constants stay as fitted);
+  SGLang has no table, so its kernels are assumed to be vLLM's.
+* LLM-Inference-Bench static batches (``All_results.csv``: whole-batch latency of ``batch``
+  prompts of L tokens in and L out): with the runtime's kernels priced by the model at zero
+  overhead (prefill ``P``, decode ``D``, ``N`` steps of ``B`` sequences), the measured
+  latency is ``a P + b D + N (step + B per_sequence)``; a bounded linear least-squares fit
+  on relative errors gives the engine's step and per-sequence overheads, and, for engines
+  without kernel tables (DeepSpeed-MII, llama.cpp), ``a`` and ``b`` as effective GEMM and
+  memory efficiency scales (1/a, 1/b), refined by re-pricing with the scales applied.
+  vLLM's rows are predicted and reported, never fitted (its constants come from ML.ENERGY).
+  llama.cpp's ``Batch Size`` is its prompt batch (``-b``): each row is one sequence whose
+  prompt runs in ceil(L / b) passes (the throughput column counts one sequence).
+
+Runtimes and GPUs that no data identifies get their profile's priors, marked ``assumed``
+(:func:`fill_priors`, after :func:`energylens.calibration.transfer.borrow_from_relatives`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, lsq_linear
+
+from energylens.calibration.fitting import ErrorStats
+from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
+from energylens.deployment import Deployment, Workload
+from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
+from energylens.hardware import load_gpu
+from energylens.measurements.formats import load_measurements
+from energylens.predict import predict
+from energylens.runtime import get_runtime, runtime_names
+
+#: AIConfigurator engine folder -> runtime; the reference engine's kernels are the GPU's.
+AIC_ENGINES = {"trtllm": "trtllm", "vllm": "vllm"}
+AIC_REFERENCE = "vllm"
+#: Fewest shapes both engines measured for a kernel scale to be fitted.
+MIN_SHAPES = 8
+#: AIConfigurator GPU folder -> GPU database name.
+AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM",
+            "b200_sxm": "B200", "gb200": "GB200", "l40s": "L40S"}
+#: LLM-Inference-Bench framework -> runtime.
+LIB_RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii",
+                "llama.cpp": "llama.cpp", "vLLM": "vllm"}
+#: Runtimes whose kernels LLM-Inference-Bench fits as effective scales: llama.cpp (GGUF
+#: kernels, no table; one sequence per row, models from 7B to 72B, so decode time and step
+#: overhead separate). DeepSpeed-MII's rows (7-8B models only) cannot tell its decode time
+#: from its step overhead: its kernels are assumed to be vLLM's (scales 1).
+LIB_KERNEL_FITS = ("llama.cpp",)
+#: Runtimes LLM-Inference-Bench predicts without fitting (constants from elsewhere).
+LIB_REPORT_ONLY = ("vllm",)
+#: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s); a kernel scale
+#: (1/a, 1/b) stays within [0.1, 2].
+LOW = np.array([0.5, 0.5, 0.0, 0.0])
+HIGH = np.array([10.0, 10.0, 50e-3, 5e-3])
+#: Relative residual beyond which a row counts less (soft-L1 loss): a few rows the static
+#: batch cannot describe (waves of a batch larger than the KV space) must not set the fit.
+ROBUST_SCALE = 0.1
+#: A row measured faster than 1/IMPLAUSIBLE of the model's zero-overhead time is left out
+#: (TensorRT-LLM H100 Qwen2-7B rows of 2,048 tokens in 0.05-3 s: 25 us to 1.6 ms per
+#: decode step of a 7B model, below the time to read its weights once).
+IMPLAUSIBLE = 3.0
+#: Typical sizes of (a, b, step_s, per_sequence_s) for the optimiser's steps.
+TYPICAL = np.array([1.0, 1.0, 1e-3, 1e-5])
+#: Range of a fitted effective kernel scale.
+SCALE_RANGE = (0.1, 2.0)
+#: Re-pricing rounds of the effective kernel scales.
+ROUNDS = 3
+SCALES = ("gemm_efficiency_scale", "attention_efficiency_scale", "memory_efficiency_scale",
+          "kv_bandwidth_scale")
+
+
+@dataclass
+class RuntimeFits:
+    """Fitted (runtime, GPU) constants, their provenance entries and the fit reports."""
+
+    values: dict[str, dict[str, float]] = field(default_factory=dict)  # "<rt>/<gpu>" -> values
+    provenance: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    fits: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, *, runtime: str, gpu: str, values: dict[str, float], fit_id: str,
+            report: dict[str, Any], note: str | None = None) -> None:
+        """Record fitted ``values`` of (runtime, GPU) and the report of fit ``fit_id``."""
+        key = runtime_key(runtime=runtime, gpu=gpu)
+        self.values.setdefault(key, {}).update(values)
+        self.fits[fit_id] = report
+        entries = self.provenance.setdefault(f"runtimes/{key}", {})
+        for name, value in values.items():
+            entry: dict[str, Any] = {"value": float(f"{value:.6g}"), "kind": "fitted",
+                                     "fit": fit_id, "fitted_on": report["data"],
+                                     "residual": {"rms_log": report["rms_log_residual"]}}
+            if note:
+                entry["note"] = note
+            entries[name] = entry
+
+
+# --- AIConfigurator kernel tables ----------------------------------------------------------
+
+#: (table folder, file, join keys, filter, scale it measures).
+_GEMM_KEYS = ["m", "n", "k"]
+_ATTENTION_KEYS = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                   "window_size", "kv_cache_dtype", "attn_dtype", "step"]
+
+
+def _regimes() -> list[tuple[str, str, list[str], Callable[[pd.DataFrame], pd.Series], str]]:
+    return [
+        ("gemm", "gemm_perf.parquet", _GEMM_KEYS,
+         lambda d: (d.gemm_dtype == "bfloat16") & (d.m >= 1024) & (d.n >= 1024) & (d.k >= 1024),
+         "gemm_efficiency_scale"),
+        ("gemm", "gemm_perf.parquet", _GEMM_KEYS,
+         lambda d: (d.gemm_dtype == "bfloat16") & (d.m <= 16) & (d.n * d.k >= 4096 * 4096),
+         "memory_efficiency_scale"),
+        ("attention", "context_attention_perf.parquet", _ATTENTION_KEYS,
+         lambda d: (d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
+         & (d.attn_dtype == "bfloat16") & (d.isl >= 1024),
+         "attention_efficiency_scale"),
+        ("attention", "generation_attention_perf.parquet", _ATTENTION_KEYS,
+         lambda d: (d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
+         & (d.batch_size * d.step * d.num_key_value_heads * d.head_dim * 4 >= 64e6),
+         "kv_bandwidth_scale"),
+    ]
+
+
+def aic_tables(root: Path) -> list[Path]:
+    """The AIConfigurator tables under ``root`` (``kernels/``) that the fit reads."""
+    files = {f for _, f, _, _, _ in _regimes()}
+    return sorted(p for p in Path(root).glob("*/*/*/*/*.parquet") if p.name in files
+                  and p.parts[-5] in AIC_GPUS and p.parts[-3] in AIC_ENGINES)
+
+
+def _table(files: list[Path], *, gpu_dir: str, folder: str, engine: str, name: str) -> Path | None:
+    found = sorted(p for p in files if p.parts[-5] == gpu_dir and p.parts[-4] == folder
+                   and p.parts[-3] == engine and p.name == name)
+    return found[-1] if found else None  # the newest version folder
+
+
+def _read(path: Path) -> pd.DataFrame:
+    """A kernel table; older versions lack ``window_size`` (full attention only)."""
+    table = pd.read_parquet(path)
+    if "window_size" not in table.columns and "attention" in path.parts:
+        table["window_size"] = 0
+    return table
+
+
+def fit_aic_scales(*, files: list[Path], fits: RuntimeFits,
+                   log: Callable[[str], None] = lambda _: None) -> None:
+    """Kernel-efficiency scales of every non-reference engine per GPU, into ``fits``."""
+    for gpu_dir, gpu in sorted(AIC_GPUS.items()):
+        for engine, runtime in sorted(AIC_ENGINES.items()):
+            if engine == AIC_REFERENCE:
+                continue
+            values: dict[str, float] = {}
+            used: list[Path] = []
+            stats: dict[str, dict[str, float | int]] = {}
+            logs: list[float] = []
+            for folder, name, keys, keep, scale in _regimes():
+                own = _table(files, gpu_dir=gpu_dir, folder=folder, engine=engine, name=name)
+                ref = _table(files, gpu_dir=gpu_dir, folder=folder, engine=AIC_REFERENCE, name=name)
+                if own is None or ref is None:
+                    continue
+                a, b = _read(own), _read(ref)
+                on = [k for k in keys if k in a.columns and k in b.columns]
+                joined = a[keep(a)].merge(b[keep(b)], on=on, suffixes=("_own", "_ref"))
+                joined = joined[(joined.latency_own > 0) & (joined.latency_ref > 0)]
+                if len(joined) < MIN_SHAPES:
+                    continue
+                ratio = np.log(joined.latency_ref.to_numpy() / joined.latency_own.to_numpy())
+                values[scale] = float(np.exp(np.median(ratio)))
+                residual = ratio - np.median(ratio)
+                logs.extend(residual.tolist())
+                used += [own, ref]
+                stats[scale] = {"n_shapes": int(len(joined)),
+                                "ratio_p25": round(float(np.exp(np.quantile(ratio, 0.25))), 4),
+                                "ratio_p75": round(float(np.exp(np.quantile(ratio, 0.75))), 4)}
+            if not values:
+                continue
+            fit_id = f"aiconfigurator-kernels/{runtime}/{gpu}"
+            report = {"data": sorted({_rel(p) for p in used}), "n_points": len(logs),
+                      "rms_log_residual": round(float(np.sqrt(np.mean(np.square(logs)))), 5),
+                      "shapes": stats, "fit": fit_id,
+                      "notes": [f"median ratio of {AIC_REFERENCE}'s kernel time to {engine}'s "
+                                "on the shapes both measured (1 = as the GPU's kernel constants)"]}
+            log(f"runtime {runtime} {gpu}: {len(values)} kernel scales from AIConfigurator "
+                + ", ".join(f"{k} {v:.3f}" for k, v in values.items()))
+            fits.add(runtime=runtime, gpu=gpu, values=values, fit_id=fit_id, report=report)
+
+
+# --- LLM-Inference-Bench static batches ----------------------------------------------------
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One static-batch row: what the model prices and what was measured."""
+
+    model: str
+    gpu: str
+    deployment: Deployment
+    sequences: int  # sequences in the batch
+    tokens: int  # L in and L out
+    prompt_passes: int  # forward passes of the prompt (llama.cpp: ceil(L / its -b))
+    latency_s: float
+
+
+def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]], dict[str, int]]:
+    """Rows by (runtime, GPU), and skipped rows by reason."""
+    out: dict[tuple[str, str], list[BenchRow]] = {}
+    skipped: dict[str, int] = {}
+    for path in files:
+        for row in load_measurements(format="llm-inference-bench", path=path).rows:
+            v = row.input
+            runtime = LIB_RUNTIMES.get(str(v["Framework"]))
+            try:
+                gpu = load_gpu(str(v["Hardware"])).name
+            except UnknownGPUError:
+                runtime = None
+                why = f"GPU {v['Hardware']} not in the database"
+            else:
+                why = f"framework {v['Framework']} has no runtime profile"
+            if runtime is None:
+                skipped[why] = skipped.get(why, 0) + 1
+                continue
+            n, tokens, batch = int(v["Num of Hardware"]), int(v["Input Output Length"]), \
+                int(v["Batch Size"])
+            if runtime == "llama.cpp":  # one sequence; -b tokens of prompt per pass; -sm layer
+                deployment = Deployment(runtime=runtime, pp=n, num_gpus=n)
+                sequences, passes = 1, math.ceil(tokens / batch)
+            else:
+                deployment = Deployment(runtime=runtime, tp=n, num_gpus=n)
+                sequences, passes = batch, 1
+            out.setdefault((runtime, gpu), []).append(BenchRow(
+                model=str(v["Model"]), gpu=gpu, deployment=deployment, sequences=sequences, tokens=tokens,
+                prompt_passes=passes, latency_s=float(row.measured["latency_s"])))
+    return out, skipped
+
+
+def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, float] | None:
+    """(prefill s, decode s, engine steps) of ``row`` at the calibration's kernels, or None
+    when the model cannot price it (unknown model, infeasible, out of memory)."""
+    chunk = math.ceil(row.tokens / row.prompt_passes)
+    try:
+        run = predict(model=row.model, gpu=row.gpu, deployment=row.deployment,
+                      workload=Workload(batch=row.sequences, input_tokens=row.tokens,
+                                        output_tokens=row.tokens), calibration=calibration)
+        if not run.feasible:
+            return None
+        prefill = run.prefill.latency_s
+        if row.prompt_passes > 1:
+            pass_run = predict(model=row.model, gpu=row.gpu, deployment=row.deployment,
+                               workload=Workload(batch=1, input_tokens=chunk, output_tokens=1),
+                               calibration=calibration)
+            prefill = row.prompt_passes * pass_run.prefill.latency_s
+    except (UnknownModelError, ConfigError):
+        return None
+    return prefill, run.decode.latency_s, float(row.prompt_passes + row.tokens - 1)
+
+
+def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,
+                    scales: dict[str, float]) -> Calibration:
+    """``calibration`` with no engine overhead for (runtime, GPU) and these kernel scales."""
+    return calibration.with_runtime(runtime=runtime, gpu=gpu, step_overhead_s=0.0,
+                                    per_sequence_overhead_s=0.0, **scales)
+
+
+def _design(rows: list[BenchRow], priced: list[tuple[float, float, float]]) -> np.ndarray:
+    """Columns (P, D, N, N B) divided by the measured latency (relative residuals)."""
+    x = np.array([[p, d, n, n * r.sequences] for r, (p, d, n) in zip(rows, priced, strict=True)])
+    return x / np.array([r.latency_s for r in rows])[:, None]
+
+
+def _solve(x: np.ndarray, *, fix_kernels: bool, fix_per_sequence: bool) -> np.ndarray:
+    """Coefficients (a, b, step, per_sequence) minimising the soft-L1 relative residuals
+    ``x @ c - 1`` within the bounds (a = b = 1 and per_sequence = 0 where fixed)."""
+    free = [not fix_kernels, not fix_kernels, True, not fix_per_sequence]
+    fixed = np.array([1.0, 1.0, 0.0, 0.0])
+    idx = [i for i, f in enumerate(free) if f]
+    rest = x[:, [i for i, f in enumerate(free) if not f]] @ fixed[[not f for f in free]]
+    sub = x[:, idx]
+    start = np.asarray(lsq_linear(sub, 1.0 - rest, bounds=(LOW[idx], HIGH[idx])).x)
+    start = np.clip(start, LOW[idx], HIGH[idx])
+
+    def residuals(c: np.ndarray) -> np.ndarray:
+        return np.asarray(sub @ c + rest - 1.0)
+
+    result = least_squares(residuals, start, bounds=(LOW[idx], HIGH[idx]), loss="soft_l1",
+                           f_scale=ROBUST_SCALE, x_scale=TYPICAL[idx])
+    out = fixed.copy()
+    out[idx] = result.x
+    return out
+
+
+def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
+              log: Callable[[str], None] = lambda _: None) -> None:
+    """Engine overheads (and effective kernel scales where no table exists) per (runtime,
+    GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``."""
+    groups, skipped = bench_rows(files)
+    for reason, count in sorted(skipped.items()):
+        log(f"llm-inference-bench: {count} rows skipped ({reason})")
+    for (runtime, gpu), rows in sorted(groups.items()):
+        fit_id = f"llm-inference-bench/{runtime}/{gpu}"
+        known = fits.values.get(runtime_key(runtime=runtime, gpu=gpu), {})
+        if runtime in LIB_REPORT_ONLY:
+            _report_only(rows=rows, base=base, runtime=runtime, gpu=gpu, fit_id=fit_id,
+                         files=files, fits=fits, log=log)
+            continue
+        scales = {k: v for k, v in known.items() if k in SCALES}
+        fit_kernels = runtime in LIB_KERNEL_FITS
+        fix_per_sequence = runtime == "llama.cpp"  # one sequence per row: not identified
+        x = np.zeros((0, 4))
+        models: list[str] = []
+        solution = np.zeros(4)
+        for _ in range(ROUNDS if fit_kernels else 1):
+            cal = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales)
+            priced = [(r, _priced(r, cal)) for r in rows]
+            pairs = [(r, p) for r, p in priced
+                     if p is not None and p[0] + p[1] <= IMPLAUSIBLE * r.latency_s]
+            implausible = sum(1 for r, p in priced
+                              if p is not None and p[0] + p[1] > IMPLAUSIBLE * r.latency_s)
+            if len(pairs) < 8:
+                break
+            x = _design([r for r, _ in pairs], [p for _, p in pairs])
+            models = [r.model for r, _ in pairs]
+            solution = _solve(x, fix_kernels=not fit_kernels, fix_per_sequence=fix_per_sequence)
+            if fit_kernels:  # fold a, b into the scales and re-price
+                a, b = solution[0], solution[1]
+                by = {"gemm_efficiency_scale": a, "attention_efficiency_scale": a,
+                      "memory_efficiency_scale": b, "kv_bandwidth_scale": b}
+                scales = {k: float(np.clip(scales.get(k, 1.0) / v, *SCALE_RANGE))
+                          for k, v in by.items()}
+        if len(x) < 8:
+            log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
+            continue
+        values_out = {"step_overhead_s": float(solution[2])}
+        if not fix_per_sequence:
+            values_out["per_sequence_overhead_s"] = float(solution[3])
+        if fit_kernels:
+            values_out.update(scales)
+        fitted = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales).with_runtime(
+            runtime=runtime, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
+        report = _latency_report(rows=rows, calibration=fitted, fit_id=fit_id, files=files)
+        if implausible:
+            report.setdefault("notes", []).append(
+                f"{implausible} rows measured faster than 1/{IMPLAUSIBLE:g} of the model's "
+                "zero-overhead time left out of the fit")
+        held = _leave_one_model_out(x, models=models, fit_kernels=fit_kernels,
+                                    fix_per_sequence=fix_per_sequence)
+        if held is not None:
+            report["leave_one_model_out"] = {"latency_s": held.as_dict()}
+        log(f"runtime {runtime} {gpu}: " + ", ".join(f"{k} {v:.4g}" for k, v in values_out.items())
+            + f"; latency MAPE {100 * report['in_sample']['latency_s']['mape']:.1f} % "
+              f"on {report['n_points']} rows")
+        note = ("effective scale: LLM-Inference-Bench end-to-end latency, prefill (gemm, "
+                "attention) and decode (memory, kv) parts") if fit_kernels else None
+        fits.add(runtime=runtime, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
+                 note=note)
+
+
+def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: str,
+                    files: list[Path]) -> dict[str, Any]:
+    """In-sample error of the model's latency (prefill + decode, overheads included) on
+    the rows it prices, implausibly fast ones (:data:`IMPLAUSIBLE`) left out."""
+    kept, predicted = [], []
+    for row in rows:
+        priced = _priced(row, calibration)
+        if priced is not None and priced[0] + priced[1] <= IMPLAUSIBLE * row.latency_s:
+            kept.append(row)
+            predicted.append(priced[0] + priced[1])
+    measured = np.array([r.latency_s for r in kept])
+    logs = np.log(np.array(predicted) / measured)
+    report: dict[str, Any] = {
+        "data": sorted({_rel(p) for p in files}), "n_points": len(kept),
+        "rms_log_residual": round(float(np.sqrt(np.mean(logs ** 2))), 5) if kept else None,
+        "in_sample": {"latency_s": ErrorStats.of(np.array(predicted), measured).as_dict()},
+        "fit": fit_id,
+    }
+    if len(kept) < len(rows):
+        report["notes"] = [f"{len(rows) - len(kept)} rows left out: the model cannot price "
+                           f"them (infeasible, unknown model) or they were measured faster than "
+                           f"1/{IMPLAUSIBLE:g} of its time"]
+    return report
+
+
+def _leave_one_model_out(x: np.ndarray, *, models: list[str], fit_kernels: bool,
+                         fix_per_sequence: bool) -> ErrorStats | None:
+    """Held-out error of the linear fit (relative design ``x`` of the last round): each
+    model's rows predicted by a fit on the other models' rows."""
+    groups = np.array(models)
+    if len(set(models)) < 2:
+        return None
+    out = np.empty(len(x))
+    for model in sorted(set(models)):
+        held = groups == model
+        coef = _solve(x[~held], fix_kernels=not fit_kernels, fix_per_sequence=fix_per_sequence)
+        out[held] = x[held] @ coef
+    return ErrorStats.of(out, np.ones(len(out)))
+
+
+def _report_only(*, rows: list[BenchRow], base: Calibration, runtime: str, gpu: str, fit_id: str,
+                 files: list[Path], fits: RuntimeFits, log: Callable[[str], None]) -> None:
+    report = _latency_report(rows=rows, calibration=base, fit_id=fit_id, files=files)
+    if not report["n_points"]:
+        return
+    report.setdefault("notes", []).append(
+        f"{runtime}: predicted with its shipped constants, not fitted here")
+    fits.fits[fit_id] = report
+    log(f"runtime {runtime} {gpu}: not fitted (constants from ML.ENERGY); latency MAPE "
+        f"{100 * report['in_sample']['latency_s']['mape']:.1f} % on {report['n_points']} rows")
+
+
+# --- priors -------------------------------------------------------------------------------
+
+def fill_priors(*, runtimes: dict[str, RuntimeConstants],
+                prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """On every GPU the reference runtime (vLLM) has constants for, each other runtime's
+    overheads that nothing identified (no fit, nothing borrowed) take its profile's priors,
+    marked ``assumed`` with the profile's source. vLLM's own sections are left alone."""
+    gpus = sorted({key.split("/", 1)[1] for key in runtimes
+                   if key.split("/", 1)[0] == AIC_REFERENCE})
+    for runtime in runtime_names():
+        if runtime == AIC_REFERENCE:
+            continue
+        profile = get_runtime(runtime)
+        priors = {"step_overhead_s": (profile.prior_step_overhead_s,
+                                      profile.provenance["prior_step_overhead_s"].source),
+                  "per_sequence_overhead_s": (profile.prior_per_sequence_overhead_s,
+                                              profile.provenance["prior_per_sequence_overhead_s"]
+                                              .source)}
+        for gpu in gpus:
+            key = runtime_key(runtime=runtime, gpu=gpu)
+            own = prov.setdefault(f"runtimes/{key}", {})
+            changes = {name: value for name, (value, _) in priors.items() if name not in own}
+            for name in changes:
+                own[name] = {"value": changes[name], "kind": "assumed",
+                             "note": f"prior of runtimes/{runtime}.yaml: {priors[name][1]}"}
+            if changes:
+                runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **changes)
+
+
+def apply_fits(*, fits: RuntimeFits, runtimes: dict[str, RuntimeConstants],
+               prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Merge fitted values and their provenance into ``calibrate``'s dictionaries."""
+    for key, values in fits.values.items():
+        runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **values)
+        prov.setdefault(f"runtimes/{key}", {}).update(fits.provenance.get(f"runtimes/{key}", {}))
+
+
+def fit_runtimes(*, aiconfigurator: list[Path], llm_inference_bench: list[Path],
+                 base: Calibration, log: Callable[[str], None] = lambda _: None) -> RuntimeFits:
+    """Every (runtime, GPU) fit the two sources allow (kernel scales first)."""
+    fits = RuntimeFits()
+    if aiconfigurator:
+        fit_aic_scales(files=aiconfigurator, fits=fits, log=log)
+    if llm_inference_bench:
+        fit_bench(files=llm_inference_bench, base=base, fits=fits, log=log)
+    return fits
+
+
+def _rel(path: Path) -> str:
+    from energylens.calibration.run import _rel as rel
+
+    return rel(path)

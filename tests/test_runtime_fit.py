@@ -1,0 +1,195 @@
+"""Fitting serving-runtime constants (energylens.calibration.fit_runtime) on small inputs:
+kernel scales from synthetic AIConfigurator-shaped tables with a known ratio, overheads
+and effective scales recovered from rows the model itself generated, priors, and the
+``energylens calibrate`` hook."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from energylens.calibration.file import default_calibration, parse_calibration
+from energylens.calibration.fit_runtime import (
+    BenchRow,
+    RuntimeFits,
+    _priced,
+    aic_tables,
+    bench_rows,
+    fill_priors,
+    fit_aic_scales,
+    fit_bench,
+)
+from energylens.calibration.run import CalibrationData, calibrate, to_yaml
+from energylens.cost.constants import Calibration, RuntimeConstants
+from energylens.runtime import get_runtime, runtime_names
+
+ROOT = Path(__file__).resolve().parents[1]
+PHI2 = ROOT / "data" / "measurements" / "vidur" / "compute" / "h100" / "microsoft" / "phi-2" / "mlp.csv"
+HEADER = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length",
+          "Batch Size", "Latency", "Throughput"]
+
+
+def _write_tables(root: Path, *, ratios: dict[str, float]) -> list[Path]:
+    """h100_sxm tables of both engines; trtllm's time = vLLM's / ratio in each regime."""
+    rng = np.random.default_rng(0)
+    out = []
+    gemm = pd.DataFrame([{"gemm_dtype": "bfloat16", "m": m, "n": n, "k": k}
+                         for m, n, k in itertools.product([1, 4, 8, 16, 2048, 4096, 8192],
+                                                          [4096, 8192, 16384], [4096, 8192])])
+    gemm["latency"] = rng.uniform(0.01, 1.0, len(gemm))
+    big = gemm.m >= 1024
+    own = gemm.copy()
+    own["latency"] = gemm.latency / np.where(big, ratios["gemm_efficiency_scale"],
+                                             ratios["memory_efficiency_scale"])
+    attention_keys = {"num_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                      "window_size": 0, "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16"}
+    context = pd.DataFrame([{**attention_keys, "batch_size": b, "isl": s, "step": 0}
+                            for b, s in itertools.product([1, 4, 16], [1024, 2048, 4096, 8192])])
+    generation = pd.DataFrame([{**attention_keys, "batch_size": b, "isl": 1, "step": s}
+                               for b, s in itertools.product([8, 16, 64], [2047, 4095, 8191])])
+    tables = {("gemm", "gemm_perf.parquet"): (gemm, own, None),
+              ("attention", "context_attention_perf.parquet"): (context, None,
+                                                                "attention_efficiency_scale"),
+              ("attention", "generation_attention_perf.parquet"): (generation, None,
+                                                                   "kv_bandwidth_scale")}
+    for (folder, name), (ref, mine, scale) in tables.items():
+        if mine is None:
+            ref = ref.assign(latency=rng.uniform(0.01, 1.0, len(ref)))
+            mine = ref.assign(latency=ref.latency / ratios[str(scale)])
+        for engine, table, version in (("vllm", ref, "0.24.0"), ("trtllm", mine, "1.3.0")):
+            path = root / "h100_sxm" / folder / engine / version / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            table.to_parquet(path, index=False)
+            out.append(path)
+    return sorted(out)
+
+
+RATIOS = {"gemm_efficiency_scale": 0.8, "memory_efficiency_scale": 0.9,
+          "attention_efficiency_scale": 0.7, "kv_bandwidth_scale": 1.1}
+
+
+def test_kernel_scales_are_the_median_time_ratio_on_shared_shapes(tmp_path: Path) -> None:
+    files = _write_tables(tmp_path, ratios=RATIOS)
+    assert aic_tables(tmp_path) == files
+    fits = RuntimeFits()
+    fit_aic_scales(files=files, fits=fits)
+    assert set(fits.values) == {"trtllm/H100-SXM"}  # the reference engine gets nothing
+    for name, ratio in RATIOS.items():
+        assert fits.values["trtllm/H100-SXM"][name] == pytest.approx(ratio, rel=1e-9)
+    entry = fits.provenance["runtimes/trtllm/H100-SXM"]["gemm_efficiency_scale"]
+    assert entry["kind"] == "fitted" and entry["fit"] == "aiconfigurator-kernels/trtllm/H100-SXM"
+    assert fits.fits[entry["fit"]]["rms_log_residual"] == pytest.approx(0.0, abs=1e-9)
+
+
+def _bench_csv(path: Path, rows: list[tuple[BenchRow, float]], framework: str) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(HEADER)
+        for row, latency in rows:
+            batch = row.sequences if framework != "llama.cpp" else row.tokens // row.prompt_passes
+            gpus = row.deployment.tp * row.deployment.pp
+            writer.writerow(["Nvidia H100 GPU", gpus, framework, row.model, row.tokens, batch,
+                             latency, 2 * row.tokens * row.sequences / latency])
+    return path
+
+
+def _generated(tmp_path: Path, *, framework: str, runtime: str, truth: Calibration,
+               grid: list[tuple[str, int, int, int]]) -> Path:
+    """LLM-Inference-Bench rows whose latencies the model computes under ``truth``."""
+    with (tmp_path / "draft.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(HEADER)
+        for model, gpus, batch, tokens in grid:
+            writer.writerow(["Nvidia H100 GPU", gpus, framework, model, tokens, batch, 1.0, 1.0])
+    rows = bench_rows([tmp_path / "draft.csv"])[0][(runtime, "H100-SXM")]
+    priced = [(r, _priced(r, truth)) for r in rows]
+    return _bench_csv(tmp_path / "bench.csv", [(r, p[0] + p[1]) for r, p in priced if p],
+                      framework)
+
+
+def test_overheads_are_recovered_from_rows_the_model_generated(tmp_path: Path) -> None:
+    truth = default_calibration().with_runtime(runtime="trtllm", gpu="H100-SXM",
+                                               step_overhead_s=2.0e-3,
+                                               per_sequence_overhead_s=5.0e-5)
+    grid = [(m, g, b, t) for m in ("llama-2-7b", "llama-3-8b") for g in (1, 2)
+            for b in (1, 16, 64) for t in (128, 512)]
+    path = _generated(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                      grid=grid)
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    values = fits.values["trtllm/H100-SXM"]
+    assert values["step_overhead_s"] == pytest.approx(2.0e-3, rel=0.02)
+    assert values["per_sequence_overhead_s"] == pytest.approx(5.0e-5, rel=0.05)
+    report = fits.fits["llm-inference-bench/trtllm/H100-SXM"]
+    assert report["in_sample"]["latency_s"]["mape"] < 0.01
+    assert report["leave_one_model_out"]["latency_s"]["mape"] < 0.02
+
+
+def test_llama_cpp_memory_scale_and_step_are_recovered(tmp_path: Path) -> None:
+    truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
+                                               step_overhead_s=1.5e-3, memory_efficiency_scale=0.6,
+                                               kv_bandwidth_scale=0.6)
+    grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-2-70b", 4))
+            for b in (16, 64) for t in (128, 512)]
+    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                      grid=grid)
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    values = fits.values["llama.cpp/H100-SXM"]
+    assert values["memory_efficiency_scale"] == pytest.approx(0.6, rel=0.05)
+    assert values["step_overhead_s"] == pytest.approx(1.5e-3, rel=0.15)
+    assert "per_sequence_overhead_s" not in values  # one sequence per row: not identified
+    assert fits.fits["llm-inference-bench/llama.cpp/H100-SXM"]["in_sample"]["latency_s"][
+        "mape"] < 0.03
+
+
+def test_vllm_rows_are_reported_never_fitted(tmp_path: Path) -> None:
+    grid = [("llama-2-7b", 1, b, 128) for b in (1, 16)]
+    path = _generated(tmp_path, framework="vLLM", runtime="vllm", truth=default_calibration(),
+                      grid=grid)
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    assert not fits.values
+    assert fits.fits["llm-inference-bench/vllm/H100-SXM"]["in_sample"]["latency_s"]["mape"] < 1e-6
+
+
+def test_priors_fill_what_nothing_identified_and_leave_vllm_alone() -> None:
+    vllm = RuntimeConstants(step_overhead_s=1e-3)
+    fitted = RuntimeConstants(step_overhead_s=7e-3)
+    runtimes = {"vllm/H100-SXM": vllm, "trtllm/H100-SXM": fitted}
+    prov = {"runtimes/vllm/H100-SXM": {"step_overhead_s": {"value": 1e-3, "kind": "fitted"}},
+            "runtimes/trtllm/H100-SXM": {"step_overhead_s": {"value": 7e-3, "kind": "fitted"}}}
+    fill_priors(runtimes=runtimes, prov=prov)
+    assert runtimes["vllm/H100-SXM"] is vllm
+    assert runtimes["trtllm/H100-SXM"].step_overhead_s == 7e-3  # fitted stays
+    trt = get_runtime("trtllm")
+    assert runtimes["trtllm/H100-SXM"].per_sequence_overhead_s == trt.prior_per_sequence_overhead_s
+    for name in set(runtime_names()) - {"vllm"}:
+        entry = prov[f"runtimes/{name}/H100-SXM"]["per_sequence_overhead_s"]
+        assert entry["kind"] == "assumed" and f"runtimes/{name}.yaml" in entry["note"]
+    assert set(runtimes) == {f"{n}/H100-SXM" for n in runtime_names()}  # only vLLM's GPUs
+
+
+def test_calibrate_runs_the_runtime_fits_and_writes_their_sections(tmp_path: Path) -> None:
+    tables = _write_tables(tmp_path / "kernels", ratios=RATIOS)
+    truth = default_calibration().with_runtime(runtime="trtllm", gpu="H100-SXM",
+                                               step_overhead_s=2.0e-3)
+    bench = _generated(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                       grid=[("llama-2-7b", 1, b, t) for b in (1, 16, 64) for t in (128, 512)]
+                       + [("llama-3-8b", 2, b, 256) for b in (1, 32)])
+    outcome = calibrate(data=CalibrationData(vidur_mlp=[PHI2], runtime_kernels=tables,
+                                             llm_inference_bench=[bench]), leave_out=False)
+    doc = yaml.safe_load(to_yaml(outcome))
+    section = doc["runtimes"]["trtllm"]["H100-SXM"]
+    assert section["gemm_efficiency_scale"]["kind"] == "fitted"
+    assert section["gemm_efficiency_scale"]["value"] == pytest.approx(0.8)
+    assert section["step_overhead_s"]["kind"] == "fitted"
+    assert section["step_overhead_s"]["fit"] in doc["fits"]
+    assert "vllm" not in doc["runtimes"]  # no ML.ENERGY rows here: vLLM untouched
+    parse_calibration(data=doc, source="test")
