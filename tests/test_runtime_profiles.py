@@ -7,10 +7,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import shlex
+from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
 
 from energylens.calibration.file import default_calibration
+from energylens.cli.main import main
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError
 from energylens.model.zoo import get_model
@@ -191,3 +195,52 @@ def test_launch_command_refuses_what_the_engine_cannot_run() -> None:
     with pytest.raises(ConfigError, match="fp8"):
         launch_command(model=get_model(DENSE), deployment=Deployment(runtime="llama.cpp",
                        weight_dtype="fp8"), workload=Workload())
+
+
+# --- command line --------------------------------------------------------------------------
+
+def test_predict_prints_the_launch_script(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", DENSE, "--gpu", GPU, "--tp", "2", "--num-gpus", "4",
+                 "--batch", "16", "--runtime", "sglang", "--launch-command"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/usr/bin/env bash")
+    line = next(x for x in out.splitlines() if x.startswith("python -m sglang.launch_server"))
+    words = shlex.split(line)
+    assert words[words.index("--tp-size") + 1] == "2" and words[words.index("--dp-size") + 1] == "2"
+    assert words[words.index("--max-running-requests") + 1] == "8"
+    assert main(["predict", "--model", DENSE, "--gpu", GPU, "--runtime", "llama.cpp",
+                 "--dtype", "fp8", "--launch-command"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fp8" in err[0]
+
+
+def test_study_report_writes_each_pareto_points_launch_command(tmp_path: Path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "knobs": {"runtime": {"type": "categorical", "values": ["vllm", "trtllm", "llama.cpp"],
+                              "baseline": "vllm"},
+                  "dtype": {"type": "categorical", "values": ["bf16", "fp8"], "baseline": "bf16"},
+                  "batch": {"type": "ordinal", "values": [1, 16], "baseline": 1}},
+        "fixed": {"gpu": GPU, "num_gpus": 1}}))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "runtime-test", "space": "space.yaml", "model": DENSE,
+        "workload": {"kind": "batch", "input_tokens": 256, "output_tokens": 64},
+        "objectives": ["minimize energy_per_output_token_j", "minimize tpot_s"],
+        "engine": "grid", "results": "out"}))
+    assert main(["study", "run", str(study)]) == 0
+    out = tmp_path / "out"
+    trials = pd.read_csv(out / "trials.csv")
+    refused = trials[(trials.runtime == "llama.cpp") & (trials.dtype == "fp8")]
+    assert len(refused) and refused.infeasible_reason.str.contains("cannot run fp8").all()
+    front = pd.read_csv(out / "pareto.csv")
+    assert "launch_command" in front.columns and len(front)
+    scripts = sorted((out / "launch").glob("*.sh"))
+    assert len(scripts) == len(front)
+    for row in front.itertuples():
+        program = get_runtime(str(row.runtime)).launch_program.split()
+        assert shlex.split(str(row.launch_command))[:len(program)] == program
+        script = (out / "launch" / f"trial-{row.number}.sh").read_text()
+        assert str(row.launch_command) in script
+    assert main(["study", "report", str(study)]) == 0  # rewriting keeps one script per point
+    assert len(list((out / "launch").glob("*.sh"))) == len(pd.read_csv(out / "pareto.csv"))

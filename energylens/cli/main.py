@@ -95,6 +95,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="Zipf exponent of expert popularity (0 = uniform routing)")
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--launch-command", action="store_true",
+                   help="print the script that starts this deployment on its runtime instead "
+                        "(with --json: a launch_command field in the object)")
     add_load_arguments(p)
     p.set_defaults(handler=_cmd_predict)
 
@@ -113,6 +116,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         output_tokens=args.output_tokens, **load_fields(args))
     result = predict(model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
                      calibration=args.calibration)
+    if args.launch_command:
+        return _print_launch(args, result=result, deployment=deployment, workload=workload)
     if args.json:
         print(json.dumps(result.as_dict()))
         return 0
@@ -124,6 +129,25 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         if found.weight_dtype is not None:
             console().print(f"model: {found.describe()}", highlight=False)
     print_prediction(result, console=console())
+    return 0
+
+
+def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,
+                  workload: Workload) -> int:
+    """``predict --launch-command``: the launch script (a warning if it does not fit)."""
+    from energylens.model.zoo import get_model
+    from energylens.runtime.launch import launch_command
+
+    command = launch_command(model=get_model(args.model), deployment=deployment,
+                             workload=workload)
+    if args.json:
+        print(json.dumps({**result.as_dict(), "launch_command": command.line(),
+                          "launch_script": command.script()}))
+        return 0
+    if not result.feasible:
+        print(f"energylens: warning: the deployment does not fit: {result.infeasible_reason}",
+              file=sys.stderr)
+    print(command.script(), end="")
     return 0
 
 

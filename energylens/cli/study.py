@@ -137,20 +137,48 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from search.commands import cmd_run
 
-    return cmd_run(args.study, app=_app(), overrides=_overrides(args), dry_run=args.dry_run,
+    code = cmd_run(args.study, app=_app(), overrides=_overrides(args), dry_run=args.dry_run,
                    force=args.force)
+    return code if args.dry_run else _with_launch(code, args)
 
 
 def _resume(args: argparse.Namespace) -> int:
     from search.commands import cmd_resume
 
-    return cmd_resume(args.study, app=_app(), overrides=_overrides(args), force=args.force)
+    return _with_launch(cmd_resume(args.study, app=_app(), overrides=_overrides(args),
+                                   force=args.force), args)
 
 
 def _report(args: argparse.Namespace) -> int:
     from search.commands import cmd_report
 
-    return cmd_report(args.study, app=_app(), overrides=_overrides(args), force=args.force)
+    return _with_launch(cmd_report(args.study, app=_app(), overrides=_overrides(args),
+                                   force=args.force), args)
+
+
+def _with_launch(code: int, args: argparse.Namespace) -> int:
+    """After a written report: each Pareto point's launch command, as a ``launch_command``
+    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.runtime.launch)."""
+    if code != 0:
+        return code
+    from energylens.hardware import load_gpu
+    from energylens.runtime.launch import write_front_launch
+    from energylens.study.objective import SCHEMA, deployment_from_params, workload_from_params
+    from search.config import load_study
+
+    config = _overrides(args).apply(load_study(args.study, schema=SCHEMA))
+    problem = study_problem(config)
+    written = write_front_launch(
+        results=config.results, model=problem.model, fixed=dict(config.space.fixed),
+        knobs=tuple(config.space.names),
+        deployment_of=lambda p: deployment_from_params(
+            params=p, boost_mhz=load_gpu(str(p.get("gpu", "H100"))).boost_clock_mhz,
+            routing=problem.routing),
+        workload_of=lambda p: workload_from_params(params=p, base=problem.workload))
+    if written:
+        print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
+              "launch_command column of pareto.csv)")
+    return code
 
 
 def _rank(args: argparse.Namespace) -> int:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from energylens.runtime.registry import get_runtime
 
@@ -105,3 +107,60 @@ def launch_command(*, model: ModelConfig, deployment: Deployment,
     """
     spec = launch_spec(model=model, deployment=deployment, workload=workload)
     return get_runtime(deployment.runtime).launch(spec=spec)
+
+
+#: Column of ``pareto.csv`` holding each point's launch command (one server's line).
+LAUNCH_COLUMN = "launch_command"
+
+
+def point_name(row: dict[str, Any], index: int) -> str:
+    """File stem of a Pareto point's script: its trial number, else its row."""
+    number = row.get("number")
+    if isinstance(number, int | float) and not isinstance(number, bool) and number == number:
+        return f"trial-{int(number)}"
+    return f"point-{index}"
+
+
+def write_front_launch(*, results: Path, model: ModelConfig, fixed: dict[str, Any],
+                       knobs: tuple[str, ...],
+                       deployment_of: Callable[[dict[str, Any]], Deployment],
+                       workload_of: Callable[[dict[str, Any]], Workload]) -> int:
+    """Add a ``launch_command`` column to ``results/pareto.csv`` and write
+    ``results/launch/<point>.sh`` for each of its points; the number of scripts written.
+
+    ``deployment_of``/``workload_of`` turn a point's knob and fixed values into what it
+    runs (the study's own mapping). A point its runtime cannot launch gets an empty cell.
+    """
+    import pandas as pd
+
+    from energylens.errors import ConfigError
+
+    path = results / "pareto.csv"
+    if not path.is_file():
+        return 0
+    front = pd.read_csv(path)
+    folder = results / "launch"
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.sh"):  # a rewritten front replaces the old scripts
+        old.unlink()
+    cells, written = [], 0
+    rows: list[dict[str, Any]] = [{str(k): v for k, v in r.items()}
+                                  for r in front.to_dict("records")]
+    for index, row in enumerate(rows):
+        params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
+        try:
+            command = launch_command(model=model, deployment=deployment_of(params),
+                                     workload=workload_of(params))
+        except ConfigError:
+            cells.append("")
+            continue
+        cells.append(command.line())
+        script = folder / f"{point_name(row, index)}.sh"
+        script.write_text(command.script(), encoding="utf-8")
+        script.chmod(0o755)
+        written += 1
+    front[LAUNCH_COLUMN] = cells
+    tmp = path.with_suffix(".csv.tmp")
+    front.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return written
