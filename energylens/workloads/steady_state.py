@@ -48,9 +48,9 @@ def arrival_mixture(mean: Size) -> list[tuple[Size, Size]]:
     head_mean: Size = 0.0
     for count in range(EXACT_ARRIVAL_COUNTS):
         points.append((float(count), prob))
-        head_mass += prob
-        head_mean += count * prob
-        prob *= mean / (count + 1)
+        head_mass = head_mass + prob  # never in place: ``prob`` may be an array in points
+        head_mean = head_mean + count * prob
+        prob = prob * (mean / (count + 1))
     tail = 1.0 - head_mass
     kept = tail > 1e-12
     if np.ndim(mean) == 0 and not kept:

@@ -1,0 +1,295 @@
+"""Predict many deployments at once: one table row per configuration, NumPy over rows.
+
+Rows are grouped by what changes the kernels a step runs (GPU, parallel degrees, dtypes,
+fusions, runtime, routing, whether communication holds SMs); each group is priced in one
+pass of the same cost code :func:`energylens.predict.predict` runs, with the batch, the
+replicas, the clock and the overlap SMs as arrays over the group's rows. A row that
+``predict`` would refuse (a bad deployment, an unknown GPU) comes back infeasible with the
+refusal's first line as its reason and NaN metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from energylens.calibration.coverage import require_constants
+from energylens.calibration.file import default_calibration, load_calibration
+from energylens.cost.constants import Calibration
+from energylens.cost.memory import memory_use
+from energylens.cost.moe import Routing
+from energylens.cost.roofline import ClockState, dynamic_scale_at
+from energylens.deployment import Deployment, check_deployment
+from energylens.errors import EnergyLensError
+from energylens.hardware import GPU, load_gpu
+from energylens.model.config import ModelConfig
+from energylens.model.zoo import get_model
+from energylens.workloads import Placement, Workload, get_kind
+from energylens.workloads.result import COLUMNS
+
+__all__ = ["DEPLOYMENT_COLUMNS", "RESULT_COLUMNS", "predict_many"]
+
+#: Table columns read besides ``gpu`` and ``batch`` (missing ones take Deployment's defaults).
+DEPLOYMENT_COLUMNS = tuple(f.name for f in fields(Deployment))
+#: Columns of the result, in order.
+RESULT_COLUMNS = COLUMNS
+#: Columns that vary inside a group (arrays); every other one is part of the group key.
+_ARRAY_COLUMNS = ("batch", "num_gpus", "dp", "overlap_sms", "freq_mhz")
+_KEY_COLUMNS = ("gpu", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "fusion", "runtime", "routing")
+
+
+def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.DataFrame,
+                 calibration: Calibration | str | Path | None = None) -> pd.DataFrame:
+    """Predict every row of ``table`` (columns ``gpu``, ``batch`` and any
+    :class:`~energylens.deployment.Deployment` field; ``workload`` fixes the rest).
+
+    Returns a frame with ``table``'s index and :data:`RESULT_COLUMNS`, equal to
+    :func:`energylens.predict.predict` row by row (to float rounding).
+
+    Raises:
+        EnergyLensError: an unknown model or calibration file, or a table without ``gpu``.
+    """
+    from energylens.predict import step_context
+
+    model_cfg = get_model(model) if isinstance(model, str) else model
+    if calibration is None:
+        cal = default_calibration()
+    else:
+        cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    if "gpu" not in table.columns:
+        raise EnergyLensError("predict_many: the table needs a 'gpu' column")
+    rows = len(table)
+    columns = _normalised(table=table, workload=workload)
+    out: dict[str, Any] = {name: np.full(rows, np.nan) for name in COLUMNS}
+    out["feasible"] = np.zeros(rows, dtype=bool)
+    out["infeasible_reason"] = np.full(rows, None, dtype=object)
+    kind = get_kind(workload.kind)
+    columnar = getattr(kind, "columns", None)
+    for index in _groups([columns[c] for c in _KEY_COLUMNS]):
+        values = {c: columns[c][index[0]] for c in _KEY_COLUMNS}
+        sub = {c: columns[c][index] for c in _ARRAY_COLUMNS}
+        try:
+            gpu = load_gpu(str(values["gpu"]))
+            base = _deployment(values, overlap_sms=0, freq_mhz=None, num_gpus=None, dp=None)
+            group_cal = _constants_for(cal, gpu.name)
+        except EnergyLensError as exc:
+            out["infeasible_reason"][index] = _reason(exc)
+            continue
+        valid = _valid_rows(values=values, sub=sub, model=model_cfg, gpu=gpu, workload=workload,
+                            out=out, index=index)
+        if columnar is None:
+            _row_by_row(out=out, index=index[valid], values=values, sub=sub, valid=valid,
+                        model=model_cfg, workload=workload, calibration=cal)
+            continue
+        for overlap in (False, True):  # overlapping collectives change which kernels share SMs
+            part = valid & ((sub["overlap_sms"] > 0) == overlap)
+            if not part.any():
+                continue
+            rows_sub = {c: v[part] for c, v in sub.items()}
+            ctx = step_context(model=model_cfg, gpu=gpu, calibration=group_cal,
+                               deployment=replace(base, overlap_sms=int(overlap)))
+            ratio = np.where(np.isnan(rows_sub["freq_mhz"]), 1.0,
+                             rows_sub["freq_mhz"] / gpu.boost_clock_mhz)
+            ctx = replace(ctx, overlap_sms=rows_sub["overlap_sms"], clock=ClockState(
+                ratio=cast(float, ratio),
+                dynamic_scale=cast(float, dynamic_scale_at(ratio=ratio, gpu=gpu,
+                                                           constants=ctx.constants))))
+            replicas = _replicas(base=base, num_gpus=rows_sub["num_gpus"], dp=rows_sub["dp"])
+            sequences = rows_sub["batch"] / replicas
+            demand = kind.memory_demand(workload=workload, sequences=cast(float, sequences))
+            memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime,
+                                degrees=dict(ctx.degrees), pp=base.pp,
+                                weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                                sequences=demand.sequences, context_tokens=demand.context_tokens,
+                                step_tokens=demand.step_tokens)
+            placement = Placement(ctx=ctx, model=model_cfg, replicas=cast(int, replicas),
+                                  gpus=cast(int, base.gpus_per_replica * replicas),
+                                  sequences=cast(float, sequences))
+            result = columnar(placement=placement, workload=workload, memory=memory,
+                              batch=rows_sub["batch"])
+            _scatter(out=out, index=index[part], result=result)
+    # object dtype, so that a configuration that runs has None (not NaN) as its reason
+    return pd.DataFrame({name: pd.Series(out[name], index=table.index,
+                                         dtype=object if name == "infeasible_reason" else None)
+                         for name in COLUMNS}, index=table.index)
+
+
+@lru_cache(maxsize=256)
+def _constants_for(calibration: Calibration, gpu_name: str) -> Calibration:
+    """The calibration a GPU is predicted with (its own constants or borrowed ones)."""
+    return require_constants(calibration=calibration, gpu=load_gpu(gpu_name))
+
+
+def _normalised(*, table: pd.DataFrame, workload: Workload) -> dict[str, np.ndarray]:
+    """Every key and array column as a NumPy array (defaults where the table has none;
+    None and NaN mean "not given" like Deployment's None)."""
+    defaults = Deployment()
+    rows = len(table)
+    columns: dict[str, np.ndarray] = {}
+    for name in _KEY_COLUMNS:
+        if name == "gpu":
+            columns[name] = table["gpu"].astype(str).to_numpy(dtype=object)
+            continue
+        raw = table[name].to_numpy(dtype=object) if name in table.columns else np.full(
+            rows, getattr(defaults, name), dtype=object)
+        columns[name] = np.array([_key_value(name, v, getattr(defaults, name)) for v in raw]
+                                 if name in table.columns else raw, dtype=object)
+    numeric = {"batch": workload.batch, "num_gpus": np.nan, "dp": np.nan,
+               "overlap_sms": defaults.overlap_sms, "freq_mhz": np.nan}
+    for name, default in numeric.items():
+        if name in table.columns:
+            values = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
+        else:
+            values = np.full(rows, default, dtype=float)
+        columns[name] = values
+    return columns
+
+
+def _key_value(name: str, value: Any, default: Any) -> Hashable:
+    """One group-key cell: None for a missing optional value, frozensets for fusions."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None if default is None else default
+    if name == "fusion":
+        names = value.split(",") if isinstance(value, str) else list(cast(Iterable[str], value))
+        return frozenset(n.strip() for n in names if n.strip() and n.strip() != "none")
+    if name in ("tp", "pp", "ep"):
+        return int(value)
+    if name == "routing" and not isinstance(value, Routing):
+        raise EnergyLensError(f"predict_many: routing must hold Routing objects, got {value!r}")
+    return cast(Hashable, value)
+
+
+def _groups(keys: list[np.ndarray]) -> Iterable[np.ndarray]:
+    """Row indices of each distinct combination of the key columns (hashed, not sorted)."""
+    combined = np.zeros(len(keys[0]), dtype=np.int64)
+    for column in keys:
+        codes, uniques = pd.factorize(column, use_na_sentinel=False)
+        combined = combined * len(uniques) + codes
+        combined = pd.factorize(combined)[0].astype(np.int64)  # keep the codes small
+    order = np.argsort(combined, kind="stable")
+    bounds = np.flatnonzero(np.diff(combined[order])) + 1
+    yield from (rows for rows in np.split(order, bounds) if len(rows))
+
+
+def _deployment(values: dict[str, Any], *, overlap_sms: int, freq_mhz: float | None,
+                num_gpus: int | None, dp: int | None) -> Deployment:
+    return Deployment(num_gpus=num_gpus, tp=values["tp"], pp=values["pp"], ep=values["ep"], dp=dp,
+                      weight_dtype=values["weight_dtype"], kv_dtype=values["kv_dtype"],
+                      fusion=values["fusion"], overlap_sms=overlap_sms, freq_mhz=freq_mhz,
+                      routing=values["routing"], runtime=values["runtime"])
+
+
+def _optional_int(value: float) -> int | None:
+    return None if np.isnan(value) else int(value)
+
+
+def _optional_float(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+def _valid_rows(*, values: dict[str, Any], sub: dict[str, np.ndarray], model: ModelConfig,
+                gpu: GPU, workload: Workload, out: dict[str, Any],
+                index: np.ndarray) -> np.ndarray:
+    """Which rows of a group ``predict`` accepts; the others get its refusal as their reason.
+
+    Every check of a deployment reads the degrees with num_gpus/dp, or the overlap SMs, or
+    the clock, never two of them, so each distinct value is checked once; a row refused by
+    any is re-checked whole for the message ``predict`` gives first."""
+    def refusal(**changes: Any) -> str | None:
+        try:
+            deployment = _deployment(values, **{"overlap_sms": 0, "freq_mhz": None,
+                                                "num_gpus": None, "dp": None, **changes})
+            check_deployment(deployment=deployment, model=model, gpu_name=gpu.name,
+                             gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
+                             gpu_sm_count=gpu.sm_count)
+        except EnergyLensError as exc:
+            return _reason(exc)
+        return None
+
+    valid = np.ones(len(index), dtype=bool)
+    placements = np.stack([sub["num_gpus"], sub["dp"]], axis=1)
+    checks = [(placements, lambda p: refusal(num_gpus=_optional_int(p[0]), dp=_optional_int(p[1]))),
+              (sub["overlap_sms"][:, None], lambda v: refusal(overlap_sms=int(v[0]))),
+              (sub["freq_mhz"][:, None], lambda v: refusal(freq_mhz=_optional_float(v[0])))]
+    for column, check in checks:
+        distinct, inverse = np.unique(column, axis=0, return_inverse=True)
+        bad = np.array([check(v) is not None for v in distinct])
+        valid &= ~bad[inverse.ravel()]
+    for row in np.flatnonzero(~valid):
+        out["infeasible_reason"][index[row]] = refusal(
+            num_gpus=_optional_int(sub["num_gpus"][row]), dp=_optional_int(sub["dp"][row]),
+            overlap_sms=int(sub["overlap_sms"][row]),
+            freq_mhz=_optional_float(sub["freq_mhz"][row]))
+    distinct, inverse = np.unique(sub["batch"], return_inverse=True)
+    batch_refusals = [_batch_refusal(workload, b) for b in distinct]
+    for row in np.flatnonzero(valid):
+        reason = batch_refusals[inverse[row]]
+        if reason is not None:
+            valid[row] = False
+            out["infeasible_reason"][index[row]] = reason
+    return valid
+
+
+def _batch_refusal(workload: Workload, batch: float) -> str | None:
+    try:
+        replace(workload, batch=float(batch))
+    except EnergyLensError as exc:
+        return _reason(exc)
+    return None
+
+
+def _replicas(*, base: Deployment, num_gpus: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """:attr:`Deployment.replicas` per row (dp if given, else num_gpus // GPUs per replica)."""
+    inferred = np.where(np.isnan(num_gpus), 1.0,
+                        np.maximum(1.0, np.floor(num_gpus / base.gpus_per_replica)))
+    return np.where(np.isnan(dp), inferred, dp).astype(np.int64)
+
+
+def _scatter(*, out: dict[str, Any], index: np.ndarray, result: dict[str, Any]) -> None:
+    """A group's columns into the result rows ``index`` (a number fills every row)."""
+    for name in COLUMNS:
+        value = result[name]
+        if name == "infeasible_reason":
+            column = np.empty(len(index), dtype=object)
+            column[:] = value
+            out[name][index] = column
+        else:
+            out[name][index] = value
+
+
+def _reason(exc: Exception) -> str:
+    """The refusal's first line, as the command line prints it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _row_by_row(*, out: dict[str, Any], index: np.ndarray, values: dict[str, Any],
+                sub: dict[str, np.ndarray], valid: np.ndarray, model: ModelConfig,
+                workload: Workload, calibration: Calibration) -> None:
+    """A kind without columns (one that simulates requests): ``predict`` per row."""
+    from energylens.predict import predict
+
+    positions = np.flatnonzero(valid)
+    for row, position in zip(index, positions, strict=True):
+        deployment = _deployment(values, overlap_sms=int(sub["overlap_sms"][position]),
+                                 freq_mhz=_optional_float(sub["freq_mhz"][position]),
+                                 num_gpus=_optional_int(sub["num_gpus"][position]),
+                                 dp=_optional_int(sub["dp"][position]))
+        result = predict(model=model, gpu=str(values["gpu"]), deployment=deployment,
+                         workload=replace(workload, batch=float(sub["batch"][position])),
+                         calibration=calibration)
+        record = {**{k: getattr(result, k) for k in COLUMNS if hasattr(result, k)},
+                  **{f"{phase}_{f}": getattr(getattr(result, phase), f)
+                     for phase in ("prefill", "decode")
+                     for f in ("latency_s", "energy_j", "compute_j", "memory_j",
+                               "communication_j", "static_j")}}
+        for name in COLUMNS:
+            value = record.get(name)
+            out[name][row] = value if name == "infeasible_reason" else (
+                np.nan if value is None else value)
