@@ -163,6 +163,7 @@ def test_reports_have_the_same_columns_whatever_engine(tmp_path) -> None:
         ("optuna", "tpe", OBJECTIVES),
         ("optuna", "random", OBJECTIVES),
         ("pymoo", "nsga3", OBJECTIVES),
+        ("pymoo", "smsemoa", OBJECTIVES),
         ("optuna", "nsga2", OBJECTIVES[:1]),
         ("pymoo", "nsga2", OBJECTIVES[:1]),
     ],

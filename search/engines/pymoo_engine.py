@@ -1,4 +1,5 @@
-"""pymoo engine: NSGA-II or NSGA-III on mixed variables, one generation per batch.
+"""pymoo engine: NSGA-II, NSGA-III or SMS-EMOA (hypervolume-contribution survival) on mixed
+variables, one generation per batch.
 
 The algorithm is driven by ask/tell: each generation is decoded, evaluated (in one
 ``evaluate_many`` call when the problem has it), told back with objectives converted to
@@ -23,6 +24,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 from pymoo.algorithms.moo.nsga2 import NSGA2, binary_tournament
 from pymoo.algorithms.moo.nsga3 import NSGA3
+from pymoo.algorithms.moo.sms import SMSEMOA, cv_and_dom_tournament
 from pymoo.core.algorithm import Algorithm
 from pymoo.core.evaluator import Evaluator
 from pymoo.core.mixed import (
@@ -59,10 +61,10 @@ class _Shape(PymooProblem):
 
 
 class PymooEngine(Engine):
-    """NSGA-II or NSGA-III, one generation per batch, resumable from a checkpoint."""
+    """NSGA-II, NSGA-III or SMS-EMOA, one generation per batch, resumable from a checkpoint."""
 
     name = "pymoo"
-    samplers = ("nsga2", "nsga3")
+    samplers = ("nsga2", "nsga3", "smsemoa")
 
     def run(
         self,
@@ -122,6 +124,11 @@ def _new_algorithm(config: StudyConfig, seed: int | None, done: list[FrozenTrial
         algorithm: Algorithm = NSGA3(
             ref_dirs=ref_dirs, mating=MixedVariableMating(eliminate_duplicates=elimination), **common
         )
+    elif config.sampler == "smsemoa":
+        selection = TournamentSelection(func_comp=cv_and_dom_tournament)
+        algorithm = SMSEMOA(
+            mating=MixedVariableMating(selection=selection, eliminate_duplicates=elimination), **common
+        )
     else:
         selection = TournamentSelection(func_comp=binary_tournament)
         algorithm = NSGA2(
@@ -173,9 +180,15 @@ def _load_checkpoint(config: StudyConfig, fingerprint: tuple[int, str]) -> Algor
 
 
 def _save_checkpoint(config: StudyConfig, algorithm: Algorithm, fingerprint: tuple[int, str]) -> None:
+    """Pickle the algorithm; one that cannot be pickled (SMS-EMOA holds a local function)
+    leaves no checkpoint, and a resume seeds its population from the study's trials."""
     path = checkpoint_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        state = pickle.dumps({"algorithm": algorithm, "fingerprint": fingerprint})
+    except (pickle.PicklingError, AttributeError, TypeError):
+        path.unlink(missing_ok=True)
+        return
     tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as f:
-        pickle.dump({"algorithm": algorithm, "fingerprint": fingerprint}, f)
+    tmp.write_bytes(state)
     os.replace(tmp, path)
