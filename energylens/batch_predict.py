@@ -136,10 +136,13 @@ def _normalised(*, table: pd.DataFrame, workload: Workload) -> dict[str, np.ndar
         if name == "gpu":
             columns[name] = table["gpu"].astype(str).to_numpy(dtype=object)
             continue
-        raw = table[name].to_numpy(dtype=object) if name in table.columns else np.full(
-            rows, getattr(defaults, name), dtype=object)
-        columns[name] = np.array([_key_value(name, v, getattr(defaults, name)) for v in raw]
-                                 if name in table.columns else raw, dtype=object)
+        if name not in table.columns:
+            columns[name] = np.full(rows, getattr(defaults, name), dtype=object)
+            continue
+        codes, uniques = pd.factorize(table[name].to_numpy(dtype=object), use_na_sentinel=False)
+        values = np.empty(len(uniques), dtype=object)
+        values[:] = [_key_value(name, v, getattr(defaults, name)) for v in uniques]
+        columns[name] = values[codes]
     numeric = {"batch": workload.batch, "num_gpus": np.nan, "dp": np.nan,
                "overlap_sms": defaults.overlap_sms, "freq_mhz": np.nan}
     for name, default in numeric.items():
@@ -199,8 +202,9 @@ def _valid_rows(*, values: dict[str, Any], sub: dict[str, np.ndarray], model: Mo
     """Which rows of a group ``predict`` accepts; the others get its refusal as their reason.
 
     Every check of a deployment reads the degrees with num_gpus/dp, or the overlap SMs, or
-    the clock, never two of them, so each distinct value is checked once; a row refused by
-    any is re-checked whole for the message ``predict`` gives first."""
+    the clock, never two of them, so each distinct value is checked once. A row refused by
+    one check gets that check's message; a row refused by several is re-checked whole for
+    the message ``predict`` gives first."""
     def refusal(**changes: Any) -> str | None:
         try:
             deployment = _deployment(values, **{"overlap_sms": 0, "freq_mhz": None,
@@ -212,28 +216,36 @@ def _valid_rows(*, values: dict[str, Any], sub: dict[str, np.ndarray], model: Mo
             return _reason(exc)
         return None
 
-    valid = np.ones(len(index), dtype=bool)
+    rows = len(index)
+    failures = np.zeros(rows, dtype=int)
+    reasons = np.full(rows, None, dtype=object)
     placements = np.stack([sub["num_gpus"], sub["dp"]], axis=1)
     checks = [(placements, lambda p: refusal(num_gpus=_optional_int(p[0]), dp=_optional_int(p[1]))),
               (sub["overlap_sms"][:, None], lambda v: refusal(overlap_sms=int(v[0]))),
               (sub["freq_mhz"][:, None], lambda v: refusal(freq_mhz=_optional_float(v[0])))]
     for column, check in checks:
-        distinct, inverse = np.unique(column, axis=0, return_inverse=True)
-        bad = np.array([check(v) is not None for v in distinct])
-        valid &= ~bad[inverse.ravel()]
-    for row in np.flatnonzero(~valid):
-        out["infeasible_reason"][index[row]] = refusal(
+        # NaN (not given) compares unequal to itself: unique over a stand-in
+        distinct, inverse = np.unique(np.nan_to_num(column, nan=-1.0), axis=0,
+                                      return_inverse=True)
+        distinct = np.where(distinct == -1.0, np.nan, distinct)
+        found = np.empty(len(distinct), dtype=object)
+        found[:] = [check(v) for v in distinct]
+        per_row = found[inverse.ravel()]
+        refused = per_row != None  # noqa: E711 - elementwise over objects
+        failures += refused
+        reasons = np.where(refused, per_row, reasons)
+    for row in np.flatnonzero(failures > 1):
+        reasons[row] = refusal(
             num_gpus=_optional_int(sub["num_gpus"][row]), dp=_optional_int(sub["dp"][row]),
             overlap_sms=int(sub["overlap_sms"][row]),
             freq_mhz=_optional_float(sub["freq_mhz"][row]))
-    distinct, inverse = np.unique(sub["batch"], return_inverse=True)
-    batch_refusals = [_batch_refusal(workload, b) for b in distinct]
-    for row in np.flatnonzero(valid):
-        reason = batch_refusals[inverse[row]]
-        if reason is not None:
-            valid[row] = False
-            out["infeasible_reason"][index[row]] = reason
-    return valid
+    distinct_batches, inverse = np.unique(sub["batch"], return_inverse=True)
+    batch_reasons = np.empty(len(distinct_batches), dtype=object)
+    batch_reasons[:] = [_batch_refusal(workload, b) for b in distinct_batches]
+    reasons = np.where(failures == 0, batch_reasons[inverse.ravel()], reasons)
+    valid = reasons == None  # noqa: E711
+    out["infeasible_reason"][index[~valid]] = reasons[~valid]
+    return np.asarray(valid, dtype=bool)
 
 
 def _batch_refusal(workload: Workload, batch: float) -> str | None:

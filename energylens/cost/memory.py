@@ -64,11 +64,18 @@ class MemoryUse:
     def shortfalls(self, *, gpu_name: str) -> list[str | None]:
         """:meth:`shortfall` of each configuration of an array-valued use."""
         shape = np.shape(self.total_bytes)
-        columns = {f.name: np.broadcast_to(getattr(self, f.name), shape).ravel()
-                   for f in fields(self)}
-        fits = np.broadcast_to(self.fits, shape).ravel()
-        return [None if fits[i] else MemoryUse(**{k: float(v[i]) for k, v in columns.items()})
-                .shortfall(gpu_name=gpu_name) for i in range(fits.size)]
+        names = [f.name for f in fields(self)]
+        stacked = np.stack([np.broadcast_to(getattr(self, name), shape).ravel()
+                            for name in names], axis=1)
+        reasons: list[str | None] = [None] * stacked.shape[0]
+        short = np.flatnonzero(~np.broadcast_to(self.fits, shape).ravel())
+        if short.size:  # one message per distinct use
+            distinct, inverse = np.unique(stacked[short], axis=0, return_inverse=True)
+            messages = [MemoryUse(**dict(zip(names, map(float, row), strict=True)))
+                        .shortfall(gpu_name=gpu_name) for row in distinct]
+            for position, which in zip(short, inverse.ravel(), strict=True):
+                reasons[position] = messages[which]
+        return reasons
 
 
 def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dtype: str) -> float:
