@@ -17,7 +17,7 @@ from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
-from energylens.workloads.load.cli import add_load_arguments, load_fields
+from energylens.workloads.load.cli import add_load_arguments, load_fields, pool_prediction
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -114,8 +114,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             routing=routing, runtime=args.runtime)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
-    result = predict(model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
-                     calibration=args.calibration)
+    result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
+        model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
+        calibration=args.calibration)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
     if args.json:

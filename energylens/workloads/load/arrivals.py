@@ -35,12 +35,14 @@ class Trace:
 @dataclass(frozen=True, kw_only=True)
 class Requests:
     """The requests one replica serves, in arrival order. ``arrival_s`` is None in a
-    closed loop of ``clients`` clients."""
+    closed loop of ``clients`` clients. ``prefilled``: each arrives with its prompt's KV
+    cache and first token (a decode pool of a disaggregated deployment)."""
 
     input_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     arrival_s: np.ndarray | None
     clients: int
+    prefilled: bool = False
 
     @property
     def count(self) -> int:

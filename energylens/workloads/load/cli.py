@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from typing import Any
 
+from energylens.calibration.file import load_calibration
+from energylens.deployment import Deployment
+from energylens.errors import ConfigError
+from energylens.workloads.load.kind import LoadPrediction
 from energylens.workloads.load.metrics import SLO
+from energylens.workloads.workload import Workload
 
 
 def _positive_float(text: str) -> float:
@@ -44,6 +50,21 @@ def _slo(text: str) -> str:
     return text
 
 
+def _pool(text: str) -> tuple[str, int, int]:
+    """``GPU:TP[:REPLICAS]`` -> (GPU, tp, replicas)."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        tp, replicas = int(parts[1]), int(parts[2]) if len(parts) == 3 else 1
+        if tp < 1 or replicas < 1:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU:TP[:REPLICAS] (e.g. H100:4:2), got "
+                                         f"{text!r}") from None
+    return parts[0], tp, replicas
+
+
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a load workload, in their own group."""
     group = parser.add_argument_group("load workload (--workload load)")
@@ -65,6 +86,11 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=_seed, default=0, help="random seed")
     group.add_argument("--slo", type=_slo, action="append", default=[],
                        help="latency bound such as 'ttft_p90_s<=1' (repeatable)")
+    group.add_argument("--prefill-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
+                       help="disaggregated: the prefill pool (with --decode-pool; --gpu, "
+                            "--tp and --dp are then not used)")
+    group.add_argument("--decode-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
+                       help="disaggregated: the decode pool")
     group.add_argument("--capacity", type=_positive_float, dest="capacity_attainment",
                        help="also find the highest request rate at which this share of "
                             "requests (e.g. 0.9) meets every --slo (bisection)")
@@ -77,3 +103,23 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
             "trace": args.trace, "arrival_cv": args.arrival_cv, "length_cv": args.length_cv,
             "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo),
             "capacity_attainment": args.capacity_attainment}
+
+
+def pool_prediction(args: argparse.Namespace, *, workload: Workload,
+                    deployment: Deployment) -> LoadPrediction | None:
+    """The disaggregated prediction when ``--prefill-pool``/``--decode-pool`` are given
+    (both or neither; each pool takes ``deployment``'s dtype, runtime and clock), else
+    None."""
+    if args.prefill_pool is None and args.decode_pool is None:
+        return None
+    if args.prefill_pool is None or args.decode_pool is None:
+        raise ConfigError("a disaggregated deployment needs both --prefill-pool and "
+                          "--decode-pool")
+    from energylens.workloads.load.disagg import Pool, predict_disaggregated
+
+    pools = [Pool(gpu=gpu, deployment=replace(deployment, num_gpus=None, tp=tp, pp=1, ep=1,
+                                              dp=replicas))
+             for gpu, tp, replicas in (args.prefill_pool, args.decode_pool)]
+    return predict_disaggregated(model=args.model, workload=workload, prefill=pools[0],
+                                 decode=pools[1], calibration=None if args.calibration is None
+                                 else load_calibration(args.calibration))

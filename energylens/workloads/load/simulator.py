@@ -114,6 +114,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     gen = [0] * n_req  # tokens generated so far
     computed = [0] * n_req  # prompt (and recomputed) tokens cached so far
     target = list(inp)  # tokens a prefill must cache: the prompt, plus outputs on recompute
+    if requests.prefilled:  # the prompt's cache and first token arrive with the request
+        computed, gen = list(inp), [1] * n_req
     base = [0] * n_req  # cached tokens when decoding started
     start = [0] * n_req  # iteration index of the first decode step
     epoch = [0] * n_req  # invalidates heap entries of a preempted request
@@ -182,7 +184,20 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         while pending and pending[0][0] <= t:
             when, r = heapq.heappop(pending)
             arrival[r] = when
+            if requests.prefilled and gen[r] >= out[r]:  # nothing left to decode
+                admitted[r] = first[r] = finish[r] = when
+                continue
             waiting.append(r)
+        # prompts cached elsewhere join the decodes as soon as their cache fits
+        while waiting and computed[waiting[0]] == target[waiting[0]] and len(running) < cap \
+                and kv_free() - half_block >= target[waiting[0]] + 1:
+            r = waiting.popleft()
+            admitted[r] = first[r] = t
+            running[r] = None
+            decoding.add(r)
+            base[r], start[r] = computed[r], it
+            decode_kv += computed[r]
+            heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
         if not running and not waiting:
             if not pending:
                 break

@@ -1,0 +1,196 @@
+"""Disaggregated prefill and decode: two GPU pools, the KV cache of each prompt shipped
+from the prefill pool to the decode pool (DistServe, Splitwise; vLLM's P/D connectors).
+
+Requests arrive at the prefill pool (round robin over its replicas), each prefill
+replica runs the runtime's scheduler on prompts only (a prompt's last chunk yields the
+first token). The prompt's cache then crosses to a decode replica: one send/receive per
+tensor-parallel rank pair, over the scale-up link when both replicas fit in one node of
+the same GPU type, otherwise over the scale-out network (time and energy per byte from
+the link constants of the calibration, :func:`energylens.cost.comm.collective_cost`).
+The decode pool admits the request with its cache and decodes the remaining tokens. TTFT
+is measured to the cache's arrival at the decode pool (where the first token is streamed
+from), TPOT from there. Open loops only: a closed loop's arrivals depend on completions
+across both pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from energylens.calibration.coverage import require_constants
+from energylens.calibration.file import default_calibration
+from energylens.cost.comm import collective_cost, link_for_group
+from energylens.cost.constants import Calibration
+from energylens.cost.memory import MemoryUse, memory_use
+from energylens.deployment import Deployment, check_deployment
+from energylens.errors import ConfigError
+from energylens.hardware import load_gpu
+from energylens.model.config import ModelConfig
+from energylens.model.zoo import get_model
+from energylens.predict import step_context
+from energylens.workloads.load.arrivals import (
+    Requests,
+    closed_loop_clients,
+    default_count,
+    replica_requests,
+)
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.kind import LoadPrediction, kv_pool_tokens, serve_defaults
+from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise
+from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, simulate
+from energylens.workloads.registry import Placement
+from energylens.workloads.result import PhaseResult
+from energylens.workloads.workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """One pool: its GPU type and deployment (``dp`` replicas of ``tp x pp`` GPUs)."""
+
+    gpu: str
+    deployment: Deployment
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundPool:
+    """A pool bound to its model, GPU and calibration: one replica's placement, memory
+    (one longest request) and scheduler limits."""
+
+    placement: Placement
+    memory: MemoryUse
+    limits: SchedulerLimits
+
+
+def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
+              longest: int) -> BoundPool:
+    """Check ``pool``'s deployment and bind it (requests up to ``longest`` tokens)."""
+    gpu = load_gpu(pool.gpu)
+    cal = require_constants(calibration=calibration, gpu=gpu)
+    d = pool.deployment
+    check_deployment(deployment=d, model=model, gpu_name=gpu.name,
+                     gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
+                     gpu_sm_count=gpu.sm_count)
+    ctx = step_context(model=model, gpu=gpu, deployment=d, calibration=cal)
+    budget, cap = serve_defaults(ctx)
+    memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
+                        pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                        sequences=1.0, context_tokens=float(longest), step_tokens=float(budget))
+    limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
+                             kv_tokens=max(kv_pool_tokens(ctx, budget=budget),
+                                           longest + 2 * BLOCK_TOKENS))
+    return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
+                                      gpus=d.total_gpus, sequences=1.0),
+                  memory=memory, limits=limits)
+
+
+def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, joules) to ship the cache of prompts of ``tokens`` tokens from a prefill
+    replica to a decode replica: each prefill rank sends its shard to one decode rank."""
+    ctx = prefill.ctx
+    per_gpu = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                         degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                         kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=1.0,
+                         step_tokens=1.0).kv_cache_bytes
+    ranks = ctx.replica_gpus
+    together = ctx.replica_gpus + decode.ctx.replica_gpus
+    same_node = ctx.gpu.name == decode.ctx.gpu.name and together <= ctx.gpu.gpus_per_node
+    kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=together if same_node else
+                                     ctx.gpu.gpus_per_node + 1)
+    link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
+    cost = collective_cost(kind="send_recv", message_bytes=per_gpu * tokens.astype(float),
+                           group_size=2, bandwidth=bandwidth, constants=link)
+    # both ends of every rank pair draw the link's power while it runs
+    return np.asarray(cost.latency_s, dtype=float), np.asarray(cost.energy_j) * 2 * ranks
+
+
+def _pool_phase(*, metrics: LoadMetrics, static_w: float, gpus: int, replicas: int) -> PhaseResult:
+    """A pool's window: its iterations' energy and static power over its busy time."""
+    wall = metrics.prefill_window[0] + metrics.decode_only_window[0]
+    joules = [(metrics.prefill_window[i] + metrics.decode_only_window[i]) * replicas
+              for i in (1, 2, 3)]
+    static = static_w * gpus * wall * replicas
+    return PhaseResult(latency_s=wall, energy_j=sum(joules) + static, compute_j=joules[0],
+                       memory_j=joules[1], communication_j=joules[2], static_j=static)
+
+
+def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefill: Pool,
+                          decode: Pool, calibration: Calibration | None = None) -> LoadPrediction:
+    """Serve an open-loop ``load`` workload on a prefill pool and a decode pool."""
+    if workload.kind != "load" or closed_loop_clients(workload) > 0:
+        raise ConfigError("disaggregated pools serve an open-loop load workload (a request "
+                          "rate or a trace's clock), not a closed loop")
+    model_cfg = get_model(model) if isinstance(model, str) else model
+    cal = calibration or default_calibration()
+    n_decode = decode.deployment.replicas
+    count = workload.num_requests or default_count(clients=0) * n_decode
+    stream = replica_requests(workload=workload, replicas=1, count=count)
+    assert stream.arrival_s is not None
+    longest = int((stream.input_tokens + stream.output_tokens).max())
+    pre = bind_pool(model=model_cfg, pool=prefill, calibration=cal, longest=longest)
+    dec = bind_pool(model=model_cfg, pool=decode, calibration=cal, longest=longest)
+    slos = tuple(SLO.parse(text) for text in workload.slo)
+
+    pre_table = StepTable.build(ctx=pre.placement.ctx, max_decode=1,
+                                max_context=int(stream.input_tokens.max()),
+                                budget=pre.limits.token_budget)
+    first = np.empty(count)
+    pre_runs = []
+    n_prefill = prefill.deployment.replicas
+    for k in range(n_prefill):
+        mine = slice(k, count, n_prefill)
+        run = simulate(requests=Requests(
+            input_tokens=stream.input_tokens[mine], output_tokens=np.ones_like(
+                stream.output_tokens[mine]), arrival_s=stream.arrival_s[mine], clients=0),
+            table=pre_table, limits=pre.limits)
+        first[mine] = run.first_token_s
+        pre_runs.append(run)
+    moved_s, moved_j = transfer_cost(prefill=pre.placement, decode=dec.placement,
+                                     tokens=stream.input_tokens)
+    ready = first + moved_s
+    order = np.argsort(ready, kind="stable")[::n_decode]  # decode replica 0's requests
+    dec_table = StepTable.build(ctx=dec.placement.ctx, max_decode=dec.limits.max_sequences,
+                                max_context=longest, budget=dec.limits.token_budget)
+    dec_run = simulate(requests=Requests(
+        input_tokens=stream.input_tokens[order], output_tokens=stream.output_tokens[order],
+        arrival_s=ready[order], clients=0, prefilled=True), table=dec_table, limits=dec.limits)
+    # the user's clock: from arrival at the prefill pool; first token when the cache lands
+    seen = replace(dec_run, arrival_s=stream.arrival_s[order], first_token_s=ready[order])
+    d_ctx, p_ctx = dec.placement.ctx, pre.placement.ctx
+    metrics = summarise(run=seen, table=dec_table, slos=slos, static_w=d_ctx.constants.static_power_w,
+                        gpus=d_ctx.replica_gpus)
+    pre_metrics = summarise(run=pre_runs[0], table=pre_table, slos=(),
+                            static_w=p_ctx.constants.static_power_w, gpus=p_ctx.replica_gpus)
+    span = float(stream.arrival_s[-1] - stream.arrival_s[0]) or 1.0
+    power = (metrics.window_energy_j / metrics.window_s * n_decode
+             + pre_metrics.window_energy_j / pre_metrics.window_s * n_prefill
+             + float(moved_j.sum()) / span)
+    # decode replicas stream every token but the first, which the prefill pool computed
+    tokens_per_s = (metrics.output_tokens_per_s + metrics.requests_per_s) * n_decode
+    per_token = power / tokens_per_s
+    gpus = pre.placement.gpus + dec.placement.gpus
+    load: dict[str, float | int | bool] = {**metrics.as_dict()}
+    for key in ("requests_per_s", "goodput_requests_per_s"):
+        load[key] = float(load[key]) * n_decode
+    load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / gpus
+    load["kv_transfer_mean_s"] = float(moved_s.mean())
+    load["kv_transfer_j_per_request"] = float(moved_j.mean())
+    load["prefill_pool_gpus"], load["decode_pool_gpus"] = pre.placement.gpus, dec.placement.gpus
+    reasons = [r for r in (pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
+                           dec.memory.shortfall(gpu_name=d_ctx.gpu.name)) if r]
+    lat = metrics.latency_s
+    return LoadPrediction(
+        model=model_cfg.name, gpu=f"{p_ctx.gpu.name} (prefill) + {d_ctx.gpu.name} (decode)",
+        num_gpus=gpus, workload="load", feasible=not reasons,
+        infeasible_reason="; ".join(reasons) or None,
+        memory_per_gpu_gb=float(max(pre.memory.total_bytes, dec.memory.total_bytes)) / 1e9,
+        ttft_s=lat["ttft_mean_s"], tpot_s=lat["tpot_mean_s"], energy_per_output_token_j=per_token,
+        energy_per_request_j=per_token * metrics.mean_output_tokens, avg_power_w=power,
+        output_tokens_per_s=tokens_per_s,
+        prefill=_pool_phase(metrics=pre_metrics, static_w=p_ctx.constants.static_power_w,
+                            gpus=p_ctx.replica_gpus, replicas=n_prefill),
+        decode=_pool_phase(metrics=metrics, static_w=d_ctx.constants.static_power_w,
+                           gpus=d_ctx.replica_gpus, replicas=n_decode),
+        running_batch=metrics.mean_running, load=load)

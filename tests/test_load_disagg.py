@@ -1,0 +1,86 @@
+"""Disaggregated prefill/decode pools (``--prefill-pool``/``--decode-pool``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from energylens.cli.main import main
+from energylens.deployment import Deployment
+from energylens.errors import ConfigError
+from energylens.predict import predict
+from energylens.workloads import Workload
+from energylens.workloads.load.disagg import Pool, predict_disaggregated, transfer_cost
+from energylens.workloads.load.kind import LoadPrediction
+
+MODEL = "llama-3.1-8b"
+
+
+def _pools(prefill: str = "H100", decode: str = "H100", tp: int = 1) -> dict[str, Pool]:
+    return {"prefill": Pool(gpu=prefill, deployment=Deployment(tp=tp)),
+            "decode": Pool(gpu=decode, deployment=Deployment(tp=tp))}
+
+
+def test_at_vanishing_load_ttft_is_one_prefill_plus_the_cache_transfer() -> None:
+    workload = Workload(kind="load", request_rate=0.01, num_requests=30, input_tokens=1024,
+                        output_tokens=64)
+    split = predict_disaggregated(model=MODEL, workload=workload, **_pools())
+    alone = predict(model=MODEL, gpu="H100", workload=Workload(
+        kind="batch", batch=1, input_tokens=1024, output_tokens=64))
+    moved = float(split.load["kv_transfer_mean_s"])
+    assert 0 < moved < 0.01
+    assert split.load["ttft_p50_s"] == pytest.approx(alone.ttft_s + moved, rel=2e-3)
+    assert split.load["tpot_p50_s"] == pytest.approx(alone.tpot_s, rel=1e-2)
+    assert split.num_gpus == 2
+
+
+def test_the_cache_crosses_nodes_slower_than_nvlink_and_grows_with_the_prompt() -> None:
+    from energylens.calibration.file import default_calibration
+    from energylens.model.zoo import get_model
+    from energylens.workloads.load.disagg import bind_pool
+
+    model, cal = get_model(MODEL), default_calibration()
+    h100 = bind_pool(model=model, pool=_pools()["prefill"], calibration=cal, longest=4096)
+    h200 = bind_pool(model=model, pool=_pools(decode="H200")["decode"], calibration=cal,
+                 longest=4096)
+    tokens = np.array([256, 1024, 4096])
+    near_s, near_j = transfer_cost(prefill=h100.placement, decode=h100.placement, tokens=tokens)
+    far_s, _ = transfer_cost(prefill=h100.placement, decode=h200.placement, tokens=tokens)
+    assert np.all(np.diff(near_s) > 0) and np.all(np.diff(near_j) > 0)
+    assert np.all(far_s > near_s)
+
+
+def test_pools_split_the_work_and_add_their_power() -> None:
+    workload = Workload(kind="load", request_rate=10.0, num_requests=600, input_tokens=2048,
+                        output_tokens=128, slo=("ttft_p90_s<=1",))
+    split = predict_disaggregated(model=MODEL, workload=workload, **_pools())
+    assert isinstance(split, LoadPrediction) and split.feasible
+    assert float(split.load["requests_per_s"]) == pytest.approx(10.0, rel=0.1)
+    assert split.avg_power_w == pytest.approx(split.energy_per_output_token_j
+                                              * split.output_tokens_per_s, rel=1e-12)
+    # the prefill pool runs no decode steps, the decode pool no prompt (no preemption here)
+    assert split.load["preemptions"] == 0
+    assert split.prefill.energy_j > 0 and split.decode.energy_j > 0
+
+
+def test_a_closed_loop_cannot_be_split() -> None:
+    with pytest.raises(ConfigError, match="open-loop"):
+        predict_disaggregated(model=MODEL, workload=Workload(kind="load", concurrency=4),
+                              **_pools())
+
+
+def test_cli_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", MODEL, "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "2", "--num-requests", "200", "--prefill-pool", "H100:1",
+                 "--decode-pool", "H200:1:2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["num_gpus"] == 3 and out["decode_pool_gpus"] == 2
+    assert "H200" in out["gpu"] and "H100" in out["gpu"]
+    code = main(["predict", "--model", MODEL, "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "2", "--prefill-pool", "H100:1"])
+    assert code == 2 and "needs both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["predict", "--model", MODEL, "--gpu", "H100", "--prefill-pool", "H100:x"])
+    assert "expected GPU:TP[:REPLICAS]" in capsys.readouterr().err
