@@ -20,9 +20,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from energylens.batch_predict import predict_many
 from energylens.cost.moe import Routing
 from energylens.deployment import Workload
+from energylens.predict import predict_many
 
 
 def _log_ints(low: int, high: int, count: int) -> list[int]:

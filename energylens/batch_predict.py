@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import fields, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.memory import memory_use
@@ -55,7 +53,7 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
     Raises:
         EnergyLensError: an unknown model or calibration file, or a table without ``gpu``.
     """
-    from energylens.predict import step_context
+    from energylens.predict import calibration_for_gpu, step_context
 
     model_cfg = get_model(model) if isinstance(model, str) else model
     if calibration is None:
@@ -77,7 +75,7 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
         try:
             gpu = load_gpu(str(values["gpu"]))
             base = _deployment(values, overlap_sms=0, freq_mhz=None, num_gpus=None, dp=None)
-            group_cal = _constants_for(cal, gpu.name)
+            group_cal = calibration_for_gpu(cal, gpu)
         except EnergyLensError as exc:
             out["infeasible_reason"][index] = _reason(exc)
             continue
@@ -118,12 +116,6 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
     return pd.DataFrame({name: pd.Series(out[name], index=table.index,
                                          dtype=object if name == "infeasible_reason" else None)
                          for name in COLUMNS}, index=table.index)
-
-
-@lru_cache(maxsize=256)
-def _constants_for(calibration: Calibration, gpu_name: str) -> Calibration:
-    """The calibration a GPU is predicted with (its own constants or borrowed ones)."""
-    return require_constants(calibration=calibration, gpu=load_gpu(gpu_name))
 
 
 def _normalised(*, table: pd.DataFrame, workload: Workload) -> dict[str, np.ndarray]:

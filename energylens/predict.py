@@ -9,6 +9,7 @@ and hands the bound deployment to the workload kind's scheduler
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration, load_calibration
@@ -25,7 +26,11 @@ from energylens.runtime import get_runtime
 from energylens.workloads import Placement, Workload, get_kind
 from energylens.workloads.result import PhaseResult, Prediction
 
-__all__ = ["PhaseResult", "Prediction", "predict", "step_context"]
+if TYPE_CHECKING:  # pandas is loaded by predict_many only (a fresh `predict` stays light)
+    import pandas as pd
+
+__all__ = ["PhaseResult", "Prediction", "calibration_for_gpu", "predict", "predict_many",
+           "step_context"]
 
 
 def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment | None = None,
@@ -42,7 +47,7 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
         cal = default_calibration()
     else:
         cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
-    cal = require_constants(calibration=cal, gpu=gpu_spec)  # own, borrowed, or a one-line error
+    cal = calibration_for_gpu(cal, gpu_spec)  # own, borrowed, or a one-line error
     check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
                      gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
                      gpu_sm_count=gpu_spec.sm_count)
@@ -58,6 +63,32 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     placement = Placement(ctx=ctx, model=model_cfg, replicas=deployment.replicas,
                           gpus=deployment.total_gpus, sequences=sequences)
     return kind.run(placement=placement, workload=workload, memory=memory)
+
+
+def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.DataFrame,
+                 calibration: Calibration | str | Path | None = None) -> pd.DataFrame:
+    """Predict every row of ``table`` at once: see :func:`energylens.batch_predict.predict_many`."""
+    from energylens.batch_predict import predict_many as many
+
+    return many(model=model, workload=workload, table=table, calibration=calibration)
+
+
+#: Calibrations by (calibration, GPU name): a borrowed copy is built once, not per call.
+_FOR_GPU: dict[tuple[Calibration, str], Calibration] = {}
+_FOR_GPU_LIMIT = 256
+
+
+def calibration_for_gpu(calibration: Calibration, gpu: GPU) -> Calibration:
+    """The calibration ``gpu`` is predicted with: ``calibration`` itself, or a copy with
+    constants borrowed from a relative (built once per calibration and GPU name)."""
+    key = (calibration, gpu.name)
+    found = _FOR_GPU.get(key)
+    if found is None:
+        found = require_constants(calibration=calibration, gpu=gpu)
+        if len(_FOR_GPU) >= _FOR_GPU_LIMIT:
+            _FOR_GPU.clear()
+        _FOR_GPU[key] = found
+    return found
 
 
 def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
