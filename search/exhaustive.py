@@ -53,7 +53,8 @@ metrics in memory for 20 columns)."""
 INDEX_COLUMN = "grid_index"
 FEASIBLE_COLUMN = "feasible"
 FOLDER = "exhaustive"
-COMPRESSION = "zstd"
+COMPRESSION = "snappy"
+"""Parquet compression of chunks: snappy writes 2-2.5x faster than zstd, files about 20 % larger."""
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _CHUNK = re.compile(r"^chunk-(\d{6})\.parquet$")
 
