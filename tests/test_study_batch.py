@@ -1,0 +1,68 @@
+"""A deployment study's batch hooks (evaluate_many, evaluate_table) equal evaluate one by one."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from energylens.cost.moe import Routing
+from energylens.deployment import Workload
+from energylens.model.zoo import get_model
+from energylens.study.batch_objective import evaluate_many, evaluate_table
+from energylens.study.objective import DeploymentProblem
+from search.problem import REASON_COLUMN
+
+BASE = {"gpu": "H100", "num_gpus": 8, "tp": 2, "pp": 1, "batch": 16, "overlap_sms": 0,
+        "clock_fraction": 1.0, "dtype": "bf16", "fuse_attention": True, "fuse_act": False}
+BATCH: list[dict[str, Any]] = [
+    BASE,
+    {**BASE, "gpu": "A100-80GB", "tp": 4, "batch": 200, "clock_fraction": 0.55, "dtype": "fp8"},
+    {**BASE, "num_gpus": 4, "tp": 8},  # more ranks than GPUs
+    {**BASE, "tp": 3},  # does not divide the heads
+    {**BASE, "overlap_sms": 400},  # more than the GPU's SMs: the objective's own words
+    {**BASE, "gpu": "no-such-gpu"},
+    {**BASE, "gpu": "H200", "pp": 2, "overlap_sms": 16, "fuse_attention": False, "batch": 3},
+    {**BASE, "num_gpus": 1, "tp": 1, "batch": 256},  # too big for one GPU's memory
+    {**BASE, "clock_fraction": 0.3},  # below the GPU's minimum clock
+]
+
+
+def _same(batch: list[dict[str, Any]], problem: DeploymentProblem) -> None:
+    many = evaluate_many(problem, batch)
+    assert len(many) == len(batch)
+    for params, got in zip(batch, many, strict=True):
+        want = problem.evaluate(params)
+        assert got.infeasible_reason == want.infeasible_reason, params
+        assert set(got.metrics) == set(want.metrics), params
+        for name, value in want.metrics.items():
+            assert got.metrics[name] == pytest.approx(value, rel=1e-9, abs=0.0), (params, name)
+
+
+@pytest.mark.parametrize("kind", ["batch", "serving"])
+def test_evaluate_many_equals_evaluate_one_by_one(kind: str) -> None:
+    problem = DeploymentProblem(model=get_model("llama-3.1-70b"),
+                                workload=Workload(kind=kind, input_tokens=1024, output_tokens=256),
+                                gpu_cost_per_hour={"H100-SXM": 2.5})
+    _same(BATCH, problem)
+
+
+def test_moe_with_skew_and_lengths_per_configuration() -> None:
+    problem = DeploymentProblem(model=get_model("qwen3-30b-a3b"), workload=Workload(kind="serving"),
+                                routing=Routing(kind="zipf", skew=1.1))
+    batch = [{"gpu": "H100", "tp": 1, "ep": ep, "num_gpus": ep, "batch": b, "input_tokens": n,
+              "output_tokens": 128, "fusion": fusion}
+             for ep in (1, 4) for b in (1, 64) for n in (128, 2048)
+             for fusion in ("none", "qkv,gate_up")]
+    _same(batch, problem)
+
+
+def test_evaluate_table_keeps_the_index_and_reports_reasons() -> None:
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
+    table = pd.DataFrame(BATCH[:4], index=[10, 11, 12, 13])
+    frame = evaluate_table(problem, table)
+    assert list(frame.index) == [10, 11, 12, 13]
+    assert frame.loc[10, REASON_COLUMN] is None and frame.loc[12, REASON_COLUMN]
+    assert math.isnan(frame.loc[12, "tpot_s"]) and frame.loc[10, "tpot_s"] > 0
