@@ -59,7 +59,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
 
     return Overrides(trials=getattr(args, "trials", None), engine=getattr(args, "engine", None),
                      storage=getattr(args, "storage", None), seed=getattr(args, "seed", None),
-                     new_study=getattr(args, "new_study", None))
+                     new_study=getattr(args, "new_study", None), shard=getattr(args, "shard", None))
 
 
 def _common(parser: argparse.ArgumentParser, *, trials: str | None, seed: bool = False,
@@ -100,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(run, trials="completed trials to run (default: the study file's trials:, else 100; "
                         "grid: the whole grid, or a uniform sample of N points)", seed=True)
     run.add_argument("--dry-run", action="store_true", help="only check and print the resolved study")
+    run.add_argument("--shard", metavar="K/N", help="run part K of N of the whole grid, to Parquet")
     run.set_defaults(handler=_run)
 
     resume = actions.add_parser("resume", help="continue a study up to --trials completed trials in total")
