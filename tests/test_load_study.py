@@ -55,3 +55,17 @@ def test_bad_load_study_keys_are_one_line_problem_errors(
         problem_from_study(problem={"model": "llama-3.1-8b", "workload": workload},
                            source=STUDY, params=params)
     assert "\n" not in str(info.value) and str(STUDY) in str(info.value)
+
+
+def test_a_disaggregated_configuration_is_priced_as_two_pools() -> None:
+    problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": WORKLOAD},
+                                 source=STUDY, params=["mode", "prefill_tp", "decode_dp"])
+    split = problem.evaluate({"mode": "disaggregated", "gpu": "H100", "prefill_tp": 1,
+                              "decode_dp": 2})
+    together = problem.evaluate({"mode": "colocated", "gpu": "H100", "dp": 3})
+    assert split.infeasible_reason is None and together.infeasible_reason is None
+    assert split.metrics["num_gpus"] == together.metrics["num_gpus"] == 3
+    assert split.metrics["goodput_per_gpu"] > 0
+    with pytest.raises(ProblemError, match="mode: expected workload kind 'load'"):
+        problem_from_study(problem={"model": "llama-3.1-8b", "workload": {"kind": "batch"}},
+                           source=STUDY, params=["mode"])

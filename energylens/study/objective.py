@@ -38,9 +38,10 @@ from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load import LoadPrediction
+from energylens.workloads.load.disagg import predict_disaggregated
 from energylens.workloads.load.metrics import STUDY_METRICS as LOAD_METRICS
 from energylens.workloads.load.metrics import study_metrics
-from energylens.workloads.load.study import LOAD_KEYS, load_values
+from energylens.workloads.load.study import LOAD_KEYS, MODES, load_values, pools_from_params
 from search._schema import suggest
 from search.problem import Evaluation, ProblemSchema, ValueCheck
 
@@ -137,6 +138,10 @@ PARAMS: dict[str, ValueCheck] = {
     "dtype": _one_of(WEIGHT_DTYPES, "a weight dtype"),
     "request_rate": _positive_number,  # load workloads: open-loop requests/s
     "concurrency": _positive_int,  # load workloads: closed-loop clients
+    # load workloads: disaggregated prefill and decode pools (POOL_KNOBS)
+    "mode": _one_of(MODES, "colocated or disaggregated"),
+    **{f"{side}_gpu": _gpu for side in ("prefill", "decode")},
+    **{f"{side}_{dim}": _positive_int for side in ("prefill", "decode") for dim in ("tp", "dp")},
 }
 """Every knob a deployment space may use, with the check of one value."""
 
@@ -168,8 +173,13 @@ class DeploymentProblem:
                 raise ConfigError(f"overlap_sms = {deployment.overlap_sms} leaves no SM for compute "
                                   f"on {gpu.name} ({gpu.sm_count} SMs)")
             workload = workload_from_params(params=params, base=self.workload)
+            pools = pools_from_params(params=params, base=deployment)
+            if pools is not None:
+                gpu = load_gpu(pools[1].gpu)  # priced at the decode pool's GPU
             result = predict(model=self.model, gpu=gpu, deployment=deployment, workload=workload,
-                             calibration=self.calibration)
+                             calibration=self.calibration) if pools is None else \
+                predict_disaggregated(model=self.model, workload=workload, prefill=pools[0],
+                                      decode=pools[1], calibration=self.calibration)
             if "decode_clock_fraction" in params:
                 decode_at = replace(deployment, freq_mhz=float(params["decode_clock_fraction"])
                                     * gpu.boost_clock_mhz)
@@ -386,7 +396,7 @@ def problem_from_study(*, problem: Mapping[str, Any], source: Path,
         raise ProblemError(f"{source}: decode_clock_fraction: expected workload kind 'batch' (a "
                            f"{workload.kind} workload runs prefill and decode in the same steps, "
                            "at one clock)")
-    loop_knobs = sorted({"request_rate", "concurrency"} & set(params))
+    loop_knobs = sorted({"request_rate", "concurrency", "mode"} & set(params))
     if loop_knobs and workload.kind != "load":
         raise ProblemError(f"{source}: {loop_knobs[0]}: expected workload kind 'load' (only "
                            f"a load workload has arrivals)")

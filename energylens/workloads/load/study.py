@@ -1,12 +1,16 @@
-"""The load keys of a study's ``workload`` mapping (``energylens.study.objective``)."""
+"""The load keys of a study's ``workload`` mapping and the knobs of disaggregated pools
+(``energylens.study.objective``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from energylens.deployment import Deployment
 from energylens.errors import ConfigError
 from energylens.workloads.load.arrivals import load_trace
+from energylens.workloads.load.disagg import Pool
 from energylens.workloads.load.metrics import SLO
 
 #: Workload keys only a ``load`` workload reads (``Workload`` fields of the same name).
@@ -46,3 +50,26 @@ def load_values(spec: Mapping[str, Any], *, trace: str | None) -> dict[str, Any]
         else:
             values[key] = value
     return values
+
+
+#: Knobs of a disaggregated deployment (``mode: disaggregated``); the pools take the
+#: configuration's dtype, runtime and clock.
+POOL_KNOBS = ("mode", "prefill_gpu", "prefill_tp", "prefill_dp", "decode_gpu", "decode_tp",
+              "decode_dp")
+MODES = ("colocated", "disaggregated")
+
+
+def pools_from_params(*, params: Mapping[str, Any], base: Deployment) -> tuple[Pool, Pool] | None:
+    """The (prefill, decode) pools of a ``mode: disaggregated`` configuration (None when
+    colocated); each pool's GPU defaults to the configuration's ``gpu``, TP to its ``tp``,
+    replicas to 1."""
+    if params.get("mode", "colocated") != "disaggregated":
+        return None
+    pools = []
+    for side in ("prefill", "decode"):
+        deployment = replace(base, num_gpus=None, pp=1, ep=1,
+                             tp=int(params.get(f"{side}_tp", base.tp)),
+                             dp=int(params.get(f"{side}_dp", 1)))
+        pools.append(Pool(gpu=str(params.get(f"{side}_gpu", params.get("gpu", "H100"))),
+                          deployment=deployment))
+    return pools[0], pools[1]
