@@ -4,7 +4,8 @@ Modules: ``space`` (YAML search spaces), ``config`` (study files), ``problem`` (
 objective protocol and the schema of what a problem reads), ``runner`` (run/resume/join
 studies, definitions recorded in the storage), ``engines`` (the engine registry: optuna,
 pymoo, grid), ``storage`` (journal files and SQL storages, heartbeats, crash recovery),
-``pareto`` (fronts, hypervolume), ``report`` (CSV and plots), ``files`` (atomic writes,
+``pareto`` (fronts, hypervolume), ``report`` (CSV and plots), ``exhaustive`` and
+``exhaustive_report`` (whole grids to Parquet in shards, their merged front), ``files`` (atomic writes,
 results folders), ``rank`` (ablation and importance), ``progress`` (progress bars, Ctrl-C),
 ``commands`` (CLI entry points), ``toy`` (a cheap test problem).
 """
