@@ -23,6 +23,7 @@ from energylens.cost.constants import (
     runtime_key,
 )
 from energylens.errors import CalibrationFileError, EnergyLensError
+from energylens.yamlfile import safe_load
 
 #: 2: runtime constants (engine overheads, own all-reduce) keyed by (runtime, GPU); an
 #: overlay file (``base`` + ``overlay``: scale factors on a base file) is also version 2.
@@ -181,5 +182,5 @@ def default_calibration() -> Calibration:
     shipped = resources.files("energylens.data").joinpath(SHIPPED)
     if not shipped.is_file():
         return Calibration()
-    return parse_calibration(data=yaml.safe_load(shipped.read_text()),
+    return parse_calibration(data=safe_load(shipped.read_text()),
                              source=f"energylens/data/{SHIPPED}")

@@ -8,8 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
 from energylens.errors import CalibrationFileError, ConfigError, MeasurementError
@@ -66,6 +64,8 @@ def _calibration(name: str | None) -> Calibration:
 
 def validate_measurements(args: argparse.Namespace) -> int:
     """``energylens validate measurements FILE.csv [--k-shot K --group-by COLS]``."""
+    from rich.console import Console  # on use: other commands never load rich
+
     from energylens.measurements.user_csv import load_user_csv
     from energylens.validation.kshot import k_shot, validate_measured
 

@@ -15,7 +15,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 
 from energylens.cost.comm import own_allreduce_link
 from energylens.cost.constants import Calibration, LinkConstants, RuntimeConstants
@@ -23,6 +22,7 @@ from energylens.cost.kernels import Collective
 from energylens.cost.work import Size
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.spec import LayerSpec
+from energylens.yamlfile import safe_load
 
 if TYPE_CHECKING:
     from energylens.deployment import Deployment
@@ -221,7 +221,7 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
 def load_facts(name: str) -> dict[str, Any]:
     """Constructor arguments of runtime ``name`` from its data file."""
     path = resources.files("energylens.data").joinpath(f"runtimes/{name}.yaml")
-    data = yaml.safe_load(path.read_text("utf-8"))
+    data = safe_load(path.read_text("utf-8"))
     unknown = set(data) - {"name", "display_name", *_FACTS}
     missing = set(_FACTS) - set(data)
     if unknown or missing:
