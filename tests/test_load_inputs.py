@@ -123,3 +123,16 @@ def test_the_conversation_trace_replays_its_own_clock_or_a_rescaled_one() -> Non
 def test_bad_capacity_targets_are_refused(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Workload(kind="load", **fields)  # type: ignore[arg-type]
+
+
+def test_plot_writes_the_rate_sweep_and_time_series(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    picture = tmp_path / "load.png"
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "5", "--num-requests", "200", "--plot", str(picture),
+                 "--json"]) == 0
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
+    assert "wrote" in capsys.readouterr().err
+    code = main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--plot",
+                 str(tmp_path / "no.png")])
+    assert code == 2 and not (tmp_path / "no.png").exists()

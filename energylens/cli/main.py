@@ -17,7 +17,12 @@ from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
-from energylens.workloads.load.cli import add_load_arguments, load_fields, pool_prediction
+from energylens.workloads.load.cli import (
+    add_load_arguments,
+    load_fields,
+    pool_prediction,
+    write_plot,
+)
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -117,6 +122,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
         model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
         calibration=args.calibration)
+    write_plot(args, workload=workload, deployment=deployment)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
     if args.json:

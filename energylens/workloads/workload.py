@@ -12,6 +12,13 @@ LOAD_FIELDS = ("request_rate", "concurrency", "trace", "num_requests", "seed", "
                "length_cv", "slo", "capacity_attainment")
 
 
+def _is_set(value: object) -> bool:
+    """A load field given a value other than its default (None, 0, an empty tuple)."""
+    if isinstance(value, tuple):
+        return bool(value)
+    return value is not None and value != 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """``batch``: one static batch, prefill then decode. ``serving``: continuous batching
@@ -65,7 +72,7 @@ class Workload:
         if self.request_rate is not None and self.concurrency is not None:
             raise ConfigError("give a request rate (open loop) or a concurrency (closed loop), "
                               "not both")
-        used = [name for name in LOAD_FIELDS if getattr(self, name) not in (None, 0, 0.0, ())]
+        used = [name for name in LOAD_FIELDS if _is_set(getattr(self, name))]
         if self.kind != "load" and used:
             raise ConfigError(f"{', '.join(used)}: only a 'load' workload reads "
                               f"{'it' if len(used) == 1 else 'them'} (got kind {self.kind!r})")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from energylens.calibration.file import load_calibration
@@ -86,6 +88,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=_seed, default=0, help="random seed")
     group.add_argument("--slo", type=_slo, action="append", default=[],
                        help="latency bound such as 'ttft_p90_s<=1' (repeatable)")
+    group.add_argument("--plot", metavar="FILE.png",
+                       help="also write TTFT/TPOT against the request rate and this run's "
+                            "power and queue over time (one replica)")
     group.add_argument("--prefill-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
                        help="disaggregated: the prefill pool (with --decode-pool; --gpu, "
                             "--tp and --dp are then not used)")
@@ -123,3 +128,29 @@ def pool_prediction(args: argparse.Namespace, *, workload: Workload,
     return predict_disaggregated(model=args.model, workload=workload, prefill=pools[0],
                                  decode=pools[1], calibration=None if args.calibration is None
                                  else load_calibration(args.calibration))
+
+
+def write_plot(args: argparse.Namespace, *, workload: Workload, deployment: Deployment) -> None:
+    """``--plot FILE``: the load pictures of the colocated deployment (one line on stderr
+    says where)."""
+    if not args.plot:
+        return
+    if workload.kind != "load" or args.prefill_pool is not None:
+        raise ConfigError("--plot draws a colocated load workload (--workload load without "
+                          "pools)")
+    from energylens.calibration.coverage import require_constants
+    from energylens.calibration.file import default_calibration
+    from energylens.hardware import load_gpu
+    from energylens.model.zoo import get_model
+    from energylens.predict import step_context
+    from energylens.workloads.load.plots import write_load_plot
+    from energylens.workloads.registry import Placement
+
+    gpu, model = load_gpu(args.gpu), get_model(args.model)
+    base = default_calibration() if args.calibration is None else load_calibration(args.calibration)
+    ctx = step_context(model=model, gpu=gpu, deployment=deployment,
+                       calibration=require_constants(calibration=base, gpu=gpu))
+    placement = Placement(ctx=ctx, model=model, replicas=deployment.replicas,
+                          gpus=deployment.total_gpus, sequences=1.0)
+    write_load_plot(placement=placement, workload=workload, path=Path(args.plot))
+    print(f"energylens: wrote {args.plot}", file=sys.stderr)

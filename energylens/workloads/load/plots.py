@@ -1,0 +1,83 @@
+"""Pictures of a load run (``energylens predict --workload load --plot FILE.png``):
+TTFT and TPOT (p50, p99) against the request rate, from 10 % to 110 % of the replica's
+service rate, and the run's power and queue over time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from energylens.workloads.load.kind import LoadRun, simulate_replica
+from energylens.workloads.load.metrics import summarise
+from energylens.workloads.registry import Placement
+from energylens.workloads.workload import Workload
+
+#: Rates of the sweep, as shares of the replica's service rate.
+RATE_SHARES = np.linspace(0.1, 1.1, 11)
+#: Time bins of the power and queue traces.
+TIME_BINS = 200
+
+
+def _series(run: LoadRun, *, static_w: float, gpus: int) -> tuple[np.ndarray, ...]:
+    """Bin centres [s], average power [W] and mean waiting requests per bin."""
+    sim = run.sim
+    start = float(sim.arrival_s.min())
+    edges = np.linspace(start, float(sim.finish_s.max()), TIME_BINS + 1)
+    width = edges[1] - edges[0]
+    dynamic = sim.dynamic_energy(run.table).sum(axis=1)
+    joules = np.zeros(TIME_BINS)
+    waiting = np.zeros(TIME_BINS)
+    ends = sim.start_s + sim.wall_s
+    for i in range(TIME_BINS):
+        overlap = np.clip(np.minimum(ends, edges[i + 1]) - np.maximum(sim.start_s, edges[i]),
+                          0.0, None)
+        joules[i] = float(np.sum(dynamic * overlap / sim.wall_s))
+        waiting[i] = float(np.sum(sim.waiting * overlap)) / width
+    power = joules / width + static_w * gpus  # static power all the time, idle included
+    return (edges[:-1] + edges[1:]) / 2 - start, power, waiting
+
+
+def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> None:
+    """Write the sweep and the time series of one replica of ``placement`` to ``path``."""
+    ctx = placement.ctx
+    one = replace(placement, replicas=1, gpus=ctx.replica_gpus)
+    static_w = ctx.constants.static_power_w
+    base = simulate_replica(placement=one, workload=workload)
+    open_loop = replace(workload, concurrency=None, request_rate=1e6)
+    flood = simulate_replica(placement=one, workload=open_loop)
+    service = summarise(run=flood.sim, table=flood.table, slos=(), static_w=static_w,
+                        gpus=ctx.replica_gpus).requests_per_s
+    rates = [float(share * service) for share in RATE_SHARES]
+    curves: dict[str, list[float]] = {k: [] for k in (
+        "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")}
+    for rate in rates:
+        run = simulate_replica(placement=one, workload=replace(open_loop, request_rate=rate),
+                               table=flood.table)
+        latency = summarise(run=run.sim, table=run.table, slos=(), static_w=static_w,
+                            gpus=ctx.replica_gpus).latency_s
+        for key, values in curves.items():
+            values.append(latency[key])
+    figure = Figure(figsize=(12, 4.2), layout="constrained")
+    FigureCanvasAgg(figure)
+    left, middle, right = figure.subplots(1, 3)
+    for key, style in (("ttft_p50_s", "-"), ("ttft_p99_s", "--")):
+        left.plot(rates, curves[key], style, color="tab:blue", label=key)
+    for key, style in (("tpot_p50_s", "-"), ("tpot_p99_s", "--")):
+        middle.plot(rates, np.asarray(curves[key]) * 1e3, style, color="tab:orange", label=key)
+    left.set(xlabel="request rate per replica [1/s]", ylabel="TTFT [s]", yscale="log",
+             title=f"TTFT vs rate ({ctx.gpu.name} x {ctx.replica_gpus})")
+    middle.set(xlabel="request rate per replica [1/s]", ylabel="TPOT [ms]",
+               title=f"TPOT vs rate (service rate {service:.2f}/s)")
+    left.legend()
+    middle.legend()
+    times, power, waiting = _series(base, static_w=static_w, gpus=ctx.replica_gpus)
+    right.plot(times, power / 1e3, color="tab:red")
+    right.set(xlabel="time [s]", ylabel="power of the replica [kW]", title="this run")
+    queue = right.twinx()
+    queue.plot(times, waiting, color="tab:gray", alpha=0.7)
+    queue.set_ylabel("waiting requests")
+    figure.savefig(path, dpi=110)
