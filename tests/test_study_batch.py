@@ -11,7 +11,6 @@ import pytest
 from energylens.cost.moe import Routing
 from energylens.deployment import Workload
 from energylens.model.zoo import get_model
-from energylens.study.batch_objective import evaluate_many, evaluate_table
 from energylens.study.objective import DeploymentProblem
 from search.problem import REASON_COLUMN
 
@@ -31,7 +30,7 @@ BATCH: list[dict[str, Any]] = [
 
 
 def _same(batch: list[dict[str, Any]], problem: DeploymentProblem) -> None:
-    many = evaluate_many(problem, batch)
+    many = problem.evaluate_many(batch)
     assert len(many) == len(batch)
     for params, got in zip(batch, many, strict=True):
         want = problem.evaluate(params)
@@ -62,7 +61,17 @@ def test_moe_with_skew_and_lengths_per_configuration() -> None:
 def test_evaluate_table_keeps_the_index_and_reports_reasons() -> None:
     problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
     table = pd.DataFrame(BATCH[:4], index=[10, 11, 12, 13])
-    frame = evaluate_table(problem, table)
+    frame = problem.evaluate_table(table)
     assert list(frame.index) == [10, 11, 12, 13]
     assert frame.loc[10, REASON_COLUMN] is None and frame.loc[12, REASON_COLUMN]
     assert math.isnan(frame.loc[12, "tpot_s"]) and frame.loc[10, "tpot_s"] > 0
+
+
+def test_search_uses_the_columnar_hook() -> None:
+    from search.problem import evaluate_batch, evaluate_frame
+
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
+    frame = evaluate_frame(problem, pd.DataFrame(BATCH[:3]))
+    assert frame.loc[0, "tpot_s"] == pytest.approx(problem.evaluate(BATCH[0]).metrics["tpot_s"])
+    assert [e.infeasible_reason for e in evaluate_batch(problem, BATCH[:3])] == [
+        problem.evaluate(p).infeasible_reason for p in BATCH[:3]]

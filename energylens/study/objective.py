@@ -19,7 +19,7 @@ never as an exception.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,18 @@ class DeploymentProblem:
             return Evaluation(metrics={}, infeasible_reason=str(exc))
         return Evaluation(metrics=self._metrics(result, gpu, workload.batch / deployment.replicas),
                           infeasible_reason=result.infeasible_reason)
+
+    def evaluate_many(self, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:
+        """:meth:`evaluate` of each configuration, priced together (``predict_many``)."""
+        from energylens.study.batch_objective import evaluate_many
+
+        return evaluate_many(self, batch)
+
+    def evaluate_table(self, table: pd.DataFrame) -> pd.DataFrame:
+        """:meth:`evaluate` over a table of configurations (search's columnar hook)."""
+        from energylens.study.batch_objective import evaluate_table
+
+        return evaluate_table(self, table)
 
     def _metrics(self, result: Prediction, gpu: GPU, batch_per_replica: float) -> dict[str, float]:
         # $/GPU-hour: the study's price, else the GPU file's (``price_per_hour``, with source)
