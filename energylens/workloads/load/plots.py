@@ -81,3 +81,38 @@ def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> 
     queue.plot(times, waiting, color="tab:gray", alpha=0.7)
     queue.set_ylabel("waiting requests")
     figure.savefig(path, dpi=110)
+
+
+def write_front_plot(*, trials: dict[str, Path], path: Path) -> None:
+    """Output tokens/s per GPU against tokens/s per user (1 / mean TPOT) of the feasible
+    trials of load studies (``trials.csv`` per label), one colour per GPU type and mode,
+    each group's upper-right front drawn as a line."""
+    import pandas as pd
+
+    figure = Figure(figsize=(7, 5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    for label, csv in trials.items():
+        frame = pd.read_csv(csv)
+        frame = frame[frame["feasible"].astype(bool)]
+        mode = frame["mode"] if "mode" in frame else pd.Series("colocated", index=frame.index)
+        gpu = frame["gpu"].where(mode == "colocated",
+                                 frame.get("prefill_gpu", frame["gpu"]) + "/"
+                                 + frame.get("decode_gpu", frame["gpu"]))
+        for (name, kind), group in frame.groupby([gpu, mode]):
+            user = 1.0 / group["tpot_s"]
+            per_gpu = group["output_tokens_per_s_per_gpu"]
+            points = axes.scatter(user, per_gpu, s=14, alpha=0.6,
+                                  label=f"{label}: {name} {kind}")
+            order = np.argsort(-user.to_numpy())
+            best, xs, ys = -np.inf, [], []
+            for x, y in zip(user.to_numpy()[order], per_gpu.to_numpy()[order], strict=True):
+                if y > best:
+                    best = y
+                    xs.append(x)
+                    ys.append(y)
+            axes.plot(xs, ys, color=points.get_facecolor()[0], alpha=0.9)
+    axes.set(xlabel="output tokens/s per user (1 / mean TPOT)",
+             ylabel="output tokens/s per GPU", title="throughput per GPU vs per user (feasible)")
+    axes.legend(fontsize=7)
+    figure.savefig(path, dpi=110)
