@@ -63,14 +63,14 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
     if "gpu" not in table.columns:
         raise EnergyLensError("predict_many: the table needs a 'gpu' column")
     rows = len(table)
-    columns = _normalised(table=table, workload=workload)
+    columns, keys = _normalised(table=table, workload=workload)
     out: dict[str, Any] = {name: np.full(rows, np.nan) for name in COLUMNS}
     out["feasible"] = np.zeros(rows, dtype=bool)
     out["infeasible_reason"] = np.full(rows, None, dtype=object)
     kind = get_kind(workload.kind)
     columnar = getattr(kind, "columns", None)
-    for index in _groups([columns[c] for c in _KEY_COLUMNS]):
-        values = {c: columns[c][index[0]] for c in _KEY_COLUMNS}
+    for index in _groups([codes for codes, _ in keys.values()]):
+        values = {c: uniques[codes[index[0]]] for c, (codes, uniques) in keys.items()}
         sub = {c: columns[c][index] for c in _ARRAY_COLUMNS}
         try:
             gpu = load_gpu(str(values["gpu"]))
@@ -118,23 +118,25 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
                          for name in COLUMNS}, index=table.index)
 
 
-def _normalised(*, table: pd.DataFrame, workload: Workload) -> dict[str, np.ndarray]:
-    """Every key and array column as a NumPy array (defaults where the table has none;
-    None and NaN mean "not given" like Deployment's None)."""
+def _normalised(*, table: pd.DataFrame, workload: Workload) -> tuple[
+        dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The array columns as float arrays (defaults where the table has none; None and NaN
+    mean "not given" like Deployment's None), and each key column as (codes, values)."""
     defaults = Deployment()
     rows = len(table)
-    columns: dict[str, np.ndarray] = {}
+    keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in _KEY_COLUMNS:
-        if name == "gpu":
-            columns[name] = table["gpu"].astype(str).to_numpy(dtype=object)
-            continue
+        default = None if name == "gpu" else getattr(defaults, name)
         if name not in table.columns:
-            columns[name] = np.full(rows, getattr(defaults, name), dtype=object)
+            constant = np.empty(1, dtype=object)
+            constant[0] = default
+            keys[name] = (np.zeros(rows, dtype=np.int64), constant)
             continue
-        codes, uniques = pd.factorize(table[name].to_numpy(dtype=object), use_na_sentinel=False)
+        codes, uniques = pd.factorize(table[name], use_na_sentinel=False)
         values = np.empty(len(uniques), dtype=object)
-        values[:] = [_key_value(name, v, getattr(defaults, name)) for v in uniques]
-        columns[name] = values[codes]
+        values[:] = [str(v) if name == "gpu" else _key_value(name, v, default) for v in uniques]
+        keys[name] = (np.asarray(codes, dtype=np.int64), values)
+    columns: dict[str, np.ndarray] = {}
     numeric = {"batch": workload.batch, "num_gpus": np.nan, "dp": np.nan,
                "overlap_sms": defaults.overlap_sms, "freq_mhz": np.nan}
     for name, default in numeric.items():
@@ -143,7 +145,7 @@ def _normalised(*, table: pd.DataFrame, workload: Workload) -> dict[str, np.ndar
         else:
             values = np.full(rows, default, dtype=float)
         columns[name] = values
-    return columns
+    return columns, keys
 
 
 def _key_value(name: str, value: Any, default: Any) -> Hashable:
@@ -160,13 +162,12 @@ def _key_value(name: str, value: Any, default: Any) -> Hashable:
     return cast(Hashable, value)
 
 
-def _groups(keys: list[np.ndarray]) -> Iterable[np.ndarray]:
-    """Row indices of each distinct combination of the key columns (hashed, not sorted)."""
-    combined = np.zeros(len(keys[0]), dtype=np.int64)
-    for column in keys:
-        codes, uniques = pd.factorize(column, use_na_sentinel=False)
-        combined = combined * len(uniques) + codes
-        combined = pd.factorize(combined)[0].astype(np.int64)  # keep the codes small
+def _groups(codes: list[np.ndarray]) -> Iterable[np.ndarray]:
+    """Row indices of each distinct combination of the key columns' codes."""
+    combined = np.zeros(len(codes[0]), dtype=np.int64)
+    for column in codes:
+        combined = combined * (int(column.max(initial=0)) + 1) + column
+        combined = np.unique(combined, return_inverse=True)[1].ravel()  # keep it small
     order = np.argsort(combined, kind="stable")
     bounds = np.flatnonzero(np.diff(combined[order])) + 1
     yield from (rows for rows in np.split(order, bounds) if len(rows))
@@ -211,18 +212,22 @@ def _valid_rows(*, values: dict[str, Any], sub: dict[str, np.ndarray], model: Mo
     rows = len(index)
     failures = np.zeros(rows, dtype=int)
     reasons = np.full(rows, None, dtype=object)
-    placements = np.stack([sub["num_gpus"], sub["dp"]], axis=1)
-    checks = [(placements, lambda p: refusal(num_gpus=_optional_int(p[0]), dp=_optional_int(p[1]))),
-              (sub["overlap_sms"][:, None], lambda v: refusal(overlap_sms=int(v[0]))),
-              (sub["freq_mhz"][:, None], lambda v: refusal(freq_mhz=_optional_float(v[0])))]
+    # NaN (not given) compares unequal to itself: distinct values over a stand-in, -1
+    num_gpus, dp = (np.nan_to_num(sub[c], nan=-1.0) for c in ("num_gpus", "dp"))
+    placements = num_gpus * (dp.max(initial=0.0) + 2.0) + dp  # one number per pair
+    def cell(name: str, row: int) -> float:
+        return float(sub[name][row])
+
+    checks = [(placements, lambda row: refusal(num_gpus=_optional_int(cell("num_gpus", row)),
+                                               dp=_optional_int(cell("dp", row)))),
+              (sub["overlap_sms"], lambda row: refusal(overlap_sms=int(cell("overlap_sms", row)))),
+              (np.nan_to_num(sub["freq_mhz"], nan=-1.0),
+               lambda row: refusal(freq_mhz=_optional_float(cell("freq_mhz", row))))]
     for column, check in checks:
-        # NaN (not given) compares unequal to itself: unique over a stand-in
-        distinct, inverse = np.unique(np.nan_to_num(column, nan=-1.0), axis=0,
-                                      return_inverse=True)
-        distinct = np.where(distinct == -1.0, np.nan, distinct)
-        found = np.empty(len(distinct), dtype=object)
-        found[:] = [check(v) for v in distinct]
-        per_row = found[inverse.ravel()]
+        _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
+        found = np.empty(len(first), dtype=object)
+        found[:] = [check(row) for row in first]
+        per_row = found[inverse]
         refused = per_row != None  # noqa: E711 - elementwise over objects
         failures += refused
         reasons = np.where(refused, per_row, reasons)
