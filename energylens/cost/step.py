@@ -217,6 +217,12 @@ def _collective_cost(*, ctx: StepContext, collective: Collective, kind: str, ban
         picked = chosen(nbytes)
         return _on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
                         sms=sms, link=picked), picked.overlap_sync_s
+    # the runtime's own algorithm runs up to a message size: the smallest and the largest
+    # message on the same link put every message between them on it
+    smallest, largest = chosen(float(np.min(nbytes))), chosen(float(np.max(nbytes)))
+    if smallest == largest:
+        return _on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
+                        sms=sms, link=largest), largest.overlap_sync_s
     sizes, inverse = np.unique(np.asarray(nbytes), return_inverse=True)
     links: list[LinkConstants] = []
     which = np.empty(len(sizes), dtype=int)
