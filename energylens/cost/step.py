@@ -36,7 +36,7 @@ from energylens.cost.constants import (
 )
 from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, expert_load_at
-from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
@@ -142,9 +142,19 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, attention
 
 
+def _per_expert(kernel: Kernel) -> bool:
+    """Whether a kernel reads the routed-token or expert ranks (what differs between the
+    critical and the mean EP rank)."""
+    return any(rank in ("t", "x") for op in kernel.ops for rank in op.ranks)
+
+
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
-                critical: bool) -> tuple[Size, Size, Size, Size, Size]:
-    """Per-GPU (latency, compute J, memory J, comm J, exposed comm s) of one layer."""
+                critical: bool, shared: dict[tuple[int, int], KernelCost] | None = None,
+                ) -> tuple[Size, Size, Size, Size, Size]:
+    """Per-GPU (latency, compute J, memory J, comm J, exposed comm s) of one layer.
+
+    ``shared`` holds the costs of kernels that read no expert rank (the same on every EP
+    rank): filled by the first pass over a layer, reused by the second."""
     compiled = _compiled(group, ctx.degrees, ctx.fusion)
     merged, attention = _phase_sizes(ctx=ctx, group=group, seqs=seqs, critical=critical)
     degrees = dict(ctx.degrees)
@@ -156,12 +166,18 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     compute_j: Size = 0.0
     memory_j: Size = 0.0
     for index, kernel in enumerate(compiled.kernels):
-        phases = attention if _touches_context(kernel) else [merged]
-        for phase in phases:
-            cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
-                               constants=constants, clock=ctx.clock,
-                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                               compute_slowdown=slowdown if index in overlapping else 1.0)
+        context = _touches_context(kernel)
+        phases = attention if context else [merged]
+        same_on_every_rank = shared is not None and (context or not _per_expert(kernel))
+        for position, phase in enumerate(phases):
+            cost = shared.get((index, position)) if same_on_every_rank and shared else None
+            if cost is None:
+                cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
+                                   constants=constants, clock=ctx.clock,
+                                   weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                                   compute_slowdown=slowdown if index in overlapping else 1.0)
+                if same_on_every_rank and shared is not None:
+                    shared[(index, position)] = cost
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
             compute_j = compute_j + cost.compute_energy_j
             memory_j = memory_j + cost.memory_energy_j
@@ -259,12 +275,14 @@ def _on_link(*, ctx: StepContext, collective: Collective, bandwidth: float, nbyt
 
 def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup]) -> StepCost:
     """All ``group.count`` layers: latency of the critical GPU, energy of the whole stage."""
+    expert_parallel = group.is_moe and dict(ctx.degrees)["ep"] > 1
+    shared: dict[tuple[int, int], KernelCost] | None = {} if expert_parallel else None
     latency, compute_j, memory_j, comm_j, exposed = _layer_cost(
-        ctx=ctx, group=group, seqs=seqs, critical=True)
-    if group.is_moe and dict(ctx.degrees)["ep"] > 1:
+        ctx=ctx, group=group, seqs=seqs, critical=True, shared=shared)
+    if expert_parallel:
         # Energy of the mean rank; latency of the critical one plus the engine's fixed time.
         _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
-                                                        critical=False)
+                                                        critical=False, shared=shared)
         latency = latency + ctx.runtime_constants.ep_moe_layer_overhead_s
     gpus = dict(ctx.degrees)["tp"]
     return StepCost(latency_s=latency * group.count,
