@@ -8,6 +8,7 @@ recurrent mixer such as Mamba-2) are a constant size per sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 
@@ -121,6 +122,17 @@ def _state_bytes_per_sequence(*, group: LayerGroup, degrees: dict[str, int]) -> 
     return total
 
 
+@lru_cache(maxsize=4096)
+def _layer_bytes(group: LayerGroup, degrees: tuple[tuple[str, int], ...], weight_dtype: str,
+                 kv_dtype: str) -> tuple[float, float, float]:
+    """(weight bytes, KV bytes per token, state bytes per sequence) of one layer of
+    ``group`` on one GPU: fixed by the model and the split, computed once."""
+    split = dict(degrees)
+    return (_layer_weight_bytes(group=group, degrees=split, weight_dtype=weight_dtype),
+            kv_bytes_per_token(group=group, degrees=split, kv_dtype=kv_dtype),
+            _state_bytes_per_sequence(group=group, degrees=split))
+
+
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
                pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
                context_tokens: float,
@@ -130,13 +142,13 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     weights = 0.0
     kv: Size = 0.0
     state: Size = 0.0
+    split = tuple(sorted(degrees.items()))
     for group in graph.groups:
-        weights += group.count * _layer_weight_bytes(group=group, degrees=degrees,
-                                                     weight_dtype=weight_dtype)
+        layer_weights, layer_kv, layer_state = _layer_bytes(group, split, weight_dtype, kv_dtype)
+        weights += group.count * layer_weights
         kept = min(context_tokens, group.window) if group.window else context_tokens
-        kv += group.count * sequences * kept * kv_bytes_per_token(group=group, degrees=degrees,
-                                                                   kv_dtype=kv_dtype)
-        state += group.count * sequences * _state_bytes_per_sequence(group=group, degrees=degrees)
+        kv += group.count * sequences * kept * layer_kv
+        state += group.count * sequences * layer_state
     weights /= pp
     kv /= pp
     state /= pp

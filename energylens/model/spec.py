@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from energylens.errors import SpecError
@@ -64,7 +65,7 @@ class Einsum:
     persistent_output: bool = False
     causal: tuple[str, str] | None = None  # (query rank, key rank) under a causal mask
 
-    @property
+    @cached_property  # an op is immutable; the cost model asks for its ranks per kernel price
     def ranks(self) -> tuple[str, ...]:
         """All ranks the op iterates over, output ranks first."""
         seen = list(self.output.ranks)
@@ -72,7 +73,7 @@ class Einsum:
             seen.extend(r for r in tensor.ranks if r not in seen)
         return tuple(seen)
 
-    @property
+    @cached_property
     def contracted_ranks(self) -> tuple[str, ...]:
         """Ranks read by the op that do not appear on its output."""
         return tuple(r for r in self.ranks if r not in self.output.ranks)
