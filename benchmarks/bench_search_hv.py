@@ -114,8 +114,9 @@ def one_run(
 
 
 def curves(config: StudyConfig, problem: Problem, *, runs: list[str], seeds: int, budget: int,
-           truth: Path) -> tuple[dict[str, np.ndarray], str]:
-    """Per run spec, the HV-ratio curve of every seed (array seeds x budget)."""
+           truth: Path, cache: Path) -> tuple[dict[str, np.ndarray], str]:
+    """Per run spec, the HV-ratio curve of every seed (array seeds x budget); each is saved
+    in ``cache`` and read back from there by a later call with the same seeds and budget."""
     start = time.perf_counter()
     exact, n_feasible = exact_front(config, problem, truth)
     ideal, nadir = bounds(exact, directions=config.directions)
@@ -125,6 +126,10 @@ def curves(config: StudyConfig, problem: Problem, *, runs: list[str], seeds: int
     print(note, flush=True)
     result = {}
     for spec in runs:
+        saved = cache / f"{spec.replace(':', '_')}-{seeds}x{budget}.npy"
+        if saved.exists():
+            result[spec] = np.load(saved)
+            continue
         rows = []
         for seed in range(seeds):
             with tempfile.TemporaryDirectory() as folder:
@@ -134,6 +139,8 @@ def curves(config: StudyConfig, problem: Problem, *, runs: list[str], seeds: int
                                           ideal=ideal, nadir=nadir)
             rows.append(np.pad(history, (0, budget - len(history)), mode="edge")[:budget] / exact_hv)
         result[spec] = np.array(rows)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        np.save(saved, result[spec])
         at = max(1, round(0.01 * config.space.grid_size)) - 1
         print(f"  {spec:24s} median HV ratio at 1 %: {np.median(result[spec][:, at]):.4f}", flush=True)
     return result, note
@@ -177,7 +184,8 @@ def main() -> None:
         budget = max(1, round(args.fraction * grid_size))
         truth = args.truth or Path(tmp) / "truth"
         result, note = curves(config, load_factory(args.problem)(config), runs=args.runs.split(","),
-                              seeds=args.seeds, budget=budget, truth=truth)
+                              seeds=args.seeds, budget=budget, truth=truth,
+                              cache=args.out / f"hv_{config.name}")
     fractions = [f for f in BUDGET_FRACTIONS if f <= args.fraction]
     print(f"\n{config.name}: {note}; median [min-max] HV ratio over {args.seeds} seeds\n")
     print("| run | " + " | ".join(f"{round(f * grid_size):,} ({f * 100:g} %)" for f in fractions) + " |")
