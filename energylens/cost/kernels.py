@@ -11,6 +11,7 @@ Collectives are derived from the sharding, never written by hand:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 from energylens.model.spec import Einsum, LayerSpec, TensorRef, split_sizes
@@ -42,6 +43,16 @@ class Kernel:
     writes: tuple[TensorRef, ...]
     io_sizes: dict[str, dict[str, int]]  # local fixed-rank sizes per external tensor name
     is_expert: bool
+
+    @cached_property  # kernels are immutable and compiled once per layer, split and fusion
+    def touches_context(self) -> bool:
+        """Whether an op runs over the context rank ``p`` (attention: once per sequence group)."""
+        return any("p" in op.ranks for op in self.ops)
+
+    @cached_property
+    def per_expert(self) -> bool:
+        """Whether an op reads the routed-token or expert ranks (``t``, ``x``)."""
+        return any(rank in ("t", "x") for op in self.ops for rank in op.ranks)
 
 
 @dataclass(frozen=True, kw_only=True)

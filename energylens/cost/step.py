@@ -34,7 +34,7 @@ from energylens.cost.constants import (
     LinkConstants,
     RuntimeConstants,
 )
-from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
+from energylens.cost.kernels import Collective, CompiledLayer, compile_layer
 from energylens.cost.moe import Routing, expert_load_at
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
@@ -115,10 +115,6 @@ def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
                          fusion=fusion)
 
 
-def _touches_context(kernel: Kernel) -> bool:
-    return any("p" in op.ranks for op in kernel.ops)
-
-
 def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                  critical: bool) -> tuple[dict[str, Size], list[dict[str, Size]]]:
     """Merged-token sizes for linear kernels, and per-group sizes for attention kernels."""
@@ -142,12 +138,6 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, attention
 
 
-def _per_expert(kernel: Kernel) -> bool:
-    """Whether a kernel reads the routed-token or expert ranks (what differs between the
-    critical and the mean EP rank)."""
-    return any(rank in ("t", "x") for op in kernel.ops for rank in op.ranks)
-
-
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                 critical: bool, shared: dict[tuple[int, int], KernelCost] | None = None,
                 ) -> tuple[Size, Size, Size, Size, Size]:
@@ -166,9 +156,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     compute_j: Size = 0.0
     memory_j: Size = 0.0
     for index, kernel in enumerate(compiled.kernels):
-        context = _touches_context(kernel)
+        context = kernel.touches_context
         phases = attention if context else [merged]
-        same_on_every_rank = shared is not None and (context or not _per_expert(kernel))
+        same_on_every_rank = shared is not None and (context or not kernel.per_expert)
         for position, phase in enumerate(phases):
             cost = shared.get((index, position)) if same_on_every_rank and shared else None
             if cost is None:
