@@ -13,9 +13,10 @@ Two sources, each identifying what it can:
   prompts of L tokens in and L out): with the runtime's kernels priced by the model at zero
   overhead (prefill ``P``, decode ``D``, ``N`` steps of ``B`` sequences), the measured
   latency is ``a P + b D + N (step + B per_sequence)``; a bounded linear least-squares fit
-  on relative errors gives the engine's step and per-sequence overheads, and, for engines
-  without kernel tables (DeepSpeed-MII, llama.cpp), ``a`` and ``b`` as effective GEMM and
-  memory efficiency scales (1/a, 1/b), refined by re-pricing with the scales applied.
+  on relative errors gives the engine's step and per-sequence overheads (``a = b = 1``),
+  and for llama.cpp (no kernel table) ``b`` as an effective memory/KV efficiency scale
+  (1/b), refined by re-pricing with the scale applied (:data:`LIB_FREE`). A coefficient
+  that ends at a bound of its range is reported (``at_bound``).
   vLLM's rows are predicted and reported, never fitted (its constants come from ML.ENERGY).
   llama.cpp's ``Batch Size`` is its prompt batch (``-b``): each row is one sequence whose
   prompt runs in ceil(L / b) passes (the throughput column counts one sequence).
@@ -56,11 +57,19 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: LLM-Inference-Bench framework -> runtime.
 LIB_RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii",
                 "llama.cpp": "llama.cpp", "vLLM": "vllm"}
-#: Runtimes whose kernels LLM-Inference-Bench fits as effective scales: llama.cpp (GGUF
-#: kernels, no table; one sequence per row, models from 7B to 72B, so decode time and step
-#: overhead separate). DeepSpeed-MII's rows (7-8B models only) cannot tell its decode time
-#: from its step overhead: its kernels are assumed to be vLLM's (scales 1).
-LIB_KERNEL_FITS = ("llama.cpp",)
+#: Which of (a, b, step, per_sequence) the LLM-Inference-Bench fit frees, per runtime
+#: (default: the overheads only). llama.cpp (GGUF kernels, no table; one sequence per row,
+#: models from 7B to 72B, so decode time and step overhead separate): b, an effective
+#: memory/KV scale, and its step overhead; its prompt share is too small to identify a,
+#: and one sequence per row leaves the per-sequence overhead unidentified. DeepSpeed-MII's
+#: rows (7-8B models only) cannot tell its decode time from its step overhead: its kernels
+#: are assumed to be vLLM's (scales 1).
+LIB_FREE: dict[str, tuple[bool, bool, bool, bool]] = {"llama.cpp": (False, True, True, False)}
+OVERHEADS_ONLY = (False, False, True, True)
+#: Constants each coefficient of the fit sets.
+COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale"),
+                         ("memory_efficiency_scale", "kv_bandwidth_scale"),
+                         ("step_overhead_s",), ("per_sequence_overhead_s",))
 #: Runtimes LLM-Inference-Bench predicts without fitting (constants from elsewhere).
 LIB_REPORT_ONLY = ("vllm",)
 #: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s); a kernel scale
@@ -280,10 +289,9 @@ def _design(rows: list[BenchRow], priced: list[tuple[float, float, float]]) -> n
     return x / np.array([r.latency_s for r in rows])[:, None]
 
 
-def _solve(x: np.ndarray, *, fix_kernels: bool, fix_per_sequence: bool) -> np.ndarray:
+def _solve(x: np.ndarray, *, free: tuple[bool, bool, bool, bool]) -> np.ndarray:
     """Coefficients (a, b, step, per_sequence) minimising the soft-L1 relative residuals
-    ``x @ c - 1`` within the bounds (a = b = 1 and per_sequence = 0 where fixed)."""
-    free = [not fix_kernels, not fix_kernels, True, not fix_per_sequence]
+    ``x @ c - 1`` within the bounds; the ones not ``free`` stay at a = b = 1, 0 overheads."""
     fixed = np.array([1.0, 1.0, 0.0, 0.0])
     idx = [i for i, f in enumerate(free) if f]
     rest = x[:, [i for i, f in enumerate(free) if not f]] @ fixed[[not f for f in free]]
@@ -298,6 +306,16 @@ def _solve(x: np.ndarray, *, fix_kernels: bool, fix_per_sequence: bool) -> np.nd
                            f_scale=ROBUST_SCALE, x_scale=TYPICAL[idx])
     out = fixed.copy()
     out[idx] = result.x
+    return out
+
+
+def _at_bound(solution: np.ndarray, free: tuple[bool, bool, bool, bool]) -> list[str]:
+    """Constants whose free coefficient ended at a bound of its range."""
+    out: list[str] = []
+    for i, is_free in enumerate(free):
+        near = min(abs(solution[i] - LOW[i]), abs(solution[i] - HIGH[i]))
+        if is_free and near <= 1e-6 * max(TYPICAL[i], abs(solution[i])):
+            out += COEFFICIENT_CONSTANTS[i]
     return out
 
 
@@ -316,12 +334,11 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                          files=files, fits=fits, log=log)
             continue
         scales = {k: v for k, v in known.items() if k in SCALES}
-        fit_kernels = runtime in LIB_KERNEL_FITS
-        fix_per_sequence = runtime == "llama.cpp"  # one sequence per row: not identified
+        free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, 4))
         models: list[str] = []
         solution = np.zeros(4)
-        for _ in range(ROUNDS if fit_kernels else 1):
+        for _ in range(ROUNDS if free[0] or free[1] else 1):
             cal = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales)
             priced = [(r, _priced(r, cal)) for r in rows]
             pairs = [(r, p) for r, p in priced
@@ -332,37 +349,38 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                 break
             x = _design([r for r, _ in pairs], [p for _, p in pairs])
             models = [r.model for r, _ in pairs]
-            solution = _solve(x, fix_kernels=not fit_kernels, fix_per_sequence=fix_per_sequence)
-            if fit_kernels:  # fold a, b into the scales and re-price
-                a, b = solution[0], solution[1]
-                by = {"gemm_efficiency_scale": a, "attention_efficiency_scale": a,
-                      "memory_efficiency_scale": b, "kv_bandwidth_scale": b}
-                scales = {k: float(np.clip(scales.get(k, 1.0) / v, *SCALE_RANGE))
-                          for k, v in by.items()}
+            solution = _solve(x, free=free)
+            for i in (0, 1):  # fold a (prefill), b (decode) into the scales and re-price
+                for name in COEFFICIENT_CONSTANTS[i] if free[i] else ():
+                    scales[name] = float(np.clip(scales.get(name, 1.0) / solution[i],
+                                                 *SCALE_RANGE))
         if len(x) < 8:
             log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
             continue
-        values_out = {"step_overhead_s": float(solution[2])}
-        if not fix_per_sequence:
-            values_out["per_sequence_overhead_s"] = float(solution[3])
-        if fit_kernels:
-            values_out.update(scales)
+        values_out = {name: float(solution[i]) for i in (2, 3) if free[i]
+                      for name in COEFFICIENT_CONSTANTS[i]}
+        values_out.update({name: scales[name] for i in (0, 1) if free[i]
+                           for name in COEFFICIENT_CONSTANTS[i]})
         fitted = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales).with_runtime(
             runtime=runtime, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
         report = _latency_report(rows=rows, calibration=fitted, fit_id=fit_id, files=files)
+        bound = _at_bound(solution, free) + [
+            name for name in values_out if name in SCALES and values_out[name] in SCALE_RANGE]
+        if bound:
+            report["at_bound"] = sorted(set(bound))
         if implausible:
             report.setdefault("notes", []).append(
                 f"{implausible} rows measured faster than 1/{IMPLAUSIBLE:g} of the model's "
                 "zero-overhead time left out of the fit")
-        held = _leave_one_model_out(x, models=models, fit_kernels=fit_kernels,
-                                    fix_per_sequence=fix_per_sequence)
+        held = _leave_one_model_out(x, models=models, free=free)
         if held is not None:
             report["leave_one_model_out"] = {"latency_s": held.as_dict()}
         log(f"runtime {runtime} {gpu}: " + ", ".join(f"{k} {v:.4g}" for k, v in values_out.items())
             + f"; latency MAPE {100 * report['in_sample']['latency_s']['mape']:.1f} % "
-              f"on {report['n_points']} rows")
-        note = ("effective scale: LLM-Inference-Bench end-to-end latency, prefill (gemm, "
-                "attention) and decode (memory, kv) parts") if fit_kernels else None
+              f"on {report['n_points']} rows" + (f"; at a bound: {', '.join(bound)}" if bound
+                                                  else ""))
+        note = ("effective scale from LLM-Inference-Bench end-to-end latency (decode part)"
+                if free[1] else None)
         fits.add(runtime=runtime, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
                  note=note)
 
@@ -392,8 +410,8 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
     return report
 
 
-def _leave_one_model_out(x: np.ndarray, *, models: list[str], fit_kernels: bool,
-                         fix_per_sequence: bool) -> ErrorStats | None:
+def _leave_one_model_out(x: np.ndarray, *, models: list[str],
+                         free: tuple[bool, bool, bool, bool]) -> ErrorStats | None:
     """Held-out error of the linear fit (relative design ``x`` of the last round): each
     model's rows predicted by a fit on the other models' rows."""
     groups = np.array(models)
@@ -402,8 +420,7 @@ def _leave_one_model_out(x: np.ndarray, *, models: list[str], fit_kernels: bool,
     out = np.empty(len(x))
     for model in sorted(set(models)):
         held = groups == model
-        coef = _solve(x[~held], fix_kernels=not fit_kernels, fix_per_sequence=fix_per_sequence)
-        out[held] = x[held] @ coef
+        out[held] = x[held] @ _solve(x[~held], free=free)
     return ErrorStats.of(out, np.ones(len(out)))
 
 
