@@ -42,6 +42,7 @@ def _small_lib(tmp_path: Path) -> Path:
         rows = list(csv.DictReader(f))
     keep = [r for r in rows if r["Framework"] == "vLLM" and "Nvidia" in r["Hardware"]
             and r["Model"] == "meta-llama/Meta-Llama-3-8B"][:12]
+    keep += [r for r in rows if r["Framework"] == "llama.cpp" and r["Batch Size"] == "16"][:2]
     keep += [r for r in rows if r["Framework"] == "sambaflow"][:2]
     path = tmp_path / "lib.csv"
     with path.open("w", newline="") as f:
@@ -56,7 +57,7 @@ def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp
     converted = load_user_csv(_convert("llm-inference-bench", source, tmp_path))
     ours = validate_measured(converted, calibration=default_calibration()).rows
     theirs = validate(format="llm-inference-bench", path=source).rows
-    assert len(ours) == len(theirs) == 14
+    assert len(ours) == len(theirs) == 16
     for mine, bench in zip(ours, theirs, strict=True):
         assert mine.row.measured["e2e_s"] == bench.measured["latency_s"]
         if bench.error is None:
@@ -65,6 +66,10 @@ def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp
             assert mine.predicted["total_tokens_per_s"] == pytest.approx(
                 bench.predicted["throughput_tokens_per_s"], rel=1e-9)
     assert all("runtime 'sambaflow' has no profile" in (o.error or "") for o in ours[-2:])
+    # llama.cpp's throughput x latency is one sequence's tokens: not a batch of 16
+    for outcome in ours[12:14]:
+        assert outcome.row.values["batch"] == 1
+        assert outcome.row.columns["bench_batch_size"] == "16"
 
 
 def test_mlenergy_round_trip_keeps_the_layout_and_the_predictions(tmp_path: Path) -> None:

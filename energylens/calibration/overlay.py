@@ -12,7 +12,9 @@ An overlay multiplies groups of the base calibration's constants, on the GPUs it
 log residuals over an assumed 5 % measurement noise, a log-normal prior of width
 ``PRIOR_SIGMA`` on every factor, and factors freed one at a time, each only if it lowers
 the objective by more than ``FREE_COST`` (Akaike: 2 per parameter) and never more
-factors than rows. Factors are chosen on the model linearised at the base (one
+factors than rows; with two rows or more, only as many of them are kept (in the order
+freed, none at all included) as predict each row best when fitted on the others
+(leave-one-row-out). Factors are chosen on the model linearised at the base (one
 prediction per row and factor), then refitted on the real model.
 """
 
@@ -143,6 +145,24 @@ def _ridge(r0: np.ndarray, jac: np.ndarray, free: list[int]) -> tuple[np.ndarray
     return x, cost
 
 
+def _held_out_size(r0: np.ndarray, jac: np.ndarray, free: list[int], owner: np.ndarray) -> int:
+    """How many of the factors ``free`` (in the order freed) to keep: the count whose
+    leave-one-row-out error on the linearised model is least (fewer on a tie; 0 = the
+    base). One row cannot be held out: then every factor freed is kept."""
+    rows = int(owner.max()) + 1
+    if rows < 2:
+        return len(free)
+    errors = []
+    for size in range(len(free) + 1):
+        total = 0.0
+        for i in range(rows):
+            train, test = owner != i, owner == i
+            x, _ = _ridge(r0[train], jac[train], free[:size])
+            total += float(np.sum((r0[test] + jac[test][:, free[:size]] @ x) ** 2))
+        errors.append(total)
+    return int(np.argmin(errors))  # the first, i.e. the fewest factors, on a tie
+
+
 def fit_overlay(*, rows: Sequence[FitRow], base: Calibration,
                 max_free: int | None = None) -> OverlayFit:
     """Fit the overlay's factors on ``rows`` (on top of ``base``); see the module text.
@@ -178,14 +198,15 @@ def fit_overlay(*, rows: Sequence[FitRow], base: Calibration,
             break
         free.append(best)
         cost = trials[best]
+    owner = np.concatenate([[i] * len(names) for i, names in enumerate(metrics)])
+    free = free[:_held_out_size(r0, jac, free, owner)]
     before = float(np.sqrt(np.mean(r0**2)))
     if not free:
         return OverlayFit(overlay=none, freed=(), rms_log_before=before, rms_log_after=before)
-    x0, _ = _ridge(r0, jac, free)
     names = [FACTOR_NAMES[j] for j in free]
-    low, high = FACTOR_RANGE
-    params = [Param(n, float(np.clip(np.exp(x), low * 1.01, high * 0.99)), low, high, log=True)
-              for n, x in zip(names, x0, strict=True)]
+    # From the base (factors 1), not from the linearised solution, which can lie far out
+    # where the model is not linear at all.
+    params = [Param(n, 1.0, *FACTOR_RANGE, log=True) for n in names]
 
     def residuals(values: dict[str, float]) -> np.ndarray:
         cal = apply_overlay(base, Overlay(factors=values, gpus=gpus))
@@ -194,6 +215,8 @@ def fit_overlay(*, rows: Sequence[FitRow], base: Calibration,
         return np.concatenate([data, prior])
 
     values, _, _ = fit_bounded(params=params, residuals=residuals, max_nfev=40)
+    if np.sum(np.nan_to_num(residuals(values), nan=10.0) ** 2) >= np.sum((r0 / NOISE_SIGMA) ** 2):
+        return OverlayFit(overlay=none, freed=(), rms_log_before=before, rms_log_after=before)
     after = _log_errors(fit_rows, apply_overlay(base, Overlay(factors=values, gpus=gpus)), metrics)
     return OverlayFit(overlay=Overlay(factors=values, gpus=gpus), freed=tuple(names),
                       rms_log_before=before, rms_log_after=float(np.sqrt(np.mean(after**2))))

@@ -4,6 +4,11 @@ A row is one static batch of ``Batch Size`` requests with ``Input Output Length`
 in and out on ``Num of Hardware`` GPUs (tensor parallel): ``Latency`` is the whole batch
 end to end (``e2e_s``), ``Throughput`` input + output tokens per second
 (``total_tokens_per_s``), ``avg_power`` (mW in the file) the board power (``power_w``).
+
+Where a row's throughput x latency is the tokens of ONE sequence (2 x length, within
+5 %) although its batch is larger, the bench did not run ``Batch Size`` sequences at once
+(its llama.cpp rows: ``Batch Size`` is the engine's batch parameter there): such a row is
+written as a batch of 1, with the bench's value carried as ``bench_batch_size``.
 """
 
 from __future__ import annotations
@@ -13,19 +18,30 @@ from pathlib import Path
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
 
+SAME = 0.05  # relative tolerance of "throughput x latency = the tokens of one sequence"
+
 
 def convert(path: Path, options: Options) -> Converted:
     """One row per measured batch, the framework as ``framework``."""
     out = Converted(rows=[])
+    single = 0
     for row in load_measurements(format="llm-inference-bench", path=path, gpu=options.gpu).rows:
         v, m = row.input, row.measured
         n, tokens = int(v["Num of Hardware"]), int(v["Input Output Length"])
+        batch = int(v["Batch Size"])
+        one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
         converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": n,
                      "framework": v["Framework"], "workload": "batch",
-                     "batch": int(v["Batch Size"]), "input_tokens": tokens,
+                     "batch": 1 if one else batch, "input_tokens": tokens,
                      "output_tokens": tokens, "e2e_s": m["latency_s"],
                      "total_tokens_per_s": m["throughput_tokens_per_s"]}
         if "avg_power_w" in m:
             converted["power_w"] = m["avg_power_w"]
+        if one and batch > 1:
+            converted["bench_batch_size"] = batch
+            single += 1
         out.rows.append(converted)
+    if single:
+        out.notes.append(f"{single} row(s) with Batch Size > 1 whose throughput x latency is one "
+                         "sequence's tokens: written as batch 1 (bench_batch_size carried)")
     return out
