@@ -27,6 +27,11 @@ from energylens.cost.step import SequenceGroup, StepContext, engine_cost, step_c
 FIELDS = ("latency_s", "compute_energy_j", "memory_energy_j", "communication_energy_j")
 #: Context points of the grids (the context axis is priced in one vectorised call).
 CONTEXT_POINTS = 17
+#: Shortest step [s]. A chunk's term A(n, k) may be negative (F(n) prices n one-token
+#: sequences, whose attention can cost more than the chunk's); where the decomposition is
+#: not exact (pipeline micro-batches) a step's sum could fall below zero, so every step's
+#: price is floored at this time and at zero energy per component.
+MIN_STEP_S = 1e-6
 
 
 def _geometric_axis(top: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from energylens.errors import ConfigError
-from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.costs import StepTable, interpolate
 from energylens.workloads.load.simulator import SimRun
 
 #: Share of the requests discarded at each end (warm-up, drain).
@@ -143,6 +143,10 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     outputs = run.output_tokens[kept]
     multi = outputs > 1
     tpot = (run.finish_s[kept][multi] - run.first_token_s[kept][multi]) / (outputs[multi] - 1)
+    if not multi.any():  # one-token requests: the step a second token would take alone
+        alone = interpolate(table.contexts, table.decode[1, :, 0].tolist(),
+                            float(np.mean(run.input_tokens[kept])) + 1.0)
+        tpot = np.array([alone + table.engine_idle_s + table.engine_busy_s_per_sequence])
     step = run.wall_s / run.count
     end = run.start_s + run.wall_s
     share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s

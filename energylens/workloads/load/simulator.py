@@ -20,7 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from energylens.workloads.load.arrivals import Requests
-from energylens.workloads.load.costs import StepTable, interpolate, interpolate_many
+from energylens.workloads.load.costs import (
+    MIN_STEP_S,
+    StepTable,
+    interpolate,
+    interpolate_many,
+)
 
 #: vLLM's KV block (``--block-size`` default 16 tokens); half a block per sequence is
 #: the mean of what its last, partly filled block leaves unused.
@@ -84,19 +89,20 @@ class SimRun:
         return self._price(table)[:, 1:]
 
     def _price(self, table: StepTable) -> np.ndarray:
+        """(records, fields) price of each record: its steps' cost times their count."""
         d = self.decode
         cost = interpolate_many(table.contexts, table.decode, d, self.context)
         cost = cost + table.merged[d + self.prefill_tokens] - table.merged[d]
         sequences = (d + self.chunks).astype(float)
-        engine = np.zeros_like(cost)
-        engine[:, 0] = table.engine_idle_s + table.engine_busy_s_per_sequence * sequences
-        engine[:, 1] = table.engine_busy_j_per_sequence * sequences
-        cost = (cost + engine) * self.count[:, None]
-        if len(self.chunk_record):
+        cost[:, 0] += table.engine_idle_s + table.engine_busy_s_per_sequence * sequences
+        cost[:, 1] += table.engine_busy_j_per_sequence * sequences
+        if len(self.chunk_record):  # records with chunks are single steps
             chunk = interpolate_many(table.cached, table.chunk, self.chunk_new,
                                      self.chunk_cached.astype(float))
             np.add.at(cost, self.chunk_record, chunk)
-        return cost
+        cost = np.maximum(cost, 0.0)
+        cost[:, 0] = np.maximum(cost[:, 0], MIN_STEP_S)
+        return cost * self.count[:, None]
 
 
 def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -> SimRun:
@@ -243,7 +249,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
                 steps = min(steps, max(1, math.ceil((pending[0][0] - t) / step_s)))
             steps = max(1, min(steps, int(kv_free() // d)))
             mid = ctx0 + (steps - 1) / 2
-            step_s = interpolate(contexts, dl[d], mid) + idle_s + per_seq_s * d
+            step_s = max(interpolate(contexts, dl[d], mid) + idle_s + per_seq_s * d, MIN_STEP_S)
             wall = step_s * steps
             prefill_tokens = 0
             tokens = d * steps
@@ -258,6 +264,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
                 chunk_rec.append(len(rec["start"]))
                 chunk_new.append(n)
                 chunk_cached.append(k)
+            wall = max(wall, MIN_STEP_S)
             steps = 1
             tokens = d
             completed = 0
