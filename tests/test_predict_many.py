@@ -135,3 +135,16 @@ def test_refusals_come_back_as_rows() -> None:
 def test_a_table_without_gpu_is_refused() -> None:
     with pytest.raises(EnergyLensError, match="gpu"):
         predict_many(model="llama-3.1-8b", workload=Workload(), table=pd.DataFrame({"tp": [1]}))
+
+
+def test_a_kind_without_columns_is_predicted_row_by_row() -> None:
+    """The load kind simulates requests: predict_many asks predict for each row."""
+    workload = Workload(kind="load", batch=8, input_tokens=256, output_tokens=64,
+                        request_rate=2.0, num_requests=40)
+    table = pd.DataFrame({"gpu": ["H100", "H100"], "tp": [2, 3], "batch": [8.0, 8.0]})
+    many = predict_many(model="llama-3.1-8b", workload=workload, table=table)
+    one = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(tp=2),
+                  workload=workload)
+    assert many.loc[0, "tpot_s"] == one.tpot_s and many.loc[0, "feasible"] == one.feasible
+    assert many.loc[0, "decode_energy_j"] == one.decode.energy_j
+    assert "does not divide" in many.loc[1, "infeasible_reason"]
