@@ -118,7 +118,7 @@ def run_exhaustive(
     config: StudyConfig,
     problem: Problem,
     shard: Shard = Shard(),
-    chunk_rows: int = CHUNK_ROWS,
+    chunk_rows: int | None = None,
     progress: bool = False,
 ) -> ShardState:
     """Evaluate every grid point of ``shard`` not yet written, ``chunk_rows`` at a time.
@@ -126,7 +126,8 @@ def run_exhaustive(
     Each chunk is generated with :meth:`Space.grid_block`, evaluated with
     :func:`search.problem.evaluate_frame` (the problem's ``evaluate_table`` when it has one),
     written as Parquet and folded into the running front. The first Ctrl-C stops after the
-    chunk in flight (``KeyboardInterrupt`` is raised then).
+    chunk in flight (``KeyboardInterrupt`` is raised then). ``chunk_rows`` (default: the
+    shard folder's own, else :data:`CHUNK_ROWS`) is the chunk size.
 
     Raises:
         StudyStateError: the shard's folder was written for another definition or chunk size.
@@ -135,6 +136,7 @@ def run_exhaustive(
     folder = exhaustive_folder(config) / shard.folder_name
     start, stop = shard.bounds(config.space.grid_size)
     with _locked(folder):
+        chunk_rows = chunk_rows or _written_chunk_rows(folder) or CHUNK_ROWS
         _check_manifest(config, folder, shard, start, stop, chunk_rows)
         state = _recover(config, folder, shard, stop - start)
         n_chunks = -(-(stop - start) // chunk_rows)
@@ -295,6 +297,14 @@ def _manifest(config: StudyConfig, shard: Shard, start: int, stop: int, chunk_ro
         "stop": stop,
         "chunk_rows": chunk_rows,
     }
+
+
+def _written_chunk_rows(folder: Path) -> int | None:
+    """The chunk size a shard folder was written with (None: no readable manifest yet)."""
+    try:
+        return int(json.loads((folder / "manifest.json").read_text())["chunk_rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _check_manifest(

@@ -134,6 +134,7 @@ def test_a_shard_folder_of_another_definition_or_a_live_owner_is_refused(tmp_pat
         run_exhaustive(config=edited, problem=ToyDeployment(), chunk_rows=4000)
     with pytest.raises(StudyStateError, match="chunk_rows"):
         run_exhaustive(config=config, problem=ToyDeployment(), chunk_rows=1000)
+    assert run_exhaustive(config=config, problem=ToyDeployment()).chunks == 2  # the folder's own size
     lock = exhaustive_folder(config) / "shard-1-of-1" / ".lock"
     lock.write_text(f"{os.uname().nodename}:{os.getppid()}")  # alive: the test runner's parent
     with pytest.raises(ResultsError, match="another process"):
