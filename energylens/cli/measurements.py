@@ -74,8 +74,10 @@ def validate_measurements(args: argparse.Namespace) -> int:
     measurements = load_user_csv(args.file)
     calibration = _calibration(args.calibration)
     if measurements.ignored:
-        print(f"energylens: note: columns {', '.join(measurements.ignored)} are not part of the "
-              "format: carried through, ignored", file=sys.stderr)
+        many = len(measurements.ignored) > 1
+        print(f"energylens: note: column{'s' if many else ''} {', '.join(measurements.ignored)} "
+              f"{'are' if many else 'is'} not part of the format: carried through, ignored",
+              file=sys.stderr)
     with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
         if args.k_shot is None:
             report = validate_measured(measurements, calibration=calibration)
