@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from energylens.cost.moe import Routing
-from energylens.errors import ConfigError, SpecError
+from energylens.errors import ConfigError, SpecError, UnknownGPUError
+from energylens.hardware import load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.spec import split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
@@ -145,4 +146,8 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
             raise ConfigError(
                 f"freq_mhz = {d.freq_mhz:g} is outside {gpu_name}'s range {low:g}-{high:g} MHz"
             )
-    get_runtime(d.runtime).check(deployment=d, model=model)  # precisions, layouts it lacks
+    try:  # the runtime refuses a GPU vendor, precision or layout it lacks
+        vendor: str | None = load_gpu(gpu_name).vendor
+    except UnknownGPUError:
+        vendor = None
+    get_runtime(d.runtime).check(deployment=d, model=model, gpu_vendor=vendor)

@@ -114,6 +114,7 @@ def test_fact_values_are_in_range(name: str) -> None:
     assert p.weight_dtypes and p.weight_dtypes <= frozenset(WEIGHT_DTYPES)
     assert p.kv_dtypes and p.kv_dtypes <= frozenset(KV_DTYPES)
     assert p.parallelism <= frozenset(PARALLEL_DIMS)
+    assert p.gpu_vendors and p.gpu_vendors <= {gpu.vendor for gpu in list_gpus()}
     if "ep" in p.parallelism:  # an engine with EP states which layout it uses
         assert p.expert_parallel_layout in EP_LAYOUTS
     for prior in (p.prior_step_overhead_s, p.prior_per_sequence_overhead_s):

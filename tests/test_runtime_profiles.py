@@ -44,6 +44,14 @@ def test_a_configuration_the_engine_lacks_is_refused_with_the_reason(
         k: getattr(deployment, k) for k in ("tp", "pp", "weight_dtype", "kv_dtype")})).feasible
 
 
+def test_an_engine_is_refused_on_a_gpu_vendor_it_does_not_run_on() -> None:
+    for runtime in ("trtllm", "lmdeploy", "deepspeed-mii"):
+        with pytest.raises(ConfigError, match="does not run on amd GPUs"):
+            predict(model=DENSE, gpu="MI300X", deployment=Deployment(runtime=runtime))
+    for runtime in ("vllm", "sglang", "llama.cpp"):
+        assert predict(model=DENSE, gpu="MI300X", deployment=Deployment(runtime=runtime)).feasible
+
+
 @pytest.mark.parametrize("runtime", ["deepspeed-mii", "lmdeploy", "llama.cpp"])
 def test_expert_parallelism_is_refused_by_engines_without_it(runtime: str) -> None:
     with pytest.raises(ConfigError, match="no expert parallelism"):

@@ -440,8 +440,8 @@ def _report_only(*, rows: list[BenchRow], base: Calibration, runtime: str, gpu: 
 
 def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                 prov: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """On every GPU the reference runtime (vLLM) has constants for, each other runtime's
-    overheads that nothing identified (no fit, nothing borrowed) take its profile's priors,
+    """On every GPU the reference runtime (vLLM) has constants for and the runtime runs on,
+    each other runtime's overheads that nothing identified (no fit, nothing borrowed) take its profile's priors,
     marked ``assumed`` with the profile's source. vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
                    if key.split("/", 1)[0] == AIC_REFERENCE})
@@ -455,6 +455,8 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                                               profile.provenance["prior_per_sequence_overhead_s"]
                                               .source)}
         for gpu in gpus:
+            if load_gpu(gpu).vendor not in profile.gpu_vendors:
+                continue  # it does not run there (RuntimeProfile.check refuses it)
             key = runtime_key(runtime=runtime, gpu=gpu)
             own = prov.setdefault(f"runtimes/{key}", {})
             changes = {name: value for name, (value, _) in priors.items() if name not in own}

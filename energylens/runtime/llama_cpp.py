@@ -25,9 +25,10 @@ CACHE_TYPES = {"bf16": "bf16", "fp16": "f16"}
 class LlamaCpp(RuntimeProfile):
     """``llama-server``: one server per replica, ``--parallel`` slots for the batch."""
 
-    def check(self, *, deployment: Deployment, model: ModelConfig) -> None:
+    def check(self, *, deployment: Deployment, model: ModelConfig,
+              gpu_vendor: str | None = None) -> None:
         """The base checks, and ``--split-mode`` is layer (pp) or row (tp), not both."""
-        super().check(deployment=deployment, model=model)
+        super().check(deployment=deployment, model=model, gpu_vendor=gpu_vendor)
         if deployment.tp > 1 and deployment.pp > 1:
             raise ConfigError(f"{self.display_name} splits a model by layer (pp) or by row (tp), "
                               f"not both (tp = {deployment.tp}, pp = {deployment.pp})")

@@ -57,6 +57,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
     "parallelism": _strings,
+    "gpu_vendors": _strings,
     "expert_parallel_layout": str,
     "fused_into_combine": lambda v: tuple(str(x) for x in v),
     "custom_allreduce_max_bytes": float,
@@ -92,6 +93,7 @@ class RuntimeProfile:
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
+    gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
     fused_into_combine: tuple[str, ...]  # reductions folded into the MoE combine
     custom_allreduce_max_bytes: float  # own all-reduce up to this size (0 = always NCCL)
@@ -105,9 +107,14 @@ class RuntimeProfile:
 
     # --- what it can run ------------------------------------------------------------------
 
-    def check(self, *, deployment: Deployment, model: ModelConfig) -> None:
+    def check(self, *, deployment: Deployment, model: ModelConfig,
+              gpu_vendor: str | None = None) -> None:
         """Raise :class:`ConfigError` (with the reason) if this engine cannot run the
-        deployment: a weight or KV-cache precision it lacks, a parallel layout it lacks."""
+        deployment: a GPU vendor (when given), a weight or KV-cache precision, or a
+        parallel layout it lacks."""
+        if gpu_vendor is not None and gpu_vendor not in self.gpu_vendors:
+            raise ConfigError(f"{self.display_name} {self.version} does not run on {gpu_vendor} "
+                              f"GPUs (it runs on {', '.join(sorted(self.gpu_vendors))})")
         weight = deployment.weight_dtype or model.weight_dtype
         if weight not in self.weight_dtypes:
             raise ConfigError(f"{self.display_name} {self.version} cannot run {weight} weights "
