@@ -183,13 +183,14 @@ class Load:
     name: str = "load"
 
     def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
-        """A closed loop's clients (up to vLLM's cap) at their mean request length, or,
-        in an open loop, one request of the longest length, must fit without preemption."""
+        """A closed loop's clients (up to vLLM's cap) at the mean context of a running
+        request (its prompt and half its output, as the ``serving`` kind holds them), or,
+        in an open loop, one request of the longest length, must fit."""
         mean_in, mean_out, longest = _lengths(workload)
         clients = _clients_per_replica(workload, sequences)
         if clients > 0:
             held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
-            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out,
+            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out / 2,
                                 step_tokens=held * mean_in)
         return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
 
