@@ -84,3 +84,15 @@ def test_cli_pools(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["predict", "--model", MODEL, "--gpu", "H100", "--prefill-pool", "H100:x"])
     assert "expected GPU:TP[:REPLICAS]" in capsys.readouterr().err
+
+
+def test_capacity_of_two_pools() -> None:
+    slos = ("ttft_p90_s<=0.5", "tpot_p90_s<=0.03")
+    found = predict_disaggregated(model=MODEL, workload=Workload(
+        kind="load", request_rate=1.0, num_requests=300, slo=slos, capacity_attainment=0.9),
+        **_pools())
+    capacity = float(found.load["capacity_requests_per_s"])
+    assert found.load["capacity_per_gpu"] == pytest.approx(capacity / 2)
+    at = predict_disaggregated(model=MODEL, workload=Workload(
+        kind="load", request_rate=capacity, num_requests=300, slo=slos), **_pools())
+    assert float(at.load["slo_attainment"]) >= 0.9

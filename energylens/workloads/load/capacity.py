@@ -9,6 +9,7 @@ then halved ``STEPS`` times: the answer is within 1/2^STEPS of that bracket, fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from energylens.workloads.load.costs import StepTable
@@ -19,6 +20,8 @@ from energylens.workloads.workload import Workload
 
 #: Bisection steps (the bracket shrinks 2^STEPS times).
 STEPS = 7
+#: A request rate at which every request is queued at once.
+FLOOD_RATE = 1e6
 
 
 def capacity_per_replica(*, placement: Placement, workload: Workload, target: float) -> float:
@@ -37,7 +40,13 @@ def capacity_per_replica(*, placement: Placement, workload: Workload, target: fl
         return metrics.slo_attainment, metrics.requests_per_s
 
     tables: dict[str, StepTable] = {}
-    _, service = run(1e6)  # every request queued at once: the replica's service rate
+    return bisect_capacity(run=run, target=target)
+
+
+def bisect_capacity(*, run: Callable[[float], tuple[float, float]], target: float) -> float:
+    """The highest rate at which ``run(rate)`` (SLO attainment, requests/s served) attains
+    ``target``, between 0 and the rate served with every request queued at once."""
+    _, service = run(FLOOD_RATE)
     low, high = 0.0, service
     for _ in range(STEPS):
         mid = (low + high) / 2
