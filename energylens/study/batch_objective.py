@@ -84,7 +84,7 @@ def evaluate_table(problem: DeploymentProblem, table: pd.DataFrame) -> pd.DataFr
         result = predict_many(model=problem.model, workload=workload, table=deployments,
                               calibration=problem.calibration)
         refused = result["ttft_s"].isna()
-        sm_count = deployments["gpu"].map(lambda name: load_gpu(name).sm_count)
+        sm_count = deployments["gpu"].map(_per_gpu(deployments["gpu"], "sm_count"))
         # the objective refuses too many overlap SMs in its own words, before predicting
         own_words = refused & (deployments["overlap_sms"] >= sm_count)
         scalar_rows.extend(deployments.index[own_words])
@@ -127,6 +127,11 @@ def _canonical_gpus(knobs: pd.DataFrame) -> pd.Series:
     return names.map(canonical).astype(object)
 
 
+def _per_gpu(names: pd.Series, attribute: str) -> dict[str, Any]:
+    """A GPU attribute by name, looked up once per distinct GPU."""
+    return {name: getattr(load_gpu(name), attribute) for name in names.unique()}
+
+
 def _deployment_table(problem: DeploymentProblem, rows: pd.DataFrame,
                       gpus: pd.Series) -> tuple[pd.DataFrame, list[int]]:
     """predict_many's table for knob rows (as ``deployment_from_params`` reads them), and
@@ -145,7 +150,7 @@ def _deployment_table(problem: DeploymentProblem, rows: pd.DataFrame,
     table["weight_dtype"] = column("dtype", None).astype(object)
     table["runtime"] = column("runtime", DEFAULT_RUNTIME).astype(str)
     table["batch"] = column("batch", problem.workload.batch).astype(float)
-    boost = gpus.map(lambda name: load_gpu(name).boost_clock_mhz).astype(float)
+    boost = gpus.map(_per_gpu(gpus, "boost_clock_mhz")).astype(float)
     freq = column("freq_mhz", np.nan).astype(float)
     if "clock_fraction" in rows.columns:
         freq = freq.where(freq.notna(), rows["clock_fraction"].astype(float) * boost)
