@@ -87,18 +87,24 @@ def _rank_shares(routing: Routing, num_experts: int, ep: int) -> tuple[np.ndarra
 @lru_cache(maxsize=64)
 def _normal_draws(shape: tuple[int, ...]) -> np.ndarray:
     """The fixed-seed standard-normal sample behind :func:`_expected_max_normal`, drawn
-    once per shape (read-only)."""
+    once per shape ``(placements, ranks)`` as ``(draws, placements, ranks)`` and stored
+    ranks first (read-only), so that the maximum over ranks runs over contiguous planes."""
     z = np.random.default_rng(_SEED).standard_normal((_DRAWS, *shape))
-    z.flags.writeable = False
-    return z
+    ranks_first = np.ascontiguousarray(np.moveaxis(z, -1, 0))
+    ranks_first.flags.writeable = False
+    return ranks_first
 
 
 def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> float:
-    """E[max_r X_r] for independent normals, by a fixed-seed sample (cached inputs)."""
+    """E[max_r X_r] for independent normals, by a fixed-seed sample (cached inputs):
+    the mean over draws and placements of max(0, max over ranks of mean + std z)."""
     if mean.shape[-1] == 1:
         return float(mean.mean())
-    z = _normal_draws(mean.shape)
-    return float(np.maximum(mean + std * z, 0.0).max(axis=-1).mean())
+    z = _normal_draws(mean.shape)  # (ranks, draws, placements)
+    sample = np.multiply(np.moveaxis(std, -1, 0)[:, None], z)
+    np.add(sample, np.moveaxis(mean, -1, 0)[:, None], out=sample)
+    np.maximum(sample, 0.0, out=sample)
+    return float(np.maximum.reduce(sample, axis=0).mean())
 
 
 @lru_cache(maxsize=65536)
