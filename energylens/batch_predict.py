@@ -20,7 +20,6 @@ import pandas as pd
 
 from energylens.calibration.file import default_calibration, load_calibration
 from energylens.cost.constants import Calibration
-from energylens.cost.memory import memory_use
 from energylens.cost.moe import Routing
 from energylens.cost.roofline import ClockState, dynamic_scale_at
 from energylens.deployment import Deployment, check_deployment
@@ -28,7 +27,7 @@ from energylens.errors import EnergyLensError
 from energylens.hardware import GPU, load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.zoo import get_model
-from energylens.workloads import Placement, Workload, get_kind
+from energylens.workloads import Workload, get_kind
 from energylens.workloads.result import COLUMNS
 
 __all__ = ["DEPLOYMENT_COLUMNS", "RESULT_COLUMNS", "predict_many"]
@@ -53,7 +52,7 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
     Raises:
         EnergyLensError: an unknown model or calibration file, or a table without ``gpu``.
     """
-    from energylens.predict import calibration_for_gpu, step_context
+    from energylens.predict import calibration_for_gpu, place, step_context
 
     model_cfg = get_model(model) if isinstance(model, str) else model
     if calibration is None:
@@ -99,16 +98,9 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
                 dynamic_scale=cast(float, dynamic_scale_at(ratio=ratio, gpu=gpu,
                                                            constants=ctx.constants))))
             replicas = _replicas(base=base, num_gpus=rows_sub["num_gpus"], dp=rows_sub["dp"])
-            sequences = rows_sub["batch"] / replicas
-            demand = kind.memory_demand(workload=workload, sequences=cast(float, sequences))
-            memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime,
-                                degrees=dict(ctx.degrees), pp=base.pp,
-                                weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                                sequences=demand.sequences, context_tokens=demand.context_tokens,
-                                step_tokens=demand.step_tokens)
-            placement = Placement(ctx=ctx, model=model_cfg, replicas=cast(int, replicas),
-                                  gpus=cast(int, base.gpus_per_replica * replicas),
-                                  sequences=cast(float, sequences))
+            placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
+                                      batch=rows_sub["batch"], replicas=replicas,
+                                      gpus=base.gpus_per_replica * replicas)
             result = columnar(placement=placement, workload=workload, memory=memory,
                               batch=rows_sub["batch"])
             _scatter(out=out, index=index[part], result=result)

@@ -9,28 +9,29 @@ and hands the bound deployment to the workload kind's scheduler
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration, load_calibration
 from energylens.cost.constants import Calibration
-from energylens.cost.memory import memory_use
+from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.roofline import ClockState
 from energylens.cost.step import StepContext
+from energylens.cost.work import Size
 from energylens.deployment import Deployment, check_deployment
 from energylens.hardware import GPU, load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
 from energylens.runtime import get_runtime
-from energylens.workloads import Placement, Workload, get_kind
+from energylens.workloads import Placement, Workload, WorkloadKind, get_kind
 from energylens.workloads.result import PhaseResult, Prediction
 
 if TYPE_CHECKING:  # pandas is loaded by predict_many only (a fresh `predict` stays light)
     import pandas as pd
 
-__all__ = ["PhaseResult", "Prediction", "calibration_for_gpu", "predict", "predict_many",
-           "step_context"]
+__all__ = ["PhaseResult", "Prediction", "calibration_for_gpu", "place", "predict",
+           "predict_many", "step_context"]
 
 
 def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment | None = None,
@@ -52,17 +53,26 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
                      gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
                      gpu_sm_count=gpu_spec.sm_count)
     ctx = step_context(model=model_cfg, gpu=gpu_spec, deployment=deployment, calibration=cal)
-    runtime, degrees = ctx.runtime, dict(ctx.degrees)
     kind = get_kind(workload.kind)
-    sequences = workload.batch / deployment.replicas
-    demand = kind.memory_demand(workload=workload, sequences=sequences)
-    memory = memory_use(graph=ctx.graph, gpu=gpu_spec, runtime=runtime, degrees=degrees,
-                        pp=deployment.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                        sequences=demand.sequences,
-                        context_tokens=demand.context_tokens, step_tokens=demand.step_tokens)
-    placement = Placement(ctx=ctx, model=model_cfg, replicas=deployment.replicas,
-                          gpus=deployment.total_gpus, sequences=sequences)
+    placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
+                              batch=workload.batch, replicas=deployment.replicas,
+                              gpus=deployment.total_gpus)
     return kind.run(placement=placement, workload=workload, memory=memory)
+
+
+def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload: Workload,
+          batch: Size, replicas: Size, gpus: Size) -> tuple[Placement, MemoryUse]:
+    """A deployment bound to its context and the memory the kind needs per GPU; numbers for
+    one configuration, arrays over the configurations of one ``predict_many`` group."""
+    sequences = batch / replicas
+    demand = kind.memory_demand(workload=workload, sequences=cast(float, sequences))
+    memory = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                        degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                        kv_dtype=ctx.kv_dtype, sequences=demand.sequences,
+                        context_tokens=demand.context_tokens, step_tokens=demand.step_tokens)
+    placement = Placement(ctx=ctx, model=model, replicas=cast(int, replicas),
+                          gpus=cast(int, gpus), sequences=cast(float, sequences))
+    return placement, memory
 
 
 def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.DataFrame,
