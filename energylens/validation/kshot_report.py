@@ -158,8 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs = [(d, k, s, folder) for d in datasets for k in d.ks
                 for s in (range(args.seeds) if k else (0,))]
         jobs.sort(key=lambda job: job[0].format != "measurements")  # the longest run first
+        results: list[tuple[Dataset, int, int, dict]] = []
         with multiprocessing.get_context("fork").Pool(max(args.jobs, 1)) as pool:
-            results = pool.map(_job, jobs, chunksize=1)
+            for result in pool.imap_unordered(_job, jobs):
+                results.append(result)
+                if args.output:  # what is done so far, so that a long run can be read early
+                    Path(args.output).write_text(render(results, datasets, args.seeds))
     text = render(results, datasets, args.seeds)
     if args.output:
         Path(args.output).write_text(text)
