@@ -75,3 +75,10 @@ def test_search_uses_the_columnar_hook() -> None:
     assert frame.loc[0, "tpot_s"] == pytest.approx(problem.evaluate(BATCH[0]).metrics["tpot_s"])
     assert [e.infeasible_reason for e in evaluate_batch(problem, BATCH[:3])] == [
         problem.evaluate(p).infeasible_reason for p in BATCH[:3]]
+
+
+def test_knobs_the_columns_do_not_cover_are_evaluated_one_by_one() -> None:
+    """A per-phase clock prices decode at another clock: evaluate's own path, row by row."""
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
+    batch = [{**BASE, "num_gpus": 1, "tp": 1, "decode_clock_fraction": f} for f in (0.6, 1.0)]
+    _same(batch, problem)
