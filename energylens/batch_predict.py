@@ -98,11 +98,16 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
                 dynamic_scale=cast(float, dynamic_scale_at(ratio=ratio, gpu=gpu,
                                                            constants=ctx.constants))))
             replicas = _replicas(base=base, num_gpus=rows_sub["num_gpus"], dp=rows_sub["dp"])
-            placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
-                                      batch=rows_sub["batch"], replicas=replicas,
-                                      gpus=base.gpus_per_replica * replicas)
-            result = columnar(placement=placement, workload=workload, memory=memory,
-                              batch=rows_sub["batch"])
+            try:  # a refusal found while pricing (a routing histogram of the wrong size)
+                placement, memory = place(ctx=ctx, model=model_cfg, kind=kind,
+                                          workload=workload, batch=rows_sub["batch"],
+                                          replicas=replicas,
+                                          gpus=base.gpus_per_replica * replicas)
+                result = columnar(placement=placement, workload=workload, memory=memory,
+                                  batch=rows_sub["batch"])
+            except EnergyLensError as exc:
+                out["infeasible_reason"][index[part]] = _reason(exc)
+                continue
             _scatter(out=out, index=index[part], result=result)
     # object dtype, so that a configuration that runs has None (not NaN) as its reason
     return pd.DataFrame({name: pd.Series(out[name], index=table.index,

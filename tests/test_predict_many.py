@@ -148,3 +148,15 @@ def test_a_kind_without_columns_is_predicted_row_by_row() -> None:
     assert many.loc[0, "tpot_s"] == one.tpot_s and many.loc[0, "feasible"] == one.feasible
     assert many.loc[0, "decode_energy_j"] == one.decode.energy_j
     assert "does not divide" in many.loc[1, "infeasible_reason"]
+
+
+def test_a_refusal_found_while_pricing_is_a_row_too() -> None:
+    wrong = Routing(kind="histogram", histogram=(1.0, 2.0, 3.0))  # the model has 128 experts
+    table = pd.DataFrame({"gpu": ["H100", "H100"], "ep": [2, 2], "batch": [4.0, 8.0],
+                          "routing": [wrong, Routing()]})
+    many = predict_many(model="qwen3-30b-a3b", workload=Workload(), table=table)
+    with pytest.raises(EnergyLensError) as refused:
+        predict(model="qwen3-30b-a3b", gpu="H100", deployment=Deployment(ep=2, routing=wrong),
+                workload=Workload(batch=4))
+    assert many.loc[0, "infeasible_reason"] == str(refused.value)
+    assert bool(many.loc[1, "feasible"])
