@@ -162,13 +162,18 @@ def _with_launch(code: int, args: argparse.Namespace) -> int:
     column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.runtime.launch)."""
     if code != 0:
         return code
+    import warnings
+
     from energylens.hardware import load_gpu
+    from energylens.model.hf import ModelApproximationWarning
     from energylens.runtime.launch import write_front_launch
     from energylens.study.objective import SCHEMA, deployment_from_params, workload_from_params
     from search.config import load_study
 
     config = _overrides(args).apply(load_study(args.study, schema=SCHEMA))
-    problem = study_problem(config)
+    with warnings.catch_warnings():  # a config.json's approximations were reported once already
+        warnings.simplefilter("ignore", ModelApproximationWarning)
+        problem = study_problem(config)
     written = write_front_launch(
         results=config.results, model=problem.model, fixed=dict(config.space.fixed),
         knobs=tuple(config.space.names),
