@@ -75,7 +75,6 @@ class LoadMetrics:
     window_s: float
     window_energy_j: float
     window_output_tokens: float
-    dynamic_window_j: tuple[float, float, float]  # compute, memory, communication
     # (wall s, compute J, memory J, communication J) of the decode-only records and of
     # those carrying prompt tokens, in the window (static power not included)
     decode_only_window: tuple[float, float, float, float]
@@ -83,9 +82,6 @@ class LoadMetrics:
     mean_output_tokens: float  # of the measured requests
     mean_running: float
     mean_waiting: float
-    mean_in_system_requests: float  # time average of waiting + running over the window
-    arrival_rate_per_s: float  # measured requests / window
-    mean_e2e_s: float
     preemptions: int
     peak_kv_tokens: float
     measured_requests: int
@@ -170,8 +166,7 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     static_per_s = static_w * gpus
     iteration_j = float(np.sum(dynamic)) + static_per_s * busy
     idle_j = static_per_s * run.idle_s
-    dyn_window = (dynamic * share[:, None]).sum(axis=0)
-    window_j = float(dyn_window.sum()) + static_per_s * window
+    window_j = float(np.sum(dynamic * share[:, None])) + static_per_s * window
     tokens = float(np.sum(run.tokens_out * share))
     completions = float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b)))
     wall_share = run.wall_s * share
@@ -189,13 +184,10 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
         slo_met=met, energy_j=iteration_j + idle_j, iteration_energy_j=iteration_j,
         idle_energy_j=idle_j, window_s=window, window_energy_j=window_j,
         window_output_tokens=tokens,
-        dynamic_window_j=(float(dyn_window[0]), float(dyn_window[1]), float(dyn_window[2])),
         decode_only_window=part(~prefill_rows), prefill_window=part(prefill_rows),
         mean_output_tokens=float(np.mean(outputs)),
         mean_running=float(np.sum(run.running * wall_share)) / window,
         mean_waiting=float(np.sum(run.waiting * wall_share)) / window,
-        mean_in_system_requests=float(np.sum((run.running + run.waiting) * wall_share)) / window,
-        arrival_rate_per_s=len(kept) / window, mean_e2e_s=float(np.mean(e2e)),
         preemptions=int(run.preemptions.sum()), peak_kv_tokens=run.peak_kv_tokens,
         measured_requests=len(kept))
 
