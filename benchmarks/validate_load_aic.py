@@ -1,12 +1,13 @@
 """TTFT and TPOT errors of ``--workload load`` on AIConfigurator's measured serving rows,
 per engine and GPU (issue 12 validation).
 
-Usage: python benchmarks/validate_load_aic.py [--silicon FILE] [--json RESULT]
-Converts ``../shared/data/aiconfigurator/silicon_sample.csv`` (aggregated rows: closed loops
-of ``silicon_concurrency`` clients, fixed lengths) with ``energylens measurements convert
-aiconfigurator``, predicts every row with ``energylens validate measurements --json`` (or
-reads a saved RESULT of it) and prints MAPE per (engine, GPU), with the rows left out and
-why. Rows of runtimes without a profile, or of models not in the zoo, are left out.
+Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--json RESULT]
+Predicts every row of the shipped measurement CSV
+``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
+rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
+validate measurements --json`` (``--silicon``: convert a raw ``silicon_sample.csv`` first
+with ``energylens measurements convert aiconfigurator``; ``--json``: read a saved result)
+and prints MAPE per (engine, GPU), with the rows left out and why.
 """
 
 from __future__ import annotations
@@ -22,28 +23,38 @@ from pathlib import Path
 
 from energylens.cli.main import main as energylens
 
-SILICON = Path(__file__).resolve().parents[2] / "shared" / "data" / "aiconfigurator" / "silicon_sample.csv"
+ROWS = (Path(__file__).resolve().parents[1] / "data" / "measurements" / "aiconfigurator"
+        / "silicon_sample_agg.csv")
 
 
-def _validate(silicon: Path) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as folder:
-        rows = Path(folder) / "aic.csv"
-        if energylens(["measurements", "convert", "aiconfigurator", str(silicon), "-o", str(rows)]):
-            raise SystemExit("conversion failed")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            if energylens(["validate", "measurements", str(rows), "--json"]):
-                raise SystemExit("validation failed")
+def _validate(rows: Path) -> dict[str, object]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if energylens(["validate", "measurements", str(rows), "--json"]):
+            raise SystemExit("validation failed")
     result: dict[str, object] = json.loads(out.getvalue())
     return result
 
 
+def _converted(silicon: Path) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as folder:
+        rows = Path(folder) / "aic.csv"
+        if energylens(["measurements", "convert", "aiconfigurator", str(silicon), "-o", str(rows)]):
+            raise SystemExit("conversion failed")
+        return _validate(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--silicon", type=Path, default=SILICON)
-    parser.add_argument("--json", type=Path, help="a saved 'validate measurements --json' result")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--rows", type=Path, default=ROWS, help="a measurement CSV")
+    source.add_argument("--silicon", type=Path, help="a raw AIConfigurator silicon_sample.csv")
+    source.add_argument("--json", type=Path, help="a saved 'validate measurements --json' result")
     args = parser.parse_args()
-    result = json.loads(args.json.read_text()) if args.json else _validate(args.silicon)
+    if args.json:
+        result = json.loads(args.json.read_text())
+    else:
+        result = _converted(args.silicon) if args.silicon else _validate(args.rows)
     errors: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     left_out: Counter[str] = Counter()
     for row in result["rows"]:  # type: ignore[index]
