@@ -192,3 +192,13 @@ def test_capacity_is_the_highest_rate_meeting_the_attainment_target() -> None:
     looser = _load(request_rate=1.0, num_requests=400, slo=("ttft_p90_s<=1", "tpot_p90_s<=0.05"),
                    capacity_attainment=0.9)
     assert float(looser.load["capacity_requests_per_s"]) > capacity
+
+
+def test_capacity_bisection_widens_a_flood_underestimate() -> None:
+    from energylens.workloads.load.capacity import STEPS, bisect_capacity
+
+    def run(rate: float) -> tuple[float, float]:  # attains below 10/s; a flood serves 3/s
+        return (1.0 if rate < 10.0 else 0.0), (3.0 if rate > 1e5 else rate)
+
+    found = bisect_capacity(run=run, target=0.9)
+    assert 10.0 - 12.0 / 2**STEPS <= found < 10.0  # bracket [6, 12] halved STEPS times

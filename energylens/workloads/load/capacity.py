@@ -3,8 +3,9 @@ requests meets every SLO bound (DistServe's per-GPU goodput question), by bisect
 
 Open loop at each probed rate (Poisson, or the workload's arrival CV; the trace's clock
 rescaled when the workload replays one), on one replica with one price table. The rate
-is bracketed between 0 and the replica's service rate with every request queued at once,
-then halved ``STEPS`` times: the answer is within 1/2^STEPS of that bracket, from below.
+is bracketed between 0 and the replica's service rate with every request queued at once
+(doubled while the target is still attained), then halved ``STEPS`` times: the answer is
+within 1/2^STEPS of that bracket, from below.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from energylens.workloads.workload import Workload
 STEPS = 7
 #: A request rate at which every request is queued at once.
 FLOOD_RATE = 1e6
+#: Doublings of the bracket's top at most (2^6 times the flood's service rate).
+MAX_DOUBLINGS = 6
 
 
 def capacity_per_replica(*, placement: Placement, workload: Workload, target: float) -> float:
@@ -45,9 +48,14 @@ def capacity_per_replica(*, placement: Placement, workload: Workload, target: fl
 
 def bisect_capacity(*, run: Callable[[float], tuple[float, float]], target: float) -> float:
     """The highest rate at which ``run(rate)`` (SLO attainment, requests/s served) attains
-    ``target``, between 0 and the rate served with every request queued at once."""
+    ``target``. The bracket starts at the rate served with every request queued at once
+    (an underestimate when preemptions thrash) and doubles while it still attains."""
     _, service = run(FLOOD_RATE)
-    low, high = 0.0, service
+    low, high = 0.0, max(service, 1e-6)
+    for _ in range(MAX_DOUBLINGS):
+        if run(high)[0] < target:
+            break
+        low, high = high, 2 * high
     for _ in range(STEPS):
         mid = (low + high) / 2
         attained, _ = run(mid)
