@@ -138,14 +138,15 @@ def one_run(study: str | None, problem: str, limit: int | None) -> dict[str, flo
         grid = config.space.grid_size
         shard = Shard(1, max(1, grid // limit)) if limit else Shard()
         factory = load_factory(problem)
-        start = time.perf_counter()
-        state = run_exhaustive(config=config, problem=factory(config), shard=shard)
-        run_s = time.perf_counter() - start
+        problem = factory(config)
+        start, cpu = time.perf_counter(), time.process_time()
+        state = run_exhaustive(config=config, problem=problem, shard=shard)
+        run_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         report = write_grid_report(config=config)
         total_s = time.perf_counter() - start
         size = sum(f.stat().st_size for f in (Path(folder) / "out").rglob("*.parquet"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-    return {"points": state.evaluated, "grid": grid, "run_s": run_s, "total_s": total_s,
+    return {"points": state.evaluated, "grid": grid, "run_s": run_s, "cpu_s": cpu_s, "total_s": total_s,
             "per_s": state.evaluated / run_s, "peak_mib": peak, "front": len(report.front),
             "parquet_mib": size / 2**20}
 
@@ -164,7 +165,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(one_run(args.study, args.problem, args.limit)))
         return
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     command = [sys.executable, __file__, "--child", "--problem", args.problem]
     command += ["--study", args.study] if args.study else []
     command += ["--limit", str(args.limit)] if args.limit else []
@@ -174,7 +176,8 @@ def main() -> None:
         out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
         r = runs[-1]
-        print(f"  {r['points']:,} of {r['grid']:,} points in {r['run_s']:.1f} s ({r['per_s']:,.0f}/s), "
+        print(f"  {r['points']:,} of {r['grid']:,} points in {r['run_s']:.1f} s ({r['per_s']:,.0f}/s; "
+              f"CPU {r['cpu_s']:.1f} s, {r['points'] / r['cpu_s']:,.0f}/s), "
               f"report {r['total_s'] - r['run_s']:.1f} s, peak RSS {r['peak_mib']:.0f} MiB, "
               f"front {r['front']}, Parquet {r['parquet_mib']:.0f} MiB")
     median = {k: statistics.median(r[k] for r in runs) for k in ("run_s", "per_s", "peak_mib", "total_s")}
