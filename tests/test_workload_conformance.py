@@ -121,9 +121,14 @@ def test_predicts_finite_positive_metrics(kind: str, model: str) -> None:
 
 @every_kind
 def test_a_config_that_does_not_fit_is_reported_not_raised(kind: str) -> None:
+    """Refused with a one-line reason, or (a kind whose runtime caps its running batch
+    at what the KV cache holds, as vLLM's scheduler does) run at a smaller batch it reports."""
     p = _predict("dense", kind, batch=4096, input_tokens=8192, output_tokens=8192)
-    assert p.feasible is False
-    assert p.infeasible_reason and "\n" not in p.infeasible_reason and "GB" in p.infeasible_reason
+    if p.feasible:
+        assert p.running_batch is not None and p.running_batch < 4096
+    else:
+        assert p.infeasible_reason and "\n" not in p.infeasible_reason
+        assert "GB" in p.infeasible_reason
     _check_finite_positive(p)
 
 
