@@ -9,9 +9,9 @@ Format (paths are relative to the study file's folder)::
       - {metric: output_tokens_per_s, direction: maximize}
     constraints: ["tpot_s <= 0.05", "ttft_s <= 2"]
     engine: optuna                   # a registered engine: optuna (default) | pymoo | grid
-    sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3;
+    sampler: nsga2                   # optuna: nsga2 | tpe | random; pymoo: nsga2 | nsga3 | smsemoa;
                                      # grid: grid | exhaustive (Parquet, search.exhaustive)
-    population_size: 50
+    population_size: 50              # NSGA-II/III, SMS-EMOA population; tpe/random: trials at once
     trials: 500                      # budget; exhaustive engines (grid): the whole grid
     seed: 0
     storage: sqlite:///study.db      # default: <results>/storage.journal (Optuna journal)
