@@ -63,7 +63,8 @@ def _raises(path: Path, *fragments: str, **kwargs) -> MeasurementError:
 
 def test_copies_are_present_and_small() -> None:
     files = [p for p in DATA.rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) < 15e6
+    # Vidur 8.3 MB, AIConfigurator's kernel tables 5.6 MB (calibration inputs), the rest < 4 MB
+    assert sum(p.stat().st_size for p in files) < 20e6
     assert (DATA / "SOURCES.md").is_file()
     assert not (DATA / "transcribed").exists()
 
