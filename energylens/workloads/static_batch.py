@@ -34,10 +34,10 @@ DECODE_SEGMENTS = 4
 
 def _mean_over_points(cost: StepCost, *, points_ndim: int) -> StepCost:
     """The cost per step averaged over the context points it was priced at (the leading
-    axis of fields with ``points_ndim`` dimensions; a field that does not vary with the
-    context is taken times 1 / DECODE_SEGMENTS, as the sum over points always did)."""
+    axis of fields with ``points_ndim`` dimensions); a field that does not vary with the
+    context (a collective's energy) is the same at every point, so it is its own mean."""
     return StepCost(**{k: np.sum(np.asarray(v) * (1.0 / DECODE_SEGMENTS), axis=0)
-                       if np.ndim(v) == points_ndim else v * (1.0 / DECODE_SEGMENTS)
+                       if np.ndim(v) == points_ndim else v
                        for k, v in cost.__dict__.items()})
 
 
