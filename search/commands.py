@@ -237,12 +237,17 @@ def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides
 
 def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool) -> int:
     """Run (or continue) one shard of an exhaustive grid; report once every shard is done.
-
-    Raises:
-        KeyboardInterrupt: after the chunk in flight (its chunks are kept; a rerun continues).
-    """
+    Ctrl-C stops after the chunk in flight (exit 130; a rerun continues after it)."""
     _claim(config, force)
-    state = run_exhaustive(config=config, problem=problem, shard=shard, progress=True)
+    try:
+        state = run_exhaustive(config=config, problem=problem, shard=shard, progress=True)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: shard {shard} of {config.name!r} keeps its complete chunks in "
+            f"{exhaustive_folder(config) / shard.folder_name}; run the same command again to continue",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     console = _console()
     console.print(
         f"{config.name}: shard {shard}: {state.evaluated:,} of {state.size:,} configurations "

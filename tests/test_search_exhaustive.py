@@ -185,3 +185,16 @@ def test_the_command_line_runs_shards_and_reports_them(tmp_path, capsys) -> None
     assert cmd_run(path, app=APP, overrides=Overrides(shard="3/2")) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert parse_shard(" 2 / 5 ") == Shard(2, 5)
+
+
+def test_ctrl_c_on_the_command_line_keeps_the_chunks_and_says_how_to_continue(tmp_path, capsys) -> None:
+    path = write_toy_study(tmp_path, space=SPACE, engine="grid", sampler="exhaustive")
+
+    class CtrlC(ToyDeployment):
+        def evaluate_table(self, table):
+            raise KeyboardInterrupt
+
+    app = Application(problem_factory=lambda config: CtrlC())
+    assert cmd_run(path, app=app) == 130
+    assert "run the same command again to continue" in capsys.readouterr().err
+    assert cmd_run(path, app=APP) == 0
