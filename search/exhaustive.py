@@ -220,7 +220,7 @@ def merge_fronts(config: StudyConfig, fronts: list[pd.DataFrame]) -> pd.DataFram
     return merged.sort_values(INDEX_COLUMN, kind="stable").reset_index(drop=True)
 
 
-def read_state(config: StudyConfig, folder: Path) -> ShardState | None:
+def read_state(folder: Path) -> ShardState | None:
     """The state a shard's folder records (None: no state yet)."""
     path = folder / "state.json"
     if not path.exists():
@@ -239,7 +239,7 @@ def _recover(config: StudyConfig, folder: Path, shard: Shard, size: int) -> Shar
     """The shard's state with every complete chunk on disk folded in; temporary files removed."""
     for leftover in folder.glob(".*.tmp*"):
         leftover.unlink(missing_ok=True)
-    state = read_state(config, folder) or ShardState(shard, 0, 0, 0, size, pd.DataFrame())
+    state = read_state(folder) or ShardState(shard, 0, 0, 0, size, pd.DataFrame())
     chunks = chunk_files(folder)
     for number in range(state.chunks, len(chunks)):
         state = _fold(config, state, pd.read_parquet(chunks[number]), number + 1)

@@ -82,7 +82,7 @@ def shard_states(config: StudyConfig) -> list[ShardState]:
             f"{folder}: shards of different splits ({', '.join(f'of {n}' for n in splits)}); "
             "keep the folders of one split"
         )
-    states = [read_state(config, path) for _, path in found]
+    states = [read_state(path) for _, path in found]
     return [s for s in states if s is not None]
 
 
