@@ -229,3 +229,17 @@ def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) ->
         "gpu=H100": (5, 5, 3), "gpu=A100": (5, 5, 3)}
     text = render([(DATASETS[0], 2, 0, groups)], [DATASETS[0]], seeds=1)
     assert "| gpu=A100 | 5 | 5 |" in text
+
+
+def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path: Path) -> None:
+    from energylens.workloads import kind_names
+
+    if "load" not in kind_names():
+        pytest.skip("no workload kind named 'load' is registered")
+    path = _write(tmp_path, f"{HEADER},concurrency,ttft_p90_s,tpot_s\n"
+                            "llama-3.1-8b,H100,1,1,vllm,load,,256,32,4,0.05,0.008\n")
+    outcome = validate_measured(load_user_csv(path), calibration=default_calibration()).rows[0]
+    assert outcome.error is None, outcome.error
+    p = outcome.predicted
+    assert 0 < p["ttft_p50_s"] <= p["ttft_p90_s"] <= p["ttft_p99_s"]
+    assert p["tpot_s"] > 0 and p["request_throughput_per_s"] > 0
