@@ -353,6 +353,16 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "",
         *[f"![{p}]({p})" for p in plots],
         "",
+        "## Elsewhere",
+        "",
+        "- Serving under load (the request-level simulator, `--workload load`) against "
+        "AIConfigurator's measured serving rows at client concurrency 1-1,024, per engine and "
+        "GPU: [load.md](load.md#error-on-published-measurements-under-load) "
+        "(`python benchmarks/validate_load_aic.py`).",
+        "- Few-shot calibration to your own measurements (`calibrate --from`, `validate "
+        "measurements --k-shot`): the K = 0, 1, 3, 5 curves per dataset in "
+        "[k-shot.md](k-shot.md); the measurement CSV in [measurements.md](measurements.md).",
+        "",
     ]
     return "\n".join(out)
 
