@@ -45,7 +45,7 @@ FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                                       "elementwise_bandwidth_efficiency")),),
     "collective_latency": (("link", ("latency_s", "latency_per_hop_s", "p2p_latency_s",
                                      "bulk_latency_s", "overlap_sync_s")),
-                           ("runtime", ("allreduce_latency_s",))),
+                           ("runtime", ("allreduce_latency_s", "allreduce_latency_per_hop_s"))),
     "power": (("kernel", ("static_power_w", "busy_power_w", "energy_per_tensor_flop_j",
                           "energy_per_vector_flop_j", "energy_per_hbm_byte_j")),
               ("link", ("energy_per_byte_j", "power_w"))),
