@@ -29,6 +29,15 @@ BATCH: list[dict[str, Any]] = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def columnar_for_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small tables go row by row in studies (faster there); these tests price them with
+    the columnar path, which is what they check against ``evaluate``."""
+    from energylens.study import batch_objective
+
+    monkeypatch.setattr(batch_objective, "MIN_COLUMNAR_ROWS", 0)
+
+
 def _same(batch: list[dict[str, Any]], problem: DeploymentProblem) -> None:
     many = problem.evaluate_many(batch)
     assert len(many) == len(batch)
