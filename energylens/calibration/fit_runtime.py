@@ -441,8 +441,8 @@ def _report_only(*, rows: list[BenchRow], base: Calibration, runtime: str, gpu: 
 def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                 prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """On every GPU the reference runtime (vLLM) has constants for and the runtime runs on,
-    each other runtime's overheads that nothing identified (no fit, nothing borrowed) take its profile's priors,
-    marked ``assumed`` with the profile's source. vLLM's own sections are left alone."""
+    each other runtime's overheads that nothing identified (no fit, nothing borrowed) take
+    its profile's priors, marked ``assumed`` with the profile's source. vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
                    if key.split("/", 1)[0] == AIC_REFERENCE})
     for runtime in runtime_names():
