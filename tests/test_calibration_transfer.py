@@ -19,6 +19,7 @@ from energylens.calibration.coverage import (
     require_data_or_borrows,
 )
 from energylens.calibration.file import default_calibration
+from energylens.calibration.fit_runtime import fill_priors
 from energylens.calibration.run import CalibrationData, calibrate
 from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import KernelConstants, LinkConstants, RuntimeConstants
@@ -117,9 +118,9 @@ def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
-    """Fitted entries of the shipped file + the files' ``borrows:`` give back every
-    assumed entry it records, value and note (moving the relatives into the GPU files
-    changed nothing)."""
+    """Fitted entries of the shipped file + the files' ``borrows:`` (+ the runtime profiles'
+    priors) give back every assumed entry it records, value and note (moving the relatives
+    into the GPU files changed nothing)."""
     doc = _shipped_doc()
     sections = _sections(doc)
     prov: dict[str, dict[str, dict[str, Any]]] = {}
@@ -136,6 +137,7 @@ def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
     links = values("links/", LinkConstants)
     runtimes = values("runtimes/", RuntimeConstants)
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    fill_priors(runtimes=runtimes, prov=prov)  # then the runtime priors, as calibrate does
     expected = {key: {n: e for n, e in constants.items() if e["kind"] != "default"}
                 for key, constants in sections.items()}
     # GPU files newer than the shipped calibration borrow at prediction time instead.
