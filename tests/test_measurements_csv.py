@@ -232,10 +232,6 @@ def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) ->
 
 
 def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path: Path) -> None:
-    from energylens.workloads import kind_names
-
-    if "load" not in kind_names():
-        pytest.skip("no workload kind named 'load' is registered")
     path = _write(tmp_path, f"{HEADER},concurrency,ttft_p90_s,tpot_s\n"
                             "llama-3.1-8b,H100,1,1,vllm,load,,256,32,4,0.05,0.008\n")
     outcome = validate_measured(load_user_csv(path), calibration=default_calibration()).rows[0]
