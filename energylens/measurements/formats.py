@@ -125,7 +125,9 @@ def _text(path: Path, column: str, raw: Any, row: int | None = None) -> str:
 # --- file reading ----------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A measurement file's UTF-8 text; one-line :class:`MeasurementError` if it is missing,
+    a folder, not UTF-8 or empty."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -141,7 +143,7 @@ def _read_text(path: Path) -> str:
 
 def _csv_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[dict[str, str]]]:
     """Header and data rows of a CSV with a header line; checks ``required`` columns."""
-    reader = csv.DictReader(io.StringIO(_read_text(path)))
+    reader = csv.DictReader(io.StringIO(read_text(path)))
     header = [name.strip() for name in reader.fieldnames or []]
     reader.fieldnames = header
     missing = [name for name in required if name not in header]
@@ -198,7 +200,7 @@ _MLENERGY_SHARED = ("model_id", "weight_precision", "task", *_MLENERGY_CONTEXT)
 def _load_mlenergy(path: Path, gpu: str | None) -> list[MeasurementRow]:
     """Task file (``{"task", "configurations"}``) or model file (model keys at top level)."""
     try:
-        doc = json.loads(_read_text(path))
+        doc = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise _fail(path, f"invalid JSON: {e.msg} at line {e.lineno}") from None
     configs = doc.get("configurations") if isinstance(doc, dict) else None
@@ -440,7 +442,7 @@ def _load_llmcompass_matmul(path: Path, gpu: str | None) -> list[MeasurementRow]
     gpu = gpu or (path.stem.partition("_")[2] or None)
     if gpu is None:
         raise _no_gpu(path, "matmul_<GPU>.csv")
-    lines = list(csv.reader(io.StringIO(_read_text(path))))
+    lines = list(csv.reader(io.StringIO(read_text(path))))
     out = []
     for n, cells in enumerate((c for c in lines if any(x.strip() for x in c)), start=1):
         if len(cells) != len(_MATMUL_COLUMNS):

@@ -23,6 +23,7 @@ from typing import Any
 from energylens.deployment import KV_DTYPES, WEIGHT_DTYPES, Deployment
 from energylens.errors import EnergyLensError, MeasurementError
 from energylens.hardware import load_gpu
+from energylens.measurements.formats import read_text
 from energylens.model.config import ModelConfig
 from energylens.model.zoo import get_model
 from energylens.runtime import get_runtime, runtime_names
@@ -169,16 +170,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
 def load_user_csv(path: str | Path) -> UserMeasurements:
     """Read a measurement CSV; one-line :class:`MeasurementError` on any problem."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise _fail(p, "no such file") from None
-    except IsADirectoryError:
-        raise _fail(p, "is a directory, expected a CSV file") from None
-    except UnicodeDecodeError:
-        raise _fail(p, "not UTF-8 text") from None
-    if not text.strip():
-        raise _fail(p, "empty file")
+    text = read_text(p)
     reader = csv.DictReader(io.StringIO(text))
     header = [name.strip() for name in reader.fieldnames or []]
     reader.fieldnames = header
