@@ -38,7 +38,8 @@ DEPLOYMENT_COLUMNS = tuple(f.name for f in fields(Deployment))
 RESULT_COLUMNS = COLUMNS
 #: Columns that vary inside a group (arrays); every other one is part of the group key.
 _ARRAY_COLUMNS = ("batch", "num_gpus", "dp", "overlap_sms", "freq_mhz")
-_KEY_COLUMNS = ("gpu", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "fusion", "runtime", "routing")
+_KEY_COLUMNS = ("gpu", "tp", "pp", "ep", "attention_dp", "moe_tp", "weight_dtype", "kv_dtype",
+                "fusion", "runtime", "routing")
 
 
 def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.DataFrame,
@@ -152,7 +153,7 @@ def _key_value(name: str, value: Any, default: Any) -> Hashable:
     if name == "fusion":
         names = value.split(",") if isinstance(value, str) else list(cast(Iterable[str], value))
         return frozenset(n.strip() for n in names if n.strip() and n.strip() != "none")
-    if name in ("tp", "pp", "ep"):
+    if name in ("tp", "pp", "ep", "attention_dp", "moe_tp"):
         return int(value)
     if name == "routing" and not isinstance(value, Routing):
         raise EnergyLensError(f"predict_many: routing must hold Routing objects, got {value!r}")
@@ -173,6 +174,7 @@ def _groups(codes: list[np.ndarray]) -> Iterable[np.ndarray]:
 def _deployment(values: dict[str, Any], *, overlap_sms: int, freq_mhz: float | None,
                 num_gpus: int | None, dp: int | None) -> Deployment:
     return Deployment(num_gpus=num_gpus, tp=values["tp"], pp=values["pp"], ep=values["ep"], dp=dp,
+                      attention_dp=values["attention_dp"], moe_tp=values["moe_tp"],
                       weight_dtype=values["weight_dtype"], kv_dtype=values["kv_dtype"],
                       fusion=values["fusion"], overlap_sms=overlap_sms, freq_mhz=freq_mhz,
                       routing=values["routing"], runtime=values["runtime"])

@@ -36,6 +36,14 @@ class Deployment:
     For MoE models under EP, attention and dense layers are tensor-parallel over the
     whole ``tp x ep`` group (vLLM's layout: EP size = TP size) and each expert is split
     ``tp`` ways.
+
+    Data-parallel attention (``attention_dp > 1``, or ``moe_tp`` given: vLLM
+    ``--data-parallel-size --enable-expert-parallel``, SGLang ``--enable-dp-attention``,
+    TensorRT-LLM ``enable_attention_dp``): ``tp`` is then the attention group only; a
+    replica spans ``tp x attention_dp x pp`` GPUs, each of the ``attention_dp`` attention
+    ranks with its own share of the batch and its own KV cache, and the MoE layer spans all
+    of them: experts split ``ep`` ways, each expert ``moe_tp`` ways, ``ep x moe_tp`` =
+    ``tp x attention_dp`` (``moe_tp`` defaults to the quotient).
     """
 
     num_gpus: int | None = None
@@ -50,11 +58,23 @@ class Deployment:
     freq_mhz: float | None = None
     routing: Routing = field(default_factory=Routing)
     runtime: str = DEFAULT_RUNTIME  # the serving engine (energylens.runtime)
+    attention_dp: int = 1  # data-parallel attention ranks of one replica
+    moe_tp: int | None = None  # tensor-parallel split of each expert (explicit layout)
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "ep"):
+        for name in ("tp", "pp", "ep", "attention_dp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.moe_tp is not None and self.moe_tp < 1:
+            raise ConfigError(f"moe_tp must be >= 1, got {self.moe_tp}")
+        if self.explicit_moe_layout:
+            moe_gpus = self.tp * self.attention_dp
+            if self.moe_tp is None and moe_gpus % self.ep:
+                raise ConfigError(f"ep = {self.ep} does not divide tp x attention_dp = "
+                                  f"{moe_gpus} (the MoE layer spans the attention ranks' GPUs)")
+            if self.moe_tp is not None and self.ep * self.moe_tp != moe_gpus:
+                raise ConfigError(f"ep x moe_tp = {self.ep * self.moe_tp} != tp x attention_dp "
+                                  f"= {moe_gpus} (the MoE layer spans the attention ranks' GPUs)")
         if self.dp is not None and self.dp < 1:
             raise ConfigError(f"dp must be >= 1, got {self.dp}")
         if self.num_gpus is not None and self.num_gpus < 1:
@@ -75,9 +95,27 @@ class Deployment:
                               f"got {self.weight_dtype}")
 
     @property
+    def explicit_moe_layout(self) -> bool:
+        """Whether ``tp`` is the attention group alone (``attention_dp`` or ``moe_tp`` set)
+        rather than the per-expert split of vLLM's ``tp x ep`` layout."""
+        return self.attention_dp > 1 or self.moe_tp is not None
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs one attention rank's heads are split over."""
+        return self.tp if self.explicit_moe_layout else self.tp * self.ep
+
+    @property
+    def expert_tp(self) -> int:
+        """Ways each expert is split (``moe_tp``)."""
+        if self.moe_tp is not None:
+            return self.moe_tp
+        return self.tp * self.attention_dp // self.ep if self.explicit_moe_layout else self.tp
+
+    @property
     def gpus_per_replica(self) -> int:
         """GPUs one model replica occupies."""
-        return self.tp * self.ep * self.pp
+        return self.attention_tp * self.attention_dp * self.pp
 
     @property
     def replicas(self) -> int:
@@ -94,8 +132,12 @@ class Deployment:
         return self.gpus_per_replica * self.replicas
 
     def degrees(self, model: ModelConfig) -> dict[str, int]:
-        """Split degree per sharding dimension of the family specs."""
-        return {"tp": self.tp * self.ep, "etp": self.tp, "ep": self.ep}
+        """Split degree per sharding dimension of the family specs, and ``adp`` (the
+        data-parallel attention ranks) where there are several."""
+        degrees = {"tp": self.attention_tp, "etp": self.expert_tp, "ep": self.ep}
+        if self.attention_dp > 1:
+            degrees["adp"] = self.attention_dp
+        return degrees
 
 
 def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,
@@ -106,17 +148,22 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
         raise ConfigError(f"overlap_sms = {d.overlap_sms} leaves no SM for compute: "
                           f"{gpu_name} has {gpu_sm_count} SMs")
     if d.num_gpus is not None:
+        ranks = "tp*attention_dp*pp" if d.explicit_moe_layout else "tp*ep*pp"
         if d.gpus_per_replica * (d.dp or 1) > d.num_gpus:
             raise ConfigError(
-                f"tp*ep*pp*dp = {d.gpus_per_replica * (d.dp or 1)} parallel ranks "
+                f"{ranks}*dp = {d.gpus_per_replica * (d.dp or 1)} parallel ranks "
                 f"exceed num_gpus = {d.num_gpus}"
             )
         if d.num_gpus % d.gpus_per_replica:
             raise ConfigError(
-                f"num_gpus = {d.num_gpus} is not a multiple of tp*ep*pp = {d.gpus_per_replica}"
+                f"num_gpus = {d.num_gpus} is not a multiple of {ranks} = {d.gpus_per_replica}"
             )
         if d.dp is not None and d.gpus_per_replica * d.dp != d.num_gpus:
-            raise ConfigError(f"tp*ep*pp*dp = {d.gpus_per_replica * d.dp} != num_gpus = {d.num_gpus}")
+            raise ConfigError(f"{ranks}*dp = {d.gpus_per_replica * d.dp} != num_gpus = "
+                              f"{d.num_gpus}")
+    if d.explicit_moe_layout and model.moe is None:
+        raise ConfigError(f"attention_dp / moe_tp lay out a MoE layer but {model.name} is a "
+                          "dense model (use dp for replicas)")
     if d.ep > 1:
         if model.moe is None:
             raise ConfigError(f"ep = {d.ep} but {model.name} is a dense model (no experts)")
@@ -124,10 +171,10 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
             raise ConfigError(
                 f"ep = {d.ep} does not divide the {model.moe.num_experts} experts of {model.name}"
             )
-    attention_tp = d.tp * d.ep
+    attention_tp = d.attention_tp
     if model.num_heads % attention_tp:
         raise ConfigError(
-            f"tp{'*ep' if d.ep > 1 else ''} = {attention_tp} does not divide the "
+            f"tp{'*ep' if attention_tp != d.tp else ''} = {attention_tp} does not divide the "
             f"{model.num_heads} attention heads of {model.name}"
         )
     try:

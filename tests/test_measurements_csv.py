@@ -154,7 +154,8 @@ def test_aiconfigurator_rows_keep_id_layout_and_concurrency(tmp_path: Path) -> N
     measurements = load_user_csv(path)
     assert measurements.ignored == ("id", "max_batch_size", "provenance")
     outcome = validate_measured(measurements, calibration=default_calibration()).rows[0]
-    assert "data-parallel attention (attention_dp=8) is not modelled" in (outcome.error or "")
+    # attention_dp is read; 8 x 8 attention GPUs cannot hold an 8 x 1 MoE layer
+    assert "ep x moe_tp = 8 != tp x attention_dp = 64" in (outcome.error or "")
     serving = converters()["aiconfigurator"](source, Options(load_as_serving=True)).rows[1]
     assert (serving["workload"], serving["batch"]) == ("serving", 4)
 
@@ -186,7 +187,7 @@ def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(user_csv, "kind_names", lambda: ("batch", "serving"))
     errors = [o.error for o in validate_measured(load_user_csv(path),
                                                  calibration=default_calibration()).rows]
-    assert "moe_tp = 1 with tp = 4, ep = 2 is not modelled" in (errors[0] or "")
+    assert "ep x moe_tp = 2 != tp x attention_dp = 4" in (errors[0] or "")
     assert errors[1] == ("serving under load is not simulated (no workload kind named 'load' "
                          "is registered)")
     assert "runtime 'no-such-engine' has no profile" in (errors[2] or "")

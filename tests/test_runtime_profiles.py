@@ -113,7 +113,9 @@ DEPLOYMENTS = [Deployment(), Deployment(tp=4, num_gpus=4), Deployment(tp=2, num_
                Deployment(pp=2, num_gpus=2), Deployment(kv_dtype="fp8"),
                Deployment(weight_dtype="fp8", kv_dtype="bf16"), Deployment(weight_dtype="int4"),
                Deployment(weight_dtype="fp16")]
-MOE_DEPLOYMENTS = [Deployment(tp=2, ep=2, num_gpus=4), Deployment(ep=4, num_gpus=8)]
+MOE_DEPLOYMENTS = [Deployment(tp=2, ep=2, num_gpus=4), Deployment(ep=4, num_gpus=8),
+                   Deployment(attention_dp=4, ep=4, num_gpus=8),  # data-parallel attention
+                   Deployment(tp=2, attention_dp=2, ep=2, num_gpus=4)]  # moe_tp = 2
 
 
 def _cases() -> list[tuple[str, str, Deployment]]:
@@ -177,6 +179,8 @@ def test_launch_command_uses_only_the_documented_flags(runtime: str, model: str,
     # the deployment reaches the command: every GPU is used, the batch is the seqs limit
     assert command.replicas * command.gpus_per_server == deployment.total_gpus
     seqs = -(-64 // deployment.replicas)
+    if runtime in ("vllm", "trtllm"):  # their limit is per data-parallel attention rank
+        seqs = -(-64 // (deployment.replicas * deployment.attention_dp))
     if runtime == "deepspeed-mii":
         assert "max_length=1200" in argv[2]
     else:  # the running-sequence limit is the batch each replica runs

@@ -12,6 +12,7 @@ import pytest
 
 from energylens.cli import main
 from energylens.cost.work import op_flops
+from energylens.measurements.mlenergy import serving_case
 from energylens.measurements.vidur_ops import GEMM_OPS, VIDUR_OPS, Geometry, kernel_for, op_latency_s
 from energylens.validation.predictors import validate
 
@@ -128,10 +129,17 @@ def test_mlenergy_rows_are_never_dropped_and_unsupported_ones_say_why():
             p["avg_power_watts"] / p["output_throughput_tokens_per_sec"], rel=1e-6)
 
 
-def test_mlenergy_dp_attention_with_ep_is_reported_not_guessed():
+def test_mlenergy_dp_attention_with_ep_rows_predict():
     report = validate(format="mlenergy", path=DATA / "mlenergy/tasks/sourcegraph-fim.json")
     dp = [r for r in report.rows if r.input["data_parallel"] > 1]
-    assert dp and all("data-parallel attention" in r.error for r in dp)
+    assert dp and all(r.error is None for r in dp)
+    # vLLM --data-parallel-size n --enable-expert-parallel: n attention ranks, experts n ways
+    case = serving_case(dp[0].input)
+    d = case.deployment
+    assert (d.tp, d.attention_dp, d.ep, d.expert_tp, d.total_gpus) == (
+        1, dp[0].input["data_parallel"], dp[0].input["expert_parallel"], 1,
+        dp[0].input["num_gpus"])
+    assert case.workload.batch == dp[0].input["avg_batch_size"]  # every rank's sequences
 
 
 def test_splitwise_ttft_and_tpot_from_the_batch_workload(tmp_path):

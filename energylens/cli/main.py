@@ -75,6 +75,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", type=_positive_int, default=None if name == "dp" else 1,
                        help=f"{what}-parallel degree"
                             + (" (default: num_gpus / (tp*pp*ep))" if name == "dp" else ""))
+    p.add_argument("--attention-dp", type=_positive_int, default=1,
+                   help="data-parallel attention ranks of a replica, the MoE layer over all "
+                        "of them (tp is then the attention group: GPUs = tp*attention_dp*pp)")
+    p.add_argument("--moe-tp", type=_positive_int, default=None,
+                   help="ways each expert is split (ep*moe_tp = tp*attention_dp; default: "
+                        "the quotient)")
     p.add_argument("--batch", type=_positive_int, default=1, help="sequences per batch")
     p.add_argument("--input-tokens", type=_positive_int, default=512, help="prompt tokens per request")
     p.add_argument("--output-tokens", type=_positive_int, default=128,
@@ -113,7 +119,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     # Any value but 0 goes to Routing, which refuses a negative or NaN skew in one line.
     routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew != 0 else Routing()
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
-                            dp=args.dp, weight_dtype=args.dtype, fusion=args.fusion,
+                            dp=args.dp, attention_dp=args.attention_dp, moe_tp=args.moe_tp,
+                            weight_dtype=args.dtype, fusion=args.fusion,
                             kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
                             routing=routing, runtime=args.runtime)

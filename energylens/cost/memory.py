@@ -137,8 +137,11 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
                pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
                context_tokens: float,
                step_tokens: Size) -> MemoryUse:
-    """Memory of one GPU holding ``sequences`` sequences of up to ``context_tokens``, with
-    ``step_tokens`` tokens in one forward pass (capped at the runtime's prefill chunk)."""
+    """Memory of one GPU of a replica holding ``sequences`` sequences of up to
+    ``context_tokens``, with ``step_tokens`` tokens in one forward pass (capped at the
+    runtime's prefill chunk). Under data-parallel attention (``degrees["adp"]``) each
+    attention rank holds its share of the sequences and tokens, and its own copy of the
+    attention and dense weights (the degrees already split only the experts over them)."""
     weights = 0.0
     kv: Size = 0.0
     state: Size = 0.0
@@ -149,16 +152,17 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         kept = min(context_tokens, group.window) if group.window else context_tokens
         kv += group.count * sequences * kept * layer_kv
         state += group.count * sequences * layer_state
+    ranks = degrees.get("adp", 1)
     weights /= pp
-    kv /= pp
-    state /= pp
+    kv /= pp * ranks
+    state /= pp * ranks
     model = graph.model
     vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"]
     head_bytes = DTYPE_BYTES[weight_dtype] if weight_dtype in ("bf16", "fp16") else EMBEDDING_BYTES
     weights += vocab_shard * head_bytes * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
-    activations = np.minimum(step_tokens, runtime.prefill_chunk_tokens) * per_token
+    activations = np.minimum(step_tokens / ranks, runtime.prefill_chunk_tokens) * per_token
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations,
                      reserve_bytes=runtime.reserve_bytes, capacity_bytes=gpu.hbm_capacity_bytes,

@@ -149,3 +149,13 @@ def expert_load_at(*, routing: Routing, num_experts: int, top_k: int, ep: int,
 
 _LOAD_FIELDS = ("tokens_max_rank", "tokens_mean_rank", "active_experts_max_rank",
                 "active_experts_mean_rank")
+
+
+def attention_rank_sequences(*, sequences: Size, attention_dp: int, critical: bool) -> Size:
+    """Sequences one of ``attention_dp`` data-parallel attention ranks holds: the mean
+    share, or (``critical``) the slowest rank's, the share rounded up (the scheduler
+    spreads whole sequences, and every MoE layer waits for the rank holding the most)."""
+    if attention_dp == 1:
+        return sequences
+    share = sequences / attention_dp
+    return np.ceil(share - 1e-9) if critical else share

@@ -34,8 +34,8 @@ from energylens.cost.constants import (
     LinkConstants,
     RuntimeConstants,
 )
-from energylens.cost.kernels import Collective, CompiledLayer, compile_layer
-from energylens.cost.moe import Routing, expert_load_at
+from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
+from energylens.cost.moe import Routing, attention_rank_sequences, expert_load_at
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import GPU
@@ -105,7 +105,7 @@ class StepContext:
     def replica_gpus(self) -> int:
         """GPUs of one pipeline stage (a tensor/expert-parallel group)."""
         d = dict(self.degrees)
-        return d["tp"] * self.pp
+        return d["tp"] * d.get("adp", 1) * self.pp
 
 
 @lru_cache(maxsize=4096)
@@ -116,8 +116,11 @@ def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
 
 
 def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
-                 critical: bool) -> tuple[dict[str, Size], list[dict[str, Size]]]:
-    """Merged-token sizes for linear kernels, and per-group sizes for attention kernels."""
+                 critical: bool,
+                 ) -> tuple[dict[str, Size], dict[str, Size], list[dict[str, Size]]]:
+    """Merged-token sizes for expert kernels, the same for one attention rank's linear
+    kernels and collectives (the merged sizes but under data-parallel attention), and
+    per-group sizes for attention kernels."""
     sequences = sum(s.sequences for s in seqs)
     tokens = sum(s.sequences * s.new_tokens for s in seqs)
     # Linear kernels depend on b*m only; n = 1 logit row per sequence.
@@ -133,9 +136,18 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
         merged["t"] = rank_tokens / per_rank
         merged[ACTIVE_EXPERTS] = (load.active_experts_max_rank if critical
                                   else load.active_experts_mean_rank)
+    adp = dict(ctx.degrees).get("adp", 1)
+    local = merged
+    if adp > 1:  # each attention rank runs its own share of the sequences
+        seqs = [SequenceGroup(sequences=attention_rank_sequences(
+            sequences=s.sequences, attention_dp=adp, critical=critical),
+            new_tokens=s.new_tokens, context=s.context) for s in seqs]
+        rank_sequences = sum(s.sequences for s in seqs)
+        local = {**merged, "b": rank_sequences,
+                 "m": sum(s.sequences * s.new_tokens for s in seqs) / rank_sequences}
     attention = [{"b": s.sequences, "m": s.new_tokens, "p": s.context, "n": 1.0, "t": 1.0}
                  for s in seqs]
-    return merged, attention
+    return merged, local, attention
 
 
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
@@ -146,7 +158,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     ``shared`` holds the costs of kernels that read no expert rank (the same on every EP
     rank): filled by the first pass over a layer, reused by the second."""
     compiled = _compiled(group, ctx.degrees, ctx.fusion)
-    merged, attention = _phase_sizes(ctx=ctx, group=group, seqs=seqs, critical=critical)
+    merged, local, attention = _phase_sizes(ctx=ctx, group=group, seqs=seqs,
+                                            critical=critical)
     degrees = dict(ctx.degrees)
     constants = ctx.constants
     overlapping = {c.overlap_kernel for c in compiled.collectives
@@ -157,7 +170,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     memory_j: Size = 0.0
     for index, kernel in enumerate(compiled.kernels):
         context = kernel.touches_context
-        phases = attention if context else [merged]
+        phases = attention if context else [merged if _all_tokens(kernel) else local]
         same_on_every_rank = shared is not None and (context or not kernel.per_expert)
         for position, phase in enumerate(phases):
             cost = shared.get((index, position)) if same_on_every_rank and shared else None
@@ -177,7 +190,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                                     degrees=degrees):
         size = degrees[collective.dim]
         kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
-        nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **merged},
+        nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **local},
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
         sms = ctx.overlap_sms if overlapped else None
@@ -193,6 +206,13 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
     return latency, compute_j, memory_j, comm_j, exposed
+
+
+def _all_tokens(kernel: Kernel) -> bool:
+    """Whether a kernel computes on every attention rank's routed tokens (the experts'
+    GEMMs), not on one rank's own tokens (attention, dense layers, router, dispatch and
+    combine, whose routed side is sized by ``t``)."""
+    return kernel.is_expert and all(op.kind != "gather" for op in kernel.ops)
 
 
 def _overlaps(ctx: StepContext) -> bool:
@@ -265,16 +285,20 @@ def _on_link(*, ctx: StepContext, collective: Collective, bandwidth: float, nbyt
 
 def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup]) -> StepCost:
     """All ``group.count`` layers: latency of the critical GPU, energy of the whole stage."""
-    expert_parallel = group.is_moe and dict(ctx.degrees)["ep"] > 1
-    shared: dict[tuple[int, int], KernelCost] | None = {} if expert_parallel else None
+    degrees = dict(ctx.degrees)
+    adp = degrees.get("adp", 1)  # data-parallel attention ranks: sequences differ by rank
+    expert_parallel = group.is_moe and degrees["ep"] > 1
+    shared: dict[tuple[int, int], KernelCost] | None = (
+        {} if expert_parallel and adp == 1 else None)
     latency, compute_j, memory_j, comm_j, exposed = _layer_cost(
         ctx=ctx, group=group, seqs=seqs, critical=True, shared=shared)
-    if expert_parallel:
+    if expert_parallel or adp > 1:
         # Energy of the mean rank; latency of the critical one plus the engine's fixed time.
         _, compute_j, memory_j, comm_j, _ = _layer_cost(ctx=ctx, group=group, seqs=seqs,
                                                         critical=False, shared=shared)
+    if expert_parallel:
         latency = latency + ctx.runtime_constants.ep_moe_layer_overhead_s
-    gpus = dict(ctx.degrees)["tp"]
+    gpus = degrees["tp"] * adp
     return StepCost(latency_s=latency * group.count,
                     compute_energy_j=compute_j * gpus * group.count,
                     memory_energy_j=memory_j * gpus * group.count,

@@ -212,26 +212,29 @@ def _dtype(raw: str | None, allowed: tuple[str, ...], what: str) -> str | None:
 def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployment:
     """The engine's layout (``tp`` attention TP, ``ep``, ``moe_tp``) as a Deployment, whose
     ``tp`` splits each expert and whose attention runs over ``tp x ep`` GPUs. A dense
-    model has no experts: its ``moe_tp`` is not read."""
+    model has no experts: its ``moe_tp`` is not read. With ``attention_dp`` (a size, or
+    enabled without one: one GPU per attention rank, as TensorRT-LLM's
+    ``enable_attention_dp``) ``tp`` is one attention rank's TP and the MoE layer spans
+    ``tp x attention_dp`` GPUs split ``ep x moe_tp`` ways."""
     n, pp, ep = int(v["num_gpus"]), int(v["pp"] or 1), int(v["ep"] or 1)
     dp = v["dp"]
     attention_dp = v["attention_dp"]
+    common = {"num_gpus": n, "ep": ep, "pp": pp, "dp": dp, "runtime": runtime,
+              "weight_dtype": _dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
+              "kv_dtype": _dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"), "freq_mhz": v["freq_mhz"]}
     if attention_dp is not None and attention_dp != 1:
-        size = "enabled" if attention_dp == 0 else str(attention_dp)
-        raise UnsupportedRow(f"data-parallel attention (attention_dp={size}) is not modelled "
-                             "yet: the Deployment has no attention_dp")
+        if attention_dp == 0:  # enabled, size not given: every GPU of a replica is a rank
+            attention_dp, tp = n // (pp * (dp or 1)), 1
+        else:
+            tp = v["tp"] or n // (pp * (dp or 1) * attention_dp)
+        return Deployment(tp=tp, attention_dp=attention_dp, moe_tp=v["moe_tp"], **common)
     tp = v["tp"] or n // (pp * (dp or 1))
+    if model.moe is not None and v["moe_tp"] is not None:  # ep x moe_tp must be tp
+        return Deployment(tp=tp, moe_tp=v["moe_tp"], **common)
     if tp < 1 or tp % ep:
         raise UnsupportedRow(f"ep = {ep} does not divide tp = {tp}: the experts' group is the "
                              "attention group in the modelled layout")
-    moe_tp = v["moe_tp"] if model.moe is not None else None
-    if moe_tp is not None and moe_tp != tp // ep:
-        raise UnsupportedRow(f"moe_tp = {moe_tp} with tp = {tp}, ep = {ep} is not modelled yet "
-                             f"(the Deployment splits each expert tp / ep = {tp // ep} ways)")
-    return Deployment(num_gpus=n, tp=tp // ep, ep=ep, pp=pp, dp=dp, runtime=runtime,
-                      weight_dtype=_dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
-                      kv_dtype=_dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"),
-                      freq_mhz=v["freq_mhz"])
+    return Deployment(tp=tp // ep, **common)
 
 
 def _workload(v: dict[str, Any]) -> Workload:

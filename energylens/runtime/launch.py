@@ -36,7 +36,7 @@ class LaunchSpec:
     checkpoint_dtype: str  # the checkpoint's weight dtype
     deployment: Deployment
     weight_dtype: str  # the dtype the weights run in
-    max_num_seqs: int  # sequences one replica runs at once
+    max_num_seqs: int  # sequences one scheduler runs at once (a replica's attention rank)
     max_model_len: int  # prompt + output tokens of one sequence
 
     @property
@@ -94,7 +94,8 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
-        max_num_seqs=max(1, math.ceil(workload.batch / deployment.replicas)),
+        max_num_seqs=max(1, math.ceil(workload.batch
+                                      / (deployment.replicas * deployment.attention_dp))),
         max_model_len=int(math.ceil(workload.input_tokens + workload.output_tokens)))
 
 

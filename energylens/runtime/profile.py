@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 #: Kinds of a fact: documented in the engine's docs or code (``datasheet``), measured,
 #: fitted on a named file, derived from other facts, or assumed.
 FACT_KINDS = ("datasheet", "measured", "fitted", "derived", "assumed")
-#: Parallel dimensions a runtime may support (``Deployment`` degrees).
-PARALLEL_DIMS = ("tp", "pp", "ep")
+#: Parallel dimensions a runtime may support (``Deployment`` degrees): ``attention_dp`` is
+#: data-parallel attention with the MoE layer over all its ranks, ``moe_tp`` a split of
+#: each expert under that explicit layout.
+PARALLEL_DIMS = ("tp", "pp", "ep", "attention_dp", "moe_tp")
 
 
 def _strings(value: Any) -> frozenset[str]:
@@ -123,11 +125,15 @@ class RuntimeProfile:
         if kv is not None and kv not in self.kv_dtypes:
             raise ConfigError(f"{self.display_name} {self.version} has no {kv} KV cache "
                               f"(it stores {', '.join(sorted(self.kv_dtypes))})")
+        degrees = {"tp": deployment.tp, "pp": deployment.pp, "ep": deployment.ep,
+                   "attention_dp": deployment.attention_dp,
+                   # with one attention rank an expert split is the tp x ep layout's own
+                   "moe_tp": deployment.expert_tp if deployment.attention_dp > 1 else 1}
         for dim in PARALLEL_DIMS:
-            if getattr(deployment, dim) > 1 and dim not in self.parallelism:
+            if degrees[dim] > 1 and dim not in self.parallelism:
                 raise ConfigError(
                     f"{self.display_name} {self.version} has no {_DIM_NAMES[dim]} parallelism "
-                    f"({dim} = {getattr(deployment, dim)}; it supports "
+                    f"({dim} = {degrees[dim]}; it supports "
                     f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
@@ -154,11 +160,12 @@ class RuntimeProfile:
         EP group every rank already holds every token after the attention all-reduce, so
         dispatch is a local selection (no communication) and combine is one all-reduce of
         the MoE output over the group, into which the ``fused_into_combine`` reductions
-        (the shared expert's partial sums) are folded.
+        (the shared expert's partial sums) are folded. Under data-parallel attention
+        (``adp``) the ranks hold different tokens: all-to-all, as derived.
         """
         ep = degrees.get("ep", 1)
         if (self.expert_parallel_layout != "tensor-parallel-attention" or ep <= 1
-                or degrees.get("tp", 1) % ep):
+                or degrees.get("tp", 1) % ep or degrees.get("adp", 1) > 1):
             return list(collectives)
         out: list[Collective] = []
         combined = False
@@ -200,7 +207,8 @@ class RuntimeProfile:
                        c.memory_efficiency_scale, c.kv_bandwidth_scale)
 
 
-_DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert"}
+_DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert",
+              "attention_dp": "data-parallel attention", "moe_tp": "expert tensor"}
 #: An efficiency times a scale stays below this (a kernel never reaches 100 % of peak).
 MAX_EFFICIENCY = 0.98
 

@@ -18,15 +18,23 @@ class SGLang(RuntimeProfile):
     """``python -m sglang.launch_server``: one server for every replica (``--dp-size``)."""
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
-        """``python -m sglang.launch_server --model-path MODEL --tp-size ...``."""
+        """``python -m sglang.launch_server --model-path MODEL --tp-size ...``; data-parallel
+        attention is ``--dp-size N --enable-dp-attention`` with ``--tp-size`` all the
+        replica's GPUs, one server per replica."""
         d, f = spec.deployment, self.flag
         argv = [*self.launch_program.split(), f("--model-path"), spec.model_id,
-                f("--tp-size"), str(d.tp * d.ep)]
+                f("--tp-size"), str(d.attention_tp * d.attention_dp)]
         if d.ep > 1:
             argv += [f("--ep-size"), str(d.ep)]
         if d.pp > 1:
             argv += [f("--pp-size"), str(d.pp)]
-        if d.replicas > 1:
+        servers = 1
+        max_running = spec.max_num_seqs
+        if d.attention_dp > 1:
+            argv += [f("--dp-size"), str(d.attention_dp), f("--enable-dp-attention")]
+            servers = d.replicas
+            max_running *= d.attention_dp  # the server's limit, shared by its DP ranks
+        elif d.replicas > 1:
             argv += [f("--dp-size"), str(d.replicas)]
         notes: list[str] = []
         if spec.weight_dtype in TORCH_DTYPES and spec.weight_dtype != spec.checkpoint_dtype:
@@ -37,12 +45,12 @@ class SGLang(RuntimeProfile):
             notes.append(f"needs a {spec.weight_dtype} checkpoint of {spec.model_id}")
         if d.kv_dtype == "fp8":
             argv += [f("--kv-cache-dtype"), "fp8_e4m3"]
-        argv += [f("--max-running-requests"), str(spec.max_num_seqs),
+        argv += [f("--max-running-requests"), str(max_running),
                  f("--context-length"), str(spec.max_model_len),
                  f("--mem-fraction-static"), f"{self.memory_utilization:g}",
                  f("--port"), str(PORT)]
-        return LaunchCommand(argv=tuple(argv), gpus_per_server=d.total_gpus,
-                             notes=tuple(notes))
+        return LaunchCommand(argv=tuple(argv), replicas=servers,
+                             gpus_per_server=d.total_gpus // servers, notes=tuple(notes))
 
 
 register(SGLang(**load_facts("sglang")))

@@ -5,10 +5,16 @@ LLM-Inference-Bench (``energylens.calibration.fit_runtime``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from energylens.errors import ConfigError
 from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
+
+if TYPE_CHECKING:
+    from energylens.deployment import Deployment
+    from energylens.model.config import ModelConfig
 
 #: The LLM-API options file ``--extra_llm_api_options`` points to (KV-cache dtype).
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -18,21 +24,37 @@ EXTRA_OPTIONS = "extra_llm_api_options.yaml"
 class TensorRTLLM(RuntimeProfile):
     """``trtllm-serve``: one server per replica (it has no data-parallel option)."""
 
+    def check(self, *, deployment: Deployment, model: ModelConfig,
+              gpu_vendor: str | None = None) -> None:
+        """The base checks; and attention DP is one attention rank per GPU here
+        (``enable_attention_dp`` over the ``tp_size`` ranks: no attention TP within one)."""
+        super().check(deployment=deployment, model=model, gpu_vendor=gpu_vendor)
+        if deployment.attention_dp > 1 and deployment.tp > 1:
+            raise ConfigError(f"{self.display_name} {self.version} runs data-parallel attention "
+                              f"one GPU per attention rank (tp = {deployment.tp} with "
+                              f"attention_dp = {deployment.attention_dp})")
+
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
-        """``trtllm-serve MODEL --backend pytorch --tp_size ...``."""
+        """``trtllm-serve MODEL --backend pytorch --tp_size ...``; data-parallel attention
+        is ``enable_attention_dp`` in the options file, ``--tp_size`` then every rank."""
         d, f = spec.deployment, self.flag
         argv = [*self.launch_program.split(), spec.model_id, f("--backend"), "pytorch",
-                f("--tp_size"), str(d.tp * d.ep), f("--pp_size"), str(d.pp)]
+                f("--tp_size"), str(d.attention_tp * d.attention_dp), f("--pp_size"), str(d.pp)]
         if d.ep > 1:
             argv += [f("--ep_size"), str(d.ep)]
         notes: list[str] = []
         if spec.quantize:  # TensorRT-LLM reads quantisation from a ModelOpt checkpoint
             notes.append(f"needs a {spec.weight_dtype} (ModelOpt) checkpoint of {spec.model_id}")
-        files: tuple[tuple[str, str], ...] = ()
+        options = ""
+        if d.attention_dp > 1:
+            options += "enable_attention_dp: true\n"
         if d.kv_dtype == "fp8":
-            files = ((EXTRA_OPTIONS, "kv_cache_config:\n  dtype: fp8\n"),)
+            options += "kv_cache_config:\n  dtype: fp8\n"
+        files: tuple[tuple[str, str], ...] = ()
+        if options:
+            files = ((EXTRA_OPTIONS, options),)
             argv += [f("--extra_llm_api_options"), EXTRA_OPTIONS]
-        argv += [f("--max_batch_size"), str(spec.max_num_seqs),
+        argv += [f("--max_batch_size"), str(spec.max_num_seqs),  # per attention rank
                  f("--max_seq_len"), str(spec.max_model_len),
                  f("--max_num_tokens"), str(self.prefill_chunk_tokens),
                  f("--kv_cache_free_gpu_memory_fraction"), f"{self.memory_utilization:g}",

@@ -18,15 +18,21 @@ class VLLM(RuntimeProfile):
     """``vllm serve``: one server for every replica (``--data-parallel-size``)."""
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
-        """``vllm serve MODEL --tensor-parallel-size ... --max-num-seqs ...``."""
+        """``vllm serve MODEL --tensor-parallel-size ... --max-num-seqs ...``; data-parallel
+        attention is ``--data-parallel-size`` with ``--enable-expert-parallel``, one server
+        per replica (``--max-num-seqs`` is per data-parallel rank)."""
         d, f = spec.deployment, self.flag
         argv = [*self.launch_program.split(), spec.model_id,
-                f("--tensor-parallel-size"), str(d.tp * d.ep)]
+                f("--tensor-parallel-size"), str(d.attention_tp)]
         if d.pp > 1:
             argv += [f("--pipeline-parallel-size"), str(d.pp)]
         if d.ep > 1:
             argv.append(f("--enable-expert-parallel"))
-        if d.replicas > 1:
+        servers = 1
+        if d.attention_dp > 1:
+            argv += [f("--data-parallel-size"), str(d.attention_dp)]
+            servers = d.replicas
+        elif d.replicas > 1:
             argv += [f("--data-parallel-size"), str(d.replicas)]
         notes: list[str] = []
         if spec.weight_dtype in TORCH_DTYPES and spec.weight_dtype != spec.checkpoint_dtype:
@@ -42,8 +48,8 @@ class VLLM(RuntimeProfile):
                  f("--max-model-len"), str(spec.max_model_len),
                  f("--gpu-memory-utilization"), f"{self.memory_utilization:g}",
                  f("--port"), str(PORT)]
-        return LaunchCommand(argv=tuple(argv), gpus_per_server=d.total_gpus,
-                             notes=tuple(notes))
+        return LaunchCommand(argv=tuple(argv), replicas=servers,
+                             gpus_per_server=d.total_gpus // servers, notes=tuple(notes))
 
 
 register(VLLM(**load_facts("vllm")))

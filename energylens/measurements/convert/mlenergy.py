@@ -5,7 +5,8 @@ The input length is not in the data: each task's assumed value
 carried in a ``task`` column. ``median_itl_ms`` is the median inter-token latency
 (``itl_p50_s``). Layouts as vLLM launched them: ``expert_parallel = n`` with
 ``tensor_parallel = 1`` is ``--tensor-parallel-size n --enable-expert-parallel`` (``tp = ep
-= n``); ``data_parallel = expert_parallel = n`` is data-parallel attention.
+= n``); ``data_parallel = expert_parallel = n`` is data-parallel attention, whose
+``avg_batch_size`` counts every rank's sequences (see :mod:`energylens.measurements.mlenergy`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ def convert(path: Path, options: Options) -> Converted:
     for row in load_measurements(format="mlenergy", path=path, gpu=options.gpu).rows:
         v, m = row.input, row.measured
         task = str(v["task"])
-        dp = int(v["data_parallel"])
         out.rows.append({
             "model": v["model_id"], "gpu": row.context["gpu"], "num_gpus": int(v["num_gpus"]),
             **_layout(v), "runtime": RUNTIME, "dtype": v["weight_precision"],
-            "workload": "serving", "batch": float(v["avg_batch_size"]) * max(dp, 1),
+            "workload": "serving", "batch": float(v["avg_batch_size"]),
             "input_tokens": TASK_INPUT_TOKENS.get(task), "output_tokens": v["avg_output_len"],
             "itl_p50_s": m["median_itl_ms"] / 1e3, "output_tokens_per_s":
                 m["output_throughput_tokens_per_sec"], "power_w": m["avg_power_watts"],
