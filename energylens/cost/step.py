@@ -123,6 +123,18 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     per-group sizes for attention kernels."""
     sequences = sum(s.sequences for s in seqs)
     tokens = sum(s.sequences * s.new_tokens for s in seqs)
+    adp = dict(ctx.degrees).get("adp", 1)
+    rank_seqs, linear_seqs = seqs, seqs
+    if adp > 1:  # each attention rank runs its own share of the sequences
+        rank_seqs = [SequenceGroup(sequences=attention_rank_sequences(
+            sequences=s.sequences, attention_dp=adp, critical=critical),
+            new_tokens=s.new_tokens, context=s.context) for s in seqs]
+        linear_seqs = rank_seqs
+        if ctx.runtime.pads_attention_ranks:  # every rank runs the largest rank's tokens
+            linear_seqs = [SequenceGroup(sequences=attention_rank_sequences(
+                sequences=s.sequences, attention_dp=adp, critical=True),
+                new_tokens=s.new_tokens, context=s.context) for s in seqs]
+            tokens = adp * sum(s.sequences * s.new_tokens for s in linear_seqs)
     # Linear kernels depend on b*m only; n = 1 logit row per sequence.
     merged: dict[str, Size] = {"b": sequences, "m": tokens / sequences, "n": 1.0, "p": 1.0,
                                "t": 1.0}
@@ -136,17 +148,13 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
         merged["t"] = rank_tokens / per_rank
         merged[ACTIVE_EXPERTS] = (load.active_experts_max_rank if critical
                                   else load.active_experts_mean_rank)
-    adp = dict(ctx.degrees).get("adp", 1)
     local = merged
-    if adp > 1:  # each attention rank runs its own share of the sequences
-        seqs = [SequenceGroup(sequences=attention_rank_sequences(
-            sequences=s.sequences, attention_dp=adp, critical=critical),
-            new_tokens=s.new_tokens, context=s.context) for s in seqs]
-        rank_sequences = sum(s.sequences for s in seqs)
-        local = {**merged, "b": rank_sequences,
-                 "m": sum(s.sequences * s.new_tokens for s in seqs) / rank_sequences}
+    if adp > 1:
+        linear_sequences = sum(s.sequences for s in linear_seqs)
+        local = {**merged, "b": linear_sequences,
+                 "m": sum(s.sequences * s.new_tokens for s in linear_seqs) / linear_sequences}
     attention = [{"b": s.sequences, "m": s.new_tokens, "p": s.context, "n": 1.0, "t": 1.0}
-                 for s in seqs]
+                 for s in rank_seqs]
     return merged, local, attention
 
 

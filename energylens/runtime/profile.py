@@ -182,6 +182,11 @@ class RuntimeProfile:
                    if not (c.kind == "all_reduce" and c.after_op in self.fused_into_combine)]
         return out
 
+    #: Whether every data-parallel attention rank runs the largest rank's token count
+    #: (padding), so that the MoE layer's collectives see equal shares: the padded tokens
+    #: pass through the linear layers and the experts, not attention. Off by default.
+    pads_attention_ranks = False
+
     def allreduce_link(self, *, link: LinkConstants, constants: RuntimeConstants, scale_up: bool,
                        message_bytes: Any) -> LinkConstants:
         """Link constants of an all-reduce of ``message_bytes``: the runtime's own all-reduce

@@ -17,6 +17,11 @@ from energylens.runtime.registry import register
 class VLLM(RuntimeProfile):
     """``vllm serve``: one server for every replica (``--data-parallel-size``)."""
 
+    #: vLLM V1 pads each DP rank's batch to the largest rank's token count before the
+    #: forward pass (``GPUModelRunner`` DP padding, ``num_tokens_across_dp``, 0.11), and a
+    #: rank without requests runs a dummy batch: datasheet (the engine's code).
+    pads_attention_ranks = True
+
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """``vllm serve MODEL --tensor-parallel-size ... --max-num-seqs ...``; data-parallel
         attention is ``--data-parallel-size`` with ``--enable-expert-parallel``, one server
