@@ -216,3 +216,19 @@ def test_predict_many_reads_the_layout_columns() -> None:
         assert got.tpot_s == pytest.approx(one.tpot_s, rel=1e-9)
         assert got.energy_per_output_token_j == pytest.approx(one.energy_per_output_token_j,
                                                               rel=1e-9)
+
+
+def test_study_knobs_reach_the_deployment_and_bad_combinations_are_infeasible() -> None:
+    from energylens.study.objective import PARAMS, DeploymentProblem
+
+    assert PARAMS["attention_dp"](0) is not None and PARAMS["moe_tp"](2) is None
+    problem = DeploymentProblem(model=get_model(MOE), workload=SERVING)
+    knobs = {"gpu": GPU, "num_gpus": 8, "ep": 8, "attention_dp": 8, "moe_tp": 1}
+    good = problem.evaluate(knobs)
+    expected = predict(model=MOE, gpu=GPU, workload=SERVING,
+                       deployment=Deployment(num_gpus=8, ep=8, attention_dp=8, moe_tp=1))
+    assert good.infeasible_reason is None
+    assert good.metrics["tpot_s"] == pytest.approx(expected.tpot_s)
+    bad = problem.evaluate({**knobs, "moe_tp": 2})
+    assert bad.infeasible_reason == "ep x moe_tp = 16 != tp x attention_dp = 8 (the MoE layer " \
+                                    "spans the attention ranks' GPUs)"
