@@ -17,10 +17,6 @@ DATA = Path(__file__).parents[1] / "data" / "measurements"
 #: Names without a zoo entry yet, and why.
 NO_SOURCE = "no config of it among the project's sources (model_configs*.yaml, hf_configs)"
 KNOWN_UNRESOLVED = {
-    "nvidia/NVIDIA-Nemotron-Nano-9B-v2": "its entry waits for a recalibration (branch "
-                                         "issue15-nemotron-zoo): it brings ML.ENERGY rows into "
-                                         "the serving fit",
-    "nvidia/NVIDIA-Nemotron-Nano-12B-v2": "as nvidia/NVIDIA-Nemotron-Nano-9B-v2",
     "BAAI/Aquila-7B": NO_SOURCE, "Deci/DeciLM-7B": NO_SOURCE,
     "EleutherAI/gpt-j-6b": NO_SOURCE, "Qwen/Qwen1.5-7B": NO_SOURCE,
     "bigscience/bloom-7b1": NO_SOURCE, "facebook/opt-6.7b": NO_SOURCE,

@@ -71,9 +71,14 @@ def test_builds_its_einsum_graph(model: ModelConfig) -> None:
     assert graph.head.ops
 
 
-def test_total_parameter_count_matches_published(model: ModelConfig) -> None:
+def test_total_parameter_count_matches_published(model: ModelConfig,
+                                                 request: pytest.FixtureRequest) -> None:
     """Within 2 % of the card's count, or of the text decoder's where the card counts a
-    vision encoder that the zoo does not model."""
+    vision encoder that the zoo does not model; a disagreement no source explains is
+    recorded in models.yaml and expected to fail here until it is resolved."""
+    disagreement = model_info(model.name).params_total_disagreement
+    if disagreement:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=disagreement))
     total, active = parameter_count(model)
     assert 0 < active <= total
     if model.moe is None:

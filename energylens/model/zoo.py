@@ -70,7 +70,7 @@ _TRAILING_VERSION = "v0.1"
 # Keys of a models.yaml entry that are provenance/lookup data, not ModelConfig fields.
 _META_KEYS = frozenset({"aliases", "verification", "source", "disagreements", "model_type",
                         "params_text_published", "params_active_excludes",
-                        "params_active_disagreement"})
+                        "params_total_disagreement", "params_active_disagreement"})
 #: Matrices a published active count may leave out (a lookup, or the output projection).
 ACTIVE_COUNT_EXCLUSIONS = ("input_embedding", "output_embedding")
 _ALIAS_KEYS = frozenset({"name", "hf_id", "note"})
@@ -104,8 +104,9 @@ class ModelInfo:
     #: What the published active count leaves out (ACTIVE_COUNT_EXCLUSIONS), when the
     #: publisher says so.
     params_active_excludes: tuple[str, ...] = ()
-    #: Why the active count from the shapes and the published one disagree beyond 2 %,
-    #: when they do and no source explains it (None when they agree).
+    #: Why the total or active count from the shapes and the published one disagree
+    #: beyond 2 %, when they do and no source explains it (None when they agree).
+    params_total_disagreement: str | None = None
     params_active_disagreement: str | None = None
 
 
@@ -181,6 +182,8 @@ def _entry_info(entry: dict[str, Any], where: str) -> ModelInfo:
         params_text_published=_optional_count(entry.get("params_text_published"), where,
                                               "params_text_published"),
         params_active_excludes=_exclusions(entry.get("params_active_excludes", []), where),
+        params_total_disagreement=_optional_text(entry.get("params_total_disagreement"),
+                                                 where, "params_total_disagreement"),
         params_active_disagreement=_optional_text(entry.get("params_active_disagreement"),
                                                   where, "params_active_disagreement"),
     )
