@@ -26,7 +26,7 @@ from energylens.hardware import load_gpu
 from energylens.model import build_graph, load_hf_config, parameter_count
 from energylens.model.config import HybridConfig
 from energylens.model.hf import write_hf_config
-from energylens.model.zoo import parse_models_yaml
+from energylens.model.zoo import get_model, parse_models_yaml
 from energylens.predict import predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 
@@ -120,6 +120,25 @@ def test_decode_reads_and_writes_the_state_every_step(nano) -> None:
     small = predict(model=model, gpu="h100", workload=Workload(batch=1, input_tokens=256,
                                                                 output_tokens=64))
     assert short.tpot_s > small.tpot_s  # 32 states to stream instead of 1
+
+
+def test_an_fp32_ssm_state_doubles_its_bytes_and_slows_decode(nano, tmp_path: Path) -> None:
+    """``mamba_ssm_cache_dtype: float32`` (vLLM's --mamba-ssm-cache-dtype, what the
+    Nemotron-Nano-v2 card serves with): the SSM state is 4 bytes per element, the
+    convolution inputs stay 2; decode streams twice the SSM state."""
+    bf16, _ = nano
+    path = tmp_path / "fp32" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**NEMOTRON_NANO_9B_V2, "mamba_ssm_cache_dtype": "float32"}))
+    fp32 = load_hf_config(path)
+    assert fp32.hybrid is not None and fp32.hybrid.ssm_state_dtype == "fp32"
+    assert _memory(fp32, sequences=1, context=1).state_bytes == 27 * (
+        128 * 80 * 128 * 4 + 3 * 12288 * 2)
+    workload = Workload(kind="serving", batch=64, input_tokens=256, output_tokens=256)
+    slow, fast = (predict(model=m, gpu="h100", workload=workload) for m in (fp32, bf16))
+    assert slow.tpot_s > fast.tpot_s
+    shipped = get_model("nemotron-nano-9b-v2").hybrid
+    assert shipped is not None and shipped.ssm_state_dtype == "fp32"
 
 
 def test_tensor_parallel_splits_the_heads_and_groups(nano) -> None:

@@ -162,10 +162,17 @@ def errors(rows: list[ServingRow], predicted: list[dict[str, float] | None]) -> 
     return out
 
 
+def model_kind(row: ServingRow) -> str:
+    """``hybrid`` (Mamba-2 / attention blocks), ``moe`` or ``dense`` (transformers)."""
+    if row.case.model.hybrid is not None:
+        return "hybrid"
+    return "moe" if row.case.model.moe is not None else "dense"
+
+
 def row_group(row: ServingRow) -> str:
-    """``dense``/``moe`` x ``1-gpu``/``multi-gpu``: the groups the accuracy targets name."""
-    kind = "moe" if row.case.model.moe is not None else "dense"
-    return f"{kind},{'1-gpu' if int(row.values['num_gpus']) == 1 else 'multi-gpu'}"
+    """``dense``/``moe``/``hybrid`` x ``1-gpu``/``multi-gpu``: the groups the accuracy
+    targets name."""
+    return f"{model_kind(row)},{'1-gpu' if int(row.values['num_gpus']) == 1 else 'multi-gpu'}"
 
 
 def grouped_errors(rows: list[ServingRow],
@@ -199,7 +206,8 @@ def _fold(args: tuple) -> list[dict[str, float] | None]:
 def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
                 leave_out: bool = True, input_tokens: dict[str, float] | None = None,
                 max_nfev: int = 60, jobs: int = 1) -> tuple[FitResult, dict[str, list]]:
-    """Fit engine overheads and power constants of ``gpu_name`` on ML.ENERGY files.
+    """Fit engine overheads and power constants of ``gpu_name`` on the transformer rows of
+    ML.ENERGY files (hybrid Mamba-2 rows are only predicted).
 
     Leave-one-model-out folds start from the full fit (warm start, a third of the
     evaluation budget) and run on ``jobs`` processes.
@@ -208,9 +216,12 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
     rows, skipped = serving_rows(files=files, gpu_name=gpu, input_tokens=input_tokens)
     # Memory feasibility does not depend on any fitted constant: drop those rows up front.
     feasible = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
+    transformers = [r for r in feasible if model_kind(r) != "hybrid"]
     notes = [f"{skipped} row(s) of {gpu} not modelled (reason per row in `energylens validate`)",
-             f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted"]
-    rows = feasible
+             f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted",
+             f"{len(feasible) - len(transformers)} row(s) of hybrid Mamba-2 models never fitted "
+             f"(their prefill path is not modelled; the family fold predicts them)"]
+    rows = transformers
     params = serving_params(gpu)
     values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
     predicted = predict_rows(rows, apply(base, gpu, values))

@@ -10,7 +10,8 @@ predicts the held-out rows:
 - ``precision``: fit on BF16 checkpoints, predict FP8 and MXFP4 ones;
 - ``task``: fit on chat (``lm-arena-chat``), predict long-output reasoning (``gpqa``) and
   long-prompt fill-in-the-middle (``sourcegraph-fim``);
-- ``family``: fit on dense models, predict MoE, and the reverse;
+- ``family``: fit on dense models, predict MoE, and the reverse; fit on transformers,
+  predict the hybrid Mamba-2 models (which no fit sees);
 - ``gpu-generation``: predict a GPU's rows with no constants of its own, everything
   borrowed from the relative its GPU file declares (datasheet ratios), e.g. B200 from H100.
 
@@ -33,6 +34,7 @@ from energylens.calibration.fit_serving import (
     errors,
     fit_rows,
     materialise,
+    model_kind,
     predict_rows,
     serving_params,
     serving_rows,
@@ -56,8 +58,8 @@ def _chat(row: ServingRow) -> bool:
     return str(row.values["task"]) == "lm-arena-chat"
 
 
-def _moe(row: ServingRow) -> bool:
-    return row.case.model.moe is not None
+def _kind(kind: str) -> RowTest:
+    return lambda row: model_kind(row) == kind
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,10 @@ FOLDS: tuple[Fold, ...] = (
          lambda r: str(r.values["weight_precision"])),
     Fold("task", "fit chat, predict reasoning/FIM", _chat, lambda r: not _chat(r),
          lambda r: str(r.values["task"])),
-    Fold("family", "fit dense, predict MoE", lambda r: not _moe(r), _moe, lambda r: "moe"),
-    Fold("family", "fit MoE, predict dense", _moe, lambda r: not _moe(r), lambda r: "dense"),
+    Fold("family", "fit dense, predict MoE", _kind("dense"), _kind("moe"), lambda r: "moe"),
+    Fold("family", "fit MoE, predict dense", _kind("moe"), _kind("dense"), lambda r: "dense"),
+    Fold("family", "fit transformers, predict hybrid Mamba-2", lambda r: True, _kind("hybrid"),
+         lambda r: r.model),
 )
 
 
@@ -104,8 +108,10 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, 
     fold = FOLDS[index]
     rows, _ = serving_rows(files=files, gpu_name=gpu)
     rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
-    train = [r for r in rows if fold.train(r)]
-    test = [r for r in rows if fold.test(r)]
+    # No fit sees hybrid rows (as the full fit); only the hybrid fold predicts them.
+    transformers = [r for r in rows if model_kind(r) != "hybrid"]
+    train = [r for r in transformers if fold.train(r)]
+    test = [r for r in (rows if fold.regime == "family" else transformers) if fold.test(r)]
     entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
                              "test_rows": len(test)}
     if train and test:

@@ -22,6 +22,7 @@ from energylens.cost.work import (
 )
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
+from energylens.model.spec import STATE_ELEMENT_BYTES, STATE_TENSORS
 from energylens.runtime.profile import RuntimeProfile
 
 
@@ -118,7 +119,9 @@ def _state_bytes_per_sequence(*, group: LayerGroup, degrees: dict[str, int]) -> 
             for rank in op.output.ranks:
                 if rank != "b":
                     elements *= local[rank]
-            total += elements * ACTIVATION_BYTES
+            element_bytes = (local.get(STATE_ELEMENT_BYTES, ACTIVATION_BYTES)
+                             if op.output.name in STATE_TENSORS else ACTIVATION_BYTES)
+            total += elements * element_bytes
     return total
 
 

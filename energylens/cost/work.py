@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energylens.model.spec import Einsum, TensorRef
+from energylens.model.spec import STATE_ELEMENT_BYTES, STATE_TENSORS, Einsum, TensorRef
 
 Size = float | np.ndarray
 ACTIVATION_BYTES = 2.0  # bf16 activations (and the KV cache unless its dtype says otherwise)
@@ -85,13 +85,16 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
                  window: float | None, kv_dtype: str = "bf16", cache: bool = False) -> Size:
     """Bytes of ``tensor``: weights in the weight dtype; the KV cache (the cached tensors
     read by attention, and ``cache`` = a persistent output appended to it) in the KV
-    dtype, clipped to the window; other activations in bf16."""
+    dtype, clipped to the window; a recurrent SSM state in its own dtype; other activations
+    in bf16."""
     if tensor.name.startswith("W"):
         ranks = sizes
         if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
         return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
-    element = DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
+    element: Size = DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
+    if tensor.name in STATE_TENSORS:
+        element = sizes.get(STATE_ELEMENT_BYTES, ACTIVATION_BYTES)
     if tensor.name in KV_TENSORS and window is not None:
         kv_len = np.minimum(sizes["p"], window + sizes["m"] - 1)
         return _product(tensor.ranks, {**sizes, "p": kv_len}) * element

@@ -44,6 +44,10 @@ class MLAConfig:
 BLOCK_KINDS = {"M": "Mamba-2 mixer", "*": "self-attention", "-": "dense MLP", "E": "MoE"}
 
 
+#: Element size of each SSM state dtype an engine offers.
+SSM_STATE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
 @dataclass(frozen=True, kw_only=True)
 class HybridConfig:
     """A model of single-purpose blocks, some with a Mamba-2 (SSD) token mixer instead of
@@ -55,6 +59,19 @@ class HybridConfig:
     ssm_state_size: int  # ssm_state_size (d_state)
     ssm_groups: int  # n_groups: B and C are shared by the heads of a group
     conv_kernel: int  # width of the causal depthwise convolution
+    #: dtype the engine keeps the SSM state in (vLLM ``--mamba-ssm-cache-dtype``; the
+    #: convolution state stays in the activation dtype)
+    ssm_state_dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.ssm_state_dtype not in SSM_STATE_BYTES:
+            raise ModelConfigError(f"ssm_state_dtype {self.ssm_state_dtype!r}: expected one of "
+                             f"{', '.join(SSM_STATE_BYTES)}")
+
+    @property
+    def ssm_state_bytes(self) -> int:
+        """Bytes of one SSM state element."""
+        return SSM_STATE_BYTES[self.ssm_state_dtype]
 
     def count(self, kind: str) -> int:
         """Blocks of ``kind`` (a BLOCK_KINDS character)."""

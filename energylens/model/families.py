@@ -16,7 +16,14 @@ from typing import Any
 
 from energylens.errors import SpecError
 from energylens.model.config import ModelConfig
-from energylens.model.spec import Einsum, LayerSpec, Overlap, parse_einsum, validate_layer
+from energylens.model.spec import (
+    STATE_ELEMENT_BYTES,
+    Einsum,
+    LayerSpec,
+    Overlap,
+    parse_einsum,
+    validate_layer,
+)
 from energylens.yamlfile import safe_load
 
 #: Ranks whose sizes depend on the phase (batch, new tokens, context, tokens per expert).
@@ -151,7 +158,7 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
               {"d": model.hidden_size, "g": hybrid.ssm_groups,
                "r": hybrid.ssm_heads // hybrid.ssm_groups, "e": hybrid.ssm_head_dim,
                "s": hybrid.ssm_state_size, "w": hybrid.conv_kernel,
-               "u": hybrid.conv_kernel - 1}),
+               "u": hybrid.conv_kernel - 1, STATE_ELEMENT_BYTES: hybrid.ssm_state_bytes}),
         "*": ([family_part(_attention_part(model))], attention_sizes(model)),
         "-": ([ffn_norm, mlp], {"d": model.hidden_size, "f": model.ffn_size}),
     }

@@ -36,6 +36,12 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "ssm_update": ("elementwise", 2.0),
 }
 
+#: Recurrent-state tensors of the Mamba-2 mixer (read and written every step), and the size
+#: key under which a layer's sizes give their element bytes (the engine's SSM-state dtype;
+#: other activations are 16-bit).
+STATE_TENSORS = ("S", "SN")
+STATE_ELEMENT_BYTES = "state_element_bytes"
+
 _TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"
 _CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?\s*$")
 _FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+?)(?:_([a-z]))?\((.*)\)\s*$")

@@ -177,20 +177,29 @@ def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]
 def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
     from energylens.model.zoo import get_model
 
-    def is_moe(row: RowResult) -> bool:
+    def kind(row: RowResult) -> str:
         try:
-            return get_model(str(row.input["model_id"])).moe is not None
+            model = get_model(str(row.input["model_id"]))
         except ValueError:
-            return False
+            return "unknown"
+        if model.hybrid is not None:
+            return "hybrid"
+        return "moe" if model.moe is not None else "dense"
+
+    def is_moe(row: RowResult) -> bool:
+        return kind(row) == "moe"
+
+    def is_dense(row: RowResult) -> bool:
+        return kind(row) == "dense"
 
     def multi(row: RowResult) -> bool:
         return int(row.input["num_gpus"]) > 1
 
     return {
-        "dense": lambda r: not is_moe(r), "moe": is_moe,
+        "dense": is_dense, "moe": is_moe, "hybrid": lambda r: kind(r) == "hybrid",
         "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
-        "dense,1-gpu": lambda r: not is_moe(r) and not multi(r),
-        "dense,multi-gpu": lambda r: not is_moe(r) and multi(r),
+        "dense,1-gpu": lambda r: is_dense(r) and not multi(r),
+        "dense,multi-gpu": lambda r: is_dense(r) and multi(r),
         "moe,1-gpu": lambda r: is_moe(r) and not multi(r),
         "moe,multi-gpu": lambda r: is_moe(r) and multi(r),
     }
