@@ -45,7 +45,6 @@ def serving_params(gpu_name: str) -> tuple[Param, ...]:
     gpu = load_gpu(gpu_name)
     idle = gpu.idle_power_w
     return (
-        Param("kv_bandwidth_efficiency", 0.6, 0.2, 0.95),
         Param(f"{RUNTIME_PREFIX}step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
         Param(f"{RUNTIME_PREFIX}per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
         Param(f"{RUNTIME_PREFIX}ep_moe_layer_overhead_s", 20.0e-6, 1.0e-7, 500.0e-6, log=True),

@@ -70,6 +70,7 @@ class CalibrationData:
     mlenergy: list[Path] = field(default_factory=list)
     custom_allreduce: list[Path] = field(default_factory=list)
     gemm_tables: list[Path] = field(default_factory=list)
+    decode_attention_tables: list[Path] = field(default_factory=list)
     # serving runtimes (energylens.calibration.fit_runtime)
     runtime_kernels: list[Path] = field(default_factory=list)
     llm_inference_bench: list[Path] = field(default_factory=list)
@@ -77,7 +78,8 @@ class CalibrationData:
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
-                       *self.custom_allreduce, *self.gemm_tables, *self.runtime_kernels,
+                       *self.custom_allreduce, *self.gemm_tables,
+                       *self.decode_attention_tables, *self.runtime_kernels,
                        *self.llm_inference_bench})
 
 
@@ -96,6 +98,8 @@ def discover(root: Path) -> CalibrationData:
             "*/comm/*/*/custom_allreduce_perf.parquet")),
         gemm_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/gemm/vllm/*/gemm_perf.parquet")),
+        decode_attention_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/attention/vllm/*/generation_attention_perf.parquet")),
         runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
     )
@@ -205,6 +209,13 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.gemm_tables:
         _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
 
+    if data.decode_attention_tables:
+        # the decode-attention fit prices the kernel with each GPU's other kernel constants
+        borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    for path in data.decode_attention_tables:
+        _fit_kv_attention(path=path, kernels=kernels, prov=prov, fits=fits,
+                          leave_out=leave_out, log=log)
+
     for path in data.custom_allreduce:
         _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
                               leave_out=leave_out, log=log)
@@ -302,6 +313,25 @@ def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
         kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **result.values)
         prov.setdefault(f"kernels/{gpu}", {})[name] = _entry(
             result.values[name], kind="fitted", fit_id=fit_id, report=fits[fit_id])
+
+
+def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],
+                      prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                      leave_out: bool, log: Callable[[str], None]) -> None:
+    """The decode-attention KV bandwidth efficiency of one GPU from its kernel table."""
+    from energylens.calibration.fit_kv_attention import FIELD, fit_kv_attention, read_table
+
+    table = read_table(path=path)
+    if table.gpu not in kernels:
+        return  # no kernel constants to price the kernel with (no data, no relative)
+    result = fit_kv_attention(table=table, constants=kernels[table.gpu], leave_out=leave_out)
+    log(f"kernels {table.gpu}: {FIELD} = {result.values[FIELD]:.3f} on {result.n_points} "
+        f"decode-attention rows")
+    fit_id = f"aiconfigurator-attention/{table.gpu}/{FIELD}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_kv_heads_half_out")
+    kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
+    prov.setdefault(f"kernels/{table.gpu}", {})[FIELD] = _entry(
+        result.values[FIELD], kind="fitted", fit_id=fit_id, report=fits[fit_id])
 
 
 def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
