@@ -28,6 +28,7 @@ from energylens.measurements.mlenergy import (
     predicted_metrics,
     serving_case,
 )
+from energylens.measurements.mlenergy_screen import host_bound_runs, run_key
 from energylens.predict import predict
 
 #: Metrics the fit minimises (log error), with their weights.
@@ -68,6 +69,14 @@ class ServingRow:
     values: dict[str, Any]
     case: ServingCase
     measured: dict[str, float]
+    #: a run the host paced (``energylens.measurements.mlenergy_screen``): predicted, never fitted
+    host_bound: bool = False
+
+
+def fitted_rows(rows: list[ServingRow]) -> list[ServingRow]:
+    """The rows a fit may use: transformer rows of GPU-paced runs (hybrid Mamba-2 rows,
+    whose prefill path is not modelled, and host-bound runs are only predicted)."""
+    return [r for r in rows if model_kind(r) != "hybrid" and not r.host_bound]
 
 
 def serving_rows(*, files: list[Path], gpu_name: str,
@@ -77,24 +86,26 @@ def serving_rows(*, files: list[Path], gpu_name: str,
     rows: list[ServingRow] = []
     seen: set[tuple] = set()
     skipped = 0
-    for path in files:
-        for row in load_measurements(format="mlenergy", path=path).rows:
-            try:
-                if load_gpu(str(row.input["gpu_model"])).name != gpu:
-                    continue
-            except ValueError:
+    loaded = [row for path in files for row in load_measurements(format="mlenergy", path=path).rows]
+    host_bound = host_bound_runs((row.input, row.measured) for row in loaded)
+    for row in loaded:
+        try:
+            if load_gpu(str(row.input["gpu_model"])).name != gpu:
                 continue
-            key = tuple(sorted((k, str(v)) for k, v in row.input.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                case = serving_case(row.input, input_tokens=input_tokens)
-            except UnsupportedRow:
-                skipped += 1
-                continue
-            rows.append(ServingRow(model=str(row.input["model_id"]), values=row.input,
-                                   case=case, measured=row.measured))
+        except ValueError:
+            continue
+        key = tuple(sorted((k, str(v)) for k, v in row.input.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            case = serving_case(row.input, input_tokens=input_tokens)
+        except UnsupportedRow:
+            skipped += 1
+            continue
+        rows.append(ServingRow(model=str(row.input["model_id"]), values=row.input,
+                               case=case, measured=row.measured,
+                               host_bound=run_key(row.input) in host_bound))
     return rows, skipped
 
 
@@ -215,12 +226,15 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
     rows, skipped = serving_rows(files=files, gpu_name=gpu, input_tokens=input_tokens)
     # Memory feasibility does not depend on any fitted constant: drop those rows up front.
     feasible = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
-    transformers = [r for r in feasible if model_kind(r) != "hybrid"]
+    kept = fitted_rows(feasible)
+    hybrid = sum(model_kind(r) == "hybrid" for r in feasible)
     notes = [f"{skipped} row(s) of {gpu} not modelled (reason per row in `energylens validate`)",
              f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted",
-             f"{len(feasible) - len(transformers)} row(s) of hybrid Mamba-2 models never fitted "
-             f"(their prefill path is not modelled; the family fold predicts them)"]
-    rows = transformers
+             f"{hybrid} row(s) of hybrid Mamba-2 models never fitted (their prefill path is not "
+             f"modelled; the family fold predicts them)",
+             f"{len(feasible) - len(kept) - hybrid} row(s) of host-bound runs never fitted "
+             f"(energylens/measurements/mlenergy_screen.py)"]
+    rows = kept
     params = serving_params(gpu)
     values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
     predicted = predict_rows(rows, apply(base, gpu, values))

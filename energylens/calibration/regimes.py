@@ -33,6 +33,7 @@ from energylens.calibration.fit_serving import (
     apply,
     errors,
     fit_rows,
+    fitted_rows,
     materialise,
     model_kind,
     predict_rows,
@@ -108,10 +109,12 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, 
     fold = FOLDS[index]
     rows, _ = serving_rows(files=files, gpu_name=gpu)
     rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
-    # No fit sees hybrid rows (as the full fit); only the hybrid fold predicts them.
-    transformers = [r for r in rows if model_kind(r) != "hybrid"]
-    train = [r for r in transformers if fold.train(r)]
-    test = [r for r in (rows if fold.regime == "family" else transformers) if fold.test(r)]
+    # Folds fit on the rows the full fit uses; only the hybrid fold predicts hybrid rows,
+    # and no fold predicts host-bound runs (no GPU model can).
+    fitted = fitted_rows(rows)
+    train = [r for r in fitted if fold.train(r)]
+    test = [r for r in (rows if fold.regime == "family" else fitted)
+            if fold.test(r) and not r.host_bound]
     entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
                              "test_rows": len(test)}
     if train and test:
@@ -175,6 +178,7 @@ def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) ->
         runtimes={k: v for k, v in calibration.runtimes.items() if k.split("/")[1] != gpu.name})
     borrowed = borrowed_calibration(calibration=stripped, chain=chain)
     rows, _ = serving_rows(files=files, gpu_name=gpu.name)
+    rows = fitted_rows(rows)  # the kind of rows the relative's constants were fitted on
     predicted = predict_rows(rows, borrowed)
     fold = Fold("gpu-generation", f"fit {chain[-1].name}, predict {gpu.name}",
                 lambda r: False, lambda r: True, lambda r: gpu.name)

@@ -174,8 +174,13 @@ def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]
     return summary
 
 
-def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
+def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], bool]]:
+    """Row groups of ML.ENERGY rows; ``host-bound`` runs are screened over all of ``rows``
+    (every task file: the screen compares a model's tasks)."""
+    from energylens.measurements.mlenergy_screen import host_bound_runs, run_key
     from energylens.model.zoo import get_model
+
+    screened = host_bound_runs((r.input, r.measured) for r in rows)
 
     def kind(row: RowResult) -> str:
         try:
@@ -197,6 +202,7 @@ def _mlenergy_groups() -> dict[str, Callable[[RowResult], bool]]:
 
     return {
         "dense": is_dense, "moe": is_moe, "hybrid": lambda r: kind(r) == "hybrid",
+        "host-bound": lambda r: run_key(r.input) in screened,
         "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
         "dense,1-gpu": lambda r: is_dense(r) and not multi(r),
         "dense,multi-gpu": lambda r: is_dense(r) and multi(r),
@@ -275,6 +281,6 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             datasets[f"mlenergy-{gpu}"] = Dataset(
                 name=f"mlenergy-{gpu}", title=f"ML.ENERGY steady-state serving, {gpu}",
                 files=[str(f) for f in tasks], rows=mine,
-                summary=_summary(mine, extra=_mlenergy_groups()))
+                summary=_summary(mine, extra=_mlenergy_groups(rows)))
     return AccuracyReport(datasets=datasets, fits=fits, calibration_source=source,
                           constants=_sections(doc))
