@@ -74,9 +74,12 @@ class ServingRow:
 
 
 def fitted_rows(rows: list[ServingRow]) -> list[ServingRow]:
-    """The rows a fit may use: transformer rows of GPU-paced runs (hybrid Mamba-2 rows,
-    whose prefill path is not modelled, and host-bound runs are only predicted)."""
-    return [r for r in rows if model_kind(r) != "hybrid" and not r.host_bound]
+    """The rows a fit may use: transformer rows of GPU-paced runs in tensor-parallel
+    attention layouts. Only predicted: hybrid Mamba-2 rows (their prefill path is not
+    modelled), host-bound runs, and data-parallel attention rows (vLLM 0.11's DP + EP runs
+    far below what its kernels allow: throughput flat in the batch, ITL not monotonic)."""
+    return [r for r in rows if model_kind(r) != "hybrid" and not r.host_bound
+            and r.case.deployment.attention_dp == 1]
 
 
 def serving_rows(*, files: list[Path], gpu_name: str,
@@ -232,8 +235,8 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
              f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted",
              f"{hybrid} row(s) of hybrid Mamba-2 models never fitted (their prefill path is not "
              f"modelled; the family fold predicts them)",
-             f"{len(feasible) - len(kept) - hybrid} row(s) of host-bound runs never fitted "
-             f"(energylens/measurements/mlenergy_screen.py)"]
+             f"{len(feasible) - len(kept) - hybrid} row(s) of host-bound runs or "
+             f"data-parallel attention layouts never fitted"]
     rows = kept
     params = serving_params(gpu)
     values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)

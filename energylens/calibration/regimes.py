@@ -109,12 +109,13 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, 
     fold = FOLDS[index]
     rows, _ = serving_rows(files=files, gpu_name=gpu)
     rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
-    # Folds fit on the rows the full fit uses; only the hybrid fold predicts hybrid rows,
-    # and no fold predicts host-bound runs (no GPU model can).
+    # Folds fit on the rows the full fit uses and predict rows of the same kinds (only the
+    # hybrid fold predicts hybrid rows; none predicts host-bound runs or DP attention).
     fitted = fitted_rows(rows)
     train = [r for r in fitted if fold.train(r)]
-    test = [r for r in (rows if fold.regime == "family" else fitted)
-            if fold.test(r) and not r.host_bound]
+    hybrid = [r for r in rows if model_kind(r) == "hybrid"]
+    test = [r for r in (fitted + hybrid if fold.regime == "family" else fitted)
+            if fold.test(r) and not r.host_bound and r.case.deployment.attention_dp == 1]
     entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
                              "test_rows": len(test)}
     if train and test:

@@ -203,6 +203,7 @@ def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], b
     return {
         "dense": is_dense, "moe": is_moe, "hybrid": lambda r: kind(r) == "hybrid",
         "host-bound": lambda r: run_key(r.input) in screened,
+        "dp-attention": lambda r: int(r.input.get("data_parallel", 1)) > 1,
         "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
         "dense,1-gpu": lambda r: is_dense(r) and not multi(r),
         "dense,multi-gpu": lambda r: is_dense(r) and multi(r),
