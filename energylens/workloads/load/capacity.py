@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import simulate_replica
-from energylens.workloads.load.metrics import SLO, summarise
+from energylens.workloads.load.metrics import SLO
 from energylens.workloads.registry import Placement
 from energylens.workloads.workload import Workload
 
@@ -32,15 +32,13 @@ def capacity_per_replica(*, placement: Placement, workload: Workload, target: fl
     of ``workload`` (0 when even a trickle misses them)."""
     slos = tuple(SLO.parse(text) for text in workload.slo)
     one = replace(placement, replicas=1, gpus=placement.ctx.replica_gpus)
-    static_w = placement.ctx.constants.static_power_w
 
     def run(rate: float) -> tuple[float, float]:
         probe = replace(workload, request_rate=rate, concurrency=None)
         result = simulate_replica(placement=one, workload=probe, table=tables.get("t"))
         tables["t"] = result.table
-        metrics = summarise(run=result.sim, table=result.table, slos=slos, static_w=static_w,
-                            gpus=placement.ctx.replica_gpus)
-        return metrics.slo_attainment, metrics.requests_per_s
+        metrics = result.summary(ctx=placement.ctx, slos=slos)
+        return metrics.slo_attainment, metrics.requests_per_s * result.engines
 
     tables: dict[str, StepTable] = {}
     return bisect_capacity(run=run, target=target)

@@ -10,27 +10,39 @@ with D the decode-only step, F(T) the step of T tokens whose attention is neglig
 (context 1) and A(n, k) = step(one chunk) - F(n) the attention of one chunk. Each term is
 priced on a grid and interpolated linearly (costs are piecewise linear in the context and
 smooth in the token counts); integer axes are tabulated at every integer so that the
-scheduler's lookups are list indexing. Pipeline parallelism (micro-batches) makes steps
-less than additive: there the decomposition is an approximation.
+scheduler's lookups are list indexing.
+
+Under pipeline parallelism a step is one virtual engine's micro-batch (vLLM keeps ``pp``
+of them in flight, :mod:`energylens.workloads.load.kind`): it is priced through the whole
+model on one stage's tensor-parallel degrees (``step_cost`` at pp = 1, whose stage time
+is that over ``pp``), plus ``pp`` stage-to-stage sends of its activations. A virtual
+engine's next step starts when its micro-batch comes back, so with ``pp`` engines busy
+every stage is, and each engine's step time is ``pp`` x (stage time + send).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from energylens.cost.step import SequenceGroup, StepContext, engine_cost, step_cost
+from energylens.cost.step import (
+    SequenceGroup,
+    StepContext,
+    engine_cost,
+    pipeline_send_s,
+    step_cost,
+)
 
 #: Fields of a step's price: wall time and the three dynamic energy components.
 FIELDS = ("latency_s", "compute_energy_j", "memory_energy_j", "communication_energy_j")
 #: Context points of the grids (the context axis is priced in one vectorised call).
 CONTEXT_POINTS = 17
 #: Shortest step [s]. A chunk's term A(n, k) may be negative (F(n) prices n one-token
-#: sequences, whose attention can cost more than the chunk's); where the decomposition is
-#: not exact (pipeline micro-batches) a step's sum could fall below zero, so every step's
-#: price is floored at this time and at zero energy per component.
+#: sequences, whose attention can cost more than the chunk's); interpolation could take a
+#: step's sum below zero, so every step's price is floored at this time and at zero
+#: energy per component.
 MIN_STEP_S = 1e-6
 
 
@@ -45,9 +57,14 @@ def _geometric_axis(top: int) -> np.ndarray:
 
 
 def _price(ctx: StepContext, groups: list[SequenceGroup]) -> np.ndarray:
-    """(fields, points) array of one vectorised step price."""
-    cost = step_cost(ctx=ctx, seqs=groups)
+    """(fields, points) array of one vectorised step price: one virtual engine's step
+    through every stage (the whole model at one stage's degrees, and ``ctx.pp`` sends of
+    the step's activations from stage to stage, the last one back to the first)."""
+    cost = step_cost(ctx=replace(ctx, pp=1), seqs=groups)
+    tokens = sum(g.sequences * g.new_tokens for g in groups)
+    sends = ctx.pp * pipeline_send_s(ctx=ctx, tokens=tokens) if ctx.pp > 1 else 0.0
     values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
+    values[0] = values[0] + sends
     points = np.broadcast_shapes(*(v.shape for v in values))
     return np.stack([np.broadcast_to(v, points) for v in values])
 
@@ -95,12 +112,13 @@ class StepTable:
             - merged[int(n)] for n in n_axis])
         idle_s, per_seq_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                         sequences=1.0)
+        stage = replace(ctx, pp=1)  # a virtual engine's busy GPUs: one stage's share
         return cls(decode=_fill_integers(d_axis, decode, max_decode), merged=merged,
                    chunk=_fill_integers(n_axis, chunk, budget),
                    contexts=[float(c) for c in contexts], cached=[float(c) for c in cached],
                    engine_idle_s=float(idle_s), engine_busy_s_per_sequence=float(per_seq_s),
                    engine_busy_j_per_sequence=float(
-                       engine_cost(ctx=ctx, sequences=1.0).compute_energy_j))
+                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j))
 
     def latency_lists(self) -> tuple[list[list[float]], list[float], list[list[float]]]:
         """The latency tables as Python lists (the scheduler's fast path)."""

@@ -4,7 +4,11 @@ Binds a deployment's replica to the simulator: the scheduler limits (the runtime
 budget, vLLM's cap on running requests, the KV pool left by the memory model), the step
 price tables, the requests one replica receives; then scales one replica's run to the
 deployment (replicas serve independent shares of the traffic behind a round-robin
-balancer).
+balancer). Under pipeline parallelism a replica is ``pp`` virtual engines (vLLM's
+pipeline-parallel scheduling: ``pp`` micro-batches in flight, each engine's own running
+requests, the KV blocks split evenly between them; ``vllm/core/scheduler.py``, the
+``num_gpu_blocks //= pipeline_parallel_size`` of V0, recalled: kind engine code); requests
+reach them as they reach replicas, so one engine is simulated and scaled like a replica.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import numpy as np
 
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import StepContext
-from energylens.errors import ConfigError
 from energylens.workloads.load.arrivals import (
     Requests,
     closed_loop_clients,
@@ -107,39 +110,61 @@ def _lengths(workload: Workload) -> tuple[float, float, float]:
     return workload.input_tokens, workload.output_tokens, longest
 
 
+def virtual_engines(*, ctx: StepContext, workload: Workload, replicas: int) -> int:
+    """Virtual engines of one replica that receive requests: ``pp``, or fewer when a closed
+    loop has fewer clients per replica than stages (the others stay empty)."""
+    clients = closed_loop_clients(workload) / replicas
+    if clients <= 0:
+        return ctx.pp
+    return max(1, min(ctx.pp, round(clients)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoadRun:
-    """One replica's simulation and what priced it."""
+    """One virtual engine's simulation (the whole replica without pipeline parallelism),
+    what priced it, and how many such engines a replica runs."""
 
     requests: Requests
     table: StepTable
     limits: SchedulerLimits
     sim: SimRun
+    engines: int
+
+    def summary(self, *, ctx: StepContext, slos: tuple[SLO, ...]) -> LoadMetrics:
+        """Metrics of the simulated engine; it draws its share of the replica's static
+        power (rates are one engine's: multiply by :attr:`engines` for the replica)."""
+        return summarise(run=self.sim, table=self.table, slos=slos,
+                         static_w=ctx.constants.static_power_w,
+                         gpus=ctx.replica_gpus / self.engines)
 
 
 def simulate_replica(*, placement: Placement, workload: Workload,
                      table: StepTable | None = None) -> LoadRun:
-    """Simulate the requests of one replica; ``table`` reuses a price grid of an earlier
-    run on the same placement with lengths no longer than this one's."""
-    ctx, replicas = placement.ctx, placement.replicas
-    clients = closed_loop_clients(workload) / replicas
-    count = math.ceil(workload.num_requests / replicas) if workload.num_requests else \
+    """Simulate the requests of one replica (of one of its virtual engines under pipeline
+    parallelism); ``table`` reuses a price grid of an earlier run on the same placement
+    with lengths no longer than this one's."""
+    ctx = placement.ctx
+    engines = virtual_engines(ctx=ctx, workload=workload, replicas=placement.replicas)
+    streams = placement.replicas * engines
+    clients = closed_loop_clients(workload) / streams
+    count = math.ceil(workload.num_requests / streams) if workload.num_requests else \
         default_count(clients=clients)
-    requests = replica_requests(workload=workload, replicas=replicas, count=count)
+    requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
     budget, cap = serve_defaults(ctx)
+    pool = kv_pool_tokens(ctx, budget=budget) // ctx.pp
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
-                             kv_tokens=max(kv_pool_tokens(ctx, budget=budget), longest + 2 * BLOCK_TOKENS))
+                             kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS))
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
                                 budget=limits.token_budget)
     return LoadRun(requests=requests, table=table, limits=limits,
-                   sim=simulate(requests=requests, table=table, limits=limits))
+                   sim=simulate(requests=requests, table=table, limits=limits), engines=engines)
 
 
 def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,
-           gpus: int, replicas: int) -> PhaseResult:
+           gpus: float, replicas: int) -> PhaseResult:
     compute, memory, comm = (j * replicas for j in joules)
     static = static_w * gpus * wall_s * replicas
     return PhaseResult(latency_s=wall_s, energy_j=compute + memory + comm + static,
@@ -148,9 +173,10 @@ def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float
 
 
 def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryUse,
-                    metrics: LoadMetrics, name: str) -> LoadPrediction:
-    """The deployment's prediction from one replica's metrics."""
-    ctx, replicas = placement.ctx, placement.replicas
+                    metrics: LoadMetrics, name: str, engines: int = 1) -> LoadPrediction:
+    """The deployment's prediction from the metrics of one replica (of one of its
+    ``engines`` virtual engines)."""
+    ctx, replicas = placement.ctx, placement.replicas * engines
     static_w = ctx.constants.static_power_w
     per_token = metrics.window_energy_j / metrics.window_output_tokens
     lat = metrics.latency_s
@@ -170,10 +196,10 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         avg_power_w=metrics.window_energy_j / metrics.window_s * replicas,
         output_tokens_per_s=metrics.output_tokens_per_s * replicas,
         prefill=_phase(wall_s=metrics.prefill_window[0], joules=metrics.prefill_window[1:],
-                       static_w=static_w, gpus=ctx.replica_gpus, replicas=replicas),
+                       static_w=static_w, gpus=ctx.replica_gpus / engines, replicas=replicas),
         decode=_phase(wall_s=metrics.decode_only_window[0],
                       joules=metrics.decode_only_window[1:], static_w=static_w,
-                      gpus=ctx.replica_gpus, replicas=replicas),
+                      gpus=ctx.replica_gpus / engines, replicas=replicas),
         running_batch=metrics.mean_running, load=load)
 
 
@@ -197,18 +223,11 @@ class Load:
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
         """Simulate one replica's share and report the deployment."""
-        if placement.ctx.pp > 1:
-            # The step tables decompose a step into additive parts, which pipeline
-            # micro-batches break: pp = 2 came out 3x the throughput of pp = 1.
-            raise ConfigError(f"pipeline parallelism (pp = {placement.ctx.pp}) is not simulated "
-                              "under load yet; use tp/ep, or the serving workload")
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_replica(placement=placement, workload=workload)
-        metrics = summarise(run=result.sim, table=result.table, slos=slos,
-                            static_w=placement.ctx.constants.static_power_w,
-                            gpus=placement.ctx.replica_gpus)
+        metrics = result.summary(ctx=placement.ctx, slos=slos)
         out = load_prediction(placement=placement, workload=workload, memory=memory,
-                              metrics=metrics, name=self.name)
+                              metrics=metrics, name=self.name, engines=result.engines)
         if workload.capacity_attainment is not None:
             from energylens.workloads.load.capacity import capacity_per_replica
 

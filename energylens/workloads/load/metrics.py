@@ -123,7 +123,7 @@ def _statistic(values: np.ndarray, statistic: str) -> float:
 
 
 def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
-              gpus: int) -> LoadMetrics:
+              gpus: float) -> LoadMetrics:
     """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica."""
     n = len(run.arrival_s)
     skip = int(WARMUP_FRACTION * n) if n >= 10 else 0

@@ -12,7 +12,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from energylens.workloads.load.kind import LoadRun, simulate_replica
-from energylens.workloads.load.metrics import summarise
 from energylens.workloads.registry import Placement
 from energylens.workloads.workload import Workload
 
@@ -23,7 +22,8 @@ TIME_BINS = 200
 
 
 def _series(run: LoadRun, *, static_w: float, gpus: int) -> tuple[np.ndarray, ...]:
-    """Bin centres [s], average power [W] and mean waiting requests per bin."""
+    """Bin centres [s], average power [W] and mean waiting requests per bin of the replica
+    (its virtual engines as the simulated one)."""
     sim = run.sim
     start = float(sim.arrival_s.min())
     edges = np.linspace(start, float(sim.finish_s.max()), TIME_BINS + 1)
@@ -37,8 +37,8 @@ def _series(run: LoadRun, *, static_w: float, gpus: int) -> tuple[np.ndarray, ..
                           0.0, None)
         joules[i] = float(np.sum(dynamic * overlap / sim.wall_s))
         waiting[i] = float(np.sum(sim.waiting * overlap)) / width
-    power = joules / width + static_w * gpus  # static power all the time, idle included
-    return (edges[:-1] + edges[1:]) / 2 - start, power, waiting
+    power = joules * run.engines / width + static_w * gpus  # static: all the time
+    return (edges[:-1] + edges[1:]) / 2 - start, power, waiting * run.engines
 
 
 def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> None:
@@ -49,16 +49,14 @@ def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> 
     base = simulate_replica(placement=one, workload=workload)
     open_loop = replace(workload, concurrency=None, request_rate=1e6)
     flood = simulate_replica(placement=one, workload=open_loop)
-    service = summarise(run=flood.sim, table=flood.table, slos=(), static_w=static_w,
-                        gpus=ctx.replica_gpus).requests_per_s
+    service = flood.summary(ctx=ctx, slos=()).requests_per_s * flood.engines
     rates = [float(share * service) for share in RATE_SHARES]
     curves: dict[str, list[float]] = {k: [] for k in (
         "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")}
     for rate in rates:
         run = simulate_replica(placement=one, workload=replace(open_loop, request_rate=rate),
                                table=flood.table)
-        latency = summarise(run=run.sim, table=run.table, slos=(), static_w=static_w,
-                            gpus=ctx.replica_gpus).latency_s
+        latency = run.summary(ctx=ctx, slos=()).latency_s
         for key, values in curves.items():
             values.append(latency[key])
     figure = Figure(figsize=(12, 4.2), layout="constrained")
