@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
+
 from energylens.workloads.load.plots import write_front_plot
 
 
@@ -18,7 +20,8 @@ def main() -> None:
     parser.add_argument("results", nargs="+", type=Path)
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
-    write_front_plot(trials={folder.name: folder / "trials.csv" for folder in args.results},
+    write_front_plot(trials={folder.name: pd.read_csv(folder / "trials.csv")
+                             for folder in args.results},
                      path=args.output)
     print(f"wrote {args.output}")
 

@@ -159,7 +159,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _with_launch(code: int, args: argparse.Namespace) -> int:
     """After a written report: each Pareto point's launch command, as a ``launch_command``
-    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.runtime.launch)."""
+    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.runtime.launch); a
+    load study's pictures (energylens.study.load_report)."""
     if code != 0:
         return code
     import warnings
@@ -184,6 +185,11 @@ def _with_launch(code: int, args: argparse.Namespace) -> int:
     if written:
         print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
               "launch_command column of pareto.csv)")
+    from energylens.study.load_report import write_load_report
+
+    for path in write_load_report(results=config.results, problem=problem, name=config.name,
+                                  knobs=tuple(config.space.names), fixed=dict(config.space.fixed)):
+        print(f"wrote {path}")
     return code
 
 

@@ -185,6 +185,8 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         load[key] = float(load[key]) * replicas
     for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j", "preemptions"):
         load[key] = load[key] * replicas
+    for key in ("mean_running", "mean_queue_length"):  # per replica: all its engines
+        load[key] = float(load[key]) * engines
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
     reason = memory.shortfall(gpu_name=ctx.gpu.name)
     return LoadPrediction(
@@ -200,7 +202,7 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         decode=_phase(wall_s=metrics.decode_only_window[0],
                       joules=metrics.decode_only_window[1:], static_w=static_w,
                       gpus=ctx.replica_gpus / engines, replicas=replicas),
-        running_batch=metrics.mean_running, load=load)
+        running_batch=metrics.mean_running * engines, load=load)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
 """Pictures of a load run (``energylens predict --workload load --plot FILE.png``):
 TTFT and TPOT (p50, p99) against the request rate, from 10 % to 110 % of the replica's
-service rate, and the run's power and queue over time."""
+service rate, and the run's power and queue over time; and of a load study's trials,
+throughput per GPU against throughput per user."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -14,6 +16,9 @@ from matplotlib.figure import Figure
 from energylens.workloads.load.kind import LoadRun, simulate_replica
 from energylens.workloads.registry import Placement
 from energylens.workloads.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Rates of the sweep, as shares of the replica's service rate.
 RATE_SHARES = np.linspace(0.1, 1.1, 11)
@@ -81,30 +86,34 @@ def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> 
     figure.savefig(path, dpi=110)
 
 
-def write_front_plot(*, trials: dict[str, Path], path: Path) -> None:
-    """Output tokens/s per GPU against tokens/s per user (1 / mean TPOT) of the feasible
-    trials of load studies (``trials.csv`` per label), one colour per GPU type and mode,
-    each group's upper-right front drawn as a line."""
+def front_points(frame: pd.DataFrame) -> pd.DataFrame:
+    """The feasible trials of a load study as (group, tokens/s per user, tokens/s per GPU):
+    a user sees one token per mean TPOT; the group is the GPU type and mode (a
+    disaggregated trial's GPU is ``prefill/decode``)."""
     import pandas as pd
 
+    frame = frame[frame["feasible"].astype(bool)]
+    mode = frame["mode"] if "mode" in frame else pd.Series("colocated", index=frame.index)
+    gpu = frame["gpu"].where(mode == "colocated",
+                             frame.get("prefill_gpu", frame["gpu"]) + "/"
+                             + frame.get("decode_gpu", frame["gpu"]))
+    return pd.DataFrame({"group": gpu + " " + mode, "per_user": 1.0 / frame["tpot_s"],
+                         "per_gpu": frame["output_tokens_per_s_per_gpu"]})
+
+
+def write_front_plot(*, trials: dict[str, pd.DataFrame], path: Path) -> None:
+    """Output tokens/s per GPU against tokens/s per user of the feasible trials of load
+    studies (``trials.csv`` per label), one colour per GPU type and mode, each group's
+    upper-right front drawn as a line."""
     figure = Figure(figsize=(7, 5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots()
-    for label, csv in trials.items():
-        frame = pd.read_csv(csv)
-        frame = frame[frame["feasible"].astype(bool)]
-        mode = frame["mode"] if "mode" in frame else pd.Series("colocated", index=frame.index)
-        gpu = frame["gpu"].where(mode == "colocated",
-                                 frame.get("prefill_gpu", frame["gpu"]) + "/"
-                                 + frame.get("decode_gpu", frame["gpu"]))
-        for (name, kind), group in frame.groupby([gpu, mode]):
-            user = 1.0 / group["tpot_s"]
-            per_gpu = group["output_tokens_per_s_per_gpu"]
-            points = axes.scatter(user, per_gpu, s=14, alpha=0.6,
-                                  label=f"{label}: {name} {kind}")
-            order = np.argsort(-user.to_numpy())
+    for label, frame in trials.items():
+        for name, group in front_points(frame).groupby("group"):
+            user, per_gpu = group["per_user"].to_numpy(), group["per_gpu"].to_numpy()
+            points = axes.scatter(user, per_gpu, s=14, alpha=0.6, label=f"{label}: {name}")
             best, xs, ys = -np.inf, [], []
-            for x, y in zip(user.to_numpy()[order], per_gpu.to_numpy()[order], strict=True):
+            for x, y in zip(user[np.argsort(-user)], per_gpu[np.argsort(-user)], strict=True):
                 if y > best:
                     best = y
                     xs.append(x)
