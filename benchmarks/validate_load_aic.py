@@ -2,12 +2,20 @@
 per engine and GPU (issue 12 validation).
 
 Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--json RESULT]
+       python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
 Predicts every row of the shipped measurement CSV
 ``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
 validate measurements --json`` (``--silicon``: convert a raw ``silicon_sample.csv`` first
 with ``energylens measurements convert aiconfigurator``; ``--json``: read a saved result)
 and prints MAPE per (engine, GPU), with the rows left out and why.
+
+``--prefill-ratio`` (the TTFT diagnosis of docs/load.md): each row's measured TTFT over
+the model's TTFT of one request alone (the static-batch kind, batch 1, same deployment),
+median and spread per (engine, GPU, client concurrency). A fixed front-end latency would
+make the ratio fall as the prefill grows; queueing of prefills keeps it a function of the
+concurrency. The rule ratio = a + b x concurrency is fitted on the vLLM H100 rows (medians
+per concurrency) and its TTFT error printed on every other (engine, GPU), held out.
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ import json
 import statistics
 import tempfile
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from energylens.cli.main import main as energylens
+from energylens.errors import EnergyLensError
+from energylens.measurements.user_csv import UnsupportedRow, load_user_csv, row_case
+from energylens.predict import predict
 
 ROWS = (Path(__file__).resolve().parents[1] / "data" / "measurements" / "aiconfigurator"
         / "silicon_sample_agg.csv")
@@ -44,13 +56,74 @@ def _converted(silicon: Path) -> dict[str, object]:
         return _validate(rows)
 
 
+#: The subset the concurrency rule is fitted on; every other (engine, GPU) is held out.
+FIT_ON = ("vllm", "h100_sxm")
+
+
+def _alone_ttft(rows: Path) -> list[tuple[str, str, int, float, float]]:
+    """(engine, GPU, concurrency, measured TTFT, TTFT of one request alone) per row."""
+    alone: dict[tuple[object, ...], float] = {}
+    out = []
+    for row in load_user_csv(rows).rows:
+        if "ttft_s" not in row.measured:
+            continue
+        try:
+            case = row_case(row)
+        except (EnergyLensError, UnsupportedRow):
+            continue
+        single = replace(case.workload, kind="batch", batch=1.0, output_tokens=2.0,
+                         concurrency=None, request_rate=None)
+        key = (case.model.name, case.gpu, case.deployment, single)
+        if key not in alone:
+            try:
+                alone[key] = predict(model=case.model, gpu=case.gpu,
+                                     deployment=case.deployment, workload=single).ttft_s
+            except EnergyLensError:
+                alone[key] = float("nan")
+        v = row.values
+        out.append((str(v["runtime"]), str(row.columns["gpu"]), int(v["concurrency"]),
+                    row.measured["ttft_s"], alone[key]))
+    return out
+
+
+def prefill_ratio(rows: Path) -> None:
+    """Print the ratio table and the held-out error of the fitted concurrency rule."""
+    data = [r for r in _alone_ttft(rows) if r[4] == r[4] and r[4] > 0]
+    groups: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for engine, gpu, clients, measured, alone in data:
+        groups[(engine, gpu)][clients].append(measured / alone)
+    print("| engine | GPU | concurrency: median ratio (quartiles) [rows] |\n|---|---|---|")
+    for (engine, gpu), by_c in sorted(groups.items()):
+        cells = []
+        for clients, ratios in sorted(by_c.items()):
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            cells.append(f"{clients}: {statistics.median(ratios):.1f} ({q[0]:.1f}-{q[2]:.1f}) "
+                         f"[{len(ratios)}]")
+        print(f"| {engine} | {gpu} | {'; '.join(cells)} |")
+    fit = groups[FIT_ON]
+    xs = sorted(fit)
+    ys = [statistics.median(fit[c]) for c in xs]
+    slope, intercept = statistics.linear_regression(xs, ys)
+    print(f"\nfitted on {FIT_ON}: ratio = {intercept:.2f} + {slope:.4f} x concurrency")
+    print("| engine | GPU | rows | TTFT MAPE of the rule |\n|---|---|---|---|")
+    for (engine, gpu), by_c in sorted(groups.items()):
+        errors = [abs((intercept + slope * c) / r - 1) * 100 for c, rs in by_c.items() for r in rs]
+        held = "" if (engine, gpu) != FIT_ON else " (fitted)"
+        print(f"| {engine} | {gpu}{held} | {len(errors)} | {statistics.mean(errors):.1f} % |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--rows", type=Path, default=ROWS, help="a measurement CSV")
     source.add_argument("--silicon", type=Path, help="a raw AIConfigurator silicon_sample.csv")
     source.add_argument("--json", type=Path, help="a saved 'validate measurements --json' result")
+    parser.add_argument("--prefill-ratio", action="store_true",
+                        help="measured TTFT over one request's prefill, per concurrency")
     args = parser.parse_args()
+    if args.prefill_ratio:
+        prefill_ratio(args.rows)
+        return
     if args.json:
         result = json.loads(args.json.read_text())
     else:
