@@ -58,3 +58,15 @@ def test_one_client_uses_one_engine() -> None:
     step through both stages and the throughput one token per TPOT."""
     load = _load(PIPE, concurrency=1, input_tokens=512, output_tokens=128, num_requests=40)
     assert load.output_tokens_per_s == pytest.approx(1 / load.tpot_s, rel=0.1)
+
+
+def test_pipeline_and_data_parallelism_over_the_same_gpus_come_out_alike() -> None:
+    """Two virtual engines of one pp = 2 replica serve like two replicas: same throughput
+    and energy per token, less the stage-to-stage sends (and the KV pool each holds)."""
+    pipe = _load(PIPE, concurrency=64, input_tokens=512, output_tokens=256)
+    data = _load(Deployment(dp=2), concurrency=64, input_tokens=512, output_tokens=256)
+    assert pipe.num_gpus == data.num_gpus == 2
+    assert pipe.output_tokens_per_s == pytest.approx(data.output_tokens_per_s, rel=0.05)
+    assert pipe.output_tokens_per_s <= data.output_tokens_per_s
+    assert pipe.energy_per_output_token_j == pytest.approx(data.energy_per_output_token_j,
+                                                           rel=0.05)
