@@ -3,6 +3,8 @@ through every stage (issue 12 leftovers)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from energylens.deployment import Deployment
@@ -14,7 +16,7 @@ MODEL, GPU = "llama-3.1-8b", "H100"
 PIPE = Deployment(pp=2)
 
 
-def _load(deployment: Deployment, **fields: object) -> LoadPrediction:
+def _load(deployment: Deployment, **fields: Any) -> LoadPrediction:
     result = predict(model=MODEL, gpu=GPU, deployment=deployment,
                      workload=Workload(kind="load", **fields))
     assert isinstance(result, LoadPrediction)
