@@ -17,6 +17,7 @@ import numpy as np
 from energylens.cost.memory import MemoryUse
 from energylens.cost.step import SequenceGroup, StepCost, engine_cost, step_cost
 from energylens.cost.work import Size
+from energylens.workloads.capacity import kv_capped
 from energylens.workloads.registry import MemoryDemand, Placement, register
 from energylens.workloads.result import (
     Columns,
@@ -62,8 +63,50 @@ class StaticBatch:
 
     def columns(self, *, placement: Placement, workload: Workload, memory: MemoryUse,
                 batch: Size) -> Columns:
-        """:meth:`run` as columns; ``batch`` is the workload's batch (an array for many)."""
+        """:meth:`run` as columns; ``batch`` is the workload's batch (an array for many).
+
+        A batch whose KV cache does not fit runs in waves of the largest batch that fits
+        (the engine admits what fits and runs the rest as slots free): each wave a whole
+        prefill and decode, latency and energy summed; ``running_batch`` is that cap.
+        Infeasible only when the weights plus one sequence do not fit."""
         ctx, sequences = placement.ctx, placement.sequences
+        cap, memory = kv_capped(placement=placement, memory=memory, whole=True,
+                                demand=lambda n: self.memory_demand(workload=workload,
+                                                                    sequences=n))
+        full = np.floor(sequences / cap)  # 1 when the batch fits
+        rest = value(sequences - full * cap)
+        prefill, decode, ttft, tpot = self._wave(placement=placement, workload=workload,
+                                                 sequences=cap)
+        prefill = {k: v * full for k, v in prefill.items()}
+        decode = {k: v * full for k, v in decode.items()}
+        tpot_sum, waves = tpot * full, full
+        if np.any(rest > 0):  # a last, smaller wave
+            last = rest > 0
+            tail = self._wave(placement=placement, workload=workload,
+                              sequences=value(np.where(last, rest, cap)))
+            prefill = {k: v + last * tail[0][k] for k, v in prefill.items()}
+            decode = {k: v + last * tail[1][k] for k, v in decode.items()}
+            tpot_sum, waves = tpot_sum + last * tail[3], waves + last
+        s_out = workload.output_tokens
+        total_energy = prefill["energy_j"] + decode["energy_j"]
+        wall = prefill["latency_s"] + decode["latency_s"]
+        output_tokens = batch * s_out
+        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name)
+        return {
+            "feasible": feasible, "infeasible_reason": reason, "num_gpus": placement.gpus,
+            "memory_per_gpu_gb": value(memory.total_bytes / 1e9), "ttft_s": ttft,
+            "tpot_s": value(tpot_sum / waves), "energy_per_output_token_j": total_energy / output_tokens,
+            "energy_per_request_j": total_energy / batch, "avg_power_w": total_energy / wall,
+            "output_tokens_per_s": output_tokens / wall, "running_batch": cap,
+            **{f"prefill_{k}": value(v) for k, v in prefill.items()},
+            **{f"decode_{k}": value(v) for k, v in decode.items()},
+        }
+
+    def _wave(self, *, placement: Placement, workload: Workload,
+              sequences: Size) -> tuple[dict[str, Size], dict[str, Size], Size, Size]:
+        """One wave of ``sequences`` per replica: (prefill phase, decode phase, its
+        prefill time, its mean decode step)."""
+        ctx = placement.ctx
         s_in, s_out = workload.input_tokens, workload.output_tokens
         engine = engine_cost(ctx=ctx, sequences=sequences)
         prefill_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=s_in,
@@ -82,19 +125,7 @@ class StaticBatch:
                                 static_w=static_w, gpus=gpus)
         decode = phase_columns(cost=per_step.scaled(float(steps)).scaled(replicas),
                                wall_s=tpot * steps, static_w=static_w, gpus=gpus)
-        total_energy = prefill["energy_j"] + decode["energy_j"]
-        wall = prefill["latency_s"] + decode["latency_s"]
-        output_tokens = batch * s_out
-        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name)
-        return {
-            "feasible": feasible, "infeasible_reason": reason, "num_gpus": gpus,
-            "memory_per_gpu_gb": value(memory.total_bytes / 1e9), "ttft_s": prefill_wall,
-            "tpot_s": tpot, "energy_per_output_token_j": total_energy / output_tokens,
-            "energy_per_request_j": total_energy / batch, "avg_power_w": total_energy / wall,
-            "output_tokens_per_s": output_tokens / wall, "running_batch": sequences,
-            **{f"prefill_{k}": v for k, v in prefill.items()},
-            **{f"decode_{k}": v for k, v in decode.items()},
-        }
+        return prefill, decode, prefill_wall, tpot
 
 
 register(StaticBatch())

@@ -10,14 +10,14 @@ blocks fit); the deployment is infeasible only when not even one sequence fits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.memory import MemoryUse
 from energylens.cost.step import ZERO, SequenceGroup, engine_cost, step_cost
 from energylens.cost.work import Size
+from energylens.workloads.capacity import kv_capped
 from energylens.workloads.registry import MemoryDemand, Placement, register
 from energylens.workloads.result import (
     Columns,
@@ -145,42 +145,9 @@ class SteadyState:
 
     def _capped(self, *, placement: Placement, workload: Workload,
                 memory: MemoryUse) -> tuple[Size, MemoryUse]:
-        """The running batch per replica and its memory: the requested one if it fits,
-        else as many sequences as the KV space left after weights, activations and the
-        reserve holds (at least one; with fewer the deployment stays infeasible). Per
-        configuration when the placement holds arrays."""
-        batch = placement.sequences
-        per_sequence = (memory.kv_cache_bytes + memory.state_bytes) / self.memory_demand(
-            workload=workload, sequences=batch).sequences
-        free = (memory.usable_bytes - memory.weights_bytes - memory.activation_bytes
-                - memory.reserve_bytes)
-        spread = per_sequence > 0
-        held = np.where(spread, free / np.where(spread, per_sequence, 1.0), 0.0)
-        done = np.asarray(memory.fits) | (held < 1.0)  # fits as asked, or not even one does
-        if done.all():
-            return batch, memory
-        ctx = placement.ctx
-        capped_batch: Size = batch
-        capped = memory
-        held = np.where(done, 1.0, held)
-        # the step holds fewer tokens too: shrink until the whole working set fits
-        while not done.all():
-            demand = self.memory_demand(workload=workload, sequences=value(held))
-            trial = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
-                               degrees=dict(ctx.degrees), pp=ctx.pp,
-                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                               sequences=demand.sequences, context_tokens=demand.context_tokens,
-                               step_tokens=demand.step_tokens)
-            fits = np.asarray(trial.fits)
-            take = ~done & fits
-            capped_batch = value(np.where(take, held, capped_batch))
-            kept: dict[str, Any] = {f.name: value(np.where(take, getattr(trial, f.name),
-                                                           getattr(capped, f.name)))
-                                    for f in fields(MemoryUse)}
-            capped = MemoryUse(**kept)
-            done = done | fits | (held <= 1.0)
-            held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
-        return capped_batch, capped
+        """The running batch per replica and its memory (:func:`kv_capped`)."""
+        return kv_capped(placement=placement, memory=memory,
+                         demand=lambda n: self.memory_demand(workload=workload, sequences=n))
 
 
 register(SteadyState())

@@ -1,0 +1,56 @@
+"""The largest running batch the KV space holds: engines admit what fits and keep the
+rest waiting (vLLM's and TensorRT-LLM's schedulers cap the running batch, llama.cpp has
+fixed slots) instead of refusing the deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.work import Size
+from energylens.workloads.registry import MemoryDemand, Placement
+from energylens.workloads.result import value
+
+
+def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size], MemoryDemand],
+              whole: bool = False) -> tuple[Size, MemoryUse]:
+    """The running batch per replica and its memory: the placement's sequences if they
+    fit, else as many sequences as the KV space left after weights, activations and the
+    reserve holds (``whole``: a whole number of them), with the memory they use. Where
+    not even one sequence fits, the memory of one sequence comes back (its shortfall is
+    why the deployment is infeasible). ``demand(n)`` is what ``n`` sequences need; per
+    configuration when the placement holds arrays."""
+    batch = placement.sequences
+    per_sequence = (memory.kv_cache_bytes + memory.state_bytes) / demand(batch).sequences
+    free = (memory.usable_bytes - memory.weights_bytes - memory.activation_bytes
+            - memory.reserve_bytes)
+    spread = per_sequence > 0
+    held = np.where(spread, free / np.where(spread, per_sequence, 1.0), 0.0)
+    held = np.maximum(np.floor(held) if whole else held, 1.0)
+    done = np.asarray(memory.fits)
+    if done.all():
+        return batch, memory
+    ctx = placement.ctx
+    capped_batch: Size = batch
+    capped = memory
+    # the step holds fewer tokens too: shrink until the whole working set fits
+    while not done.all():
+        need = demand(value(held))
+        trial = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                           degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                           kv_dtype=ctx.kv_dtype, sequences=need.sequences,
+                           context_tokens=need.context_tokens, step_tokens=need.step_tokens)
+        fits = np.asarray(trial.fits)
+        take = ~done & (fits | (held <= 1.0))  # one sequence that does not fit: its memory
+        capped_batch = value(np.where(take, held, capped_batch))
+        kept: dict[str, Any] = {f.name: value(np.where(take, getattr(trial, f.name),
+                                                       getattr(capped, f.name)))
+                                for f in fields(MemoryUse)}
+        capped = MemoryUse(**kept)
+        done = done | fits | (held <= 1.0)
+        held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
+    return capped_batch, capped

@@ -1,0 +1,62 @@
+"""A static batch whose KV cache does not fit runs in waves of the largest batch that fits
+(each a whole prefill and decode, latency and energy summed); it is infeasible only when
+the weights plus one sequence do not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from energylens.deployment import Deployment, Workload
+from energylens.predict import predict
+
+MODEL, GPU, TOKENS = "llama-2-7b", "A100-80GB-SXM", 2048
+
+
+def _batch(batch: int, *, model: str = MODEL, gpu: str = GPU):
+    return predict(model=model, gpu=gpu, deployment=Deployment(),
+                   workload=Workload(kind="batch", batch=batch, input_tokens=TOKENS,
+                                     output_tokens=TOKENS))
+
+
+@pytest.fixture(scope="module")
+def capacity() -> int:
+    """The largest batch of 4,096-token sequences that fits (about 28 on one A100)."""
+    cap = _batch(10_000).running_batch
+    assert cap is not None and cap == int(cap) and 1 < cap < 10_000
+    return int(cap)
+
+
+def test_the_cap_is_the_largest_batch_that_fits(capacity: int) -> None:
+    fits = _batch(capacity)
+    assert fits.feasible and fits.running_batch == capacity  # not capped
+    over = _batch(capacity + 1)
+    assert over.feasible and over.running_batch == capacity  # one more does not fit
+
+
+def test_twice_the_capacity_takes_twice_one_wave(capacity: int) -> None:
+    one, two = _batch(capacity), _batch(2 * capacity)
+    assert two.feasible
+    assert two.prefill.latency_s + two.decode.latency_s == pytest.approx(
+        2 * (one.prefill.latency_s + one.decode.latency_s), rel=1e-12)
+    assert two.prefill.energy_j + two.decode.energy_j == pytest.approx(
+        2 * (one.prefill.energy_j + one.decode.energy_j), rel=1e-12)
+    # per-token energy, power, TTFT (the first wave's) and the mean step are one wave's
+    assert two.energy_per_output_token_j == pytest.approx(one.energy_per_output_token_j)
+    assert two.avg_power_w == pytest.approx(one.avg_power_w)
+    assert two.ttft_s == pytest.approx(one.ttft_s) and two.tpot_s == pytest.approx(one.tpot_s)
+
+
+def test_a_partial_last_wave_adds_a_smaller_batch(capacity: int) -> None:
+    full, last, both = _batch(capacity), _batch(3), _batch(capacity + 3)
+    assert both.prefill.latency_s == pytest.approx(full.prefill.latency_s
+                                                   + last.prefill.latency_s, rel=1e-12)
+    assert both.decode.energy_j == pytest.approx(full.decode.energy_j + last.decode.energy_j,
+                                                 rel=1e-12)
+
+
+def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
+    run = _batch(8, model="llama-2-70b", gpu="A100-40GB-SXM")  # 138 GB of weights
+    assert not run.feasible and run.running_batch == 1
+    assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
+    # the reason is the memory of one sequence (8 would need 8x the KV)
+    assert run.memory_per_gpu_gb < 138.0 + 2.0 + 2 * 1.4
