@@ -27,7 +27,6 @@ Runtimes and GPUs that no data identifies get their profile's priors, marked ``a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,11 +38,16 @@ from scipy.optimize import least_squares, lsq_linear
 
 from energylens.calibration.fitting import ErrorStats
 from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
-from energylens.deployment import Deployment, Workload
+from energylens.deployment import Deployment
 from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import load_measurements
-from energylens.predict import predict
+from energylens.measurements.inference_bench import (
+    BenchSetup,
+    UnmodelledFramework,
+    bench_setup,
+    price,
+)
 from energylens.runtime import get_runtime, runtime_names
 
 #: AIConfigurator engine folder -> runtime; the reference engine's kernels are the GPU's.
@@ -54,9 +58,6 @@ MIN_SHAPES = 8
 #: AIConfigurator GPU folder -> GPU database name.
 AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM",
             "b200_sxm": "B200", "gb200": "GB200", "l40s": "L40S"}
-#: LLM-Inference-Bench framework -> runtime.
-LIB_RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii",
-                "llama.cpp": "llama.cpp", "vLLM": "vllm"}
 #: Which of (a, b, step, per_sequence) the LLM-Inference-Bench fit frees, per runtime
 #: (default: the overheads only). llama.cpp (GGUF kernels, no table; one sequence per row,
 #: models from 7B to 72B, so decode time and step overhead separate): b, an effective
@@ -230,50 +231,37 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
     for path in files:
         for row in load_measurements(format="llm-inference-bench", path=path).rows:
             v = row.input
-            runtime = LIB_RUNTIMES.get(str(v["Framework"]))
             try:
                 gpu = load_gpu(str(v["Hardware"])).name
+                setup = bench_setup(v)
             except UnknownGPUError:
-                runtime = None
                 why = f"GPU {v['Hardware']} not in the database"
-            else:
+            except UnmodelledFramework:
                 why = f"framework {v['Framework']} has no runtime profile"
-            if runtime is None:
-                skipped[why] = skipped.get(why, 0) + 1
-                continue
-            n, tokens, batch = int(v["Num of Hardware"]), int(v["Input Output Length"]), \
-                int(v["Batch Size"])
-            if runtime == "llama.cpp":  # one sequence; -b tokens of prompt per pass; -sm layer
-                deployment = Deployment(runtime=runtime, pp=n, num_gpus=n)
-                sequences, passes = 1, math.ceil(tokens / batch)
             else:
-                deployment = Deployment(runtime=runtime, tp=n, num_gpus=n)
-                sequences, passes = batch, 1
-            out.setdefault((runtime, gpu), []).append(BenchRow(
-                model=str(v["Model"]), gpu=gpu, deployment=deployment, sequences=sequences, tokens=tokens,
-                prompt_passes=passes, latency_s=float(row.measured["latency_s"])))
+                out.setdefault((setup.runtime, gpu), []).append(BenchRow(
+                    model=str(v["Model"]), gpu=gpu, deployment=setup.deployment,
+                    sequences=setup.sequences, tokens=setup.tokens,
+                    prompt_passes=setup.prompt_passes,
+                    latency_s=float(row.measured["latency_s"])))
+                continue
+            skipped[why] = skipped.get(why, 0) + 1
     return out, skipped
 
 
 def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, float] | None:
     """(prefill s, decode s, engine steps) of ``row`` at the calibration's kernels, or None
     when the model cannot price it (unknown model, infeasible, out of memory)."""
-    chunk = math.ceil(row.tokens / row.prompt_passes)
+    setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
+                       sequences=row.sequences, tokens=row.tokens,
+                       prompt_passes=row.prompt_passes)
     try:
-        run = predict(model=row.model, gpu=row.gpu, deployment=row.deployment,
-                      workload=Workload(batch=row.sequences, input_tokens=row.tokens,
-                                        output_tokens=row.tokens), calibration=calibration)
-        if not run.feasible:
-            return None
-        prefill = run.prefill.latency_s
-        if row.prompt_passes > 1:
-            pass_run = predict(model=row.model, gpu=row.gpu, deployment=row.deployment,
-                               workload=Workload(batch=1, input_tokens=chunk, output_tokens=1),
-                               calibration=calibration)
-            prefill = row.prompt_passes * pass_run.prefill.latency_s
+        run = price(model=row.model, gpu=row.gpu, setup=setup, calibration=calibration)
     except (UnknownModelError, ConfigError):
         return None
-    return prefill, run.decode.latency_s, float(row.prompt_passes + row.tokens - 1)
+    if not run.prediction.feasible:
+        return None
+    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1)
 
 
 def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,

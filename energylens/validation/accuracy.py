@@ -19,7 +19,9 @@ import numpy as np
 import yaml
 
 from energylens.calibration.file import SHIPPED
+from energylens.errors import UnknownGPUError
 from energylens.hardware import load_gpu
+from energylens.measurements.inference_bench import RUNTIMES
 from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
 
@@ -232,6 +234,30 @@ def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _bench_label(*, hardware: str, framework: str, doc: dict[str, Any]) -> str:
+    """Whether ``framework``'s runtime constants on ``hardware`` were fitted on these very
+    LLM-Inference-Bench rows (in-sample, with the fit's leave-one-model-out error where
+    it has one) or come from elsewhere (never fitted on them)."""
+    runtime = RUNTIMES.get(framework)
+    if runtime is None:
+        return "no runtime profile"
+    try:
+        gpu = load_gpu(hardware).name
+    except UnknownGPUError:
+        return "GPU not in the database"
+    fit_id = f"llm-inference-bench/{runtime}/{gpu}"
+    constants = (doc.get("runtimes") or {}).get(runtime, {}).get(gpu) or {}
+    fitted = sorted(name for name, entry in constants.items()
+                    if isinstance(entry, dict) and entry.get("fit") == fit_id)
+    if not fitted:
+        return "never fitted"
+    held = ((doc.get("fits") or {}).get(fit_id) or {}).get("leave_one_model_out", {})
+    mape = (held.get("latency_s") or {}).get("mape")
+    out = f"in-sample: {', '.join(fitted)} fitted on these rows"
+    return out + (f"; leave-one-model-out latency MAPE {100 * mape:.1f} %" if mape is not None
+                  else "")
+
+
 def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None) -> AccuracyReport:
     """Validate every known file under ``data`` and gather the held-out numbers."""
     data = Path(data)
@@ -267,10 +293,13 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             continue
         rows, notes = _merge([validate(format="llm-inference-bench", path=f,
                                        calibration=calibration) for f in files])
-        for hardware in sorted({str(r.input["Hardware"]) for r in rows}):
-            mine = [r for r in rows if str(r.input["Hardware"]) == hardware]
-            key = f"{name}-{hardware.replace(' ', '_')}"
-            datasets[key] = Dataset(name=key, title=f"{title}, {hardware} (never fitted)",
+        for hardware, framework in sorted({(str(r.input["Hardware"]), str(r.input["Framework"]))
+                                           for r in rows}):
+            mine = [r for r in rows if (str(r.input["Hardware"]), str(r.input["Framework"]))
+                    == (hardware, framework)]
+            key = f"{name}-{hardware}-{framework}".replace(" ", "_")
+            label = _bench_label(hardware=hardware, framework=framework, doc=doc)
+            datasets[key] = Dataset(name=key, title=f"{title}, {framework} on {hardware} ({label})",
                                     files=[str(f) for f in files], rows=mine,
                                     summary=_summary(mine), unpredicted=notes)
     tasks = sorted((data / "mlenergy" / "tasks").glob("*.json"))

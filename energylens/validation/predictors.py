@@ -25,7 +25,7 @@ from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
-from energylens.measurements import mlenergy
+from energylens.measurements import inference_bench, mlenergy
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
@@ -251,39 +251,28 @@ def _llmcompass_matmul(rows: list[MeasurementRow], *, gpu: str | None, cal: Cali
 
 # --- LLM-Inference-Bench static batches ----------------------------------------------------
 
-#: The bench's framework names -> runtime profiles (the others have none yet).
-LIB_RUNTIMES = {"vLLM": "vllm"}
-
-
 def _llm_inference_bench(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
                          **_: Any) -> list[RowResult]:
     out = []
     for row in rows:
         result = RowResult(input=dict(row.input), measured=dict(row.measured))
         out.append(result)
-        values = row.input
-        runtime = LIB_RUNTIMES.get(str(values["Framework"]))
-        if runtime is None:
-            result.error = f"framework {values['Framework']} has no runtime profile yet"
-            continue
-        tokens, batch = int(values["Input Output Length"]), int(values["Batch Size"])
-        tp = int(values["Num of Hardware"])
         try:
-            prediction = predict(
-                model=str(values["Model"]), gpu=gpu or str(row.context["gpu"]),
-                deployment=Deployment(tp=tp, num_gpus=tp, runtime=runtime),
-                workload=Workload(kind="batch", batch=batch, input_tokens=tokens,
-                                  output_tokens=tokens),
-                calibration=cal)
-        except (UnknownModelError, UnknownGPUError, ConfigError) as exc:
+            setup = inference_bench.bench_setup(row.input)
+            run = inference_bench.price(model=str(row.input["Model"]),
+                                        gpu=gpu or str(row.context["gpu"]), setup=setup,
+                                        calibration=cal)
+        except (inference_bench.UnmodelledFramework, UnknownModelError, UnknownGPUError,
+                ConfigError) as exc:
             result.error = str(exc)
             continue
+        prediction = run.prediction
         if not prediction.feasible:
             result.error = f"infeasible: {prediction.infeasible_reason}"
             continue
-        latency = prediction.prefill.latency_s + prediction.decode.latency_s
-        result.predicted = {"latency_s": latency,
-                            "throughput_tokens_per_s": batch * 2 * tokens / latency}
+        result.predicted = {"latency_s": run.latency_s,
+                            "throughput_tokens_per_s": setup.sequences * 2 * setup.tokens
+                            / run.latency_s}
         if "avg_power_w" in row.measured:
             result.predicted["avg_power_w"] = prediction.avg_power_w
     return out

@@ -1,0 +1,97 @@
+"""LLM-Inference-Bench rows as deployments: which runtime ran each framework's rows and
+what one row ran, shared by ``validate`` and ``calibrate`` (one reading of the file).
+
+A row is ``Batch Size`` prompts of ``Input Output Length`` tokens in and as many out, on
+``Num of Hardware`` devices, timed end to end. llama.cpp is the exception: its ``Batch
+Size`` is its prompt batch (``-b``), so a row is one sequence whose prompt runs in
+ceil(L / b) forward passes, split layer-wise over the devices (``-sm layer``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from energylens.cost.constants import Calibration
+from energylens.deployment import Deployment, Workload
+from energylens.model.config import ModelConfig
+from energylens.predict import Prediction, predict
+
+#: The bench's framework names -> runtime profiles.
+RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii", "llama.cpp": "llama.cpp",
+            "vLLM": "vllm"}
+#: Frameworks no profile describes, and why their rows stay unpredicted.
+UNMODELLED = {
+    "sambaflow": "SambaNova SN40L runs SambaFlow on a reconfigurable dataflow chip (no GPU "
+                 "kernels, weights streamed from its DDR tier): no honest roofline of it exists here",
+    "Deepspeed": "Habana's DeepSpeed fork on Gaudi2 (HPU graphs, TPC/MME kernels) has no runtime "
+                 "profile: deepspeed-mii describes DeepSpeed-FastGen's CUDA kernels",
+}
+
+
+class UnmodelledFramework(Exception):
+    """A framework no runtime profile describes; the message is the reason reported."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSetup:
+    """What one row ran: the deployment, its sequences, and the prompt's forward passes."""
+
+    runtime: str
+    deployment: Deployment
+    sequences: int  # sequences in the batch
+    tokens: int  # L in and L out
+    prompt_passes: int  # forward passes of the prompt (llama.cpp: ceil(L / its -b))
+
+
+def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
+    """The setup of a loaded row's ``input``; raises :class:`UnmodelledFramework`."""
+    framework = str(values["Framework"])
+    runtime = RUNTIMES.get(framework)
+    if runtime is None:
+        raise UnmodelledFramework(UNMODELLED.get(
+            framework, f"framework {framework} has no runtime profile"))
+    n, tokens = int(values["Num of Hardware"]), int(values["Input Output Length"])
+    batch = int(values["Batch Size"])
+    if runtime == "llama.cpp":
+        return BenchSetup(runtime=runtime, deployment=Deployment(runtime=runtime, pp=n, num_gpus=n),
+                          sequences=1, tokens=tokens, prompt_passes=math.ceil(tokens / batch))
+    return BenchSetup(runtime=runtime, deployment=Deployment(runtime=runtime, tp=n, num_gpus=n),
+                      sequences=batch, tokens=tokens, prompt_passes=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRun:
+    """A row priced: prefill and decode wall time (s) and the whole-batch prediction."""
+
+    prefill_s: float
+    decode_s: float
+    prediction: Prediction
+
+    @property
+    def latency_s(self) -> float:
+        """The row's end-to-end latency."""
+        return self.prefill_s + self.decode_s
+
+
+def price(*, model: str | ModelConfig, gpu: str, setup: BenchSetup,
+          calibration: Calibration | str | Path | None) -> BenchRun:
+    """Price one row (a batch larger than the KV space runs in waves: see
+    :mod:`energylens.workloads.static_batch`). Raises what :func:`predict` raises; an
+    infeasible prediction comes back as it is."""
+    run = predict(model=model, gpu=gpu, deployment=setup.deployment,
+                  workload=Workload(kind="batch", batch=setup.sequences,
+                                    input_tokens=setup.tokens, output_tokens=setup.tokens),
+                  calibration=calibration)
+    prefill = run.prefill.latency_s
+    if setup.prompt_passes > 1 and run.feasible:
+        chunk = math.ceil(setup.tokens / setup.prompt_passes)
+        one_pass = predict(model=model, gpu=gpu, deployment=setup.deployment,
+                           workload=Workload(kind="batch", batch=1, input_tokens=chunk,
+                                             output_tokens=1),
+                           calibration=calibration)
+        prefill = setup.prompt_passes * one_pass.prefill.latency_s
+    return BenchRun(prefill_s=prefill, decode_s=run.decode.latency_s, prediction=run)

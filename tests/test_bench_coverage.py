@@ -1,0 +1,116 @@
+"""LLM-Inference-Bench coverage: one framework -> runtime reading shared by validate and
+calibrate, the bench's GPUs in the database, refusals that say why, and dataset labels
+that say whether the rows were fitted."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from energylens.calibration.fit_runtime import bench_rows
+from energylens.hardware import load_gpu
+from energylens.measurements.inference_bench import (
+    RUNTIMES,
+    UNMODELLED,
+    UnmodelledFramework,
+    bench_setup,
+)
+from energylens.runtime import runtime_names
+from energylens.validation.accuracy import _bench_label
+from energylens.validation.predictors import validate
+
+BENCH = Path(__file__).resolve().parents[1] / "data" / "measurements" / "llm-inference-bench"
+
+
+def _rows() -> list[dict[str, str]]:
+    with (BENCH / "All_results.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_framework_maps_to_a_runtime_or_says_why_not() -> None:
+    assert set(RUNTIMES.values()) <= set(runtime_names())
+    frameworks = {r["Framework"] for r in _rows()}
+    assert frameworks == set(RUNTIMES) | set(UNMODELLED)
+    for framework, why in UNMODELLED.items():
+        with pytest.raises(UnmodelledFramework, match="no "):
+            bench_setup({"Framework": framework, "Num of Hardware": 1,
+                         "Input Output Length": 128, "Batch Size": 1})
+        assert "\n" not in why
+
+
+def test_llama_cpp_rows_are_one_sequence_in_prompt_passes_the_others_a_tp_batch() -> None:
+    row = {"Num of Hardware": 4, "Input Output Length": 1024, "Batch Size": 64}
+    llama = bench_setup({**row, "Framework": "llama.cpp"})
+    assert (llama.sequences, llama.prompt_passes, llama.deployment.pp, llama.deployment.tp) == \
+        (1, 16, 4, 1)
+    trt = bench_setup({**row, "Framework": "TensorRT-LLM"})
+    assert (trt.runtime, trt.sequences, trt.prompt_passes, trt.deployment.tp) == \
+        ("trtllm", 64, 1, 4)
+
+
+@pytest.mark.parametrize(("hardware", "name"), [
+    ("Nvidia GH200 GPU", "GH200"), ("AMD MI250 GPU", "MI250"), ("Intel PVC GPU", "Max-1550"),
+    ("Intel Max 1550", "Max-1550"), ("Habana Gaudi2", "Gaudi2"), ("Nvidia A100 GPU",
+                                                                  "A100-80GB-SXM")])
+def test_the_bench_gpu_names_resolve(hardware: str, name: str) -> None:
+    gpu = load_gpu(hardware)
+    assert gpu.name == name
+    assert gpu.borrows_from is not None or name == "A100-80GB-SXM"
+
+
+def test_gh200_is_the_h100_die_with_96_gb_at_4_tb_s() -> None:
+    gh200, h100 = load_gpu("GH200"), load_gpu("H100-SXM")
+    assert gh200.hbm_capacity_bytes == 96e9 and gh200.hbm_bandwidth_bytes_per_s == 4.0e12
+    assert gh200.dense_flops_per_s == h100.dense_flops_per_s and gh200.sm_count == 132
+
+
+def _sample(tmp_path: Path) -> Path:
+    """Two rows of each (framework, hardware): the first and the largest batch."""
+    rows = _rows()
+    keep: list[dict[str, str]] = []
+    for key in sorted({(r["Framework"], r["Hardware"]) for r in rows}):
+        mine = [r for r in rows if (r["Framework"], r["Hardware"]) == key
+                and r["Model"] in ("meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-8B",
+                                   "mistralai/Mistral-7B-v0.1")]
+        keep += mine[:1] + sorted(mine, key=lambda r: -int(r["Batch Size"]))[:1]
+    path = tmp_path / "sample.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(keep)
+    return path
+
+
+def test_every_row_is_predicted_but_the_unmodelled_frameworks(tmp_path: Path) -> None:
+    report = validate(format="llm-inference-bench", path=_sample(tmp_path))
+    assert len(report.rows) > 30
+    for row in report.rows:
+        framework = str(row.input["Framework"])
+        if framework in UNMODELLED:
+            assert row.error == UNMODELLED[framework]
+        else:
+            assert row.error is None, (row.input, row.error)
+            assert row.predicted["latency_s"] > 0
+
+
+def test_calibrate_reads_the_rows_as_validate_does(tmp_path: Path) -> None:
+    groups, skipped = bench_rows([_sample(tmp_path)])
+    assert {runtime for runtime, _ in groups} == set(RUNTIMES.values())
+    assert {gpu for _, gpu in groups} >= {"GH200", "MI250", "Max-1550"}
+    assert set(skipped) == {"framework Deepspeed has no runtime profile",
+                            "GPU SambaNova SN40L not in the database"}
+
+
+def test_rows_fitted_on_themselves_are_labelled_in_sample() -> None:
+    fit = "llm-inference-bench/trtllm/H100-SXM"
+    doc = {"runtimes": {"trtllm": {"H100-SXM": {"step_overhead_s": {"value": 1e-3, "fit": fit}}},
+                        "vllm": {"H100-SXM": {"step_overhead_s": {"value": 1e-3,
+                                                                  "fit": "mlenergy/H100-SXM"}}}},
+           "fits": {fit: {"leave_one_model_out": {"latency_s": {"mape": 0.148}}}}}
+    label = _bench_label(hardware="Nvidia H100 GPU", framework="TensorRT-LLM", doc=doc)
+    assert label.startswith("in-sample: step_overhead_s") and "14.8 %" in label
+    assert _bench_label(hardware="Nvidia H100 GPU", framework="vLLM", doc=doc) == "never fitted"
+    assert _bench_label(hardware="SambaNova SN40L", framework="sambaflow", doc=doc) == \
+        "no runtime profile"
