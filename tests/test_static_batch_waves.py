@@ -60,3 +60,20 @@ def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
     # the reason is the memory of one sequence (8 would need 8x the KV)
     assert run.memory_per_gpu_gb < 138.0 + 2.0 + 2 * 1.4
+
+
+def test_many_configurations_run_their_waves_as_one_does(capacity: int) -> None:
+    import pandas as pd
+
+    from energylens.batch_predict import predict_many
+
+    batches = [1, capacity, capacity + 3, 2 * capacity, 5 * capacity + 1]
+    workload = Workload(kind="batch", input_tokens=TOKENS, output_tokens=TOKENS)
+    table = predict_many(model=MODEL, workload=workload,
+                         table=pd.DataFrame({"gpu": GPU, "batch": batches}))
+    for i, batch in enumerate(batches):
+        one = _batch(batch)
+        assert table["running_batch"][i] == one.running_batch
+        assert table["decode_latency_s"][i] == pytest.approx(one.decode.latency_s, rel=1e-9)
+        assert table["prefill_energy_j"][i] == pytest.approx(one.prefill.energy_j, rel=1e-9)
+        assert table["tpot_s"][i] == pytest.approx(one.tpot_s, rel=1e-9)
