@@ -134,7 +134,10 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
         per_layer = 2 * model.num_kv_heads * model.head_dim
     hybrid = model.hybrid
     kv_layers = model.num_layers if hybrid is None else hybrid.count("*")  # attention only
-    assert memory.kv_cache_bytes == pytest.approx(kv_layers * per_layer * ACTIVATION_BYTES)
+    expected = kv_layers * per_layer
+    if model.kv_heads_per_layer is not None:  # each layer its own KV heads
+        expected = 2 * sum(model.kv_heads_per_layer) * model.head_dim
+    assert memory.kv_cache_bytes == pytest.approx(expected * ACTIVATION_BYTES)
     state = 0.0
     if hybrid is not None:  # per Mamba-2 block: the SSM state and w-1 convolution inputs
         inner = hybrid.ssm_heads * hybrid.ssm_head_dim

@@ -13,6 +13,10 @@ from energylens.errors import ModelConfigError
 
 AttentionKind = Literal["MHA", "GQA", "MLA"]
 NormType = Literal["rmsnorm", "layernorm"]
+#: How token positions enter: rotary embeddings on Q and K (a ``rope`` op), ALiBi (a bias
+#: added to the scores inside the attention kernel: no op of its own) or a learned
+#: absolute table added to the token embeddings (a lookup: no op per layer).
+PositionEncoding = Literal["rope", "alibi", "learned"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +110,17 @@ class ModelConfig:
     weight_dtype: str = "bf16"  # "fp8" for -FP8 checkpoints
     notes: str = ""  # approximations made when mapping the architecture
     hybrid: HybridConfig | None = None  # blocks of a hybrid Mamba/attention model
+    position_encoding: PositionEncoding = "rope"
+    #: Attention and MLP read the same pre-norm and add to one residual (GPT-J, Phi-2):
+    #: one norm per layer instead of two.
+    parallel_block: bool = False
+    #: KV heads of each layer where they vary (DeciLM's variable GQA); num_kv_heads is
+    #: then their largest value. None: every layer has num_kv_heads.
+    kv_heads_per_layer: tuple[int, ...] | None = None
+
+    def layer_kv_heads(self) -> tuple[int, ...]:
+        """KV heads of each layer, in order."""
+        return self.kv_heads_per_layer or (self.num_kv_heads,) * self.num_layers
 
 
 def show_value(value: object, limit: int = 40) -> str:
@@ -125,7 +140,7 @@ _MAY_BE_ZERO = frozenset(
     {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
      "q_lora_rank"}
 )
-_BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias"})
+_BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block"})
 
 
 def _check_fields(obj: ModelConfig | MoEConfig | MLAConfig | HybridConfig, where: str,
@@ -167,6 +182,11 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
     if m.num_heads % m.num_kv_heads:
         raise ModelConfigError(f"{where}: num_heads = {m.num_heads} is not a multiple of "
                                f"num_kv_heads = {m.num_kv_heads}")
+    if m.position_encoding not in get_args(PositionEncoding):
+        raise ModelConfigError(f"{where}: position_encoding must be one of "
+                               f"{get_args(PositionEncoding)}, got {show_value(m.position_encoding)}")
+    if m.kv_heads_per_layer is not None:
+        _check_kv_heads_per_layer(m, where=where)
     if m.sliding_window is not None and (
         isinstance(m.sliding_window, bool) or not isinstance(m.sliding_window, int)
         or not 1 <= m.sliding_window <= MAX_SIZE
@@ -190,6 +210,23 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
         _check_moe(m.moe, num_layers=m.num_layers, where=where, hybrid=m.hybrid is not None)
     if m.hybrid is not None:
         _check_hybrid(m, m.hybrid, where=where)
+
+
+def _check_kv_heads_per_layer(m: ModelConfig, *, where: str) -> None:
+    """One KV head count per layer, each dividing the query heads, the largest num_kv_heads."""
+    per_layer = m.kv_heads_per_layer
+    if not isinstance(per_layer, tuple) or len(per_layer) != m.num_layers or not all(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 1 and m.num_heads % g == 0
+            for g in per_layer):
+        raise ModelConfigError(f"{where}: kv_heads_per_layer must list {m.num_layers} KV head "
+                               f"counts that divide num_heads = {m.num_heads}, got "
+                               f"{show_value(per_layer)}")
+    if max(per_layer) != m.num_kv_heads:
+        raise ModelConfigError(f"{where}: num_kv_heads = {m.num_kv_heads} must be the largest "
+                               f"of kv_heads_per_layer ({max(per_layer)})")
+    if m.mla is not None or m.hybrid is not None or m.moe is not None:
+        raise ModelConfigError(f"{where}: kv_heads_per_layer is modelled for dense GQA "
+                               f"transformers only")
 
 
 def _check_hybrid(m: ModelConfig, h: HybridConfig, *, where: str) -> None:

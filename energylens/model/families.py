@@ -9,6 +9,7 @@ mixers, attention, dense MLPs and MoE, counted from its layer pattern.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
@@ -69,20 +70,51 @@ def family_part(name: str) -> dict[str, Any]:
     return part
 
 
-def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str) -> LayerSpec:
-    """Assemble a layer from YAML parts (ops, fusion, sharding, overlap), in order."""
+@dataclass(frozen=True, kw_only=True)
+class Bypass:
+    """Ops a model variant leaves out, and the tensor that stands for each one's output."""
+
+    ops: dict[str, tuple[str, str]]  # op name -> (its output tensor, the tensor read instead)
+
+
+def model_bypass(model: ModelConfig) -> Bypass:
+    """What a model leaves out of the shared parts: the ``rope`` op without rotary
+    positions (ALiBi, learned), the FFN pre-norm ``norm2`` in a parallel block (the MLP
+    reads the attention's pre-norm output)."""
+    ops = {}
+    if model.position_encoding != "rope":
+        ops["rope"] = ("QR", "Q")
+    if model.parallel_block:
+        ops["norm2"] = ("N2", "N")
+    return Bypass(ops=ops)
+
+
+NO_BYPASS = Bypass(ops={})
+
+
+def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
+                bypass: Bypass = NO_BYPASS) -> LayerSpec:
+    """Assemble a layer from YAML parts (ops, fusion, sharding, overlap), in order,
+    without the ops ``bypass`` leaves out (their readers read the stand-in tensor)."""
     ops: list[Einsum] = []
     fusion: dict[str, list[str]] = {}
     sharding: dict[str, dict[str, list[str]]] = {}
     overlap: list[Overlap] = []
+    kept = {op for part in parts for op in part.get("ops", {}) if op not in bypass.ops}
     for part in parts:
         for op_name, body in part.get("ops", {}).items():
-            ops.append(_parse_op(op_name=op_name, body=body, norm=norm))
+            if op_name in kept:
+                ops.append(_parse_op(op_name=op_name, body=body, norm=norm, bypass=bypass))
         for group, members in part.get("fusion", {}).items():
-            fusion.setdefault(group, []).extend(m for m in members if m not in fusion.get(group, []))
+            kept_members = [m for m in members if m in kept]
+            if len(kept_members) == len(members) or len(kept_members) > 1:
+                members = kept_members
+                fusion.setdefault(group, []).extend(
+                    m for m in members if m not in fusion.get(group, []))
         for dim, ranks in part.get("sharding", {}).items():
             for rank, members in ranks.items():
-                sharding.setdefault(dim, {}).setdefault(rank, []).extend(members)
+                sharding.setdefault(dim, {}).setdefault(rank, []).extend(
+                    m for m in members if m in kept)
         for item in part.get("overlap", []):
             overlap.append(Overlap(comm_of=item["comm"], with_ops=tuple(item["with"])))
     names = [op.name for op in ops]
@@ -98,14 +130,17 @@ def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str) -> LayerSp
     )
 
 
-def _parse_op(*, op_name: str, body: Any, norm: str) -> Einsum:
+def _parse_op(*, op_name: str, body: Any, norm: str, bypass: Bypass) -> Einsum:
     if isinstance(body, str):
         body = {"einsum": body}
     if not isinstance(body, dict) or "einsum" not in body:
         raise SpecError(f"op {op_name!r}: expected a string or a mapping with 'einsum'")
+    text = body["einsum"].replace("{norm}", norm)
+    for output, stand_in in bypass.ops.values():
+        text = re.sub(rf"\b{output}\[", f"{stand_in}[", text)
     return parse_einsum(
         name=op_name,
-        text=body["einsum"].replace("{norm}", norm),
+        text=text,
         persistent_output=bool(body.get("persistent", False)),
         causal=body.get("causal"),
     )
@@ -122,14 +157,15 @@ def _attention_part(model: ModelConfig) -> str:
     return "attention_mla" if model.mla.q_lora_rank else "attention_mla_direct_q"
 
 
-def attention_sizes(model: ModelConfig) -> dict[str, int]:
-    """Sizes of the attention ranks (GQA/MHA, or MLA's heads and latent widths)."""
+def attention_sizes(model: ModelConfig, *, kv_heads: int | None = None) -> dict[str, int]:
+    """Sizes of the attention ranks (GQA/MHA, or MLA's heads and latent widths); a
+    layer's own ``kv_heads`` where they vary by layer."""
     if model.mla is not None:
         mla = model.mla
         return {"d": model.hidden_size, "h": model.num_heads, "c": mla.q_lora_rank,
                 "k": mla.qk_nope_head_dim + mla.qk_rope_head_dim,
                 "l": mla.kv_lora_rank + mla.qk_rope_head_dim, "v": mla.v_head_dim}
-    g = model.num_kv_heads
+    g = kv_heads or model.num_kv_heads
     return {"d": model.hidden_size, "g": g, "r": model.num_heads // g, "e": model.head_dim}
 
 
@@ -192,6 +228,7 @@ def build_graph(model: ModelConfig) -> ModelGraph:
 def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
     """Transformer layers: dense and MoE, each split into sliding and full attention."""
     norm = _norm(model)
+    bypass = model_bypass(model)
     attention = family_part(_attention_part(model))
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     base = attention_sizes(model)
@@ -200,11 +237,17 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
     num_dense = model.num_layers - (moe.num_moe_layers if moe else 0)
     if num_dense > 0:
         ffn = moe.dense_layer_ffn if moe and moe.dense_layer_ffn else model.ffn_size
-        layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm)
-        groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
+        layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm, bypass=bypass)
+        if model.kv_heads_per_layer is None:
+            groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
+        else:  # one group per KV head count (dense GQA only: checked by the config)
+            per_layer = model.kv_heads_per_layer
+            for g in sorted(set(per_layer), reverse=True):
+                groups.append((f"dense-kv{g}", layer, float(per_layer.count(g)),
+                               {**attention_sizes(model, kv_heads=g), "f": ffn}, False))
     if moe:
         parts, sizes = _moe_parts(model)
-        layer = parse_layer(name="moe", parts=[attention, *parts], norm=norm)
+        layer = parse_layer(name="moe", parts=[attention, *parts], norm=norm, bypass=bypass)
         groups.append(("moe", layer, float(moe.num_moe_layers), {**base, **sizes}, True))
     return _split_by_window(model=model, groups=groups)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from energylens.model.config import ModelConfig
 
 
-def _attention_params(m: ModelConfig) -> int:
-    """Attention weights of one layer (projections, qkv bias, MLA latent norms)."""
+def _attention_params(m: ModelConfig, *, kv_heads: int | None = None) -> int:
+    """Attention weights of one layer (projections, qkv bias, MLA latent norms), with
+    ``kv_heads`` KV heads where they vary by layer."""
     h = m.hidden_size
     if m.mla is not None:
         a = m.mla
@@ -19,7 +20,7 @@ def _attention_params(m: ModelConfig) -> int:
         kv += a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
         return q + kv + m.num_heads * a.v_head_dim * h
     q_width = m.num_heads * m.head_dim
-    kv_width = m.num_kv_heads * m.head_dim
+    kv_width = (kv_heads or m.num_kv_heads) * m.head_dim
     params = h * (q_width + 2 * kv_width) + q_width * h
     if m.qkv_bias:
         params += q_width + 2 * kv_width
@@ -63,8 +64,9 @@ def parameter_count(model: ModelConfig) -> tuple[float, float]:
     """(total, active per token) parameters implied by the shapes.
 
     Counts embeddings, lm_head (unless tied), attention projections, FFN / experts /
-    shared experts / routers and the two norms per layer plus the final norm (a hybrid
-    model: its blocks, each with one norm, Mamba-2 mixers included). Small
+    shared experts / routers and the two norms per layer (one in a parallel block) plus
+    the final norm (a hybrid model: its blocks, each with one norm, Mamba-2 mixers
+    included). Small
     extras (QK-norm, biases other than qkv, MTP heads, vision encoders) are left out.
     Active counts both the embedding and lm_head plus the top-k routed experts.
     """
@@ -75,8 +77,9 @@ def parameter_count(model: ModelConfig) -> tuple[float, float]:
     embed = m.vocab_size * h * (1 if m.tie_word_embeddings else 2)
     if m.hybrid is not None:
         return _hybrid_count(m, embed=embed, norm=norm)
-    per_layer = _attention_params(m) + 2 * norm
-    total = embed + norm + m.num_layers * per_layer
+    norms = norm if m.parallel_block else 2 * norm  # a parallel block has one pre-norm
+    total = embed + norm + m.num_layers * norms
+    total += sum(_attention_params(m, kv_heads=g) for g in m.layer_kv_heads())
     active = total
     if m.moe is None:
         ffn = m.num_layers * mult * h * m.ffn_size

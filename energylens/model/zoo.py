@@ -268,6 +268,8 @@ def _entry_to_config(name: str, entry: dict[str, Any], where: str) -> ModelConfi
         data["mla"] = _section(MLAConfig, data["mla"], where, "mla")
     if data.get("hybrid") is not None:
         data["hybrid"] = _section(HybridConfig, data["hybrid"], where, "hybrid")
+    if isinstance(data.get("kv_heads_per_layer"), list):  # checked with the rest below
+        data["kv_heads_per_layer"] = tuple(data["kv_heads_per_layer"])
     for key in ("params_total_published", "params_active_published"):
         value = data.get(key)
         if value is not None:

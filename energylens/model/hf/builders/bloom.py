@@ -38,6 +38,7 @@ def build_bloom(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
         "params_total_published": None,
         "params_active_published": None,
         "notes": f"loaded from a local HF config.json ({name}); ALiBi",
+        "position_encoding": "alibi",
     }
     return finish(fields)
 
