@@ -36,6 +36,7 @@ from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, VECTOR_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
 from energylens.calibration.fit_runtime import aic_tables, apply_fits, fill_priors, fit_runtimes
+from energylens.calibration.fit_scale_out import SCALE_OUT_PARAMS, fit_scale_out, read_nccl_tests
 from energylens.calibration.fit_serving import (
     LINK_PREFIX,
     RUNTIME_PREFIX,
@@ -57,6 +58,9 @@ from energylens.hardware import load_gpu
 from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Typed measurement logs the project may read but not redistribute (data/measurements/
+#: SOURCES.md, "Left out"): calibrate fits on them where this folder exists.
+SHARED_TRANSCRIBED = REPO_ROOT.parent / "shared" / "data" / "transcribed"
 #: A fitted constant that moves more than this (relative) across regime folds is flagged.
 SPREAD_LIMIT = 0.30
 
@@ -74,13 +78,15 @@ class CalibrationData:
     # serving runtimes (energylens.calibration.fit_runtime)
     runtime_kernels: list[Path] = field(default_factory=list)
     llm_inference_bench: list[Path] = field(default_factory=list)
+    # nccl-tests all-reduce runs across nodes (energylens.calibration.fit_scale_out)
+    nccl_tests: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
                        *self.custom_allreduce, *self.gemm_tables,
                        *self.decode_attention_tables, *self.runtime_kernels,
-                       *self.llm_inference_bench})
+                       *self.llm_inference_bench, *self.nccl_tests})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -102,6 +108,7 @@ def discover(root: Path) -> CalibrationData:
             "*/attention/vllm/*/generation_attention_perf.parquet")),
         runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
+        nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
     )
 
 
@@ -171,6 +178,24 @@ def _entry(value: float, *, kind: str, fit_id: str | None = None, report: dict |
     return entry
 
 
+def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[str, Any],
+                   fits: dict[str, Any], leave_out: bool, log: Callable[[str], None]) -> None:
+    """The scale-out link of an nccl-tests run across nodes, beside its scale-up constants."""
+    run = read_nccl_tests(path)
+    intra_key = f"{run.gpu.name}:{run.gpu.intra_node.kind}"
+    key = f"{run.gpu.name}:{run.gpu.inter_node.kind}"
+    log(f"scale-out {key}: fitting {len(SCALE_OUT_PARAMS)} all-reduce constants on {path.name}")
+    base = links.get(key, LinkConstants())
+    result = fit_scale_out(run=run, intra=links.get(intra_key, LinkConstants()), base=base,
+                           leave_out=leave_out)
+    fit_id = f"nccl-tests/{key}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_half_the_sizes_out")
+    links[key] = replace(base, **result.values)
+    prov.setdefault(f"links/{key}", {}).update(
+        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+         for k, v in result.values.items()})
+
+
 def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
               log: Callable[[str], None] = lambda _: None) -> Outcome:
     """Run every fit the data allows."""
@@ -205,6 +230,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
             prov[f"links/{key}"] = {k: _entry(v, kind="fitted", fit_id=fit_id,
                                               report=fits[fit_id])
                                     for k, v in result.values.items()}
+
+    for path in data.nccl_tests:
+        _fit_scale_out(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
 
     for path in data.gemm_tables:
         _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)

@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="extra Vidur mlp.csv (path .../compute/<gpu>/<org>/<model>/mlp.csv)")
     c.add_argument("--vidur-network", action="append", default=[], metavar="FILE")
     c.add_argument("--mlenergy", action="append", default=[], metavar="FILE")
+    c.add_argument("--nccl-tests", action="append", default=None, metavar="FILE",
+                   help="nccl-tests all-reduce across nodes, nccl_tests_allreduce_<k>x<g>_<GPU>_"
+                        "<cluster>.csv (default: those in ../shared/data/transcribed, which "
+                        "are not redistributed with the repository, when that folder exists)")
     c.add_argument("--from", dest="from_csv", metavar="FILE.csv", default=None,
                    help="fit a few-shot overlay on the rows of a measurement CSV "
                         "(docs/measurements.md) on top of --base, instead of refitting")
@@ -203,6 +207,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     from energylens.calibration.run import (
         REPO_ROOT,
+        SHARED_TRANSCRIBED,
         CalibrationData,
         calibrate,
         discover,
@@ -220,7 +225,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
     extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
                             vidur_network=[Path(p) for p in args.vidur_network],
-                            mlenergy=[Path(p) for p in args.mlenergy])
+                            mlenergy=[Path(p) for p in args.mlenergy],
+                            nccl_tests=[Path(p) for p in args.nccl_tests or []])
+    if args.nccl_tests is None:
+        extra.nccl_tests = sorted(SHARED_TRANSCRIBED.glob("nccl_tests_allreduce_*.csv"))
     for path in extra.all_files():
         if not path.is_file():
             raise CalibrationDataError(f"{path}: no such measurement file")
