@@ -85,6 +85,12 @@ def _selected(args: argparse.Namespace) -> list[tuple[ModelConfig, ModelInfo]]:
     return chosen
 
 
+def _kv_heads(model: ModelConfig) -> str:
+    """KV heads: one number, or the range where layers differ (DeciLM)."""
+    per_layer = set(model.layer_kv_heads())
+    return f"{min(per_layer)}-{max(per_layer)}" if len(per_layer) > 1 else str(model.num_kv_heads)
+
+
 def _attention(model: ModelConfig) -> str:
     text: str = model.attention
     if model.sliding_window is not None:
@@ -196,7 +202,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         ("HF id", model.hf_id or "-"),
         ("family", f"{family_of(model)} ({record['model_type'] or 'config.json'}), "
                    f"{model.num_layers} layers, hidden {model.hidden_size}"),
-        ("attention", f"{_attention(model)}, {model.num_heads} heads / {model.num_kv_heads} KV "
+        ("attention", f"{_attention(model)}, {model.num_heads} heads / {_kv_heads(model)} KV "
                       f"of {model.head_dim}"),
         ("total parameters", f"{total / 1e9:.2f}B{published}"),
         ("active parameters", f"{active / 1e9:.2f}B per token"),
