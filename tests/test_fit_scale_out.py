@@ -85,3 +85,34 @@ def test_discovered_under_transcribed_and_named_by_layout(tmp_path: Path) -> Non
         bad.write_text(text)
         with pytest.raises(CalibrationDataError, match=message):
             read_nccl_tests(bad)
+
+
+def test_calibrate_records_the_fit_with_its_provenance(tmp_path: Path) -> None:
+    from energylens.calibration.run import _fit_scale_out
+
+    truth = replace(LinkConstants(), bus_bandwidth_fraction=0.3, half_bandwidth_bytes=1e6,
+                    bulk_latency_s=400e-6, bulk_bandwidth_fraction=0.9)
+    sizes = 2.0 ** np.arange(10, 33, 2)
+    template = NcclTestsRun(source="synthetic", gpu=load_gpu("H100-SXM"), nodes=2,
+                            gpus_per_node=8, network_bytes_per_s=25e9, network_source="test",
+                            size_bytes=sizes, measured_s=np.ones_like(sizes))
+    times = predict_run(template, intra=_intra(), inter=truth)
+    path = tmp_path / "nccl_tests_allreduce_2x8_H100_gcp_a3mega.csv"
+    path.write_text("size_bytes,oop_time_us\n" + "".join(
+        f"{s:.0f},{t * 1e6:.4f}\n" for s, t in zip(sizes, times, strict=True)))
+    links = {"H100-SXM:nvswitch": _intra(),
+             "H100-SXM:infiniband": replace(LinkConstants(), p2p_latency_s=20e-6)}
+    prov: dict = {"links/H100-SXM:infiniband": {"p2p_latency_s": {"kind": "fitted"}}}
+    fits: dict = {}
+    _fit_scale_out(path=path, links=links, prov=prov, fits=fits, leave_out=True,
+                   log=lambda _: None)
+    fitted = links["H100-SXM:infiniband"]
+    assert fitted.p2p_latency_s == 20e-6  # the send/recv fit is kept
+    assert fitted.bulk_bandwidth_fraction == pytest.approx(0.9, rel=0.02)
+    report = fits["nccl-tests/H100-SXM:infiniband"]
+    assert report["leave_half_the_sizes_out"]["all_reduce"]["mape"] < 0.01
+    entries = prov["links/H100-SXM:infiniband"]
+    assert entries["p2p_latency_s"] == {"kind": "fitted"}
+    assert entries["bulk_latency_s"]["kind"] == "fitted"
+    assert entries["bulk_latency_s"]["fit"] == "nccl-tests/H100-SXM:infiniband"
+    assert entries["bulk_latency_s"]["fitted_on"] == [str(path)]
