@@ -106,11 +106,10 @@ def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
             if op_name in kept:
                 ops.append(_parse_op(op_name=op_name, body=body, norm=norm, bypass=bypass))
         for group, members in part.get("fusion", {}).items():
-            kept_members = [m for m in members if m in kept]
-            if len(kept_members) == len(members) or len(kept_members) > 1:
-                members = kept_members
-                fusion.setdefault(group, []).extend(
-                    m for m in members if m not in fusion.get(group, []))
+            left = [m for m in members if m in kept]
+            if len(left) < min(2, len(members)):  # bypass left one op: nothing to fuse
+                continue
+            fusion.setdefault(group, []).extend(m for m in left if m not in fusion.get(group, []))
         for dim, ranks in part.get("sharding", {}).items():
             for rank, members in ranks.items():
                 sharding.setdefault(dim, {}).setdefault(rank, []).extend(
