@@ -83,8 +83,8 @@ FOLDS: tuple[Fold, ...] = (
          lambda r: str(r.values["task"])),
     Fold("family", "fit dense, predict MoE", _kind("dense"), _kind("moe"), lambda r: "moe"),
     Fold("family", "fit MoE, predict dense", _kind("moe"), _kind("dense"), lambda r: "dense"),
-    Fold("family", "fit transformers, predict hybrid Mamba-2", lambda r: True, _kind("hybrid"),
-         lambda r: r.model),
+    Fold("family", "fit transformers, predict hybrid Mamba-2",
+         lambda r: model_kind(r) != "hybrid", _kind("hybrid"), lambda r: r.model),
 )
 
 
