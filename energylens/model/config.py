@@ -16,7 +16,7 @@ NormType = Literal["rmsnorm", "layernorm"]
 #: How token positions enter: rotary embeddings on Q and K (a ``rope`` op), ALiBi (a bias
 #: added to the scores inside the attention kernel: no op of its own) or a learned
 #: absolute table added to the token embeddings (a lookup: no op per layer).
-PositionEncoding = Literal["rope", "alibi", "learned"]
+PositionEncoding = Literal["rope", "alibi", "learned", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)

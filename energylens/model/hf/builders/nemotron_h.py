@@ -15,12 +15,13 @@ from energylens.model.hf.registry import hf_builder, hf_writer
 @hf_builder("nemotron_h")
 def build_nemotron_h(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     """nemotron_h: the pattern gives the blocks (M Mamba-2, * attention, - MLP, E MoE);
-    squared-ReLU MLPs (non-gated), no positional encoding in attention."""
+    squared-ReLU MLPs (non-gated), no positional encoding in attention (no RoPE op)."""
     pattern = cfg.text("hybrid_override_pattern")
     if not pattern:
         raise cfg.error(f"missing required field {cfg.field('hybrid_override_pattern')!r}")
     f = decoder_fields(cfg, name)
     f["gated_mlp"] = False
+    f["position_encoding"] = "none"  # NoPE: Nemotron-H's attention has no positional encoding
     f["hybrid"] = HybridConfig(
         layer_pattern=pattern,
         ssm_heads=cfg.integer("mamba_num_heads"),
@@ -43,8 +44,7 @@ def build_nemotron_h(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfi
             num_moe_layers=pattern.count("E"),
             dense_layer_ffn=f["ffn_size"] if "-" in pattern else 0,
         )
-    f["notes"] += ("; squared-ReLU MLP priced as the GELU MLP; attention without positional "
-                   "encoding priced with RoPE")
+    f["notes"] += "; squared-ReLU MLP priced as the GELU MLP"
     return finish(f)
 
 
