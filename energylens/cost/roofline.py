@@ -16,23 +16,35 @@ under the limit (and is stretched if even the minimum clock does not).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from energylens.cost.constants import KernelConstants
+from energylens.cost.kernel_plan import (
+    ELEMENTWISE,
+    VECTOR_CLASSES,
+    flop_energy_scale,
+    kernel_plan,
+    launch_floor_s,
+    precision_efficiency_ratio,
+    vector_class,
+    weight_bytes_fixed,
+)
 from energylens.cost.kernels import Kernel
 from energylens.cost.work import (
     ACTIVE_EXPERTS,
-    COMPUTE_DTYPE,
-    EXPERT_WEIGHT_RANK,
     GemmShape,
     Size,
     gemm_shape,
     op_flops,
     tensor_bytes,
-    weight_dtype_of,
 )
 from energylens.hardware import GPU
+
+__all__ = ["ELEMENTWISE", "VECTOR_CLASSES", "ClockState", "KernelCost", "dynamic_scale_at",
+           "flop_energy_scale", "gemm_efficiency", "kernel_cost", "launch_floor_s",
+           "memory_efficiency", "precision_efficiency_ratio", "vector_class"]
 
 TILE = 128.0  # output tile edge used for wave quantisation
 
@@ -91,6 +103,8 @@ THROTTLE_STEPS = 16
 
 
 def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants) -> _Clocked:
+    if _scalar(work.compute_s, work.memory_s, work.flop_energy_j, work.byte_energy_j, ratio):
+        return _at_clock_scalar(work=work, ratio=cast(float, ratio), gpu=gpu, constants=constants)
     compute_s = work.compute_s / ratio
     memory_s = work.memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
     q = constants.roofline_sharpness
@@ -98,6 +112,34 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
     share = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
     latency = bound * (1.0 + share**q) ** (1.0 / q) + work.floor_s  # p-norm, no underflow
     scale = dynamic_scale_at(ratio=ratio, gpu=gpu, constants=constants)
+    busy_w = constants.busy_power_w * ratio * scale
+    power = (constants.static_power_w + busy_w * (latency - work.floor_s) / latency
+             + (work.flop_energy_j * scale + work.byte_energy_j) / latency)
+    return _Clocked(compute_s=compute_s, memory_s=memory_s, latency_s=latency,
+                    dynamic_scale=scale, busy_w=busy_w, power_w=power)
+
+
+def _scalar(*values: Size) -> bool:
+    """Whether every value is a number (no array): the one-kernel path of a ``predict``."""
+    for v in values:
+        if isinstance(v, np.ndarray):
+            return False
+    return True
+
+
+def _at_clock_scalar(*, work: _Work, ratio: float, gpu: GPU,
+                     constants: KernelConstants) -> _Clocked:
+    """:func:`_at_clock` for numbers: the same operations in the same order, on Python
+    floats (numpy's scalar ufunc calls cost more than the arithmetic)."""
+    compute_s = work.compute_s / ratio
+    memory_s = work.memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
+    q = constants.roofline_sharpness
+    bound = max(compute_s, memory_s)
+    share = min(compute_s, memory_s) / max(bound, 1e-30)
+    latency = bound * (1.0 + share**q) ** (1.0 / q) + work.floor_s
+    floor = constants.voltage_floor
+    low = gpu.min_clock_mhz / gpu.boost_clock_mhz
+    scale = (floor + (1.0 - floor) * max(ratio - low, 0.0) / (1.0 - low)) ** 2
     busy_w = constants.busy_power_w * ratio * scale
     power = (constants.static_power_w + busy_w * (latency - work.floor_s) / latency
              + (work.flop_energy_j * scale + work.byte_energy_j) / latency)
@@ -114,7 +156,7 @@ def _throttled(*, work: _Work, clock: ClockState, gpu: GPU,
     not depend on the requested one, so a higher requested clock is never slower."""
     requested = _at_clock(work=work, ratio=clock.ratio, gpu=gpu, constants=constants)
     over = requested.power_w > gpu.tdp_w
-    if not np.any(over):
+    if not (over.any() if isinstance(over, np.ndarray) else over):
         return requested
     low = np.full_like(np.asarray(requested.power_w, dtype=float),
                        gpu.min_clock_mhz / gpu.boost_clock_mhz)
@@ -162,46 +204,6 @@ def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
 
 
-def flop_energy_scale(*, dtype: str, gpu: GPU) -> float:
-    """Energy of a ``dtype`` tensor FLOP relative to a BF16 one: the datasheet's BF16 rate
-    over the ``dtype`` rate (FP8 and INT8 run at twice the BF16 rate, FP4 at four times,
-    within the same board power, so each FLOP takes that much less energy; assumed
-    proportional). 1 where the GPU has no native ``dtype`` rate (the GEMM runs in BF16)."""
-    return gpu.peak_flops_per_s("bf16") / gpu.peak_flops_per_s(dtype)
-
-
-def precision_efficiency_ratio(*, dtype: str, gpu: GPU, constants: KernelConstants) -> float:
-    """How much less of its peak a ``dtype`` GEMM reaches than a BF16 GEMM of the BF16
-    peak (1 for 16-bit GEMMs and where the GPU has no native ``dtype`` rate)."""
-    if dtype not in gpu.dense_flops_per_s:
-        return 1.0
-    return {"fp8": constants.fp8_gemm_efficiency_ratio,
-            "fp4": constants.fp4_gemm_efficiency_ratio}.get(dtype, 1.0)
-
-
-#: Function of a small memory-bound kernel's ops -> its class; the first op that names a
-#: class decides (a fused add + norm is a norm kernel).
-VECTOR_CLASSES: dict[str, str] = {"rmsnorm": "norm", "layernorm": "norm", "rope": "rope",
-                                  "silu_mul": "activation", "gelu": "activation"}
-#: Class of every other kernel without a contraction (adds, copies, routing gathers).
-ELEMENTWISE = "elementwise"
-
-
-def vector_class(kernel: Kernel) -> str | None:
-    """Class of a kernel without a contraction (None for GEMM and attention kernels)."""
-    if any(op.kind == "contraction" for op in kernel.ops):
-        return None
-    return next((VECTOR_CLASSES[op.function] for op in kernel.ops
-                 if op.function in VECTOR_CLASSES), ELEMENTWISE)
-
-
-def launch_floor_s(*, kernel: Kernel, constants: KernelConstants) -> float:
-    """Fixed time of ``kernel``: its class's floor for small memory-bound kernels."""
-    klass = vector_class(kernel)
-    return constants.kernel_overhead_s if klass is None else float(
-        getattr(constants, f"{klass}_overhead_s"))
-
-
 def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
     """Fraction of HBM peak reached when streaming ``nbytes``."""
     return constants.memory_efficiency_max * nbytes / (nbytes + constants.memory_half_bytes)
@@ -212,86 +214,80 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                 kv_dtype: str = "bf16",
                 compute_slowdown: Size = 1.0) -> KernelCost:
     """Price one kernel. ``compute_slowdown`` > 1 when overlapped communication holds SMs."""
+    plan = kernel_plan(kernel=kernel, gpu=gpu, constants=constants, weight_dtype=weight_dtype,
+                       kv_dtype=kv_dtype, window=window)
     tensor_time: Size = 0.0
     vector_time: Size = 0.0
     tensor_flops: Size = 0.0
     tensor_energy_flops: Size = 0.0  # in BF16-FLOP equivalents (flop_energy_scale)
     vector_flops: Size = 0.0
-    fused_attention = sum(1 for op in kernel.ops if op.causal) > 1
     # Horizontally fused GEMMs (q+k+v, gate+up) run as ONE GEMM: contractions of a kernel
     # that read the same activation over the same reduction ranks share rows and K, and
     # their columns concatenate (wave quantisation and efficiency of the merged shape).
     merged: dict[tuple[str, tuple[str, ...]], list] = {}
-    for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
-        sizes = {**local, **phase}
+    for item in plan.ops:
+        op = item.op
+        sizes = {**item.local, **phase}
         flops = op_flops(op=op, sizes=sizes, window=window)
-        if op.kind != "contraction":
+        if not item.contraction:
             vector_flops = vector_flops + flops
-            vector_time = vector_time + flops / (
-                gpu.peak_flops_per_s("fp32") * constants.vector_efficiency)
+            vector_time = vector_time + flops / plan.vector_rate
             continue
-        weight = next((t for t in op.inputs if t.name.startswith("W")), None)
-        uses_weight = weight is not None
-        dtype = "bf16" if weight is None else weight_dtype_of(weight, weight_dtype)
-        dtype = COMPUTE_DTYPE.get(dtype, dtype)
-        shape = gemm_shape(op=op, sizes=sizes, window=window)
-        scale = flop_energy_scale(dtype=dtype, gpu=gpu)
+        shape = gemm_shape(op=op, sizes=sizes, window=window, ranks=item.gemm)
         tensor_flops = tensor_flops + flops
-        tensor_energy_flops = tensor_energy_flops + flops * scale
-        if fused_attention and op.causal:
+        tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
+        if plan.fused_attention and op.causal:
             eff = constants.attention_efficiency_max * shape.m / (shape.m + constants.gemm_m_half)
-            tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
+            tensor_time = tensor_time + flops / (item.peak_flops_per_s * eff)
             continue
-        if EXPERT_WEIGHT_RANK in op.ranks and ACTIVE_EXPERTS in sizes:
+        if item.grouped_expert and ACTIVE_EXPERTS in sizes:
             # Grouped expert GEMM: only experts that received tokens run (fused MoE kernels
             # skip empty experts), each with its share of the tokens as rows.
             active = np.maximum(np.minimum(sizes[ACTIVE_EXPERTS], shape.batch), 1e-9)
             shape = GemmShape(m=shape.m * shape.batch / active, n=shape.n, k=shape.k, batch=active)
-        key = (op.inputs[0].name, op.contracted_ranks) if uses_weight else (op.name, ())
-        entry = merged.setdefault(key, [dtype, shape, 0.0, 0.0])
+        entry = merged.setdefault(item.merge_key, [item, shape, 0.0])
         if entry[1] is not shape:
             entry[1] = GemmShape(m=shape.m, n=entry[1].n + shape.n, k=shape.k, batch=shape.batch)
         entry[2] = entry[2] + flops
-    for dtype, shape, flops, _ in merged.values():
+    for first, shape, flops in merged.values():
         eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
-                              constants=constants) * precision_efficiency_ratio(
-            dtype=dtype, gpu=gpu, constants=constants)
-        tensor_time = tensor_time + flops / (gpu.peak_flops_per_s(dtype) * eff)
+                              constants=constants) * first.precision_ratio
+        tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
     nbytes: Size = 0.0
-    # appended to the KV cache (in its dtype); a recurrent state (no token rank) is not
-    appended = {op.output.name for op in kernel.ops
-                if op.persistent_output and "m" in op.output.ranks}
-    for tensor in (*kernel.reads, *kernel.writes):
-        sizes = {**kernel.io_sizes[tensor.name], **phase}
-        nbytes = nbytes + tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
-                                       window=window, kv_dtype=kv_dtype,
-                                       cache=tensor.name in appended)
-    bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
-    klass = vector_class(kernel)
-    if klass is not None:  # small memory-bound kernel: its class's share of HBM peak
-        bandwidth_eff = float(getattr(constants, f"{klass}_bandwidth_efficiency"))
-    elif fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
-        bandwidth_eff = bandwidth_eff * (constants.kv_bandwidth_efficiency
-                                         / constants.memory_efficiency_max)
-    elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
-        bandwidth_eff = bandwidth_eff * (constants.expert_bandwidth_efficiency
-                                         / constants.memory_efficiency_max)
+    for tensor in plan.tensors:
+        if weight_bytes_fixed(tensor, phase):
+            nbytes = nbytes + cast(float, tensor.fixed_bytes)
+            continue
+        nbytes = nbytes + tensor_bytes(tensor=tensor.tensor, sizes={**tensor.sizes, **phase},
+                                       weight_dtype=weight_dtype, window=window,
+                                       kv_dtype=kv_dtype, cache=tensor.cache)
+    if plan.klass is not None:  # small memory-bound kernel: its class's share of HBM peak
+        bandwidth_eff: Size = plan.klass_bandwidth_efficiency
+    else:
+        bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
+        if plan.fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
+            bandwidth_eff = bandwidth_eff * (constants.kv_bandwidth_efficiency
+                                             / constants.memory_efficiency_max)
+        elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
+            bandwidth_eff = bandwidth_eff * (constants.expert_bandwidth_efficiency
+                                             / constants.memory_efficiency_max)
     work = _Work(compute_s=(tensor_time + vector_time) * compute_slowdown,
                  memory_s=nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff),
                  flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
                                 + vector_flops * constants.energy_per_vector_flop_j),
                  byte_energy_j=nbytes * constants.energy_per_hbm_byte_j,
-                 floor_s=launch_floor_s(kernel=kernel, constants=constants))
+                 floor_s=plan.floor_s)
     at = _throttled(work=work, clock=clock, gpu=gpu, constants=constants)
     floor_s = work.floor_s
     compute_s, memory_s, latency = at.compute_s, at.memory_s, at.latency_s
     flop_energy = work.flop_energy_j * at.dynamic_scale
     byte_energy = work.byte_energy_j
     busy_w = at.busy_w
-    compute_share = compute_s / np.maximum(compute_s + memory_s, 1e-30)
+    larger = max if _scalar(compute_s, memory_s, latency) else np.maximum
+    compute_share = compute_s / larger(compute_s + memory_s, 1e-30)
     # Busy power is drawn while a kernel streams or computes; during its fixed overhead
     # (launch, prologue, tail, waits between small kernels) the GPU draws static power only.
-    busy_energy = busy_w * np.maximum(latency - floor_s, 0.0)
+    busy_energy = busy_w * larger(latency - floor_s, 0.0)
     return KernelCost(
         latency_s=latency,
         compute_s=compute_s,

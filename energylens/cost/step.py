@@ -170,8 +170,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                             critical=critical)
     degrees = dict(ctx.degrees)
     constants = ctx.constants
-    overlapping = {c.overlap_kernel for c in compiled.collectives
-                   if _overlaps(ctx) and c.overlap_kernel is not None}
+    overlapping = ({c.overlap_kernel for c in compiled.collectives
+                    if c.overlap_kernel is not None}
+                   if compiled.collectives and _overlaps(ctx) else set())
     slowdown = ctx.gpu.sm_count / np.maximum(ctx.gpu.sm_count - ctx.overlap_sms, 1)
     latencies: dict[int, Size] = {}
     compute_j: Size = 0.0

@@ -122,19 +122,35 @@ def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
     return weight_dtype
 
 
-def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> GemmShape:
+@dataclass(frozen=True, kw_only=True)
+class GemmRanks:
+    """Which ranks of a contraction are its GEMM's rows, columns, reduction and batch."""
+
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    red: tuple[str, ...]
+    batch: tuple[str, ...]
+
+
+def gemm_ranks(op: Einsum) -> GemmRanks:
     """Batch = ranks on all three tensors; M = output x first input; N = output x second."""
     first, second = op.inputs
     out = set(op.output.ranks)
     batch = [r for r in op.output.ranks if r in first.ranks and r in second.ranks]
-    rows = [r for r in op.output.ranks if r in first.ranks and r not in batch]
-    cols = [r for r in op.output.ranks if r in second.ranks and r not in first.ranks]
-    red = [r for r in op.ranks if r not in out]
-    n = _product(tuple(cols), sizes)
-    k = _product(tuple(red), sizes)
-    factor = _pair_factor(op, sizes, window)
-    if op.causal and op.causal[1] in cols:
-        n = n * factor
-    elif op.causal and op.causal[1] in red:
-        k = k * factor
-    return GemmShape(m=_product(tuple(rows), sizes), n=n, k=k, batch=_product(tuple(batch), sizes))
+    return GemmRanks(
+        rows=tuple(r for r in op.output.ranks if r in first.ranks and r not in batch),
+        cols=tuple(r for r in op.output.ranks if r in second.ranks and r not in first.ranks),
+        red=tuple(r for r in op.ranks if r not in out), batch=tuple(batch))
+
+
+def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None,
+               ranks: GemmRanks | None = None) -> GemmShape:
+    """GEMM shape of contraction ``op`` (``ranks``: its :func:`gemm_ranks`, if known)."""
+    ranks = ranks or gemm_ranks(op)
+    n = _product(ranks.cols, sizes)
+    k = _product(ranks.red, sizes)
+    if op.causal and op.causal[1] in ranks.cols:
+        n = n * _pair_factor(op, sizes, window)
+    elif op.causal and op.causal[1] in ranks.red:
+        k = k * _pair_factor(op, sizes, window)
+    return GemmShape(m=_product(ranks.rows, sizes), n=n, k=k, batch=_product(ranks.batch, sizes))
