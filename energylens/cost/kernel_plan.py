@@ -18,13 +18,15 @@ from energylens.cost.work import (
     ACTIVE_EXPERTS,
     COMPUTE_DTYPE,
     EXPERT_WEIGHT_RANK,
+    KV_TENSORS,
     GemmRanks,
+    activation_element_bytes,
     gemm_ranks,
     tensor_bytes,
     weight_dtype_of,
 )
 from energylens.hardware import GPU
-from energylens.model.spec import Einsum, TensorRef
+from energylens.model.spec import STATE_TENSORS, Einsum, TensorRef
 
 #: Function of a small memory-bound kernel's ops -> its class; the first op that names a
 #: class decides (a fused add + norm is a norm kernel).
@@ -86,7 +88,9 @@ class OpPlan:
 @dataclass(frozen=True, kw_only=True)
 class TensorPlan:
     """An external read or write; ``fixed_bytes``: the bytes of a weight that reads no
-    phase rank (None for every other tensor, priced per call)."""
+    phase rank (None for every other tensor, priced per call); ``element_bytes``: bytes
+    per element of an activation whose bytes are its ranks' product (None for weights, a
+    KV cache clipped to a window, and a recurrent state, whose dtype comes with its sizes)."""
 
     tensor: TensorRef
     sizes: dict[str, int]
@@ -94,6 +98,7 @@ class TensorPlan:
     ranks: frozenset[str]
     expert_weight: bool
     fixed_bytes: float | None
+    element_bytes: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +135,15 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
                  kv_dtype: str, window: float | None) -> TensorPlan:
     sizes = kernel.io_sizes[tensor.name]
     cache = tensor.name in appended
-    fixed = None
+    fixed = element = None
     if tensor.name.startswith("W"):  # a weight's bytes read only its own ranks' sizes
         fixed = float(tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
                                    window=window, kv_dtype=kv_dtype, cache=cache))
+    elif not (tensor.name in KV_TENSORS and window is not None or tensor.name in STATE_TENSORS):
+        element = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
     return TensorPlan(tensor=tensor, sizes=sizes, cache=cache, ranks=frozenset(tensor.ranks),
-                      expert_weight=EXPERT_WEIGHT_RANK in tensor.ranks, fixed_bytes=fixed)
+                      expert_weight=EXPERT_WEIGHT_RANK in tensor.ranks, fixed_bytes=fixed,
+                      element_bytes=element)
 
 
 def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_dtype: str,

@@ -38,6 +38,7 @@ from energylens.cost.work import (
     Size,
     gemm_shape,
     op_flops,
+    rank_product,
     tensor_bytes,
 )
 from energylens.hardware import GPU
@@ -121,10 +122,7 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
 
 def _scalar(*values: Size) -> bool:
     """Whether every value is a number (no array): the one-kernel path of a ``predict``."""
-    for v in values:
-        if isinstance(v, np.ndarray):
-            return False
-    return True
+    return not any([isinstance(v, np.ndarray) for v in values])
 
 
 def _at_clock_scalar(*, work: _Work, ratio: float, gpu: GPU,
@@ -257,6 +255,10 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     for tensor in plan.tensors:
         if weight_bytes_fixed(tensor, phase):
             nbytes = nbytes + cast(float, tensor.fixed_bytes)
+            continue
+        if tensor.element_bytes is not None:  # what tensor_bytes computes for it
+            nbytes = nbytes + rank_product(tensor.tensor.ranks,
+                                           {**tensor.sizes, **phase}) * tensor.element_bytes
             continue
         nbytes = nbytes + tensor_bytes(tensor=tensor.tensor, sizes={**tensor.sizes, **phase},
                                        weight_dtype=weight_dtype, window=window,

@@ -58,7 +58,8 @@ def causal_pairs(*, m: Size, p: Size, window: float | None) -> Size:
     return np.where(p <= w, full, np.where(first >= w, saturated, partial))
 
 
-def _product(ranks: tuple[str, ...], sizes: dict[str, Size]) -> Size:
+def rank_product(ranks: tuple[str, ...], sizes: dict[str, Size]) -> Size:
+    """Product of ``sizes`` over ``ranks``, multiplied in rank order from 1.0."""
     out: Size = 1.0
     for rank in ranks:
         out = out * sizes[rank]
@@ -77,8 +78,8 @@ def op_flops(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> Siz
     """FLOPs of ``op``: 2 x all ranks for a contraction, per-element cost otherwise."""
     factor = _pair_factor(op, sizes, window)
     if op.kind == "contraction":
-        return 2.0 * _product(op.ranks, sizes) * factor
-    return op.flops_per_element * _product(op.output.ranks, sizes) * factor
+        return 2.0 * rank_product(op.ranks, sizes) * factor
+    return op.flops_per_element * rank_product(op.output.ranks, sizes) * factor
 
 
 def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str,
@@ -91,14 +92,19 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
         ranks = sizes
         if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
-        return _product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
-    element: Size = DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
+        return rank_product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
+    element: Size = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
     if tensor.name in STATE_TENSORS:
         element = sizes.get(STATE_ELEMENT_BYTES, ACTIVATION_BYTES)
     if tensor.name in KV_TENSORS and window is not None:
         kv_len = np.minimum(sizes["p"], window + sizes["m"] - 1)
-        return _product(tensor.ranks, {**sizes, "p": kv_len}) * element
-    return _product(tensor.ranks, sizes) * element
+        return rank_product(tensor.ranks, {**sizes, "p": kv_len}) * element
+    return rank_product(tensor.ranks, sizes) * element
+
+
+def activation_element_bytes(*, tensor: TensorRef, kv_dtype: str, cache: bool) -> float:
+    """Bytes per element of non-weight ``tensor``: the KV dtype for the cache, else bf16."""
+    return DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
 
 
 #: Weights a quantised checkpoint keeps in 16 bits: the LM head and the MoE router. Their
@@ -147,10 +153,10 @@ def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None,
                ranks: GemmRanks | None = None) -> GemmShape:
     """GEMM shape of contraction ``op`` (``ranks``: its :func:`gemm_ranks`, if known)."""
     ranks = ranks or gemm_ranks(op)
-    n = _product(ranks.cols, sizes)
-    k = _product(ranks.red, sizes)
+    n = rank_product(ranks.cols, sizes)
+    k = rank_product(ranks.red, sizes)
     if op.causal and op.causal[1] in ranks.cols:
         n = n * _pair_factor(op, sizes, window)
     elif op.causal and op.causal[1] in ranks.red:
         k = k * _pair_factor(op, sizes, window)
-    return GemmShape(m=_product(ranks.rows, sizes), n=n, k=k, batch=_product(ranks.batch, sizes))
+    return GemmShape(m=rank_product(ranks.rows, sizes), n=n, k=k, batch=rank_product(ranks.batch, sizes))
