@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -96,7 +97,13 @@ def scale_out_cost(*, kind: str, message_bytes: Size, group_size: int, gpus_per_
 def own_allreduce_link(*, constants: RuntimeConstants, link: LinkConstants) -> LinkConstants:
     """NCCL's ``link`` with a runtime's own all-reduce in place of its latency and, where
     the runtime's bus-bandwidth fraction is set, of its bandwidth curve: an additive
-    alpha-beta form without NCCL's ramp or second protocol."""
+    alpha-beta form without NCCL's ramp or second protocol (built once per pair: both
+    are immutable and compare by value)."""
+    return _own_allreduce_link(constants, link)
+
+
+@lru_cache(maxsize=1024)
+def _own_allreduce_link(constants: RuntimeConstants, link: LinkConstants) -> LinkConstants:
     own = replace(link, latency_s=constants.allreduce_latency_s,
                   latency_per_hop_s=constants.allreduce_latency_per_hop_s)
     if constants.allreduce_bus_bandwidth_fraction <= 0:
