@@ -10,6 +10,7 @@ same operands): a plan changes how often they are computed, never their value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from energylens.cost.constants import KernelConstants
@@ -137,7 +138,7 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
     cache = tensor.name in appended
     fixed = element = None
     if tensor.name.startswith("W"):  # a weight's bytes read only its own ranks' sizes
-        fixed = float(tensor_bytes(tensor=tensor, sizes=sizes, weight_dtype=weight_dtype,
+        fixed = float(tensor_bytes(tensor=tensor, sizes=dict(sizes), weight_dtype=weight_dtype,
                                    window=window, kv_dtype=kv_dtype, cache=cache))
     elif not (tensor.name in KV_TENSORS and window is not None or tensor.name in STATE_TENSORS):
         element = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
@@ -169,7 +170,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
     )
 
 
-def weight_bytes_fixed(plan: TensorPlan, phase: dict[str, object]) -> bool:
+def weight_bytes_fixed(plan: TensorPlan, phase: Mapping[str, object]) -> bool:
     """Whether ``plan.fixed_bytes`` holds under ``phase``: no phase size replaces one of
     the weight's ranks, and no active-expert count replaces its expert rank."""
     return plan.fixed_bytes is not None and plan.ranks.isdisjoint(phase) and not (

@@ -15,6 +15,7 @@ under the limit (and is stretched if even the minimum clock does not).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -125,6 +126,11 @@ def _scalar(*values: Size) -> bool:
     return not any([isinstance(v, np.ndarray) for v in values])
 
 
+def _ceil(x: Size) -> Size:
+    """``np.ceil`` of a number, as a float, without numpy's scalar call."""
+    return float(math.ceil(x)) if math.isfinite(x) else x
+
+
 def _at_clock_scalar(*, work: _Work, ratio: float, gpu: GPU,
                      constants: KernelConstants) -> _Clocked:
     """:func:`_at_clock` for numbers: the same operations in the same order, on Python
@@ -195,8 +201,9 @@ class KernelCost:
 def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
                     constants: KernelConstants) -> Size:
     """Fraction of dense peak for an (M x K) @ (K x N) GEMM batch: waves, K ramp, small M."""
-    tiles = np.ceil(m / TILE) * np.ceil(n / TILE) * batch
-    waves = np.ceil(tiles / gpu.sm_count)
+    ceil = _ceil if _scalar(m, n, batch) else np.ceil
+    tiles = ceil(m / TILE) * ceil(n / TILE) * batch
+    waves = ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
     return (constants.gemm_efficiency_max * wave_eff**constants.wave_exponent
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
