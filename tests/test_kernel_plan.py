@@ -10,7 +10,7 @@ from energylens.cost.constants import KernelConstants
 from energylens.cost.kernel_plan import kernel_plan, weight_bytes_fixed
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
-from energylens.cost.work import ACTIVE_EXPERTS, tensor_bytes
+from energylens.cost.work import ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import load_gpu
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
@@ -45,12 +45,12 @@ def test_numbers_cost_what_the_same_values_cost_inside_arrays(model, degrees, co
     contexts = np.array([17.0, 1024.0, 512.0, 4096.0])
     active = np.array([1.0, 3.5, 16.0, 16.0])
     for kernel, window in _kernels(model, degrees):
-        many = {"b": batches, "m": tokens, "p": contexts, "n": np.ones(4), "t": tokens,
+        many: dict[str, Size] = {"b": batches, "m": tokens, "p": contexts, "n": np.ones(4), "t": tokens,
                 ACTIVE_EXPERTS: active}
         arrays = kernel_cost(kernel=kernel, phase=many, window=window, gpu=GPU,
                              constants=constants, clock=clock, weight_dtype="fp8")
         for i in range(len(batches)):
-            one = {k: float(v[i]) for k, v in many.items()}
+            one: dict[str, Size] = {k: float(np.asarray(v)[i]) for k, v in many.items()}
             number = kernel_cost(kernel=kernel, phase=one, window=window, gpu=GPU,
                                  constants=constants, clock=clock, weight_dtype="fp8")
             for field in ("latency_s", "compute_energy_j", "memory_energy_j", "flops", "bytes"):
