@@ -20,7 +20,7 @@ GPU = load_gpu("H100")
 
 def _kernels(model: str, degrees: dict[str, int]) -> list[tuple[Kernel, float | None]]:
     graph = build_graph(get_model(model))
-    out = []
+    out: list[tuple[Kernel, float | None]] = []
     for group in (*graph.groups, graph.head_group):
         compiled = compile_layer(layer=group.layer, sizes=group.sizes, degrees=degrees,
                                  fusion=frozenset({"qkv", "gate_up", "attention"}))
