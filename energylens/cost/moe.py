@@ -101,10 +101,18 @@ def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> float:
     if mean.shape[-1] == 1:
         return float(mean.mean())
     z = _normal_draws(mean.shape)  # (ranks, draws, placements)
-    sample = np.multiply(np.moveaxis(std, -1, 0)[:, None], z)
-    np.add(sample, np.moveaxis(mean, -1, 0)[:, None], out=sample)
-    np.maximum(sample, 0.0, out=sample)
-    return float(np.maximum.reduce(sample, axis=0).mean())
+    std_r, mean_r = np.moveaxis(std, -1, 0), np.moveaxis(mean, -1, 0)
+    # One rank's plane at a time (it stays in cache); max(0, max_r x_r) = max_r max(0, x_r)
+    # and a maximum is exact in any order, so this is the same number as the whole cube.
+    top = np.multiply(z[0], std_r[0])
+    np.add(top, mean_r[0], out=top)
+    plane = np.empty_like(top)
+    for rank in range(1, z.shape[0]):
+        np.multiply(z[rank], std_r[rank], out=plane)
+        np.add(plane, mean_r[rank], out=plane)
+        np.maximum(top, plane, out=top)
+    np.maximum(top, 0.0, out=top)
+    return float(top.mean())
 
 
 @lru_cache(maxsize=65536)
