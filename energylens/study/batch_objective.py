@@ -106,13 +106,20 @@ def evaluate_table(problem: DeploymentProblem, table: pd.DataFrame) -> pd.DataFr
 
 def _one_by_one(problem: DeploymentProblem, table: pd.DataFrame, out: pd.DataFrame,
                 reasons: pd.Series) -> pd.DataFrame:
-    for label, params in zip(table.index, table.to_dict("records"), strict=True):
+    metrics: list[dict[str, float]] = []
+    found: list[str | None] = []
+    for params in table.to_dict("records"):
         evaluation = problem.evaluate({str(k): v for k, v in params.items() if not _missing(v)})
-        for name, value in evaluation.metrics.items():
-            if name not in out.columns:
-                out[name] = np.nan
-            out.loc[label, name] = value
-        reasons[label] = evaluation.infeasible_reason
+        metrics.append(evaluation.metrics)
+        found.append(evaluation.infeasible_reason)
+    # written once: a pandas cell assignment per metric and row cost more than the model
+    values = pd.DataFrame(metrics, index=table.index, dtype=float)
+    for name in values.columns:
+        if name not in out.columns:
+            out[name] = np.nan
+    if len(values.columns):
+        out.loc[table.index, list(values.columns)] = values.to_numpy()
+    reasons[table.index] = found
     return out.assign(**{REASON_COLUMN: reasons})
 
 
