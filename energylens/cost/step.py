@@ -330,8 +330,15 @@ def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
                            bandwidth=bandwidth, constants=link).latency_s
 
 
-def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
-    """One step through the whole model, pipelined over ``pp`` micro-batches when possible."""
+def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = False) -> StepCost:
+    """One step through the whole model, pipelined over ``pp`` micro-batches when possible.
+
+    A one-shot pass (``pipelined`` False: a static batch's prefill) fills and drains the
+    pipeline: micro + pp - 1 stage times. Steps of a running engine (``pipelined``: decode,
+    continuous batching) keep pp micro-batches in flight, as vLLM's pipeline-parallel
+    scheduler does: every stage is busy and a step, in which each micro-batch passes every
+    stage once, takes pp stage times (fewer micro-batches than stages leave stages idle, the
+    step is still pp stage times)."""
     batch = sum(s.sequences for s in seqs)
     micro = np.maximum(1.0, np.minimum(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
     micro_seqs = [SequenceGroup(sequences=s.sequences / micro, new_tokens=s.new_tokens,
@@ -342,13 +349,13 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
     stages = float(ctx.pp)
     send = pipeline_send_s(ctx=ctx, tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
     # Stage time = a micro-batch's whole-model time / pp; fill + drain = micro + pp - 1 stages.
-    wall = (micro + stages - 1.0) * (total.latency_s / stages + send)
+    rounds = stages if pipelined else micro + stages - 1.0
+    wall = rounds * (total.latency_s / stages + send)
     return StepCost(latency_s=wall,
                     compute_energy_j=total.compute_energy_j * micro,
                     memory_energy_j=total.memory_energy_j * micro,
                     communication_energy_j=total.communication_energy_j * micro,
-                    communication_s=total.communication_s * micro / stages
-                    + (micro + stages - 1.0) * send)
+                    communication_s=total.communication_s * micro / stages + rounds * send)
 
 
 def engine_cost(*, ctx: StepContext, sequences: Size) -> StepCost:

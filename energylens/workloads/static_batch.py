@@ -116,7 +116,7 @@ class StaticBatch:
         edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
         contexts = ((edges[:-1] + edges[1:]) / 2).reshape((-1,) + (1,) * np.ndim(sequences))
         decode_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=1.0,
-                                                             context=contexts)])
+                                                             context=contexts)], pipelined=True)
         per_step = _mean_over_points(decode_cost, points_ndim=contexts.ndim) + engine
         tpot = value(per_step.latency_s)
         static_w = ctx.constants.static_power_w

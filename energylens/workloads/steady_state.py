@@ -109,12 +109,12 @@ class SteadyState:
         decode_seqs = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
         arrivals = batch / s_out
         engine = engine_cost(ctx=ctx, sequences=batch)
-        decode_only = step_cost(ctx=ctx, seqs=[decode_seqs]) + engine
+        decode_only = step_cost(ctx=ctx, seqs=[decode_seqs], pipelined=True) + engine
         points = arrival_mixture(arrivals)
         counts = [count for count, _ in points]
         costs = [decode_only if np.ndim(count) == 0 and count == 0 else step_cost(
             ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
-                                                      context=s_in)]) + engine
+                                                      context=s_in)], pipelined=True) + engine
                  for count in counts]
         mean = sum((cost.scaled(prob) for cost, (_, prob) in zip(costs, points, strict=True)),
                    ZERO)
