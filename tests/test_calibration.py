@@ -177,3 +177,16 @@ def test_kernel_constants_fields_are_all_serialisable():
     # every field of the dataclass is a float the file format can carry
     for f in fields(KernelConstants):
         assert isinstance(getattr(KernelConstants(), f.name), float)
+
+
+def test_a_constant_no_row_depends_on_keeps_its_initial_value():
+    """Fold fits without rows that exercise a constant (no EP rows for the EP overhead) must
+    not move it: the trust-region solver drifts along such directions to a bound."""
+    from energylens.calibration.fitting import Param, fit_bounded
+
+    params = (Param("used", 1.0, 0.1, 10.0), Param("unused", 2.0, 0.1, 10.0, log=True))
+    values, rms, at_bound = fit_bounded(
+        params=params, residuals=lambda v: np.array([v["used"] - 3.0, 2 * (v["used"] - 3.0)]))
+    assert values["used"] == pytest.approx(3.0, rel=1e-4)
+    assert values["unused"] == pytest.approx(2.0, rel=1e-12)
+    assert not at_bound and rms < 1e-4

@@ -90,19 +90,41 @@ def fit_bounded(*, params: Sequence[Param], residuals: Callable[[dict[str, float
         return np.where(np.isfinite(r), r, 10.0)
 
     # Forward differences with an absolute step (a relative step is zero at z = 0).
-    def jac(z: np.ndarray) -> np.ndarray:
+    def jac(z: np.ndarray, columns: np.ndarray) -> np.ndarray:
         f0 = fun(z)
         cols = []
-        for i in range(z.size):
+        for i in np.flatnonzero(columns):
             step = np.zeros_like(z)
             step[i] = 1e-4
             cols.append((fun(z + step) - f0) / 1e-4)
         return np.stack(cols, axis=1)
 
-    result = least_squares(fun, z0, jac=jac, method="trf", x_scale=1.0, max_nfev=max_nfev)
-    values = unpack(result.x)
-    rms = float(np.sqrt(np.mean(result.fun**2))) if result.fun.size else 0.0
-    at_bound = [p.name for p, z in zip(params, result.x, strict=True) if abs(z) > 9.0]
+    # A constant no residual depends on (its Jacobian column is zero at the start: no row
+    # of this fit exercises it, e.g. the EP overhead in a fold without EP rows) is not
+    # identified here: it keeps its initial value instead of drifting (the trust-region
+    # solver does move along such directions, to a bound).
+    free = np.any(jac(z0, np.ones(z0.size, dtype=bool)) != 0.0, axis=0)
+
+    def full(y: np.ndarray) -> np.ndarray:
+        z = z0.copy()
+        z[free] = y
+        return z
+
+    def fun_free(y: np.ndarray) -> np.ndarray:
+        return fun(full(y))
+
+    def jac_free(y: np.ndarray) -> np.ndarray:
+        return jac(full(y), free)
+
+    z_fit = z0.copy()
+    if np.any(free):
+        result = least_squares(fun_free, z0[free], jac=jac_free, method="trf", x_scale=1.0,
+                               max_nfev=max_nfev)
+        z_fit = full(result.x)
+    residual = fun(z_fit)
+    values = unpack(z_fit)
+    rms = float(np.sqrt(np.mean(residual**2))) if residual.size else 0.0
+    at_bound = [p.name for p, z in zip(params, z_fit, strict=True) if abs(z) > 9.0]
     return values, rms, at_bound
 
 
