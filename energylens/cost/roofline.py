@@ -25,6 +25,7 @@ from energylens.cost.constants import KernelConstants
 from energylens.cost.kernel_plan import (
     ELEMENTWISE,
     VECTOR_CLASSES,
+    KernelPlan,
     flop_energy_scale,
     kernel_plan,
     launch_floor_s,
@@ -35,10 +36,12 @@ from energylens.cost.kernel_plan import (
 from energylens.cost.kernels import Kernel
 from energylens.cost.work import (
     ACTIVE_EXPERTS,
+    GemmRanks,
     GemmShape,
     Size,
     gemm_shape,
     op_flops,
+    pair_factor,
     rank_product,
     tensor_bytes,
 )
@@ -106,7 +109,14 @@ THROTTLE_STEPS = 16
 
 def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants) -> _Clocked:
     if _scalar(work.compute_s, work.memory_s, work.flop_energy_j, work.byte_energy_j, ratio):
-        return _at_clock_scalar(work=work, ratio=cast(float, ratio), gpu=gpu, constants=constants)
+        parts = _at_clock_scalar(compute_s=cast(float, work.compute_s),
+                                 memory_s=cast(float, work.memory_s),
+                                 flop_energy_j=cast(float, work.flop_energy_j),
+                                 byte_energy_j=cast(float, work.byte_energy_j),
+                                 floor_s=work.floor_s,
+                                 ratio=cast(float, ratio), gpu=gpu, constants=constants)
+        return _Clocked(compute_s=parts[0], memory_s=parts[1], latency_s=parts[2],
+                        dynamic_scale=parts[3], busy_w=parts[4], power_w=parts[5])
     compute_s = work.compute_s / ratio
     memory_s = work.memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
     q = constants.roofline_sharpness
@@ -131,24 +141,26 @@ def _ceil(x: Size) -> Size:
     return float(math.ceil(x)) if math.isfinite(x) else x
 
 
-def _at_clock_scalar(*, work: _Work, ratio: float, gpu: GPU,
-                     constants: KernelConstants) -> _Clocked:
+def _at_clock_scalar(*, compute_s: float, memory_s: float, flop_energy_j: float,
+                     byte_energy_j: float, floor_s: float, ratio: float, gpu: GPU,
+                     constants: KernelConstants,
+                     ) -> tuple[float, float, float, float, float, float]:
     """:func:`_at_clock` for numbers: the same operations in the same order, on Python
-    floats (numpy's scalar ufunc calls cost more than the arithmetic)."""
-    compute_s = work.compute_s / ratio
-    memory_s = work.memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
+    floats (numpy's scalar ufunc calls cost more than the arithmetic). Returns (compute s,
+    memory s, latency s, dynamic scale, busy W, power W)."""
+    compute_s = compute_s / ratio
+    memory_s = memory_s * (1.0 + constants.memory_clock_sensitivity * (1.0 / ratio - 1.0))
     q = constants.roofline_sharpness
     bound = max(compute_s, memory_s)
     share = min(compute_s, memory_s) / max(bound, 1e-30)
-    latency = bound * (1.0 + share**q) ** (1.0 / q) + work.floor_s
+    latency = bound * (1.0 + share**q) ** (1.0 / q) + floor_s
     floor = constants.voltage_floor
     low = gpu.min_clock_mhz / gpu.boost_clock_mhz
     scale = (floor + (1.0 - floor) * max(ratio - low, 0.0) / (1.0 - low)) ** 2
     busy_w = constants.busy_power_w * ratio * scale
-    power = (constants.static_power_w + busy_w * (latency - work.floor_s) / latency
-             + (work.flop_energy_j * scale + work.byte_energy_j) / latency)
-    return _Clocked(compute_s=compute_s, memory_s=memory_s, latency_s=latency,
-                    dynamic_scale=scale, busy_w=busy_w, power_w=power)
+    power = (constants.static_power_w + busy_w * (latency - floor_s) / latency
+             + (flop_energy_j * scale + byte_energy_j) / latency)
+    return compute_s, memory_s, latency, scale, busy_w, power
 
 
 def _throttled(*, work: _Work, clock: ClockState, gpu: GPU,
@@ -221,6 +233,11 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
     """Price one kernel. ``compute_slowdown`` > 1 when overlapped communication holds SMs."""
     plan = kernel_plan(kernel=kernel, gpu=gpu, constants=constants, weight_dtype=weight_dtype,
                        kv_dtype=kv_dtype, window=window)
+    if _scalar(compute_slowdown, clock.ratio, *phase.values()):
+        return _scalar_kernel_cost(plan=plan, kernel=kernel, phase=phase, window=window,
+                                   gpu=gpu, constants=constants, clock=clock,
+                                   weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                   compute_slowdown=compute_slowdown)
     tensor_time: Size = 0.0
     vector_time: Size = 0.0
     tensor_flops: Size = 0.0
@@ -258,28 +275,10 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         eff = gemm_efficiency(m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, gpu=gpu,
                               constants=constants) * first.precision_ratio
         tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
-    nbytes: Size = 0.0
-    for tensor in plan.tensors:
-        if weight_bytes_fixed(tensor, phase):
-            nbytes = nbytes + cast(float, tensor.fixed_bytes)
-            continue
-        if tensor.element_bytes is not None:  # what tensor_bytes computes for it
-            nbytes = nbytes + rank_product(tensor.tensor.ranks,
-                                           {**tensor.sizes, **phase}) * tensor.element_bytes
-            continue
-        nbytes = nbytes + tensor_bytes(tensor=tensor.tensor, sizes={**tensor.sizes, **phase},
-                                       weight_dtype=weight_dtype, window=window,
-                                       kv_dtype=kv_dtype, cache=tensor.cache)
-    if plan.klass is not None:  # small memory-bound kernel: its class's share of HBM peak
-        bandwidth_eff: Size = plan.klass_bandwidth_efficiency
-    else:
-        bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
-        if plan.fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
-            bandwidth_eff = bandwidth_eff * (constants.kv_bandwidth_efficiency
-                                             / constants.memory_efficiency_max)
-        elif kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
-            bandwidth_eff = bandwidth_eff * (constants.expert_bandwidth_efficiency
-                                             / constants.memory_efficiency_max)
+    nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
+                           kv_dtype=kv_dtype)
+    bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
+                                          constants=constants)
     work = _Work(compute_s=(tensor_time + vector_time) * compute_slowdown,
                  memory_s=nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff),
                  flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
@@ -302,6 +301,123 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         compute_s=compute_s,
         memory_s=memory_s,
         compute_energy_j=flop_energy + busy_energy * compute_share,
+        memory_energy_j=byte_energy + busy_energy * (1.0 - compute_share),
+        flops=tensor_flops + vector_flops,
+        bytes=nbytes,
+    )
+
+
+def _kernel_bytes(*, plan: KernelPlan, phase: dict[str, Size], window: float | None,
+                  weight_dtype: str, kv_dtype: str) -> Size:
+    """External bytes the kernel reads and writes under ``phase``."""
+    nbytes: Size = 0.0
+    for tensor in plan.tensors:
+        if weight_bytes_fixed(tensor, phase):
+            nbytes = nbytes + cast(float, tensor.fixed_bytes)
+            continue
+        if tensor.element_bytes is not None:  # what tensor_bytes computes for it
+            nbytes = nbytes + rank_product(tensor.tensor.ranks,
+                                           {**tensor.sizes, **phase}) * tensor.element_bytes
+            continue
+        nbytes = nbytes + tensor_bytes(tensor=tensor.tensor, sizes={**tensor.sizes, **phase},
+                                       weight_dtype=weight_dtype, window=window,
+                                       kv_dtype=kv_dtype, cache=tensor.cache)
+    return nbytes
+
+
+def _bandwidth_efficiency(*, plan: KernelPlan, kernel: Kernel, nbytes: Size,
+                          constants: KernelConstants) -> Size:
+    """Fraction of HBM peak the kernel's ``nbytes`` stream at."""
+    if plan.klass is not None:  # small memory-bound kernel: its class's share of HBM peak
+        return plan.klass_bandwidth_efficiency
+    bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
+    if plan.fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
+        return bandwidth_eff * (constants.kv_bandwidth_efficiency
+                                / constants.memory_efficiency_max)
+    if kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
+        return bandwidth_eff * (constants.expert_bandwidth_efficiency
+                                / constants.memory_efficiency_max)
+    return bandwidth_eff
+
+
+def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size],
+                        window: float | None, gpu: GPU, constants: KernelConstants,
+                        clock: ClockState, weight_dtype: str, kv_dtype: str,
+                        compute_slowdown: Size) -> KernelCost:
+    """:func:`kernel_cost` where every size, the clock and the slowdown are numbers (one
+    ``predict``): the same operations in the same order, on numbers in tuples instead of
+    GEMM-shape and clock records (their construction cost more than the arithmetic)."""
+    # every value below is a number: Size only because the helpers also take arrays
+    tensor_time: Size = 0.0
+    vector_time: Size = 0.0
+    tensor_flops: Size = 0.0
+    tensor_energy_flops: Size = 0.0
+    vector_flops: Size = 0.0
+    # merge key -> [first op, m, n, k, batch, FLOPs] (see kernel_cost)
+    merged: dict[tuple[str, tuple[str, ...]], list] = {}
+    for item in plan.ops:
+        op = item.op
+        sizes = {**item.local, **phase}
+        flops = op_flops(op=op, sizes=sizes, window=window)
+        if not item.contraction:
+            vector_flops = vector_flops + flops
+            vector_time = vector_time + flops / plan.vector_rate
+            continue
+        ranks = cast(GemmRanks, item.gemm)
+        n = rank_product(ranks.cols, sizes)
+        k = rank_product(ranks.red, sizes)
+        if op.causal and op.causal[1] in ranks.cols:
+            n = n * pair_factor(op, sizes, window)
+        elif op.causal and op.causal[1] in ranks.red:
+            k = k * pair_factor(op, sizes, window)
+        m = rank_product(ranks.rows, sizes)
+        batch = rank_product(ranks.batch, sizes)
+        tensor_flops = tensor_flops + flops
+        tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
+        if plan.fused_attention and op.causal:
+            eff = constants.attention_efficiency_max * m / (m + constants.gemm_m_half)
+            tensor_time = tensor_time + flops / (item.peak_flops_per_s * eff)
+            continue
+        if item.grouped_expert and ACTIVE_EXPERTS in sizes:
+            active = max(min(sizes[ACTIVE_EXPERTS], batch), 1e-9)
+            m, batch = m * batch / active, active
+        entry = merged.get(item.merge_key)
+        if entry is None:
+            merged[item.merge_key] = [item, m, n, k, batch, 0.0 + flops]
+        else:
+            entry[1:] = [m, entry[2] + n, k, batch, entry[5] + flops]
+    for first, m, n, k, batch, flops in merged.values():
+        eff = gemm_efficiency(m=m, n=n, k=k, batch=batch, gpu=gpu,
+                              constants=constants) * first.precision_ratio
+        tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
+    nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
+                           kv_dtype=kv_dtype)
+    bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
+                                          constants=constants)
+    work_compute_s = (tensor_time + vector_time) * compute_slowdown
+    work_memory_s = nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
+    flop_energy_j = (tensor_energy_flops * constants.energy_per_tensor_flop_j
+                     + vector_flops * constants.energy_per_vector_flop_j)
+    byte_energy = nbytes * constants.energy_per_hbm_byte_j
+    floor_s = plan.floor_s
+    compute_s, memory_s, latency, scale, busy_w, power = _at_clock_scalar(
+        compute_s=cast(float, work_compute_s), memory_s=cast(float, work_memory_s),
+        flop_energy_j=cast(float, flop_energy_j), byte_energy_j=cast(float, byte_energy),
+        floor_s=floor_s, ratio=clock.ratio, gpu=gpu, constants=constants)
+    if power > gpu.tdp_w:  # over the board limit: throttled (or stretched)
+        at = _throttled(work=_Work(compute_s=work_compute_s, memory_s=work_memory_s,
+                                   flop_energy_j=flop_energy_j, byte_energy_j=byte_energy,
+                                   floor_s=floor_s), clock=clock, gpu=gpu, constants=constants)
+        compute_s, memory_s, latency = (cast(float, at.compute_s), cast(float, at.memory_s),
+                                        cast(float, at.latency_s))
+        scale, busy_w = cast(float, at.dynamic_scale), cast(float, at.busy_w)
+    compute_share = compute_s / max(compute_s + memory_s, 1e-30)
+    busy_energy = busy_w * max(latency - floor_s, 0.0)
+    return KernelCost(
+        latency_s=latency,
+        compute_s=compute_s,
+        memory_s=memory_s,
+        compute_energy_j=flop_energy_j * scale + busy_energy * compute_share,
         memory_energy_j=byte_energy + busy_energy * (1.0 - compute_share),
         flops=tensor_flops + vector_flops,
         bytes=nbytes,

@@ -66,7 +66,7 @@ def rank_product(ranks: tuple[str, ...], sizes: dict[str, Size]) -> Size:
     return out
 
 
-def _pair_factor(op: Einsum, sizes: dict[str, Size], window: float | None) -> Size:
+def pair_factor(op: Einsum, sizes: dict[str, Size], window: float | None) -> Size:
     """Visited (m, p) pairs relative to the full m * p rectangle (1 without a mask)."""
     if op.causal is None:
         return 1.0
@@ -76,7 +76,7 @@ def _pair_factor(op: Einsum, sizes: dict[str, Size], window: float | None) -> Si
 
 def op_flops(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> Size:
     """FLOPs of ``op``: 2 x all ranks for a contraction, per-element cost otherwise."""
-    factor = _pair_factor(op, sizes, window)
+    factor = pair_factor(op, sizes, window)
     if op.kind == "contraction":
         return 2.0 * rank_product(op.ranks, sizes) * factor
     return op.flops_per_element * rank_product(op.output.ranks, sizes) * factor
@@ -156,7 +156,7 @@ def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None,
     n = rank_product(ranks.cols, sizes)
     k = rank_product(ranks.red, sizes)
     if op.causal and op.causal[1] in ranks.cols:
-        n = n * _pair_factor(op, sizes, window)
+        n = n * pair_factor(op, sizes, window)
     elif op.causal and op.causal[1] in ranks.red:
-        k = k * _pair_factor(op, sizes, window)
+        k = k * pair_factor(op, sizes, window)
     return GemmShape(m=rank_product(ranks.rows, sizes), n=n, k=k, batch=rank_product(ranks.batch, sizes))
