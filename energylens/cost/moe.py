@@ -84,35 +84,54 @@ def _rank_shares(routing: Routing, num_experts: int, ep: int) -> tuple[np.ndarra
     return placed, placed.sum(axis=2)
 
 
+@dataclass(frozen=True)
+class _Draws:
+    """The fixed-seed standard-normal sample behind :func:`_expected_max_normal` for one
+    shape ``(placements, ranks)``: ``z`` as ``(ranks, placements, draws)`` (read-only) and
+    each (placement, rank)'s smallest and largest draw."""
+
+    z: np.ndarray
+    low: np.ndarray  # (placements, ranks)
+    high: np.ndarray
+
+
 @lru_cache(maxsize=64)
-def _normal_draws(shape: tuple[int, ...]) -> np.ndarray:
-    """The fixed-seed standard-normal sample behind :func:`_expected_max_normal`, drawn
-    once per shape ``(placements, ranks)`` as ``(draws, placements, ranks)`` and stored
-    ranks first (read-only), so that the maximum over ranks runs over contiguous planes."""
+def _normal_draws(shape: tuple[int, ...]) -> _Draws:
+    """Draws ``(draws, placements, ranks)`` from the fixed seed, once per shape."""
     z = np.random.default_rng(_SEED).standard_normal((_DRAWS, *shape))
-    ranks_first = np.ascontiguousarray(np.moveaxis(z, -1, 0))
+    ranks_first = np.ascontiguousarray(np.transpose(z, (2, 1, 0)))
     ranks_first.flags.writeable = False
-    return ranks_first
+    return _Draws(z=ranks_first, low=z.min(axis=0), high=z.max(axis=0))
 
 
 def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> float:
     """E[max_r X_r] for independent normals, by a fixed-seed sample (cached inputs):
-    the mean over draws and placements of max(0, max over ranks of mean + std z)."""
+    the mean over draws and placements of max(0, max over ranks of mean + std z).
+
+    A rank is evaluated only on placements where it can be the maximum: where its largest
+    sampled value (mean + std x its largest z) lies below another rank's smallest, it
+    never is (rounding is monotone, so this holds for the computed values too). The
+    maximum over the rest is the same number, laid out as ``(draws, placements)`` before
+    the mean, so the mean is the same number too."""
     if mean.shape[-1] == 1:
         return float(mean.mean())
-    z = _normal_draws(mean.shape)  # (ranks, draws, placements)
-    std_r, mean_r = np.moveaxis(std, -1, 0), np.moveaxis(mean, -1, 0)
-    # One rank's plane at a time (it stays in cache); max(0, max_r x_r) = max_r max(0, x_r)
-    # and a maximum is exact in any order, so this is the same number as the whole cube.
-    top = np.multiply(z[0], std_r[0])
-    np.add(top, mean_r[0], out=top)
-    plane = np.empty_like(top)
-    for rank in range(1, z.shape[0]):
-        np.multiply(z[rank], std_r[rank], out=plane)
-        np.add(plane, mean_r[rank], out=plane)
-        np.maximum(top, plane, out=top)
-    np.maximum(top, 0.0, out=top)
-    return float(top.mean())
+    draws = _normal_draws(mean.shape)
+    floor = (draws.low * std + mean).max(axis=-1, keepdims=True)
+    alive = draws.high * std + mean >= floor  # (placements, ranks)
+    top = np.full(draws.z.shape[1:], -np.inf)  # (placements, draws)
+    for rank in range(mean.shape[-1]):
+        rows = np.flatnonzero(alive[:, rank])
+        if rows.size == alive.shape[0]:
+            values = draws.z[rank] * std[:, rank, None]
+            values += mean[:, rank, None]
+            np.maximum(top, values, out=top)
+        elif rows.size:
+            values = draws.z[rank, rows] * std[rows, rank, None]
+            values += mean[rows, rank, None]
+            top[rows] = np.maximum(top[rows], values)
+    by_draw = np.ascontiguousarray(top.T)
+    np.maximum(by_draw, 0.0, out=by_draw)
+    return float(by_draw.mean())
 
 
 @lru_cache(maxsize=65536)
