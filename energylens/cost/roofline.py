@@ -133,7 +133,10 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
 
 def _scalar(*values: Size) -> bool:
     """Whether every value is a number (no array): the one-kernel path of a ``predict``."""
-    return not any([isinstance(v, np.ndarray) for v in values])
+    for v in values:
+        if isinstance(v, np.ndarray):
+            return False
+    return True
 
 
 def _ceil(x: Size) -> Size:
