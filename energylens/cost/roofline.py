@@ -133,7 +133,7 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
 
 def _scalar(*values: Size) -> bool:
     """Whether every value is a number (no array): the one-kernel path of a ``predict``."""
-    for v in values:
+    for v in values:  # noqa: SIM110 - a plain loop: no generator frame per call
         if isinstance(v, np.ndarray):
             return False
     return True
