@@ -62,6 +62,37 @@ def head_dim_from(cfg: HFConfig, *, hidden: int, heads: int, hidden_key: str,
     return hidden // heads
 
 
+def plain_decoder_fields(cfg: HFConfig, name: str, *, hidden: int, heads: int, kv_heads: int,
+                         num_layers: int, ffn_size: int, tie: bool, qkv_bias: bool,
+                         hidden_key: str, heads_key: str, notes: str) -> dict[str, Any]:
+    """Fields of a pre-LayerNorm decoder with a plain (non-gated) MLP and no sliding window,
+    MoE or MLA (GPT-J, OPT, BLOOM, Falcon), read under each family's own field names."""
+    return {
+        "name": name,
+        "hf_id": cfg.text("_name_or_path") or "",
+        "num_layers": num_layers,
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": head_dim_from(cfg, hidden=hidden, heads=heads, hidden_key=hidden_key,
+                                  heads_key=heads_key),
+        "ffn_size": ffn_size,
+        "gated_mlp": False,
+        "vocab_size": cfg.integer("vocab_size"),
+        "tie_word_embeddings": tie,
+        "qkv_bias": qkv_bias,
+        "norm_type": "layernorm",
+        "attention": "GQA",  # MHA or GQA, set by finish()
+        "sliding_window": None,
+        "num_sliding_layers": 0,
+        "moe": None,
+        "mla": None,
+        "params_total_published": None,
+        "params_active_published": None,
+        "notes": f"loaded from a local HF config.json ({name}); {notes}",
+    }
+
+
 def finish(fields: dict[str, Any]) -> ModelConfig:
     """Set the attention kind (MHA/GQA unless MLA) and the family, then build."""
     if fields["attention"] != "MLA":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import ModelConfig
-from energylens.model.hf.common import finish, head_dim_from
+from energylens.model.hf.common import finish, plain_decoder_fields
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
@@ -25,31 +25,13 @@ def build_falcon(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     if heads % kv_heads:
         raise cfg.error(f"{cfg.field('num_attention_heads')} = {heads} is not a multiple of "
                         f"{cfg.field('num_kv_heads')} = {kv_heads}")
-    fields = {
-        "name": name,
-        "hf_id": cfg.text("_name_or_path") or "",
-        "num_layers": cfg.num_layers("num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_heads": heads,
-        "num_kv_heads": kv_heads,
-        "head_dim": head_dim_from(cfg, hidden=hidden, heads=heads, hidden_key="hidden_size",
-                                  heads_key="num_attention_heads"),
-        "ffn_size": cfg.integer("ffn_hidden_size", default=4 * hidden),
-        "gated_mlp": False,
-        "vocab_size": cfg.integer("vocab_size"),
-        "tie_word_embeddings": cfg.flag("tie_word_embeddings", True),
-        "qkv_bias": cfg.flag("bias", False),
-        "norm_type": "layernorm",
-        "attention": "GQA",
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
-        "notes": f"loaded from a local HF config.json ({name}); parallel attention/MLP "
-                 f"priced as sequential",
-    }
+    fields = plain_decoder_fields(
+        cfg, name, hidden=hidden, heads=heads, kv_heads=kv_heads,
+        num_layers=cfg.num_layers("num_hidden_layers"),
+        ffn_size=cfg.integer("ffn_hidden_size", default=4 * hidden),
+        tie=cfg.flag("tie_word_embeddings", True), qkv_bias=cfg.flag("bias", False),
+        hidden_key="hidden_size", heads_key="num_attention_heads",
+        notes="parallel attention/MLP priced as sequential")
     return finish(fields)
 
 

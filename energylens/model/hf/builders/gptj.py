@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import ModelConfig
-from energylens.model.hf.common import finish, head_dim_from
+from energylens.model.hf.common import finish, plain_decoder_fields
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
@@ -16,32 +16,14 @@ def build_gptj(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     """gptj: ``n_embd``, ``n_layer``, ``n_head``, ``n_inner`` (null: 4 x n_embd)."""
     hidden = cfg.integer("n_embd", "hidden_size")
     heads = cfg.integer("n_head", "num_attention_heads")
-    fields = {
-        "name": name,
-        "hf_id": cfg.text("_name_or_path") or "",
-        "num_layers": cfg.num_layers("n_layer", "num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": head_dim_from(cfg, hidden=hidden, heads=heads, hidden_key="n_embd",
-                                  heads_key="n_head"),
-        "ffn_size": cfg.integer("n_inner", default=4 * hidden),
-        "gated_mlp": False,
-        "vocab_size": cfg.integer("vocab_size"),
-        "tie_word_embeddings": cfg.flag("tie_word_embeddings", False),
-        "qkv_bias": False,
-        "norm_type": "layernorm",
-        "attention": "MHA",
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
-        "notes": f"loaded from a local HF config.json ({name}); parallel block; the rope op "
-                 f"counts the whole head though rotary_dim may cover part of it",
-        "parallel_block": True,
-    }
+    fields = plain_decoder_fields(
+        cfg, name, hidden=hidden, heads=heads, kv_heads=heads,
+        num_layers=cfg.num_layers("n_layer", "num_hidden_layers"),
+        ffn_size=cfg.integer("n_inner", default=4 * hidden),
+        tie=cfg.flag("tie_word_embeddings", False), qkv_bias=False, hidden_key="n_embd",
+        heads_key="n_head", notes="parallel block; the rope op counts the whole head though "
+                                  "rotary_dim may cover part of it")
+    fields["parallel_block"] = True
     return finish(fields)
 
 

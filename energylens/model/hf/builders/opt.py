@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import ModelConfig
-from energylens.model.hf.common import finish, head_dim_from
+from energylens.model.hf.common import finish, plain_decoder_fields
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
@@ -20,32 +20,14 @@ def build_opt(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     if cfg.integer("word_embed_proj_dim", default=hidden) != hidden:
         raise cfg.error(f"{cfg.field('word_embed_proj_dim')} differs from hidden_size: the "
                         f"embedding projections are not modelled")
-    fields = {
-        "name": name,
-        "hf_id": cfg.text("_name_or_path") or "",
-        "num_layers": cfg.num_layers("num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": head_dim_from(cfg, hidden=hidden, heads=heads, hidden_key="hidden_size",
-                                  heads_key="num_attention_heads"),
-        "ffn_size": cfg.integer("ffn_dim"),
-        "gated_mlp": False,
-        "vocab_size": cfg.integer("vocab_size"),
-        "tie_word_embeddings": cfg.flag("tie_word_embeddings", True),
-        "qkv_bias": cfg.flag("enable_bias", True),
-        "norm_type": "layernorm",
-        "attention": "MHA",
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
-        "notes": f"loaded from a local HF config.json ({name}); learned positions (the table "
-                 f"is not counted); ReLU MLP costed as the plain GELU one",
-        "position_encoding": "learned",
-    }
+    fields = plain_decoder_fields(
+        cfg, name, hidden=hidden, heads=heads, kv_heads=heads,
+        num_layers=cfg.num_layers("num_hidden_layers"), ffn_size=cfg.integer("ffn_dim"),
+        tie=cfg.flag("tie_word_embeddings", True), qkv_bias=cfg.flag("enable_bias", True),
+        hidden_key="hidden_size", heads_key="num_attention_heads",
+        notes="learned positions (the table is not counted); ReLU MLP costed as the plain "
+              "GELU one")
+    fields["position_encoding"] = "learned"
     return finish(fields)
 
 
