@@ -33,23 +33,22 @@ from energylens.hardware import load_gpu
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 
-#: Mean prompt tokens per task (documented assumptions; the data does not record them).
+#: Mean prompt tokens per task (the data does not record them).
 #:
-#: - ``lm-arena-chat``: LMArena conversations; prompts are one user turn plus any earlier
-#:   turns and a chat template. First turns are mostly 20-300 tokens, multi-turn contexts
-#:   longer. 400 is also what the KV-cache-limited rows allow: Llama-3.1-8B at
-#:   max_num_seqs 768 averages 691 running sequences, which vLLM's ~57 GB KV budget on an
-#:   H100 (0.9 x 85.5 GB - 16 GB weights - ~4 GB runtime) holds only if the mean context
-#:   (prompt + output / 2 = prompt + 200) is <= ~630 tokens, i.e. prompt <= ~430.
-#:   This value was chosen with the validation errors in view (it is the best of
-#:   200/400/800/1600): the sensitivity, without refitting, is reported in
-#:   docs/accuracy.md (energy per token 10.9 / 8.5 / 18.1 / 38.4 % MAPE on H100 rows).
+#: - ``lm-arena-chat``: 479, read from the data: the median over the 9 transformer chat
+#:   runs (6 models, H100 and B200) whose running batch stayed below its cap, i.e. was
+#:   limited by the KV cache, of the prompt length at which the memory model holds the
+#:   measured running batch (``energylens.measurements.mlenergy_lengths``; the runs give
+#:   350-846). ``tests/test_mlenergy_lengths.py`` re-derives it. (It was 400, an assumption
+#:   chosen with the validation errors in view.)
 #: - ``gpqa``: a GPQA Diamond question with four options and an instruction, ~150-400
-#:   tokens with the chat template; 256. Outputs average 1.7k-8k tokens, so the mean
-#:   context is dominated by the output (sensitivity small: 7.8-9.4 % for 128-1024).
+#:   tokens with the chat template; 256, assumed. The KV-limited runs do not identify it
+#:   (209-1,189 from 3 runs: outputs of 1.7k-8k tokens dominate their contexts), and the
+#:   sensitivity is small (7.8-9.4 % for 128-1024).
 #: - ``sourcegraph-fim``: fill-in-the-middle code completion with long prefix+suffix
-#:   context and short outputs (~250 tokens); 2048 (B200 rows only; not tuned).
-TASK_INPUT_TOKENS: dict[str, float] = {"lm-arena-chat": 400.0, "gpqa": 256.0,
+#:   context and short outputs (~250 tokens); 2048, assumed (B200 rows only; not tuned).
+#:   One KV-limited run gives 1,550: one run does not identify a constant.
+TASK_INPUT_TOKENS: dict[str, float] = {"lm-arena-chat": 479.0, "gpqa": 256.0,
                                        "sourcegraph-fim": 2048.0}
 #: The serving runtime every ML.ENERGY row ran on (leaderboard v3: vLLM 0.11).
 RUNTIME = "vllm"
