@@ -28,7 +28,7 @@ from energylens.measurements.mlenergy import (
     predicted_metrics,
     serving_case,
 )
-from energylens.measurements.mlenergy_screen import host_bound_runs, run_key
+from energylens.measurements.mlenergy_screen import host_bound_rows, row_key
 from energylens.predict import predict
 
 #: Metrics the fit minimises (log error), with their weights.
@@ -90,7 +90,7 @@ def serving_rows(*, files: list[Path], gpu_name: str,
     seen: set[tuple] = set()
     skipped = 0
     loaded = [row for path in files for row in load_measurements(format="mlenergy", path=path).rows]
-    host_bound = host_bound_runs((row.input, row.measured) for row in loaded)
+    host_bound = host_bound_rows((row.input, row.measured) for row in loaded)
     for row in loaded:
         try:
             if load_gpu(str(row.input["gpu_model"])).name != gpu:
@@ -108,7 +108,7 @@ def serving_rows(*, files: list[Path], gpu_name: str,
             continue
         rows.append(ServingRow(model=str(row.input["model_id"]), values=row.input,
                                case=case, measured=row.measured,
-                               host_bound=run_key(row.input) in host_bound))
+                               host_bound=row_key(row.input) in host_bound))
     return rows, skipped
 
 

@@ -40,7 +40,9 @@ def _running_batch(values: Mapping[str, Any], *, prompt_tokens: float) -> float:
     case = serving_case(offered, input_tokens={str(values["task"]): prompt_tokens})
     result = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
                      workload=case.workload)
-    return float(result.running_batch) if result.feasible else 0.0
+    if not result.feasible or result.running_batch is None:
+        return 0.0
+    return float(result.running_batch)
 
 
 def prompt_tokens_of_run(values: Mapping[str, Any]) -> float | None:

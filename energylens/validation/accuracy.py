@@ -179,10 +179,10 @@ def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]
 def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], bool]]:
     """Row groups of ML.ENERGY rows; ``host-bound`` runs are screened over all of ``rows``
     (every task file: the screen compares a model's tasks)."""
-    from energylens.measurements.mlenergy_screen import host_bound_runs, run_key
+    from energylens.measurements.mlenergy_screen import host_bound_rows, row_key
     from energylens.model.zoo import get_model
 
-    screened = host_bound_runs((r.input, r.measured) for r in rows)
+    screened = host_bound_rows((r.input, r.measured) for r in rows)
 
     def kind(row: RowResult) -> str:
         try:
@@ -204,7 +204,7 @@ def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], b
 
     return {
         "dense": is_dense, "moe": is_moe, "hybrid": lambda r: kind(r) == "hybrid",
-        "host-bound": lambda r: run_key(r.input) in screened,
+        "host-bound": lambda r: row_key(r.input) in screened,
         "dp-attention": lambda r: int(r.input.get("data_parallel", 1)) > 1,
         "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
         "dense,1-gpu": lambda r: is_dense(r) and not multi(r),
