@@ -57,6 +57,17 @@ def test_the_generation_fold_ignores_the_gpus_own_constants():
     assert metric_of(entry, "energy_per_token_joules") is not None
 
 
+def test_the_generation_fold_keeps_what_the_gpus_kernel_tables_measure():
+    """A GEMM efficiency measured on B200's own kernel tables (no serving run) is kept."""
+    cal = default_calibration()
+    b200 = load_gpu("B200")
+    slower = replace(cal, kernels={**cal.kernels, "B200": replace(
+        cal.kernel("B200"), gemm_efficiency_max=0.5 * cal.kernel("B200").gemm_efficiency_max)})
+    (a,) = generation_fold(files=MLENERGY, gpu=b200, calibration=cal).values()
+    (b,) = generation_fold(files=MLENERGY, gpu=b200, calibration=slower).values()
+    assert metric_of(a, "median_itl_ms") != metric_of(b, "median_itl_ms")
+
+
 def test_a_gpu_without_a_relative_has_no_generation_fold():
     measured = next(gpu for gpu in list_gpus() if gpu.borrows_from is None)
     with pytest.raises(ValueError, match="no relative"):

@@ -12,8 +12,10 @@ predicts the held-out rows:
   long-prompt fill-in-the-middle (``sourcegraph-fim``);
 - ``family``: fit on dense models, predict MoE, and the reverse; fit on transformers,
   predict the hybrid Mamba-2 models (which no fit sees);
-- ``gpu-generation``: predict a GPU's rows with no constants of its own, everything
-  borrowed from the relative its GPU file declares (datasheet ratios), e.g. B200 from H100.
+- ``gpu-generation``: predict a GPU's rows with no constant fitted on its serving rows:
+  power and engine constants borrowed from the relative its GPU file declares (datasheet
+  ratios), e.g. B200 from H100; what its own kernel tables measure (GEMM and attention
+  efficiencies, no serving run involved) is kept.
 
 The kernel latency curves (Vidur per-op) and link curves (Vidur NCCL) do not see these
 rows and are not refitted. A fold whose training or test side has no rows is reported
@@ -23,11 +25,12 @@ with its row counts and no errors.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from energylens.calibration.fit_serving import (
+    FLOP_SHARE,
     REPORT_METRICS,
     ServingRow,
     apply,
@@ -164,8 +167,8 @@ def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[st
 
 
 def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) -> dict[str, Any]:
-    """``gpu``'s rows predicted with no constants of its own: all borrowed down its
-    ``borrows:`` chain (the fold ``gpu-generation``)."""
+    """``gpu``'s rows predicted with no constant fitted on its serving rows: those borrowed
+    down its ``borrows:`` chain, its kernel-table constants kept (the fold ``gpu-generation``)."""
     if gpu.borrows_from is None:
         raise ValueError(f"{gpu.name} declares no relative to borrow from")
     chain = [gpu]
@@ -178,6 +181,12 @@ def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) ->
         links={k: v for k, v in calibration.links.items() if k.split(":")[0] != gpu.name},
         runtimes={k: v for k, v in calibration.runtimes.items() if k.split("/")[1] != gpu.name})
     borrowed = borrowed_calibration(calibration=stripped, chain=chain)
+    if gpu.name in calibration.kernels:
+        serving = {"energy_per_tensor_flop_j" if p.name == FLOP_SHARE else p.name
+                   for p in serving_params(gpu.name)}
+        own = calibration.kernel(gpu.name)
+        borrowed = borrowed.with_kernel(gpu.name, **{
+            f.name: getattr(own, f.name) for f in fields(own) if f.name not in serving})
     rows, _ = serving_rows(files=files, gpu_name=gpu.name)
     rows = fitted_rows(rows)  # the kind of rows the relative's constants were fitted on
     predicted = predict_rows(rows, borrowed)

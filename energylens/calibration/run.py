@@ -236,6 +236,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
 
     for path in data.gemm_tables:
         _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
+    _fit_gemm_transfers(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits, log=log)
 
     if data.decode_attention_tables:
         # the decode-attention fit prices the kernel with each GPU's other kernel constants
@@ -341,6 +342,39 @@ def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
         kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **result.values)
         prov.setdefault(f"kernels/{gpu}", {})[name] = _entry(
             result.values[name], kind="fitted", fit_id=fit_id, report=fits[fit_id])
+
+
+def _fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstants],
+                        prov: dict[str, dict[str, dict[str, Any]]],
+                        fits: dict[str, dict[str, Any]], log: Callable[[str], None]) -> None:
+    """GEMM efficiencies of GPUs without a per-op profile: their relative's, scaled by the
+    ratio of the two GPUs' GEMM tables (relatives first, so a chain carries through)."""
+    from energylens.calibration.fit_custom_allreduce import table_gpu
+    from energylens.calibration.fit_gemm_transfer import FIELDS, fit_gemm_transfer
+    from energylens.hardware import default_database
+
+    by_gpu = {table_gpu(path): path for path in tables}
+    db = default_database()
+    for gpu in db.borrow_order():
+        relative = db.get(str(gpu.borrows_from))
+        own = prov.get(f"kernels/{gpu.name}", {})
+        theirs = prov.get(f"kernels/{relative.name}", {})
+        if gpu.name not in by_gpu or relative.name not in by_gpu or \
+                any(field in own for field in FIELDS) or \
+                not all(field in theirs for field in FIELDS):
+            continue
+        result = fit_gemm_transfer(path=by_gpu[gpu.name], relative_path=by_gpu[relative.name],
+                                   gpu=gpu, relative=relative,
+                                   relative_values={f: theirs[f]["value"] for f in FIELDS})
+        if result is None:
+            continue
+        fit_id = f"aiconfigurator-gemm/{gpu.name}/transfer-from-{relative.name}"
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_k_half_out")
+        log(f"kernels {gpu.name}: " + "; ".join(result.notes))
+        kernels[gpu.name] = replace(kernels.get(gpu.name, KernelConstants()), **result.values)
+        prov.setdefault(f"kernels/{gpu.name}", {}).update(
+            {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+             for k, v in result.values.items()})
 
 
 def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],

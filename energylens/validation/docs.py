@@ -298,7 +298,8 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "Each fold holds out a whole regime of the ML.ENERGY rows of one GPU, refits every "
         "serving constant from its initial value on the rest, and predicts the held-out rows "
         "(`energylens/calibration/regimes.py`); the gpu-generation fold predicts a GPU with "
-        "no constants of its own, all borrowed from its declared relative. Target: every "
+        "no constant fitted on its serving rows: power and engine constants borrowed from its "
+        "declared relative, only what its kernel tables measure kept. Target: every "
         f"fold <= {100 * REGIME_LIMIT:.0f} % on energy per token and inter-token latency.",
         "",
         *_regime_rows(report),
