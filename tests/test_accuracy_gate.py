@@ -25,35 +25,39 @@ SHIPPED_FITS = Path(__file__).resolve().parents[1] / "energylens" / "data" / "ca
 #: Targets not met by the shipped calibration: today's number + 1.5 points. Shrink these
 #: when the model improves; never raise them to make a regression pass.
 KNOWN_MISSES: dict[str, float] = {
-    # Leave-one-regime-out folds (energylens/calibration/regimes.py). Reset with the
-    # calibration of 2026-11-23 20:50 UTC: decode-attention KV efficiency fitted on measured
-    # kernels (no longer a serving constant), hybrid Mamba-2 rows and their own fold, host-bound
-    # B200 reasoning runs and DP-attention rows screened from fits and folds, constants no
-    # training row depends on kept at their initial value. Better than before: H100
-    # fit-MoE-predict-dense (30.4/26.1 -> 10.1 % / met), B200 task ITL 31.7 -> 22.9 %, B200
-    # precision ITL 28.0 -> 19.1 %, B200 dense->MoE 24.3/28.8 -> 19.2/22.6 %; worse: H100
-    # gpu-count ITL 15.1 -> 15.8 %, H100 precision energy 15.4 -> 16.2 %, B200 gpu-count.
-    # The target is 10 %; what it takes is in docs/accuracy.md and the closing notes.
-    "Regime-out H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.172,
-    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.177,
-    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.145,
-    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.165,
-    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.16,
-    "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.116,
-    "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.143,
-    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.274,
-    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.227,
-    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.183,
-    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.206,
-    "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.203,
-    "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.244,
-    "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.207,
-    "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.241,
-    "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.158,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.197,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.249,
-    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.21,
-    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.164,
+    # Reset with the calibration of 2026-11-23 21:44 UTC. Against the 20:50 one: the ML.ENERGY
+    # chat prompt length is now read from the KV-limited runs (479 tokens, was 400 chosen with
+    # the errors in view), which costs the H100 folds 1-3 points (H100 MoE energy held out by
+    # model 11.0 -> 12.1 %: now a miss); host-bound rows screened per row by their power (19
+    # B200, 2 H100 rows), and B200/H200/L40S/GB200 GEMM efficiencies scaled by measured kernel-
+    # table ratios: B200 task ITL 22.9 -> 15.7 %, precision ITL 19.1 -> 12.8 %, generation
+    # energy 19.5 -> 17.2 %, gpu-count ITL 21.2 -> 24.0 % (its 4-8 GPU rows are all EP MoE rows
+    # whose per-layer EP time no 1-2 GPU row identifies). Target 10 %; docs/accuracy.md.
+    "ML.ENERGY H100 energy per output token, moe": 0.136,
+    "ML.ENERGY H100 energy per output token, moe,1-gpu": 0.162,
+    "Regime-out H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.174,
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.207,
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.125,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.175,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: inter-token latency": 0.116,
+    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.193,
+    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.188,
+    "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.147,
+    "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.138,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.288,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.255,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.146,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.143,
+    "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.15,
+    "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.172,
+    "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.203,
+    "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.212,
+    "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.15,
+    "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.133,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.203,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.236,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.187,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.15,
 }
 
 

@@ -355,9 +355,12 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "",
         "## Assumptions that affect these numbers",
         "",
-        "- ML.ENERGY input lengths are not in the data; per-task constants "
+        "- ML.ENERGY rows do not record input lengths; per-task constants "
         + ", ".join(f"`{k}` = {v:g}" for k, v in TASK_INPUT_TOKENS.items())
-        + " tokens (reasoning in `energylens/measurements/mlenergy.py`).",
+        + " tokens: the chat length is read from the runs whose KV cache limited their "
+        "running batch (`energylens/measurements/mlenergy_lengths.py`), the others are "
+        "assumptions the data does not identify (reasoning in "
+        "`energylens/measurements/mlenergy.py`).",
         "- Sensitivity of the ML.ENERGY H100 errors to the assumed input lengths (shipped "
         "calibration, no refit; longer prompts also make more rows infeasible in memory):",
         "",
