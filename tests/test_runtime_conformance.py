@@ -368,6 +368,13 @@ def test_memory_use_honours_the_runtime_facts(name: str) -> None:
 
 # --- predictions -------------------------------------------------------------------------
 
+def _gpu_for(runtime: str) -> str:
+    """A GPU the runtime runs on: H100 where it can."""
+    vendors = get_runtime(runtime).gpu_vendors
+    return GPU_NAME if "nvidia" in vendors else min(g.name for g in list_gpus()
+                                                     if g.vendor in vendors)
+
+
 def _finite_positive(p: Prediction) -> None:
     for key in ("ttft_s", "tpot_s", "energy_per_output_token_j", "energy_per_request_j",
                 "avg_power_w", "output_tokens_per_s", "memory_per_gpu_gb"):
@@ -383,11 +390,12 @@ def _finite_positive(p: Prediction) -> None:
 def test_predicts_with_finite_positive_metrics(name: str, kind: str, model: str,
                                                deployment: Deployment) -> None:
     deployment = dataclasses.replace(deployment, runtime=name)
+    gpu = _gpu_for(name)
     if deployment.ep > 1 and "ep" not in get_runtime(name).parallelism:
         with pytest.raises(ConfigError, match="expert parallelism"):
-            predict(model=model, gpu=GPU_NAME, deployment=deployment)
+            predict(model=model, gpu=gpu, deployment=deployment)
         return
-    p = predict(model=model, gpu=GPU_NAME, deployment=deployment,
+    p = predict(model=model, gpu=gpu, deployment=deployment,
                 workload=Workload(kind=kind, batch=8))
     assert p.feasible, p.infeasible_reason
     _finite_positive(p)
@@ -399,7 +407,7 @@ def test_unset_fusion_means_the_runtime_defaults(name: str) -> None:
     workload = Workload(batch=4)
 
     def run(fusion: frozenset[str] | None) -> dict[str, object]:
-        return predict(model=DENSE, gpu=GPU_NAME, workload=workload,
+        return predict(model=DENSE, gpu=_gpu_for(name), workload=workload,
                        deployment=Deployment(runtime=name, tp=2, fusion=fusion)).as_dict()
 
     default = run(None)

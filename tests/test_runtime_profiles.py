@@ -186,7 +186,9 @@ def test_launch_command_uses_only_the_documented_flags(runtime: str, model: str,
     else:  # the running-sequence limit is the batch each replica runs
         assert str(seqs) in argv
     script = command.script()
-    assert script.startswith("#!/usr/bin/env bash") and str(PORT) in script
+    assert script.startswith("#!/usr/bin/env bash")
+    if runtime != "deepspeed-habana":  # a static-batch benchmark script, not a server
+        assert str(PORT) in script
 
 
 def test_launch_command_carries_the_parallel_layout() -> None:

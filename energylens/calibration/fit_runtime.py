@@ -65,7 +65,13 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: and one sequence per row leaves the per-sequence overhead unidentified. DeepSpeed-MII's
 #: rows (7-8B models only) cannot tell its decode time from its step overhead: its kernels
 #: are assumed to be vLLM's (scales 1).
-LIB_FREE: dict[str, tuple[bool, bool, bool, bool]] = {"llama.cpp": (False, True, True, False)}
+#: Habana's DeepSpeed on Gaudi2 (no kernel table; H100's curves stand in for MME/TPC kernels;
+#: 7B-72B models, 1-8 cards, batches 1-64 of 128-2,048 tokens): both effective scales and
+#: both overheads.
+LIB_FREE: dict[str, tuple[bool, bool, bool, bool]] = {
+    "llama.cpp": (False, True, True, False),
+    "deepspeed-habana": (True, True, True, True),
+}
 OVERHEADS_ONLY = (False, False, True, True)
 #: Constants each coefficient of the fit sets.
 COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale"),
