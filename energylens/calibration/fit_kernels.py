@@ -50,10 +50,14 @@ KERNEL_PARAMS = (
 NON_GEMM_WEIGHT = 0.0
 
 
-def class_params(klass: str) -> tuple[Param, Param]:
-    """Launch floor and HBM share of one class of small memory-bound kernels."""
+def class_params(klass: str) -> tuple[Param, Param, Param]:
+    """Launch floor, HBM share and floor sharpness (how the floor joins the stream time)
+    of one class of small memory-bound kernels. The share may pass 1: Vidur times ops back
+    to back, so a small kernel's inputs (the previous kernel's output) are partly served
+    from L2 at more than HBM peak."""
     return (Param(f"{klass}_overhead_s", 4.0e-6, 0.3e-6, 30.0e-6, log=True),
-            Param(f"{klass}_bandwidth_efficiency", 0.6, 0.05, 1.0))
+            Param(f"{klass}_bandwidth_efficiency", 0.6, 0.05, 1.5),
+            Param(f"{klass}_floor_sharpness", 1.0, 0.5, 8.0, log=True))
 
 
 VECTOR_PARAMS = tuple(p for klass in (*sorted(set(VECTOR_CLASSES.values())), ELEMENTWISE)

@@ -43,6 +43,13 @@ class KernelConstants:
     activation_bandwidth_efficiency: float = 0.80
     elementwise_overhead_s: float = 4.0e-6
     elementwise_bandwidth_efficiency: float = 0.80
+    # How a small kernel's floor joins its stream time: latency = (floor^p + stream^p)^(1/p).
+    # p = 1 adds them (the floor never overlaps the stream); a larger p lets the stream
+    # hide under the floor (a kernel whose fixed latency and memory traffic overlap).
+    norm_floor_sharpness: float = 1.0
+    rope_floor_sharpness: float = 1.0
+    activation_floor_sharpness: float = 1.0
+    elementwise_floor_sharpness: float = 1.0
     # Fraction of its own peak an FP8 (FP4) GEMM reaches, relative to what a BF16 GEMM
     # reaches of the BF16 peak (1 = the datasheet's 2x (4x) rate is reached in full).
     fp8_gemm_efficiency_ratio: float = 1.0

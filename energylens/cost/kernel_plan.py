@@ -113,6 +113,7 @@ class KernelPlan:
     klass: str | None
     klass_bandwidth_efficiency: float
     floor_s: float
+    floor_sharpness: float  # 1: the floor adds to the rest (GEMMs, attention)
 
 
 def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelConstants,
@@ -167,6 +168,8 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
         klass_bandwidth_efficiency=(0.0 if klass is None else
                                     float(getattr(constants, f"{klass}_bandwidth_efficiency"))),
         floor_s=launch_floor_s(kernel=kernel, constants=constants),
+        floor_sharpness=(1.0 if klass is None else
+                         float(getattr(constants, f"{klass}_floor_sharpness"))),
     )
 
 

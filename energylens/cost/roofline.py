@@ -6,7 +6,9 @@ memory time  = external bytes / (HBM peak x eff_mem(bytes)), barely clock depend
                (fused attention reading the paged KV cache, grouped expert GEMMs and each
                class of small memory-bound kernel reach their own fractions of HBM peak)
 latency      = (compute^q + memory^q)^(1/q) + launch floor   (q: roofline sharpness; the
-               floor is the kernel overhead, or its class's floor for a small kernel)
+               floor is the kernel overhead, or its class's floor for a small kernel,
+               which joins the rest as a p-norm with the class's own p: its stream can
+               hide under its fixed latency)
 dynamic energy = e_flop x FLOPs x v(f)^2 + e_byte x bytes
                  + busy power x v(f)^2 f x (latency - kernel overhead)
 A kernel whose power would exceed the board limit runs at the highest clock that keeps it
@@ -88,6 +90,7 @@ class _Work:
     flop_energy_j: Size
     byte_energy_j: Size
     floor_s: float
+    floor_sharpness: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +116,7 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
                                  memory_s=cast(float, work.memory_s),
                                  flop_energy_j=cast(float, work.flop_energy_j),
                                  byte_energy_j=cast(float, work.byte_energy_j),
-                                 floor_s=work.floor_s,
+                                 floor_s=work.floor_s, floor_sharpness=work.floor_sharpness,
                                  ratio=cast(float, ratio), gpu=gpu, constants=constants)
         return _Clocked(compute_s=parts[0], memory_s=parts[1], latency_s=parts[2],
                         dynamic_scale=parts[3], busy_w=parts[4], power_w=parts[5])
@@ -122,13 +125,22 @@ def _at_clock(*, work: _Work, ratio: Size, gpu: GPU, constants: KernelConstants)
     q = constants.roofline_sharpness
     bound = np.maximum(compute_s, memory_s)
     share = np.minimum(compute_s, memory_s) / np.maximum(bound, 1e-30)
-    latency = bound * (1.0 + share**q) ** (1.0 / q) + work.floor_s  # p-norm, no underflow
+    latency = _with_floor(bound * (1.0 + share**q) ** (1.0 / q),  # p-norm, no underflow
+                          floor_s=work.floor_s, p=work.floor_sharpness)
     scale = dynamic_scale_at(ratio=ratio, gpu=gpu, constants=constants)
     busy_w = constants.busy_power_w * ratio * scale
     power = (constants.static_power_w + busy_w * (latency - work.floor_s) / latency
              + (work.flop_energy_j * scale + work.byte_energy_j) / latency)
     return _Clocked(compute_s=compute_s, memory_s=memory_s, latency_s=latency,
                     dynamic_scale=scale, busy_w=busy_w, power_w=power)
+
+
+def _with_floor(run_s: Size, *, floor_s: float, p: float) -> Size:
+    """A kernel's time from its compute/memory time and its launch floor: their p-norm
+    (p = 1: the sum, as for every kernel but the small classes that fit another p)."""
+    if p == 1.0:
+        return run_s + floor_s
+    return (run_s**p + floor_s**p) ** (1.0 / p)
 
 
 def _scalar(*values: Size) -> bool:
@@ -145,7 +157,8 @@ def _ceil(x: Size) -> Size:
 
 
 def _at_clock_scalar(*, compute_s: float, memory_s: float, flop_energy_j: float,
-                     byte_energy_j: float, floor_s: float, ratio: float, gpu: GPU,
+                     byte_energy_j: float, floor_s: float, floor_sharpness: float,
+                     ratio: float, gpu: GPU,
                      constants: KernelConstants,
                      ) -> tuple[float, float, float, float, float, float]:
     """:func:`_at_clock` for numbers: the same operations in the same order, on Python
@@ -156,7 +169,8 @@ def _at_clock_scalar(*, compute_s: float, memory_s: float, flop_energy_j: float,
     q = constants.roofline_sharpness
     bound = max(compute_s, memory_s)
     share = min(compute_s, memory_s) / max(bound, 1e-30)
-    latency = bound * (1.0 + share**q) ** (1.0 / q) + floor_s
+    latency = cast(float, _with_floor(bound * (1.0 + share**q) ** (1.0 / q), floor_s=floor_s,
+                                      p=floor_sharpness))
     floor = constants.voltage_floor
     low = gpu.min_clock_mhz / gpu.boost_clock_mhz
     scale = (floor + (1.0 - floor) * max(ratio - low, 0.0) / (1.0 - low)) ** 2
@@ -287,7 +301,7 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
                  flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
                                 + vector_flops * constants.energy_per_vector_flop_j),
                  byte_energy_j=nbytes * constants.energy_per_hbm_byte_j,
-                 floor_s=plan.floor_s)
+                 floor_s=plan.floor_s, floor_sharpness=plan.floor_sharpness)
     at = _throttled(work=work, clock=clock, gpu=gpu, constants=constants)
     floor_s = work.floor_s
     compute_s, memory_s, latency = at.compute_s, at.memory_s, at.latency_s
@@ -406,11 +420,13 @@ def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Si
     compute_s, memory_s, latency, scale, busy_w, power = _at_clock_scalar(
         compute_s=cast(float, work_compute_s), memory_s=cast(float, work_memory_s),
         flop_energy_j=cast(float, flop_energy_j), byte_energy_j=cast(float, byte_energy),
-        floor_s=floor_s, ratio=clock.ratio, gpu=gpu, constants=constants)
+        floor_s=floor_s, floor_sharpness=plan.floor_sharpness, ratio=clock.ratio, gpu=gpu,
+        constants=constants)
     if power > gpu.tdp_w:  # over the board limit: throttled (or stretched)
         at = _throttled(work=_Work(compute_s=work_compute_s, memory_s=work_memory_s,
                                    flop_energy_j=flop_energy_j, byte_energy_j=byte_energy,
-                                   floor_s=floor_s), clock=clock, gpu=gpu, constants=constants)
+                                   floor_s=floor_s, floor_sharpness=plan.floor_sharpness),
+                        clock=clock, gpu=gpu, constants=constants)
         compute_s, memory_s, latency = (cast(float, at.compute_s), cast(float, at.memory_s),
                                         cast(float, at.latency_s))
         scale, busy_w = cast(float, at.dynamic_scale), cast(float, at.busy_w)
