@@ -41,6 +41,7 @@ from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
 from energylens.deployment import Deployment
 from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
+from energylens.measurements.bench_screen import SCREEN, impossible
 from energylens.measurements.formats import load_measurements
 from energylens.measurements.inference_bench import (
     BenchSetup,
@@ -245,6 +246,10 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
             except UnmodelledFramework:
                 why = f"framework {v['Framework']} has no runtime profile"
             else:
+                if impossible(v, latency_s=float(row.measured["latency_s"])):
+                    why = f"{SCREEN}: faster than reading the weights once per token"
+                    skipped[why] = skipped.get(why, 0) + 1
+                    continue
                 out.setdefault((setup.runtime, gpu), []).append(BenchRow(
                     model=str(v["Model"]), gpu=gpu, deployment=setup.deployment,
                     sequences=setup.sequences, tokens=setup.tokens,

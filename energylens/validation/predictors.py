@@ -25,7 +25,8 @@ from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
-from energylens.measurements import inference_bench, mlenergy
+from energylens.measurements import bench_screen, inference_bench, mlenergy
+from energylens.measurements.bench_screen import SCREEN
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
@@ -44,11 +45,13 @@ class RowResult:
     measured: dict[str, float]
     predicted: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: why a predicted row is kept out of fits and headline errors (a physical screen)
+    screened: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {"input": self.input, "measured": self.measured, "predicted": self.predicted,
-                "error": self.error}
+                "error": self.error, "screened": self.screened}
 
 
 @dataclass
@@ -92,11 +95,23 @@ class ValidationReport:
 
 def metric_errors(rows: list[RowResult],
                   keep: Callable[[RowResult], bool] | None = None) -> dict[str, MetricError]:
-    """Mean/median absolute percentage error per metric over rows with a prediction."""
+    """Mean/median absolute percentage error per metric over rows with a prediction.
+
+    Screened rows (:mod:`energylens.measurements.bench_screen`) are left out of each
+    metric and reported beside it: ``<metric>[impossible]`` over them alone and
+    ``<metric>[with impossible]`` over every row."""
+    kept = [r for r in rows if r.error is None and (keep is None or keep(r))]
+    out = _ape_summary([r for r in kept if r.screened is None])
+    screened = [r for r in kept if r.screened is not None]
+    if screened:
+        out.update({f"{name}[{SCREEN}]": err for name, err in _ape_summary(screened).items()})
+        out.update({f"{name}[with {SCREEN}]": err for name, err in _ape_summary(kept).items()})
+    return out
+
+
+def _ape_summary(rows: list[RowResult]) -> dict[str, MetricError]:
     ape: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row.error is not None or (keep is not None and not keep(row)):
-            continue
         for name, measured in row.measured.items():
             if name in row.predicted and measured > 0:
                 ape[name].append(abs(row.predicted[name] / measured - 1.0))
@@ -270,6 +285,9 @@ def _llm_inference_bench(rows: list[MeasurementRow], *, gpu: str | None, cal: Ca
         if not prediction.feasible:
             result.error = f"infeasible: {prediction.infeasible_reason}"
             continue
+        if "latency_s" in row.measured:
+            result.screened = bench_screen.impossible(row.input,
+                                                      latency_s=row.measured["latency_s"])
         result.predicted = {"latency_s": run.latency_s,
                             "throughput_tokens_per_s": setup.sequences * 2 * setup.tokens
                             / run.latency_s}

@@ -1,0 +1,59 @@
+"""LLM-Inference-Bench rows faster than any execution could be: screened from every fit.
+
+A batch that generates L tokens runs L forward passes (the prefill, then L - 1 decode
+steps), and every pass reads each GPU's share of the weights from memory at least once.
+So no row can finish in less than
+
+    L x weight_bytes_per_gpu / peak_memory_bandwidth
+
+with ``weight_bytes_per_gpu`` the active parameters (the routed experts of one token: the
+least a MoE step can read) in the checkpoint's dtype over the row's devices (an even split:
+a pipeline, which reads its stages one after another, is slower still) and the GPU's
+datasheet peak bandwidth. Caches cannot hold the weights of the bench's models (>= 7B
+parameters, >= 14 GB in BF16, against <= 0.1 GB of L2). A row below this floor did not run
+as described (the bench's 7B models at 2,048 tokens in 0.05-3 s): it is still predicted
+and listed, but excluded from fitting and from the headline MAPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from energylens.cost.work import DTYPE_BYTES
+from energylens.errors import EnergyLensError
+from energylens.hardware import load_gpu
+from energylens.model.params import parameter_count
+from energylens.model.zoo import get_model
+
+#: Name of the screened group in summaries and the reason attached to a screened row.
+SCREEN = "impossible"
+
+
+def decode_floor_s(*, output_tokens: int, weight_bytes_per_gpu: float,
+                   hbm_bandwidth_bytes_per_s: float) -> float:
+    """Least time (s) of ``output_tokens`` passes each reading the weights once."""
+    return output_tokens * weight_bytes_per_gpu / hbm_bandwidth_bytes_per_s
+
+
+def row_floor_s(values: Mapping[str, Any]) -> float | None:
+    """The floor of one bench row's ``input``; None when its model or GPU is unknown."""
+    try:
+        model = get_model(str(values["Model"]))
+        gpu = load_gpu(str(values["Hardware"]))
+    except (EnergyLensError, ValueError):
+        return None
+    _, active = parameter_count(model)
+    weight_bytes = active * DTYPE_BYTES[model.weight_dtype] / int(values["Num of Hardware"])
+    return decode_floor_s(output_tokens=int(values["Input Output Length"]),
+                          weight_bytes_per_gpu=weight_bytes,
+                          hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s)
+
+
+def impossible(values: Mapping[str, Any], *, latency_s: float) -> str | None:
+    """Why a row measured in ``latency_s`` cannot have run, or None when it could."""
+    floor = row_floor_s(values)
+    if floor is None or latency_s >= floor:
+        return None
+    return (f"{SCREEN}: measured {latency_s:.3g} s, below the {floor:.3g} s of reading the "
+            "weights once per token at peak memory bandwidth")

@@ -1,0 +1,44 @@
+"""The physical screen of LLM-Inference-Bench rows (energylens/measurements/bench_screen.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from energylens.measurements.bench_screen import SCREEN, decode_floor_s, impossible, row_floor_s
+from energylens.validation.predictors import RowResult, metric_errors
+
+ROW = {"Hardware": "Nvidia H100 GPU", "Num of Hardware": 1, "Framework": "vLLM",
+       "Model": "meta-llama/Llama-2-7b-hf", "Input Output Length": 2048, "Batch Size": 1}
+
+
+def test_floor_by_hand() -> None:
+    # 14 GB of weights read 2,048 times at 3.35 TB/s: 2048 x 14e9 / 3.35e12 = 8.559 s.
+    assert decode_floor_s(output_tokens=2048, weight_bytes_per_gpu=14e9,
+                          hbm_bandwidth_bytes_per_s=3.35e12) == pytest.approx(8.5588, rel=1e-4)
+
+
+def test_llama2_7b_on_h100_floor_is_seconds_not_tenths() -> None:
+    floor = row_floor_s(ROW)
+    assert floor is not None
+    # Llama-2-7B: 6.74e9 parameters in BF16 = 13.5 GB; H100 SXM 3.35 TB/s; 2,048 passes:
+    # about 8.2 s, and half of it on two GPUs.
+    assert floor == pytest.approx(2048 * 6.74e9 * 2 / 3.35e12, rel=0.03)
+    assert row_floor_s({**ROW, "Num of Hardware": 2}) == pytest.approx(floor / 2)
+    assert impossible(ROW, latency_s=0.5 * floor) is not None
+    assert impossible(ROW, latency_s=1.01 * floor) is None
+
+
+def test_unknown_model_is_never_screened() -> None:
+    assert impossible({**ROW, "Model": "nobody/no-such-model"}, latency_s=1e-9) is None
+
+
+def test_screened_rows_leave_the_headline_and_are_reported_beside_it() -> None:
+    rows = [RowResult(input={}, measured={"latency_s": 1.0}, predicted={"latency_s": 1.1}),
+            RowResult(input={}, measured={"latency_s": 1.0}, predicted={"latency_s": 10.0},
+                      screened=f"{SCREEN}: test")]
+    summary = metric_errors(rows)
+    assert summary["latency_s"].mape == pytest.approx(0.1)
+    assert summary["latency_s"].n == 1
+    assert summary[f"latency_s[{SCREEN}]"].mape == pytest.approx(9.0)
+    assert summary[f"latency_s[with {SCREEN}]"].mape == pytest.approx(4.55)
+    assert summary[f"latency_s[with {SCREEN}]"].n == 2
