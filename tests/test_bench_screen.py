@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from energylens.calibration.file import default_calibration
+from energylens.calibration.fit_runtime import RuntimeFits, fit_bench
 from energylens.measurements.bench_screen import SCREEN, decode_floor_s, impossible, row_floor_s
 from energylens.validation.predictors import RowResult, metric_errors
 
@@ -42,3 +46,14 @@ def test_screened_rows_leave_the_headline_and_are_reported_beside_it() -> None:
     assert summary[f"latency_s[{SCREEN}]"].mape == pytest.approx(9.0)
     assert summary[f"latency_s[with {SCREEN}]"].mape == pytest.approx(4.55)
     assert summary[f"latency_s[with {SCREEN}]"].n == 2
+
+
+def test_fit_bench_leaves_impossible_rows_out(tmp_path: Path) -> None:
+    path = tmp_path / "bench.csv"
+    path.write_text("Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,"
+                    "Latency,Throughput\n"
+                    "Nvidia H100 GPU,1,TensorRT-LLM,meta-llama/Llama-2-7b-hf,2048,1,0.05,81920\n"
+                    "Nvidia H100 GPU,1,TensorRT-LLM,meta-llama/Llama-2-7b-hf,128,1,2.0,128\n")
+    logged: list[str] = []
+    fit_bench(files=[path], base=default_calibration(), fits=RuntimeFits(), log=logged.append)
+    assert any(f"1 rows skipped ({SCREEN} on trtllm/H100-SXM" in line for line in logged)

@@ -41,7 +41,7 @@ from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
 from energylens.deployment import Deployment
 from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
-from energylens.measurements.bench_screen import SCREEN, impossible
+from energylens.measurements.bench_screen import SCREEN, floor_s
 from energylens.measurements.formats import load_measurements
 from energylens.measurements.inference_bench import (
     BenchSetup,
@@ -246,10 +246,6 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
             except UnmodelledFramework:
                 why = f"framework {v['Framework']} has no runtime profile"
             else:
-                if impossible(v, latency_s=float(row.measured["latency_s"])):
-                    why = f"{SCREEN}: faster than reading the weights once per token"
-                    skipped[why] = skipped.get(why, 0) + 1
-                    continue
                 out.setdefault((setup.runtime, gpu), []).append(BenchRow(
                     model=str(v["Model"]), gpu=gpu, deployment=setup.deployment,
                     sequences=setup.sequences, tokens=setup.tokens,
@@ -258,6 +254,13 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
                 continue
             skipped[why] = skipped.get(why, 0) + 1
     return out, skipped
+
+
+def _floor_s(row: BenchRow) -> float:
+    """Least latency ``row`` could have run in (:mod:`energylens.measurements.bench_screen`)."""
+    floor = floor_s(model=row.model, gpu=row.gpu, devices=row.deployment.total_gpus,
+                    output_tokens=row.tokens)
+    return 0.0 if floor is None else floor
 
 
 def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, float] | None:
@@ -323,6 +326,11 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
     """Engine overheads (and effective kernel scales where no table exists) per (runtime,
     GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``."""
     groups, skipped = bench_rows(files)
+    for key, rows in groups.items():
+        groups[key] = [r for r in rows if r.latency_s >= _floor_s(r)]
+        if len(groups[key]) < len(rows):
+            skipped[f"{SCREEN} on {key[0]}/{key[1]}: faster than reading the weights once per "
+                    "output token at peak bandwidth"] = len(rows) - len(groups[key])
     for reason, count in sorted(skipped.items()):
         log(f"llm-inference-bench: {count} rows skipped ({reason})")
     for (runtime, gpu), rows in sorted(groups.items()):

@@ -36,18 +36,25 @@ def decode_floor_s(*, output_tokens: int, weight_bytes_per_gpu: float,
     return output_tokens * weight_bytes_per_gpu / hbm_bandwidth_bytes_per_s
 
 
-def row_floor_s(values: Mapping[str, Any]) -> float | None:
-    """The floor of one bench row's ``input``; None when its model or GPU is unknown."""
+def floor_s(*, model: str, gpu: str, devices: int, output_tokens: int) -> float | None:
+    """The floor of ``output_tokens`` passes of ``model`` over ``devices`` GPUs ``gpu``;
+    None when the model or GPU is unknown."""
     try:
-        model = get_model(str(values["Model"]))
-        gpu = load_gpu(str(values["Hardware"]))
+        config = get_model(model)
+        card = load_gpu(gpu)
     except (EnergyLensError, ValueError):
         return None
-    _, active = parameter_count(model)
-    weight_bytes = active * DTYPE_BYTES[model.weight_dtype] / int(values["Num of Hardware"])
-    return decode_floor_s(output_tokens=int(values["Input Output Length"]),
-                          weight_bytes_per_gpu=weight_bytes,
-                          hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s)
+    _, active = parameter_count(config)
+    return decode_floor_s(output_tokens=output_tokens,
+                          weight_bytes_per_gpu=active * DTYPE_BYTES[config.weight_dtype] / devices,
+                          hbm_bandwidth_bytes_per_s=card.hbm_bandwidth_bytes_per_s)
+
+
+def row_floor_s(values: Mapping[str, Any]) -> float | None:
+    """The floor of one bench row's ``input``; None when its model or GPU is unknown."""
+    return floor_s(model=str(values["Model"]), gpu=str(values["Hardware"]),
+                   devices=int(values["Num of Hardware"]),
+                   output_tokens=int(values["Input Output Length"]))
 
 
 def impossible(values: Mapping[str, Any], *, latency_s: float) -> str | None:

@@ -49,9 +49,10 @@ class RowResult:
     screened: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"input": self.input, "measured": self.measured, "predicted": self.predicted,
-                "error": self.error, "screened": self.screened}
+        """JSON form (``screened`` only on a screened row)."""
+        out = {"input": self.input, "measured": self.measured, "predicted": self.predicted,
+               "error": self.error}
+        return out if self.screened is None else {**out, "screened": self.screened}
 
 
 @dataclass
