@@ -128,6 +128,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     console = make_console()
@@ -135,7 +136,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for column in ("metric", "MAPE", "median APE", "rows"):
         summary.add_column(column, justify="right" if column != "metric" else "left")
     for name, err in report.metrics.items():
-        summary.add_row(name, f"{100 * err.mape:.1f} %", f"{100 * err.median_ape:.1f} %",
+        summary.add_row(escape(name), f"{100 * err.mape:.1f} %", f"{100 * err.median_ape:.1f} %",
                         str(err.n))
     console.print(summary)
     for metric, why in report.notes.items():
@@ -143,7 +144,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     failed = sum(1 for r in report.rows if r.error)
     if failed:
         console.print(f"{failed} of {len(report.rows)} rows not predicted (reason per row below)")
-    metrics = list(report.metrics) or sorted({m for r in report.rows for m in r.measured})
+    # per-row columns: the measured metrics (not the screened-group lines of the summary)
+    metrics = ([m for m in report.metrics if "[" not in m]
+               or sorted({m for r in report.rows for m in r.measured}))
     table = Table(title="rows (measured / predicted / error)")
     keys = list(report.rows[0].input) if report.rows else []
     for column in (*keys, *metrics, "note"):
@@ -158,7 +161,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 cells.append(f"{_fmt(meas)} / -")
             else:
                 cells.append(f"{_fmt(meas)} / {_fmt(pred)} / {100 * (pred / meas - 1):+.0f}%")
-        cells.append(row.error or "")
+        cells.append(escape(row.error or row.screened or ""))
         table.add_row(*cells)
     console.print(table)
     return 0
