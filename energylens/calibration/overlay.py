@@ -51,7 +51,7 @@ FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
               ("link", ("energy_per_byte_j", "power_w"))),
 }
 FACTOR_NAMES = tuple(FACTORS)
-#: Efficiencies are shares of a peak: scaled, they stop at 1.
+#: Efficiencies are shares of a peak: scaled up, they stop at 1.
 CAPPED = ("compute_efficiency", "memory_efficiency")
 FACTOR_RANGE = (0.2, 5.0)
 NOISE_SIGMA = 0.05  # assumed relative measurement noise of one metric
@@ -84,13 +84,18 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
         runtime_values = {runtime_key(runtime=r, gpu=gpu.name):
                           asdict(out.runtime(runtime=r, gpu=gpu.name)) for r in runtime_names()}
         for factor, value in overlay.factors.items():
+            if value == 1.0:  # the identity leaves every constant as it is
+                continue
             for section, names in FACTORS[factor]:
                 targets = {"kernel": [kernel], "link": list(link_values.values()),
                            "runtime": list(runtime_values.values())}[section]
                 for constants in targets:
                     for constant in names:
                         scaled = constants[constant] * value
-                        constants[constant] = min(scaled, 1.0) if factor in CAPPED else scaled
+                        # a share of a peak stops at 1 (or where it already was: a small
+                        # kernel's share can pass 1 on L2 hits)
+                        constants[constant] = (min(scaled, max(1.0, constants[constant]))
+                                               if factor in CAPPED else scaled)
         kernels[gpu.name] = replace(out.kernel(gpu.name), **kernel)
         for key, values in link_values.items():
             links[key] = replace(out.link(gpu=gpu.name, kind=key.split(":", 1)[1]), **values)

@@ -81,11 +81,24 @@ def _regime_targets() -> list[Target]:
             for metric, label in REGIME_METRICS]
 
 
+#: Small-kernel Vidur ops judged one by one (issue 10 item 8: <= 15 % per op class).
+SMALL_KERNEL_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+SMALL_KERNEL_LIMIT = 0.15
+
+
+def _small_kernel_targets() -> list[Target]:
+    return [Target(f"Small-kernel per-op latency, Vidur {gpu.split('-')[0]}: {op}",
+                   f"vidur-mlp-{gpu}", op, SMALL_KERNEL_LIMIT,
+                   (f"vidur-mlp/{gpu}", "leave_one_model_out", op, "mape"))
+            for gpu in ("H100-SXM", "A100-80GB-SXM") for op in SMALL_KERNEL_OPS]
+
+
 TARGETS: tuple[Target, ...] = (
     Target("GEMM per-op latency, Vidur H100", "vidur-mlp-H100-SXM", "gemm", 0.10,
            ("vidur-mlp/H100-SXM", "leave_one_model_out", "gemm", "mape")),
     Target("GEMM per-op latency, Vidur A100", "vidur-mlp-A100-80GB-SXM", "gemm", 0.10,
            ("vidur-mlp/A100-80GB-SXM", "leave_one_model_out", "gemm", "mape")),
+    *_small_kernel_targets(),
     Target("All-reduce latency, Vidur h100_dgx", "vidur-network-h100_dgx", "all_reduce", 0.10,
            None),
     Target("All-reduce latency, Vidur a100_dgx", "vidur-network-a100_dgx", "all_reduce", 0.10,
