@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from search.config import StudyError
 from search.files import ResultsError, atomic_path, write_atomic
@@ -282,6 +281,8 @@ def _save_state(folder: Path, state: ShardState) -> None:
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # only where Parquet is written
+
     table = pa.Table.from_pandas(frame, preserve_index=False)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression=COMPRESSION)

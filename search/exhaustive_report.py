@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from search.config import StudyConfig
 from search.exhaustive import (
@@ -128,6 +127,8 @@ def _ordered(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
 def _sample(config: StudyConfig, folders: list[Path]) -> pd.DataFrame:
     """Every k-th evaluated row of every chunk, at most about :data:`PLOT_SAMPLE` rows, with
     the columns the plots read."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # only where a grid is reported
+
     xcol, ycol = plotted_columns(config)
     wanted = [INDEX_COLUMN, *config.space.names, *{xcol, ycol} - {"number"}, FEASIBLE_COLUMN, REASON_COLUMN]
     files = [f for folder in folders for f in chunk_files(folder)]
