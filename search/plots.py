@@ -102,13 +102,45 @@ def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFr
     return fig
 
 
+def _plotly_js() -> Path | None:
+    """The plotly.js bundle shipped with the plotly package (None without plotly): found
+    without importing plotly, whose figure classes cost tens of MiB."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    bundle = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+    return bundle if bundle.is_file() else None
+
+
+def _points(frame: pd.DataFrame, xcol: str, ycol: str, hover: list[str], **style: object) -> dict:
+    """One plotly scatter trace as plain JSON data."""
+    return {"type": "scatter", "x": frame[xcol].tolist(), "y": frame[ycol].tolist(),
+            "hovertext": hover, "hoverinfo": "text", **style}
+
+
+def _slo_line(axis: str, bound: float, label: str) -> tuple[dict, dict]:
+    """A dashed line across the plot at ``bound`` on ``axis`` (x or y), and its label."""
+    other = "x" if axis == "y" else "y"
+    shape = {"type": "line", f"{axis}ref": axis, f"{axis}0": bound, f"{axis}1": bound,
+             f"{other}ref": "paper", f"{other}0": 0, f"{other}1": 1, "line": {"dash": "dash"}}
+    note = {"text": label, "showarrow": False, f"{axis}ref": axis, axis: bound,
+            f"{other}ref": "paper", other: 1, "xanchor": "right" if axis == "y" else "left",
+            "yanchor": "bottom"}
+    return shape, note
+
+
 def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFrame, path: Path) -> bool:
-    """An interactive Pareto plot (plotly, an optional dependency): hovering a point shows its
-    configuration and metrics. Returns False, writing nothing, when plotly is not installed."""
-    try:
-        import plotly.graph_objects as go  # type: ignore  # untyped, and optional
-    except ImportError:
+    """An interactive Pareto plot (plotly.js, from the optional plotly package): hovering a
+    point shows its configuration and metrics. The figure is written as plotly.js data with
+    the bundle streamed into the file. Returns False, writing nothing, without plotly."""
+    bundle = _plotly_js()
+    if bundle is None:
         return False
+    import json
+    import shutil
+
     xcol, ycol = plotted_columns(config)
     hover_columns = [*config.space.names, *(c for c in (xcol, ycol) if c != "number"), "infeasible_reason"]
 
@@ -119,31 +151,41 @@ def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.Da
             for row in rows
         ]
 
-    fig = go.Figure()
     infeasible = trials[~trials["feasible"]].dropna(subset=[xcol, ycol])
-    fig.add_scatter(x=infeasible[xcol], y=infeasible[ycol], mode="markers", name="infeasible",
-                    marker={"color": "lightgray", "size": 5}, hovertext=hover(infeasible), hoverinfo="text")
+    data = [_points(infeasible, xcol, ycol, hover(infeasible), mode="markers", name="infeasible",
+                    marker={"color": "lightgray", "size": 5})]
     feasible = trials[trials["feasible"]]
     group = color_column(config)
     groups = [("feasible", feasible)] if group is None else [
         (f"feasible, {group} = {value}", points) for value, points in feasible.groupby(group, sort=False)
     ]
-    for name, points in groups:
-        fig.add_scatter(x=points[xcol], y=points[ycol], mode="markers", name=name, marker={"size": 6},
-                        hovertext=hover(points), hoverinfo="text")
+    data += [_points(points, xcol, ycol, hover(points), mode="markers", name=name, marker={"size": 6})
+             for name, points in groups]
     line = front.sort_values(xcol)
-    fig.add_scatter(x=line[xcol], y=line[ycol], mode="lines+markers", name="feasible front",
-                    line={"color": "red", "shape": "hv"}, hovertext=hover(line.assign(infeasible_reason="")),
-                    hoverinfo="text")
+    data.append(_points(line, xcol, ycol, hover(line.assign(infeasible_reason="")),
+                        mode="lines+markers", name="feasible front",
+                        line={"color": "red", "shape": "hv"}))
+    shapes, notes = [], []
     for constraint in config.constraints:
-        if constraint.metric == ycol:
-            fig.add_hline(y=constraint.bound, line_dash="dash", annotation_text=f"SLO {constraint}")
-        elif constraint.metric == xcol:
-            fig.add_vline(x=constraint.bound, line_dash="dash", annotation_text=f"SLO {constraint}")
-    fig.update_layout(title=config.name, xaxis_title="trial" if xcol == "number" else axis_label(xcol),
-                      yaxis_title=axis_label(ycol))
-    html = fig.to_html(include_plotlyjs=True, full_html=True)
-    write_atomic(path, lambda f: f.write(html))
+        axis = "y" if constraint.metric == ycol else "x" if constraint.metric == xcol else None
+        if axis is not None:
+            shape, note = _slo_line(axis, float(constraint.bound), f"SLO {constraint}")
+            shapes.append(shape)
+            notes.append(note)
+    layout = {"title": {"text": config.name}, "shapes": shapes, "annotations": notes,
+              "xaxis": {"title": {"text": "trial" if xcol == "number" else axis_label(xcol)}},
+              "yaxis": {"title": {"text": axis_label(ycol)}}}
+    figure = json.dumps({"data": data, "layout": layout}, default=float).replace("</", "<\\/")
+
+    def write(f) -> None:  # the page, with the plotly.js bundle copied in, not held in memory
+        f.write('<!DOCTYPE html>\n<html><head><meta charset="utf-8"></head><body>\n'
+                '<div id="pareto" style="height:90vh"></div>\n<script type="text/javascript">\n')
+        with bundle.open(encoding="utf-8") as js:
+            shutil.copyfileobj(js, f)
+        f.write(f'\n</script>\n<script type="text/javascript">\nvar figure = {figure};\n'
+                'Plotly.newPlot("pareto", figure.data, figure.layout);\n</script>\n</body></html>\n')
+
+    write_atomic(path, write)
     return True
 
 

@@ -180,6 +180,14 @@ def test_trials_csv_has_every_metric_and_the_reason_of_every_infeasible_trial(tm
     assert (with_metrics["avg_power_w"] > 0).all() and (with_metrics["memory_per_gpu_gb"] > 0).all()
     html = (tmp_path / "out" / "pareto.html").read_text()
     assert "plotly" in html and "gpu = " in html and "SLO tpot_s" in html
+    # the figure is plotly.js data: every trial plotted once, the front as its own trace
+    figure = json.loads(html.split("var figure = ", 1)[1].split(";\nPlotly.newPlot", 1)[0])
+    traces = {t["name"]: t for t in figure["data"]}
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    assert len(traces["feasible front"]["x"]) == len(front)
+    plotted = sum(len(t["x"]) for name, t in traces.items() if name != "feasible front")
+    objectives = ["energy_per_output_token_j", "tpot_s"]  # refused configurations have none
+    assert plotted == len(trials[trials[objectives].ne("").all(axis=1)])
 
 
 @given(n=st.integers(min_value=1, max_value=3000), seed=st.integers(min_value=-(2**40), max_value=2**40))
