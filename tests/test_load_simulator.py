@@ -90,7 +90,8 @@ def test_time_and_energy_are_conserved(rate: float) -> None:
     priced = sim._price(table)
     np.testing.assert_allclose(priced[:, 0], sim.wall_s, rtol=1e-9)
     static_w = 100.0
-    metrics = summarise(run=sim, table=table, slos=(), static_w=static_w, gpus=1)
+    metrics = summarise(run=sim, table=table, slos=(), static_w=static_w, gpus=1,
+                        warmup_fraction=0.1)
     dynamic = float(np.sum(priced[:, 1:]))
     assert metrics.iteration_energy_j == pytest.approx(dynamic + static_w * busy, rel=1e-9)
     assert metrics.idle_energy_j == pytest.approx(static_w * sim.idle_s, rel=1e-9)
@@ -202,3 +203,88 @@ def test_capacity_bisection_widens_a_flood_underestimate() -> None:
 
     found = bisect_capacity(run=run, target=0.9)
     assert 10.0 - 12.0 / 2**STEPS <= found < 10.0  # bracket [6, 12] halved STEPS times
+
+
+def _policy_run(policy: str, *, clients: int = 32, count: int = 256,
+                prompt: int = 700) -> object:
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=clients, max_context=prompt + 200, budget=2048)
+    requests = Requests(input_tokens=np.full(count, prompt), output_tokens=np.full(count, 200),
+                        arrival_s=None, clients=clients)
+    return simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=clients, kv_tokens=10**7, prefill_scheduling=policy))
+
+
+@pytest.mark.parametrize("policy", ["mixed-chunked", "mixed-whole", "prefill-first"])
+def test_every_policy_generates_each_token_once_and_finishes(policy: str) -> None:
+    run = _policy_run(policy)
+    assert int(np.sum(run.tokens_out)) == 256 * 200
+    assert np.all(run.first_token_s >= run.arrival_s) and np.all(run.finish_s > run.first_token_s)
+
+
+def test_prefill_first_never_mixes_prompts_with_decodes() -> None:
+    """SGLang's default: a step with prompts to prefill runs them alone; the decodes in
+    flight wait through it (stalled) and take no token."""
+    run = _policy_run("prefill-first")
+    prompt_steps = run.prefill_tokens > 0
+    assert np.all(run.decode[prompt_steps] == 0)
+    assert np.any(run.stalled[prompt_steps] > 0)
+    mixed = _policy_run("mixed-chunked")
+    assert np.any(mixed.decode[mixed.prefill_tokens > 0] > 0)
+    assert np.all(mixed.stalled == 0)
+
+
+def test_mixed_whole_never_splits_a_prompt_that_fits_the_budget() -> None:
+    """TensorRT-LLM with chunked context off: 700-token prompts in a 2048-token budget are
+    always scheduled whole; vLLM's chunked prefill splits some of them under load."""
+    whole = _policy_run("mixed-whole")
+    chunked = _policy_run("mixed-chunked")
+    assert np.all(whole.chunk_new == 700)
+    assert np.any(chunked.chunk_new < 700)
+
+
+def test_at_vanishing_load_every_policy_is_one_prefill_then_decode_steps() -> None:
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=4, max_context=1024, budget=2048)
+    requests = Requests(input_tokens=np.full(5, 512), output_tokens=np.full(5, 64),
+                        arrival_s=np.arange(5) * 100.0, clients=0)
+    runs = {p: simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=8, kv_tokens=10**7, prefill_scheduling=p))
+        for p in ("mixed-chunked", "mixed-whole", "prefill-first")}
+    ref = runs["mixed-chunked"]
+    for run in runs.values():
+        np.testing.assert_allclose(run.first_token_s - run.arrival_s,
+                                   ref.first_token_s - ref.arrival_s, rtol=1e-12)
+        np.testing.assert_allclose(run.finish_s, ref.finish_s, rtol=1e-12)
+
+
+def test_prefill_first_stalls_count_in_the_inter_token_latency() -> None:
+    """Mean ITL over every gap = mean TPOT when all requests have one length: the prompt
+    steps the decodes wait through must lengthen the gaps they interrupt."""
+    from energylens.workloads.load.metrics import summarise
+
+    ctx = _placement().ctx
+    run = _policy_run("prefill-first", clients=64, count=640)
+    table = StepTable.build(ctx=ctx, max_decode=64, max_context=900, budget=2048)
+    metrics = summarise(run=run, table=table, slos=(), static_w=100.0, gpus=1,
+                        warmup_fraction=0.1)
+    assert float(np.sum(run.stalled)) > 0
+    assert metrics.latency_s["itl_mean_s"] == pytest.approx(metrics.latency_s["tpot_mean_s"],
+                                                            rel=0.03)
+
+
+def test_no_warmup_averages_over_every_request() -> None:
+    """warmup_fraction=0 (a benchmark's means over all its requests) keeps the closed
+    loop's first wave, whose prompts all queue at once: the mean TTFT grows, and equals
+    the mean over the simulated requests' own times."""
+    steady = _load(concurrency=32, num_requests=320, input_tokens=2048, output_tokens=64)
+    every = _load(concurrency=32, num_requests=320, input_tokens=2048, output_tokens=64,
+                  warmup_fraction=0.0)
+    assert int(every.load["measured_requests"]) == 320
+    assert int(steady.load["measured_requests"]) == 256
+    assert float(every.load["ttft_mean_s"]) > float(steady.load["ttft_mean_s"])
+    run = simulate_replica(placement=_placement(), workload=Workload(
+        kind="load", concurrency=32, num_requests=320, input_tokens=2048, output_tokens=64,
+        warmup_fraction=0.0)).sim
+    assert float(every.load["ttft_mean_s"]) == pytest.approx(
+        float(np.mean(run.first_token_s - run.arrival_s)), rel=1e-9)

@@ -123,6 +123,9 @@ def test_vllm_benchmark_result_becomes_a_load_row(tmp_path: Path) -> None:
     assert row.measured["ttft_p50_s"] == pytest.approx(0.07)
     assert row.measured["ttft_p99_s"] == pytest.approx(0.2)
     assert row.measured["output_tokens_per_s"] == 1500.0
+    # the benchmark's 100 requests, its means over all of them: none left out as warm-up
+    workload = user_csv.row_case(row).workload
+    assert (workload.num_requests, workload.warmup_fraction) == (100, 0.0)
 
 
 def test_vllm_benchmark_without_the_gpu_is_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -152,6 +155,7 @@ def test_aiconfigurator_rows_keep_id_layout_and_concurrency(tmp_path: Path) -> N
     first = converted.rows[0]
     assert (first["tp"], first["attention_dp"], first["ep"], first["moe_tp"], first["num_gpus"],
             first["concurrency"], first["workload"]) == (8, 8, 8, 1, 64, 32, "load")
+    assert first["num_requests"] == 320  # runs of 10 x concurrency requests (SOURCES.md)
     assert converted.rows[1]["dtype"] == "fp8"  # gemm_quant_mode where precision is empty
     path = tmp_path / "aic.csv"
     path.write_text(to_csv(converted))

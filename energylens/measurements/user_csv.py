@@ -37,13 +37,17 @@ COUNTS = ("num_gpus", "tp", "pp", "ep", "dp", "moe_tp")
 RUNTIME_COLUMNS = ("runtime", "engine", "framework", "backend")
 TEXTS = ("runtime_version", "dtype", "kv_dtype", "workload")
 NUMBERS = ("freq_mhz", "batch", "concurrency", "request_rate", "input_tokens", "output_tokens")
+#: A load row's benchmark size: the requests its means and percentiles were taken over
+#: (all of them, as benchmark_serving, GenAI-Perf and AIConfigurator report).
+RUN_COUNTS = ("num_requests",)
 WORKLOADS = ("batch", "serving", "load")
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
-KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *METRICS)
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", *RUNTIME_COLUMNS, *TEXTS, *NUMBERS,
+         *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.
 RUNTIME_SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm",
@@ -139,7 +143,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         raw = (cells.get(column) or "").strip()
         if not raw or column not in KNOWN:
             continue
-        if column in COUNTS:
+        if column in COUNTS or column in RUN_COUNTS:
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
@@ -260,6 +264,8 @@ def _workload(v: dict[str, Any]) -> Workload:
     else:
         raise UnsupportedRow("a load row needs its concurrency (closed loop) or request_rate "
                              "(open loop)")
+    if v["num_requests"] is not None:  # a benchmark of these requests, averaged over all
+        extra |= {"num_requests": v["num_requests"], "warmup_fraction": 0.0}
     return Workload(kind="load", batch=v["batch"] or 1, **lengths, **extra)
 
 

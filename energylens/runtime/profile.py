@@ -36,6 +36,12 @@ FACT_KINDS = ("datasheet", "measured", "fitted", "derived", "assumed")
 #: data-parallel attention with the MoE layer over all its ranks, ``moe_tp`` a split of
 #: each expert under that explicit layout.
 PARALLEL_DIMS = ("tp", "pp", "ep", "attention_dp", "moe_tp")
+#: How a runtime's scheduler puts prompts into steps: ``mixed-chunked`` (prompt chunks
+#: join the decodes of the same step in the token budget: vLLM V1, SplitFuse),
+#: ``mixed-whole`` (whole prompts join the decodes, no chunking: TensorRT-LLM's in-flight
+#: batching with chunked context off), ``prefill-first`` (a step with prompts to prefill
+#: runs them alone, chunked, and the decodes wait: SGLang without --enable-mixed-chunk).
+PREFILL_SCHEDULING = ("mixed-chunked", "mixed-whole", "prefill-first")
 
 
 def _strings(value: Any) -> frozenset[str]:
@@ -44,6 +50,13 @@ def _strings(value: Any) -> frozenset[str]:
 
 def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
+
+
+def _scheduling(value: Any) -> str:
+    if value not in PREFILL_SCHEDULING:
+        raise EnergyLensError(f"prefill_scheduling must be one of {', '.join(PREFILL_SCHEDULING)}, "
+                              f"got {value!r}")
+    return str(value)
 
 
 #: Every fact of a profile and how its YAML value is read.
@@ -55,6 +68,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "memory_utilization": float,
     "reserve_bytes": float,
     "prefill_chunk_tokens": int,
+    "prefill_scheduling": _scheduling,
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
@@ -91,6 +105,7 @@ class RuntimeProfile:
     memory_utilization: float  # share of HBM the engine may use
     reserve_bytes: float  # CUDA context, workspaces, allocator slack
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
+    prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores

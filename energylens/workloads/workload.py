@@ -9,7 +9,10 @@ from energylens.errors import ConfigError
 
 #: Fields only the ``load`` kind reads (requests arriving over time).
 LOAD_FIELDS = ("request_rate", "concurrency", "trace", "num_requests", "seed", "arrival_cv",
-               "length_cv", "slo", "capacity_attainment")
+               "length_cv", "slo", "capacity_attainment", "warmup_fraction")
+#: Share of a load run's requests (by arrival) left out of its statistics at each end:
+#: the warm-up while the queue fills and the drain after the last arrival (assumed).
+DEFAULT_WARMUP_FRACTION = 0.1
 
 
 def _is_set(value: object) -> bool:
@@ -29,7 +32,10 @@ class Workload:
     closed loop of ``concurrency`` clients (``batch`` clients when neither is given);
     lengths ``input_tokens``/``output_tokens`` (gamma of CV ``length_cv`` around them) or
     the ``trace``'s; ``slo`` bounds such as ``"ttft_p90_s<=1"``; ``capacity_attainment``:
-    also find the highest request rate at which that share of requests meets them."""
+    also find the highest request rate at which that share of requests meets them;
+    ``warmup_fraction``: the share of requests left out at each end of the run (default
+    :data:`DEFAULT_WARMUP_FRACTION`; 0 averages over every request, as a benchmark of
+    ``num_requests`` requests reports)."""
 
     kind: str = "batch"
     batch: float = 1  # may be fractional in ``serving`` (a measured mean)
@@ -44,6 +50,7 @@ class Workload:
     length_cv: float = 0.0  # 0: fixed lengths
     slo: tuple[str, ...] = ()
     capacity_attainment: float | None = None  # also find the rate sustained at this share
+    warmup_fraction: float | None = None  # None: DEFAULT_WARMUP_FRACTION
 
     def __post_init__(self) -> None:
         from energylens.workloads.registry import kind_names
@@ -63,6 +70,9 @@ class Workload:
             raise ConfigError(f"capacity_attainment must be a share in (0, 1], got {target}")
         if target is not None and not self.slo:
             raise ConfigError("capacity_attainment needs at least one slo bound")
+        warmup = self.warmup_fraction
+        if warmup is not None and not (math.isfinite(warmup) and 0 <= warmup < 0.5):
+            raise ConfigError(f"warmup_fraction must be a share in [0, 0.5), got {warmup}")
         if not math.isfinite(self.length_cv) or self.length_cv < 0:
             raise ConfigError(f"length_cv must be a finite number >= 0, got {self.length_cv}")
         for name in ("concurrency", "num_requests"):

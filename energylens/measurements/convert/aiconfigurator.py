@@ -7,7 +7,9 @@ the engine's terms: ``tp`` = ``tp_size`` (attention), ``ep`` = ``moe_ep_size``, 
 = ``moe_tp_size``, ``attention_dp`` = ``attention_dp_size``; GPUs = ``tp_size x
 attention_dp_size x pp_size``; ``dtype`` = ``precision`` (``gemm_quant_mode`` where
 empty). ``silicon_tpot_ms`` is written as ``tpot_s``: the source does not say whether it
-is a mean or a median. With ``load_as_serving`` each row is
+is a mean or a median. ``num_requests`` = 10 x the concurrency: the runs' size as the
+project's SOURCES.md records it (means over every request of the run, no warm-up left
+out). With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
 """
@@ -25,6 +27,8 @@ _KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path"
          "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
          "moe_tp_size", "moe_ep_size", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+#: Requests per client in a run ("runs of 10 x concurrency requests": ../shared SOURCES.md).
+RUN_REQUESTS_PER_CLIENT = 10
 
 
 def _int(path: Path, row: dict[str, str], key: str, n: int) -> int:
@@ -71,7 +75,8 @@ def convert(path: Path, options: Options) -> Converted:
         if options.load_as_serving:
             converted.update(workload="serving", batch=concurrency)
         else:
-            converted.update(workload="load", concurrency=concurrency)
+            converted.update(workload="load", concurrency=concurrency,
+                             num_requests=RUN_REQUESTS_PER_CLIENT * concurrency)
         out.rows.append(converted)
     if skipped:
         out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "

@@ -81,7 +81,7 @@ def convert(path: Path, options: Options) -> Converted:
             "model": result["model_id"], **_hardware(path, result, options, i),
             "runtime": result.get("backend", "vllm"), "workload": "load",
             "request_rate": rate if isinstance(rate, int | float) and math.isfinite(rate) else None,
-            "concurrency": concurrency,
+            "concurrency": concurrency, "num_requests": int(completed),
             "input_tokens": _number(path, result, "total_input_tokens", i) / completed,
             "output_tokens": _number(path, result, "total_output_tokens", i) / completed}
         for key, column in _LATENCIES.items():

@@ -27,6 +27,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 0.5), got {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value < 0.5):
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 0.5), got {text}")
+    return value
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -85,6 +95,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                        help="gamma CV of request lengths around --input/--output-tokens")
     group.add_argument("--num-requests", type=_count,
                        help="requests to simulate (default: enough for a steady state)")
+    group.add_argument("--warmup-fraction", type=_share,
+                       help="share of the requests (by arrival) left out of the statistics "
+                            "at each end of the run (default 0.1; 0 to average over every "
+                            "request, as a benchmark of --num-requests requests reports)")
     group.add_argument("--seed", type=_seed, default=0, help="random seed")
     group.add_argument("--slo", type=_slo, action="append", default=[],
                        help="latency bound such as 'ttft_p90_s<=1' (repeatable)")
@@ -107,7 +121,8 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {"request_rate": args.request_rate, "concurrency": args.concurrency,
             "trace": args.trace, "arrival_cv": args.arrival_cv, "length_cv": args.length_cv,
             "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo),
-            "capacity_attainment": args.capacity_attainment}
+            "capacity_attainment": args.capacity_attainment,
+            "warmup_fraction": args.warmup_fraction}
 
 
 def pool_prediction(args: argparse.Namespace, *, workload: Workload,

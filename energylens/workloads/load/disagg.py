@@ -38,7 +38,7 @@ from energylens.workloads.load.arrivals import (
 )
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import LoadPrediction, kv_pool_tokens, serve_defaults
-from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise
+from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
 from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, simulate
 from energylens.workloads.registry import Placement
 from energylens.workloads.result import PhaseResult
@@ -79,7 +79,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                         sequences=1.0, context_tokens=float(longest), step_tokens=float(budget))
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(kv_pool_tokens(ctx, budget=budget),
-                                           longest + 2 * BLOCK_TOKENS))
+                                           longest + 2 * BLOCK_TOKENS),
+                             prefill_scheduling=ctx.runtime.prefill_scheduling)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
                                       gpus=d.total_gpus, sequences=1.0),
                   memory=memory, limits=limits)
@@ -159,10 +160,12 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     # the user's clock: from arrival at the prefill pool; first token when the cache lands
     seen = replace(dec_run, arrival_s=stream.arrival_s[order], first_token_s=ready[order])
     d_ctx, p_ctx = dec.placement.ctx, pre.placement.ctx
+    warmup = warmup_share(workload)
     metrics = summarise(run=seen, table=dec_table, slos=slos, static_w=d_ctx.constants.static_power_w,
-                        gpus=d_ctx.replica_gpus)
+                        gpus=d_ctx.replica_gpus, warmup_fraction=warmup)
     pre_metrics = summarise(run=pre_runs[0], table=pre_table, slos=(),
-                            static_w=p_ctx.constants.static_power_w, gpus=p_ctx.replica_gpus)
+                            static_w=p_ctx.constants.static_power_w, gpus=p_ctx.replica_gpus,
+                            warmup_fraction=warmup)
     span = float(stream.arrival_s[-1] - stream.arrival_s[0]) or 1.0
     power = (metrics.window_energy_j / metrics.window_s * n_decode
              + pre_metrics.window_energy_j / pre_metrics.window_s * n_prefill

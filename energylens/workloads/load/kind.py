@@ -28,7 +28,7 @@ from energylens.workloads.load.arrivals import (
     replica_requests,
 )
 from energylens.workloads.load.costs import StepTable
-from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise
+from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
 from energylens.workloads.load.simulator import (
     BLOCK_TOKENS,
     SchedulerLimits,
@@ -129,13 +129,15 @@ class LoadRun:
     limits: SchedulerLimits
     sim: SimRun
     engines: int
+    warmup_fraction: float  # requests left out of the statistics at each end
 
     def summary(self, *, ctx: StepContext, slos: tuple[SLO, ...]) -> LoadMetrics:
         """Metrics of the simulated engine; it draws its share of the replica's static
         power (rates are one engine's: multiply by :attr:`engines` for the replica)."""
         return summarise(run=self.sim, table=self.table, slos=slos,
                          static_w=ctx.constants.static_power_w,
-                         gpus=ctx.replica_gpus / self.engines)
+                         gpus=ctx.replica_gpus / self.engines,
+                         warmup_fraction=self.warmup_fraction)
 
 
 def simulate_replica(*, placement: Placement, workload: Workload,
@@ -154,13 +156,15 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     budget, cap = serve_defaults(ctx)
     pool = kv_pool_tokens(ctx, budget=budget) // ctx.pp
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
-                             kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS))
+                             kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
+                             prefill_scheduling=ctx.runtime.prefill_scheduling)
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
                                 budget=limits.token_budget)
     return LoadRun(requests=requests, table=table, limits=limits,
-                   sim=simulate(requests=requests, table=table, limits=limits), engines=engines)
+                   sim=simulate(requests=requests, table=table, limits=limits), engines=engines,
+                   warmup_fraction=warmup_share(workload))
 
 
 def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,

@@ -18,9 +18,8 @@ import numpy as np
 from energylens.errors import ConfigError
 from energylens.workloads.load.costs import StepTable, interpolate
 from energylens.workloads.load.simulator import SimRun
+from energylens.workloads.workload import DEFAULT_WARMUP_FRACTION, Workload
 
-#: Share of the requests discarded at each end (warm-up, drain).
-WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
 #: Per-request latencies an SLO may bound (ITL is per token, not per request).
@@ -97,6 +96,12 @@ class LoadMetrics:
                 "peak_kv_tokens": self.peak_kv_tokens, "measured_requests": self.measured_requests}
 
 
+def warmup_share(workload: Workload) -> float:
+    """Share of the requests left out of the statistics at each end of a run."""
+    share = workload.warmup_fraction
+    return DEFAULT_WARMUP_FRACTION if share is None else share
+
+
 def _stats(name: str, values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
     """Mean and percentiles (weighted: each value counts ``weights`` times)."""
     if weights is None:
@@ -122,11 +127,38 @@ def _statistic(values: np.ndarray, statistic: str) -> float:
         _percentile(values, np.ones_like(values), float(statistic[1:]))
 
 
+def _stalled_gaps(*, run: SimRun, step: np.ndarray, weight: np.ndarray,
+                  share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token gaps with prefill-first stalls: the decodes that wait through a run of
+    prompt steps take their next token in the decode record after it, a gap longer by the
+    prompt steps each waited through (those that join mid-run wait through the rest)."""
+    stall_rows = np.flatnonzero(run.stalled > 0)
+    decode_rows = np.flatnonzero(run.decode > 0)
+    nxt = np.searchsorted(decode_rows, stall_rows)
+    stall_rows, nxt = stall_rows[nxt < len(decode_rows)], nxt[nxt < len(decode_rows)]
+    if len(stall_rows) == 0:
+        return step, weight
+    target = decode_rows[nxt]
+    stalled = run.stalled[stall_rows]
+    first = np.concatenate(([True], target[1:] != target[:-1]))  # a run's first prompt step
+    joined = np.where(first, stalled, stalled - np.concatenate(([0], stalled[:-1])))
+    joined = np.clip(joined, 0, None).astype(float)
+    after = np.concatenate((np.cumsum(run.wall_s[stall_rows][::-1])[::-1], [0.0]))
+    last = np.flatnonzero(np.concatenate((first[1:], [True])))  # each run's last prompt step
+    waited = after[:-1] - after[last[np.cumsum(first) - 1] + 1]
+    moved = joined * share[target]
+    weight = weight.copy()
+    np.subtract.at(weight, target, moved)
+    weight = np.clip(weight, 0.0, None)
+    return np.concatenate((step, step[target] + waited)), np.concatenate((weight, moved))
+
+
 def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
-              gpus: float) -> LoadMetrics:
-    """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica."""
+              gpus: float, warmup_fraction: float) -> LoadMetrics:
+    """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica;
+    ``warmup_fraction`` of the requests (by arrival) left out at each end."""
     n = len(run.arrival_s)
-    skip = int(WARMUP_FRACTION * n) if n >= 10 else 0
+    skip = int(warmup_fraction * n) if n >= 10 else 0
     order = np.argsort(run.arrival_s, kind="stable")
     kept = order[skip:n - skip]
     t_a, t_b = float(run.arrival_s[kept[0]]), float(run.finish_s[kept[-1]])
@@ -147,8 +179,9 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     end = run.start_s + run.wall_s
     share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s
     itl_weight = run.decode * run.count * share
+    itl_values, itl_weight = _stalled_gaps(run=run, step=step, weight=itl_weight, share=share)
     latencies = {**_stats("ttft", ttft), **_stats("tpot", tpot),
-                 **_stats("itl", step, itl_weight), **_stats("e2e", e2e)}
+                 **_stats("itl", itl_values, itl_weight), **_stats("e2e", e2e)}
 
     per_request = {"ttft": ttft, "e2e": e2e,
                    "tpot": np.where(multi, (run.finish_s[kept] - run.first_token_s[kept])

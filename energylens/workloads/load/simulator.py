@@ -6,7 +6,11 @@ waiting prompts their share of the step's token budget (chunked prefill); at mos
 ``max_sequences`` requests run at once; the KV cache is a pool of tokens, and when a
 step's tokens do not fit, the last admitted request is preempted (its cache freed, its
 prompt and generated tokens recomputed later, ahead of the queue). A prompt's last chunk
-yields its first token. Iterations that only decode, with no arrival or completion due,
+yields its first token. The runtime's ``prefill_scheduling`` varies how prompts enter
+steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a waiting prompt only when all
+of it fits the step's remaining budget (no chunking; a prompt longer than the whole budget
+is chunked alone); ``prefill-first`` runs a step of prompts alone whenever there are any
+to prefill, and the decodes wait for it. Iterations that only decode, with no arrival or completion due,
 are advanced together (their number is known), so the cost is per event, not per token.
 """
 
@@ -39,14 +43,16 @@ class SchedulerLimits:
     token_budget: int  # tokens per step (max_num_batched_tokens)
     max_sequences: int  # running requests (max_num_seqs)
     kv_tokens: int  # KV-cache pool in tokens
+    prefill_scheduling: str = "mixed-chunked"  # RuntimeProfile.prefill_scheduling
 
 
 @dataclass(frozen=True, kw_only=True)
 class SimRun:
     """What one simulation produced. Per request: times [s] and preemptions. Per record
     (one iteration, or ``count`` decode-only iterations run back to back): its start, wall
-    time, decode sequences, mean decode context, prefill tokens, chunks, output tokens and
-    the waiting and running requests at its start. Per chunk: its record, new and cached
+    time, decode sequences, mean decode context, prefill tokens, chunks, output tokens, the
+    waiting and running requests at its start, and the decodes it stalls (a prefill-first
+    step: they wait through it without a token). Per chunk: its record, new and cached
     tokens."""
 
     arrival_s: np.ndarray
@@ -66,6 +72,7 @@ class SimRun:
     tokens_out: np.ndarray
     waiting: np.ndarray
     running: np.ndarray
+    stalled: np.ndarray
     chunk_record: np.ndarray
     chunk_new: np.ndarray
     chunk_cached: np.ndarray
@@ -139,6 +146,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     contexts, cached_pts = table.contexts, table.cached
     idle_s, per_seq_s = table.engine_idle_s, table.engine_busy_s_per_sequence
     budget_max, cap, kv_cap = limits.token_budget, limits.max_sequences, limits.kv_tokens
+    whole = limits.prefill_scheduling == "mixed-whole"
+    prefill_first = limits.prefill_scheduling == "prefill-first"
     half_block = BLOCK_TOKENS / 2
 
     waiting: deque[int] = deque()
@@ -153,7 +162,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     it = 0  # iterations run so far (index of the next one)
     rec: dict[str, list[float]] = {k: [] for k in (
         "start", "wall", "count", "decode", "context", "prefill", "chunks", "tokens",
-        "waiting", "running")}
+        "waiting", "running", "stalled")}
     chunk_rec: list[int] = []
     chunk_new: list[int] = []
     chunk_cached: list[int] = []
@@ -212,8 +221,9 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         while decoding and kv_free() < len(decoding):
             preempt_last()
         d = len(decoding)
-        budget = budget_max - d
-        room = kv_free() - d
+        step_d = 0 if prefill_first else d  # decodes sharing a step with prompts
+        budget = budget_max - step_d
+        room = kv_free() - step_d
         chunks: list[tuple[int, int, int]] = []
         for r in prefilling:
             n = min(target[r] - computed[r], budget, int(room))
@@ -225,7 +235,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         while waiting and budget > 0 and len(running) < cap:
             r = waiting[0]
             n = min(target[r], budget)
-            if room - half_block < n:
+            if room - half_block < n or (whole and n < target[r] and chunks):
                 break
             waiting.popleft()
             if math.isnan(admitted[r]):
@@ -255,6 +265,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             tokens = d * steps
             completed = 0
         else:
+            d = step_d
             prefill_tokens = sum(n for _, n, _ in chunks)
             mid = decode_kv / d + 1.0 if d else 1.0
             wall = (interpolate(contexts, dl[d], mid) if d else 0.0) \
@@ -265,12 +276,13 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
                 chunk_new.append(n)
                 chunk_cached.append(k)
             wall = max(wall, MIN_STEP_S)
-            steps = 1
+            steps = 1 if d or not decoding else 0  # waiting decodes do not advance
             tokens = d
             completed = 0
-        for key, value in (("start", t), ("wall", wall), ("count", steps), ("decode", d),
+        for key, value in (("start", t), ("wall", wall), ("count", max(steps, 1)), ("decode", d),
                            ("context", mid), ("prefill", prefill_tokens),
-                           ("chunks", len(chunks)), ("waiting", n_wait), ("running", n_run)):
+                           ("chunks", len(chunks)), ("waiting", n_wait), ("running", n_run),
+                           ("stalled", len(decoding) - d)):
             rec[key].append(value)
         t += wall
         it += steps
@@ -304,7 +316,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             finish_request(r)
         peak_kv = max(peak_kv, decode_kv + prefill_kv)
 
-    ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running")
+    ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running", "stalled")
     arrays = {k: np.asarray(v, dtype=np.int64 if k in ints else float) for k, v in rec.items()}
     return SimRun(
         arrival_s=np.asarray(arrival), admitted_s=np.asarray(admitted),
@@ -313,7 +325,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         output_tokens=requests.output_tokens, start_s=arrays["start"], wall_s=arrays["wall"],
         count=arrays["count"], decode=arrays["decode"], context=arrays["context"],
         prefill_tokens=arrays["prefill"], chunks=arrays["chunks"], tokens_out=arrays["tokens"],
-        waiting=arrays["waiting"], running=arrays["running"],
+        waiting=arrays["waiting"], running=arrays["running"], stalled=arrays["stalled"],
         chunk_record=np.asarray(chunk_rec, dtype=np.int64),
         chunk_new=np.asarray(chunk_new, dtype=np.int64),
         chunk_cached=np.asarray(chunk_cached, dtype=np.int64), peak_kv_tokens=float(peak_kv))
