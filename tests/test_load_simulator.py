@@ -129,7 +129,8 @@ def _single_step(table: StepTable, *, d: int, context: float,
     return wall + table.engine_idle_s + table.engine_busy_s_per_sequence * (d + len(chunks))
 
 
-def test_a_small_kv_pool_preempts_and_still_finishes_every_request() -> None:
+@pytest.mark.parametrize("policy", ["mixed-chunked", "mixed-whole", "prefill-first"])
+def test_a_small_kv_pool_preempts_and_still_finishes_every_request(policy: str) -> None:
     ctx = _placement().ctx
     table = StepTable.build(ctx=ctx, max_decode=64, max_context=1024, budget=2048)
     count = 200
@@ -137,10 +138,10 @@ def test_a_small_kv_pool_preempts_and_still_finishes_every_request() -> None:
                         arrival_s=None, clients=64)
     roomy = simulate(requests=requests, table=table,
                      limits=SchedulerLimits(token_budget=2048, max_sequences=64,
-                                            kv_tokens=10**7))
+                                            kv_tokens=10**7, prefill_scheduling=policy))
     tight = simulate(requests=requests, table=table,
                      limits=SchedulerLimits(token_budget=2048, max_sequences=64,
-                                            kv_tokens=8000))
+                                            kv_tokens=8000, prefill_scheduling=policy))
     assert roomy.preemptions.sum() == 0 and tight.preemptions.sum() > 0
     assert tight.peak_kv_tokens <= 8000 < roomy.peak_kv_tokens
     for run in (roomy, tight):
@@ -288,3 +289,17 @@ def test_no_warmup_averages_over_every_request() -> None:
         warmup_fraction=0.0)).sim
     assert float(every.load["ttft_mean_s"]) == pytest.approx(
         float(np.mean(run.first_token_s - run.arrival_s)), rel=1e-9)
+
+
+def test_prefill_first_keeps_room_for_the_decodes_next_tokens() -> None:
+    """A prompt step must not take the KV space the waiting decodes need for their next
+    token: if it does, the decodes preempt it at once and the same chunk is recomputed for
+    ever (found on an 8-client, 2,048-token closed loop with an 8,500-token pool)."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=64, max_context=4096, budget=2048)
+    requests = Requests(input_tokens=np.full(48, 2048), output_tokens=np.full(48, 256),
+                        arrival_s=None, clients=8)
+    run = simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=64, kv_tokens=8500, prefill_scheduling="prefill-first"))
+    assert int(np.sum(run.tokens_out)) == 48 * 256
+    assert run.peak_kv_tokens <= 8500
