@@ -303,3 +303,19 @@ def test_prefill_first_keeps_room_for_the_decodes_next_tokens() -> None:
         token_budget=2048, max_sequences=64, kv_tokens=8500, prefill_scheduling="prefill-first"))
     assert int(np.sum(run.tokens_out)) == 48 * 256
     assert run.peak_kv_tokens <= 8500
+
+
+def test_a_closed_loop_whose_clients_do_not_all_fit_runs_on_what_the_pool_holds() -> None:
+    """512 clients of 4,096 + 512 tokens would cache 2.4 M tokens (about 300 GB at
+    128 KiB per Llama-3.1-8B token); an H100 holds a fraction. Engines admit what fits and
+    queue the rest, so the deployment predicts, with fewer running than clients and the
+    peak KV it held within the GPU's usable memory; only a model whose weights do not fit
+    is infeasible."""
+    load = _load(concurrency=512, num_requests=1024, input_tokens=4096, output_tokens=512)
+    assert load.feasible
+    assert float(load.load["mean_running"]) < 0.5 * 512
+    assert float(load.load["mean_queue_length"]) > 100
+    assert 60 < load.memory_per_gpu_gb <= 0.9 * 80.0 * 2**30 / 1e9 * 1.001
+    too_big = predict(model="llama-3.1-70b", gpu=GPU, workload=Workload(
+        kind="load", concurrency=8, input_tokens=512, output_tokens=64))
+    assert not too_big.feasible and "weights" in (too_big.infeasible_reason or "")

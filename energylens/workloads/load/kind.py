@@ -14,7 +14,7 @@ reach them as they reach replicas, so one engine is simulated and scaled like a 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -80,21 +80,23 @@ def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
     """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
     activations of a step of ``budget`` tokens and its reserve, over the cache bytes per
     token."""
-    def use(sequences: float) -> MemoryUse:
-        return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
-                          degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
-                          kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=1.0,
-                          step_tokens=float(budget))
-    fixed, one = use(0.0), use(1.0)
-    per_token = one.kv_cache_bytes
+    fixed = _memory(ctx, sequences=0.0, budget=budget)
+    per_token = kv_bytes_per_token(ctx)
     if per_token <= 0:  # no attention cache (a recurrent model): sequences cap the batch
         return 2**40
     return int(max(fixed.usable_bytes - fixed.total_bytes, 0.0) // per_token)
 
 
-def _clients_per_replica(workload: Workload, sequences: float) -> float:
-    # ``sequences`` is batch / replicas: the same share of a closed loop's clients
-    return closed_loop_clients(workload) * sequences / workload.batch
+def _memory(ctx: StepContext, *, sequences: float, budget: float) -> MemoryUse:
+    return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                      degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                      kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=1.0,
+                      step_tokens=budget)
+
+
+def kv_bytes_per_token(ctx: StepContext) -> float:
+    """KV-cache bytes one cached token takes on a GPU of the most loaded stage."""
+    return float(_memory(ctx, sequences=1.0, budget=1.0).kv_cache_bytes)
 
 
 def _lengths(workload: Workload) -> tuple[float, float, float]:
@@ -216,15 +218,11 @@ class Load:
     name: str = "load"
 
     def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
-        """A closed loop's clients (up to vLLM's cap) at the mean context of a running
-        request (its prompt and half its output, as the ``serving`` kind holds them), or,
-        in an open loop, one request of the longest length, must fit."""
-        mean_in, mean_out, longest = _lengths(workload)
-        clients = _clients_per_replica(workload, sequences)
-        if clients > 0:
-            held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
-            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out / 2,
-                                step_tokens=held * mean_in)
+        """The minimal working set: one request of the longest length must fit. Engines
+        admit what the KV pool holds and queue or preempt the rest, as the simulator does,
+        so a closed loop whose clients do not all fit still runs; :meth:`run` reports the
+        memory the run held at its peak."""
+        mean_in, _, longest = _lengths(workload)
         return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
@@ -232,6 +230,9 @@ class Load:
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_replica(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)
+        if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
+            peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
+            memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
         out = load_prediction(placement=placement, workload=workload, memory=memory,
                               metrics=metrics, name=self.name, engines=result.engines)
         if workload.capacity_attainment is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from energylens.errors import EnergyLensError
 from energylens.workloads.load.arrivals import Requests
 from energylens.workloads.load.costs import (
     MIN_STEP_S,
@@ -149,6 +150,9 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     whole = limits.prefill_scheduling == "mixed-whole"
     prefill_first = limits.prefill_scheduling == "prefill-first"
     half_block = BLOCK_TOKENS / 2
+    # records in a row without a token: every prompt chunked, twice over, bounds a live run
+    stall_limit = 2 * n_req * (max(inp) // max(budget_max, 1) + 2) + 1000
+    barren = 0
 
     waiting: deque[int] = deque()
     running: dict[int, None] = {}  # admission order: the last is preempted first
@@ -223,7 +227,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         d = len(decoding)
         step_d = 0 if prefill_first else d  # decodes sharing a step with prompts
         budget = budget_max - step_d
-        room = kv_free() - step_d
+        room = kv_free() - d  # the decodes' next tokens stay reserved under every policy
         chunks: list[tuple[int, int, int]] = []
         for r in prefilling:
             n = min(target[r] - computed[r], budget, int(room))
@@ -306,6 +310,10 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             decode_kv += computed[r]
             heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
         rec["tokens"].append(tokens + completed)
+        barren = 0 if tokens + completed else barren + 1
+        if barren > stall_limit:
+            raise EnergyLensError("the load simulator stopped making progress (a scheduler "
+                                  "livelock: please report the deployment and workload)")
         while heap and heap[0][0] < it:
             last, r, stamp = heapq.heappop(heap)
             if stamp != epoch[r]:
