@@ -99,6 +99,21 @@ def kv_bytes_per_token(ctx: StepContext) -> float:
     return float(_memory(ctx, sequences=1.0, budget=1.0).kv_cache_bytes)
 
 
+def _clients_per_replica(workload: Workload, sequences: float) -> float:
+    # ``sequences`` is batch / replicas: the same share of a closed loop's clients
+    return closed_loop_clients(workload) * sequences / workload.batch
+
+
+def minimal_memory(*, ctx: StepContext, workload: Workload) -> MemoryUse:
+    """Memory of the minimal working set: one request of the longest length (infeasible
+    only when this does not fit)."""
+    mean_in, _, longest = _lengths(workload)
+    return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
+                      degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
+                      kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=longest,
+                      step_tokens=mean_in)
+
+
 def _lengths(workload: Workload) -> tuple[float, float, float]:
     """Mean input, mean output and longest total length of the workload's requests."""
     if workload.trace:
@@ -218,11 +233,16 @@ class Load:
     name: str = "load"
 
     def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
-        """The minimal working set: one request of the longest length must fit. Engines
-        admit what the KV pool holds and queue or preempt the rest, as the simulator does,
-        so a closed loop whose clients do not all fit still runs; :meth:`run` reports the
-        memory the run held at its peak."""
-        mean_in, _, longest = _lengths(workload)
+        """A closed loop's clients (up to vLLM's cap) at the mean context of a running
+        request (its prompt and half its output, as the ``serving`` kind holds them), or,
+        in an open loop, one request of the longest length. What does not fit queues:
+        :meth:`run` needs only :func:`minimal_memory` to fit."""
+        mean_in, mean_out, longest = _lengths(workload)
+        clients = _clients_per_replica(workload, sequences)
+        if clients > 0:
+            held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
+            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out / 2,
+                                step_tokens=held * mean_in)
         return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
@@ -230,9 +250,11 @@ class Load:
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_replica(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)
-        if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
-            peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
-            memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
+        if not memory.fits:  # engines queue what the KV pool does not hold
+            memory = minimal_memory(ctx=placement.ctx, workload=workload)
+            if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
+                peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
+                memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
         out = load_prediction(placement=placement, workload=workload, memory=memory,
                               metrics=metrics, name=self.name, engines=result.engines)
         if workload.capacity_attainment is not None:
