@@ -80,23 +80,24 @@ def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
     """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
     activations of a step of ``budget`` tokens and its reserve, over the cache bytes per
     token."""
-    fixed = _memory(ctx, sequences=0.0, budget=budget)
+    fixed = _memory(ctx, sequences=0.0, context_tokens=1.0, step_tokens=budget)
     per_token = kv_bytes_per_token(ctx)
     if per_token <= 0:  # no attention cache (a recurrent model): sequences cap the batch
         return 2**40
     return int(max(fixed.usable_bytes - fixed.total_bytes, 0.0) // per_token)
 
 
-def _memory(ctx: StepContext, *, sequences: float, budget: float) -> MemoryUse:
+def _memory(ctx: StepContext, *, sequences: float, context_tokens: float,
+            step_tokens: float) -> MemoryUse:
     return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                       degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
-                      kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=1.0,
-                      step_tokens=budget)
+                      kv_dtype=ctx.kv_dtype, sequences=sequences,
+                      context_tokens=context_tokens, step_tokens=step_tokens)
 
 
 def kv_bytes_per_token(ctx: StepContext) -> float:
     """KV-cache bytes one cached token takes on a GPU of the most loaded stage."""
-    return float(_memory(ctx, sequences=1.0, budget=1.0).kv_cache_bytes)
+    return float(_memory(ctx, sequences=1.0, context_tokens=1.0, step_tokens=1.0).kv_cache_bytes)
 
 
 def _clients_per_replica(workload: Workload, sequences: float) -> float:
@@ -108,10 +109,7 @@ def minimal_memory(*, ctx: StepContext, workload: Workload) -> MemoryUse:
     """Memory of the minimal working set: one request of the longest length (infeasible
     only when this does not fit)."""
     mean_in, _, longest = _lengths(workload)
-    return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
-                      degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
-                      kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=longest,
-                      step_tokens=mean_in)
+    return _memory(ctx, sequences=1.0, context_tokens=longest, step_tokens=mean_in)
 
 
 def _lengths(workload: Workload) -> tuple[float, float, float]:
