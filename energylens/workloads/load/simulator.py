@@ -10,8 +10,9 @@ yields its first token. The runtime's ``prefill_scheduling`` varies how prompts 
 steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a waiting prompt only when all
 of it fits the step's remaining budget (no chunking; a prompt longer than the whole budget
 is chunked alone); ``prefill-first`` runs a step of prompts alone whenever there are any
-to prefill, and the decodes wait for it. Iterations that only decode, with no arrival or completion due,
-are advanced together (their number is known), so the cost is per event, not per token.
+to prefill, and the decodes wait for it. Iterations that only decode, with no arrival or
+completion due, are advanced together (their number is known), so the cost is per event,
+not per token.
 """
 
 from __future__ import annotations
