@@ -67,3 +67,45 @@ def test_the_shipped_calibration_takes_vllm_all_reduce_from_the_kernel_table() -
     for gpu in ("H100-SXM", "B200", "A100-80GB-SXM", "H200-SXM"):
         entry = doc["runtimes"]["vllm"][gpu]["allreduce_latency_s"]
         assert entry["kind"] == "fitted" and entry["fit"] == f"custom-allreduce/vllm/{gpu}"
+
+
+def test_message_sizes_are_elements_of_the_tables_dtype() -> None:
+    """AIConfigurator's ``message_size`` counts bf16 elements: 2 bytes each, and the 8 MiB
+    limit keeps messages up to 4 Mi elements."""
+    import pandas as pd
+
+    path = next(TABLES.glob("h100_sxm/comm/vllm/*/custom_allreduce_perf.parquet"))
+    table = read_table(path=path, max_bytes=8 * 2**20)
+    frame = pd.read_parquet(path)
+    graph = frame[(frame["backend"] == "vllm_graph") & (frame["message_size"] <= 4 * 2**20)]
+    assert sorted(table.message_bytes) == sorted(2.0 * graph["message_size"])
+    assert table.message_bytes.max() == 8 * 2**20
+
+
+def test_tensorrt_llm_tables_without_a_backend_column_are_read() -> None:
+    """TensorRT-LLM's tables name the kernel in ``implementation``; its small all-reduce
+    on H100 takes 2.7-3.2 us at 128 elements (the table), below vLLM's 4.3-4.7 us."""
+    path = next(TABLES.glob("h100_sxm/comm/trtllm/*/custom_allreduce_perf.parquet"))
+    table = read_table(path=path, max_bytes=8 * 2**20)
+    assert table.runtime == "trtllm" and set(table.num_gpus) == {2.0, 4.0, 8.0}
+    result = fit_custom_allreduce(table=table)
+    assert 1e-6 < result.values["allreduce_latency_s"] < 4e-6
+    assert not result.at_bound
+
+
+def test_the_shipped_calibration_fits_trtllm_and_lends_sglang_vllms_all_reduce() -> None:
+    """TensorRT-LLM's own kernel is fitted where AIConfigurator measured it; SGLang has no
+    table and takes vLLM's on the same GPU, marked assumed."""
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).parents[1] / "energylens/data/calibration.yaml")
+                         .read_text("utf-8"))
+    for gpu in ("H100-SXM", "H200-SXM", "B200", "GB200"):
+        entry = doc["runtimes"]["trtllm"][gpu]["allreduce_latency_s"]
+        assert entry["kind"] == "fitted" and entry["fit"] == f"custom-allreduce/trtllm/{gpu}"
+    for gpu in ("H100-SXM", "B200"):
+        lent = doc["runtimes"]["sglang"][gpu]
+        for name in ("allreduce_latency_s", "allreduce_latency_per_hop_s",
+                     "allreduce_bus_bandwidth_fraction"):
+            assert lent[name]["kind"] == "assumed"
+            assert lent[name]["value"] == doc["runtimes"]["vllm"][gpu][name]["value"]

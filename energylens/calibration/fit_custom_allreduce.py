@@ -4,9 +4,16 @@ vLLM (and TensorRT-LLM) all-reduce messages up to a few MB over NVLink peer memo
 their own one-/two-shot kernels instead of NCCL. Decode all-reduces are small, so this
 kernel's fixed latency is a per-layer cost that does not shrink with more GPUs. The tables
 (``kernels/<gpu>/comm/<runtime>/<version>/custom_allreduce_perf.parquet``: ``num_gpus``,
-``message_size`` in bytes, ``latency`` in ms, backend ``<runtime>_graph`` under CUDA graphs)
-identify it from the kernel alone, at 2, 4 and 8 GPUs and 128 B up to the runtime's size
+``message_size`` in elements of ``allreduce_dtype``, ``latency`` in ms; vLLM's rows carry
+``backend = vllm_graph`` under CUDA graphs, TensorRT-LLM's one ``implementation``) identify
+it from the kernel alone, at 2, 4 and 8 GPUs and 128 elements up to the runtime's size
 limit, instead of leaving it to the end-to-end serving fit.
+
+``message_size`` counts elements, not bytes: in AIConfigurator's NCCL table of the same
+layout (``comm/nccl/.../nccl_perf.parquet``, H100 x 8) a ``half`` all-reduce of 2^28
+elements takes 2.11 ms and an ``int8`` one 1.38 ms, 1.5x apart at the same ``message_size``;
+as bytes (2 per half) the two give 445 and 350 GB/s of bus bandwidth, NCCL's published NVLS
+and ring figures on H100 (~480 and ~370 GB/s, REFERENCE.md), as equal bytes they could not.
 
 Form (:func:`energylens.cost.comm.collective_cost` with
 :func:`energylens.cost.comm.own_allreduce_link`): time = latency + latency_per_hop x log2(n)
@@ -39,6 +46,8 @@ PARAMS = (
     Param("allreduce_latency_per_hop_s", 0.2e-6, 0.0, 20.0e-6),
     Param("allreduce_bus_bandwidth_fraction", 0.3, 0.01, 1.0),
 )
+#: Bytes per element of the tables' ``allreduce_dtype`` (``message_size`` counts elements).
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "int8": 1}
 #: AIConfigurator's GPU folder names -> this database's GPU names (a100_sxm was measured on
 #: an 'NVIDIA A100-SXM4-80GB', per its ``device`` column).
 GPU_FOLDERS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM",
@@ -47,7 +56,8 @@ GPU_FOLDERS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": 
 
 @dataclass(frozen=True)
 class AllReduceTable:
-    """The graph-mode rows of one runtime's table on one GPU, up to ``max_bytes``."""
+    """The rows of one runtime's table on one GPU (vLLM's under CUDA graphs) up to
+    ``max_bytes``, their messages in bytes."""
 
     path: Path
     runtime: str
@@ -67,7 +77,8 @@ def table_gpu(path: Path) -> str:
 
 
 def read_table(*, path: Path, max_bytes: float) -> AllReduceTable:
-    """Rows of ``path`` measured under CUDA graphs, with messages up to ``max_bytes``."""
+    """Rows of ``path`` of the runtime's kernel (vLLM's: under CUDA graphs), with messages
+    of at most ``max_bytes`` bytes."""
     import pandas as pd
 
     runtime = path.parts[-3]
@@ -75,15 +86,22 @@ def read_table(*, path: Path, max_bytes: float) -> AllReduceTable:
         frame = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise CalibrationDataError(f"{path}: not a readable Parquet table ({exc})") from None
-    missing = {"num_gpus", "message_size", "latency", "backend"} - set(frame.columns)
-    if missing:
-        raise CalibrationDataError(f"{path}: missing columns {sorted(missing)}")
-    rows = frame[(frame["backend"] == f"{runtime}_graph") & (frame["message_size"] <= max_bytes)]
+    missing = {"num_gpus", "message_size", "latency", "allreduce_dtype"} - set(frame.columns)
+    if missing or not {"backend", "implementation"} & set(frame.columns):
+        raise CalibrationDataError(f"{path}: missing columns "
+                                   f"{sorted(missing) or ['backend or implementation']}")
+    unknown = set(frame["allreduce_dtype"]) - set(ELEMENT_BYTES)
+    if unknown:
+        raise CalibrationDataError(f"{path}: unknown allreduce_dtype {sorted(unknown)}")
+    message_bytes = frame["message_size"] * frame["allreduce_dtype"].map(ELEMENT_BYTES)
+    mode = (frame["backend"] == f"{runtime}_graph" if "backend" in frame.columns
+            else frame["implementation"] == runtime)
+    rows = frame[mode & (message_bytes <= max_bytes)]
     if rows.empty:
-        raise CalibrationDataError(f"{path}: no {runtime}_graph rows up to {max_bytes:.0f} bytes")
+        raise CalibrationDataError(f"{path}: no {runtime} rows up to {max_bytes:.0f} bytes")
     return AllReduceTable(path=path, runtime=runtime, gpu=table_gpu(path),
                           num_gpus=rows["num_gpus"].to_numpy(dtype=float),
-                          message_bytes=rows["message_size"].to_numpy(dtype=float),
+                          message_bytes=message_bytes[rows.index].to_numpy(dtype=float),
                           latency_s=rows["latency"].to_numpy(dtype=float) * 1e-3)
 
 

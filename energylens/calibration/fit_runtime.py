@@ -445,11 +445,18 @@ def _report_only(*, rows: list[BenchRow], base: Calibration, runtime: str, gpu: 
 
 # --- priors -------------------------------------------------------------------------------
 
+#: A runtime's own small all-reduce: the constants of its measured kernel table.
+ALLREDUCE_CONSTANTS = ("allreduce_latency_s", "allreduce_latency_per_hop_s",
+                       "allreduce_bus_bandwidth_fraction")
+
+
 def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                 prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """On every GPU the reference runtime (vLLM) has constants for and the runtime runs on,
     each other runtime's overheads that nothing identified (no fit, nothing borrowed) take
-    its profile's priors, marked ``assumed`` with the profile's source. vLLM's own sections are left alone."""
+    its profile's priors, marked ``assumed`` with the profile's source; a runtime with its
+    own all-reduce but no measured table of it on a GPU takes vLLM's (one-/two-shot
+    NVLink peer-memory kernels alike; assumed). vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
                    if key.split("/", 1)[0] == AIC_REFERENCE})
     for runtime in runtime_names():
@@ -467,9 +474,17 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
             key = runtime_key(runtime=runtime, gpu=gpu)
             own = prov.setdefault(f"runtimes/{key}", {})
             changes = {name: value for name, (value, _) in priors.items() if name not in own}
+            notes = {name: f"prior of runtimes/{runtime}.yaml: {priors[name][1]}"
+                     for name in changes}
+            reference = runtimes[runtime_key(runtime=AIC_REFERENCE, gpu=gpu)]
+            if (profile.custom_allreduce_max_bytes > 0 and reference.allreduce_latency_s > 0
+                    and not any(name in own for name in ALLREDUCE_CONSTANTS)):
+                for name in ALLREDUCE_CONSTANTS:
+                    changes[name] = getattr(reference, name)
+                    notes[name] = (f"no measured table of {runtime}'s own all-reduce on {gpu}: "
+                                   f"vLLM's on that GPU (assumed alike)")
             for name in changes:
-                own[name] = {"value": changes[name], "kind": "assumed",
-                             "note": f"prior of runtimes/{runtime}.yaml: {priors[name][1]}"}
+                own[name] = {"value": changes[name], "kind": "assumed", "note": notes[name]}
             if changes:
                 runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **changes)
 
