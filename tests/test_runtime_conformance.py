@@ -151,17 +151,55 @@ def _layouts(name: str, model: ModelConfig, deployment: Deployment
         yield group, spec, out, degrees
 
 
+def _expert_rows(c: Collective) -> bool:
+    """An all-reduce of the experts' output rows (partial sums of an expert split ``etp``
+    ways), which every engine does once on the combined output instead."""
+    return c.kind == "all_reduce" and c.dim == "etp" and "x" in c.tensor.ranks
+
+
+def _moved(collectives: list[Collective], phase: dict[str, float]) -> float:
+    return float(sum(tensor_bytes(tensor=c.tensor, sizes={**c.sizes, **phase},
+                                  weight_dtype="bf16", window=None) for c in collectives))
+
+
 @every_runtime
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_without_expert_parallelism_the_layout_is_the_specs(name: str, tp: int) -> None:
+def test_without_expert_parallelism_moe_output_is_reduced_once_after_the_combine(
+        name: str, tp: int) -> None:
+    """Dense layers keep the spec's collectives. A tensor-parallel MoE layer reduces the
+    combined output (tokens x hidden) once over the group instead of every expert row
+    (top_k x tokens x hidden) and the folded partial sums: fewer bytes, same group."""
+    profile = get_runtime(name)
+    tokens = 64.0
     checked = 0
     for model in list_models():
         deployment = Deployment(tp=tp)
         if not _valid(deployment, model):
             continue
-        for _, spec, out, _ in _layouts(name, model, deployment):
-            assert out == list(spec), model.name
+        for group, spec, out, degrees in _layouts(name, model, deployment):
+            where = f"{model.name}/{group.name}"
             checked += 1
+            if not any(_expert_rows(c) for c in spec):
+                assert out == list(spec), where
+                continue
+            added = [c for c in out if c not in spec]
+            assert len(added) == 1 and added[0].kind == "all_reduce", where
+            assert added[0].after_op == "combine" and degrees[added[0].dim] == tp, where
+            assert not any(_expert_rows(c) for c in out), where
+            dropped = [c for c in spec if c not in out]
+            assert all(_expert_rows(c) or c.after_op in profile.fused_into_combine
+                       for c in dropped), where
+
+            assert model.moe is not None
+            # t: mean tokens per expert, tokens x top_k over the experts
+            phase = {**_tokens_phase(tokens),
+                     "t": tokens * model.moe.top_k / model.moe.num_experts}
+
+            now, before = (_moved(added, phase), _moved(dropped, phase))
+            assert now == pytest.approx(tokens * model.hidden_size * ACTIVATION_BYTES)
+            assert now <= before, where
+            if model.moe.top_k > 1:  # top-k rows per token were reduced before
+                assert now < before, where
     assert checked
 
 
@@ -201,16 +239,18 @@ def test_expert_parallel_layout_only_trades_all_to_alls_for_one_hidden_state_all
         added = _replacements(spec, out)
         assert len(out) <= len(spec), where
         assert all(c.kind != "all_to_all" or c in spec for c in out), where
-        for c in added:  # each new collective stands in for one of the spec's all-to-alls
+        for c in added:  # stands in for the spec's combine all-to-all, over the whole group
             assert c.kind == "all_reduce", where
-            assert any(a.after_op == c.after_op and a.dim == c.dim for a in spec_a2a), where
+            assert any(a.after_op == c.after_op for a in spec_a2a), where
+            assert degrees[c.dim] == tp * ep, where
             nbytes = tensor_bytes(tensor=c.tensor, sizes={**c.sizes, **_tokens_phase(tokens)},
                                   weight_dtype="bf16", window=None)
             assert nbytes == pytest.approx(tokens * model.hidden_size * ACTIVATION_BYTES), where
         assert len(added) <= len(spec_a2a), where
         dropped = [c for c in spec if c not in out and c.kind != "all_to_all"]
         # only reductions folded into a combine may vanish, and only if there is a combine
-        assert all(c.kind == "all_reduce" and c.after_op in profile.fused_into_combine
+        assert all(_expert_rows(c) or (c.kind == "all_reduce"
+                                       and c.after_op in profile.fused_into_combine)
                    for c in dropped), where
         if dropped:
             assert added, where
@@ -224,23 +264,8 @@ def test_expert_parallel_layout_only_trades_all_to_alls_for_one_hidden_state_all
         assert set(degrees) >= {c.dim for c in out}
 
 
-def _folds_partial_sums(name: str, case: tuple[ModelConfig, int, int]) -> bool:
-    """Known bug (see the test below): expert TP > 1 and a shared expert folded into the
-    combine all-reduce over the EP group only."""
-    model, tp, _ = case
-    profile = get_runtime(name)
-    return (tp > 1 and profile.expert_parallel_layout == "tensor-parallel-attention"
-            and bool(profile.fused_into_combine) and model.moe is not None
-            and model.moe.num_shared_experts > 0)
-
-
 @pytest.mark.parametrize(("name", "case"), [
-    pytest.param(name, case, id=f"{name}-{_ep_id(case)}", marks=pytest.mark.xfail(
-        strict=True, reason="RuntimeProfile.collective_layout (tensor-parallel-attention) folds "
-        "the shared expert's all-reduce over the whole tp*ep group into the combine all-reduce "
-        "over the ep group only")
-        if _folds_partial_sums(name, case) else ())
-    for name in NAMES for case in EP_CASES])
+    pytest.param(name, case, id=f"{name}-{_ep_id(case)}") for name in NAMES for case in EP_CASES])
 def test_a_folded_reduction_is_covered_by_the_combine_group(
         name: str, case: tuple[ModelConfig, int, int]) -> None:
     """Partial sums over group G may only be folded into an all-reduce over a group that

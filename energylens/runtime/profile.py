@@ -168,33 +168,52 @@ class RuntimeProfile:
                           degrees: dict[str, int]) -> list[Collective]:
         """The collectives this runtime issues for a layer.
 
-        ``all-to-all``: as the spec derives. ``tensor-parallel-attention`` (vLLM's
-        ``--enable-expert-parallel``, TensorRT-LLM and SGLang without attention DP): the
-        spec derives all-to-all dispatch and combine for EP (right when each rank holds
-        different tokens); with attention and dense layers tensor-parallel over the whole
-        EP group every rank already holds every token after the attention all-reduce, so
-        dispatch is a local selection (no communication) and combine is one all-reduce of
-        the MoE output over the group, into which the ``fused_into_combine`` reductions
-        (the shared expert's partial sums) are folded. Under data-parallel attention
-        (``adp``) the ranks hold different tokens: all-to-all, as derived.
+        The spec derives one all-reduce per split contraction: for experts split ``etp``
+        ways that is a reduction of every expert's output rows (``ED[x,t,d]``, top-k
+        times the tokens) before the combine. The combine is a weighted sum, so every
+        engine reduces once after it, on the layer's output (``D[b,m,d]``), and folds the
+        ``fused_into_combine`` partial sums (the shared expert's) into that one reduction;
+        without expert parallelism (``ep`` = 1) that is all there is, in every layout.
+
+        With ``ep`` > 1: ``all-to-all``: as the spec derives. ``tensor-parallel-attention``
+        (vLLM's ``--enable-expert-parallel``, TensorRT-LLM and SGLang without attention
+        DP): attention and dense layers are tensor-parallel over the whole group, so every
+        rank already holds every token; dispatch is a local selection (no communication)
+        and the expert ranks' and expert shards' partial sums are one all-reduce of the
+        MoE output over the group (``ep`` x ``etp`` = ``tp``). Under data-parallel
+        attention (``adp``) the ranks hold different tokens: all-to-all, as derived.
         """
         ep = degrees.get("ep", 1)
-        if (self.expert_parallel_layout != "tensor-parallel-attention" or ep <= 1
+        partial = [c for c in collectives
+                   if c.kind == "all_reduce" and c.dim == "etp" and "x" in c.tensor.ranks]
+        if ep <= 1:
+            if not partial:
+                return list(collectives)
+            return self._reduced_once(collectives, layer=layer, dim="tp", drop=partial)
+        if (self.expert_parallel_layout != "tensor-parallel-attention"
                 or degrees.get("tp", 1) % ep or degrees.get("adp", 1) > 1):
             return list(collectives)
+        routed = [c for c in collectives if c.kind == "all_to_all" and c.dim == "ep"]
+        if not routed:
+            return list(collectives)
+        return self._reduced_once(collectives, layer=layer, dim="tp", drop=partial + routed)
+
+    def _reduced_once(self, collectives: tuple[Collective, ...], *, layer: LayerSpec, dim: str,
+                      drop: list[Collective]) -> list[Collective]:
+        """``collectives`` without ``drop`` and the ``fused_into_combine`` all-reduces, plus
+        one all-reduce over ``dim`` of the combine's output, where the dropped ones were."""
+        combine = next(op for op in layer.ops if op.kind == "gather"
+                       and "x" not in op.output.ranks and any("x" in t.ranks for t in op.inputs))
+        anchor = drop[-1]  # the last one dropped (the combine, where there is one)
+        reduce = replace(anchor, kind="all_reduce", dim=dim, tensor=combine.output,
+                         after_op=combine.name)
         out: list[Collective] = []
-        combined = False
         for c in collectives:
-            if c.kind == "all_to_all" and c.dim == "ep":
-                if "x" in layer.op(c.after_op).output.ranks:  # dispatch: tokens land on experts
-                    continue
-                out.append(replace(c, kind="all_reduce", tensor=layer.op(c.after_op).output))
-                combined = True
-            else:
-                out.append(c)
-        if combined:
-            out = [c for c in out
-                   if not (c.kind == "all_reduce" and c.after_op in self.fused_into_combine)]
+            if c in drop or (c.kind == "all_reduce" and c.after_op in self.fused_into_combine):
+                if c is anchor:
+                    out.append(reduce)
+                continue
+            out.append(c)
         return out
 
     #: Whether every data-parallel attention rank runs the largest rank's token count
