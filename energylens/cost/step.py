@@ -115,6 +115,42 @@ def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
                          fusion=fusion)
 
 
+@lru_cache(maxsize=4096)
+def _compiled_prompt(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
+                     fusion: frozenset[str]) -> CompiledLayer | None:
+    if group.prompt_attention is None:
+        return None
+    return compile_layer(layer=group.prompt_attention, sizes=group.sizes,
+                         degrees=dict(degrees), fusion=fusion)
+
+
+def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, Size],
+                      absorbed: KernelCost, first: bool) -> KernelCost:
+    """``absorbed`` (a context kernel of the decode form) where the phase decodes (one new
+    token), the prompt form's context kernels where it prefills (``first``: their sum on
+    the layer's first context kernel, nothing on the others)."""
+    prompt = _compiled_prompt(group, ctx.degrees, ctx.fusion)
+    if prompt is None:
+        return absorbed
+    prefill = np.asarray(phase["m"]) > 1.0
+    if not np.any(prefill):
+        return absorbed
+    fields = ("latency_s", "compute_s", "memory_s", "compute_energy_j", "memory_energy_j",
+              "flops", "bytes")
+    total: dict[str, Size] = dict.fromkeys(fields, 0.0)
+    if first:
+        for kernel in prompt.kernels:
+            if not kernel.touches_context:
+                continue
+            cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
+                               constants=ctx.constants, clock=ctx.clock,
+                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+                               compute_slowdown=1.0)
+            total = {f: total[f] + getattr(cost, f) for f in fields}
+    return KernelCost(**{f: np.where(prefill, total[f], getattr(absorbed, f)) if np.ndim(prefill)
+                         else (total[f] if prefill else getattr(absorbed, f)) for f in fields})
+
+
 def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                  critical: bool,
                  ) -> tuple[dict[str, Size], dict[str, Size], list[dict[str, Size]]]:
@@ -177,6 +213,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     latencies: dict[int, Size] = {}
     compute_j: Size = 0.0
     memory_j: Size = 0.0
+    first_context = next((i for i, k in enumerate(compiled.kernels) if k.touches_context), -1)
     for index, kernel in enumerate(compiled.kernels):
         context = kernel.touches_context
         phases = attention if context else [merged if _all_tokens(kernel) else local]
@@ -188,6 +225,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                    constants=constants, clock=ctx.clock,
                                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                    compute_slowdown=slowdown if index in overlapping else 1.0)
+                if context:
+                    cost = _with_prompt_form(ctx=ctx, group=group, phase=phase, absorbed=cost,
+                                             first=index == first_context)
                 if same_on_every_rank and shared is not None:
                     shared[(index, position)] = cost
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s

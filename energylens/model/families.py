@@ -41,6 +41,9 @@ class LayerGroup:
     window: int | None
     sizes: dict[str, int]
     is_moe: bool
+    #: The context ops prompt tokens take instead of ``layer``'s (MLA: decompressed keys
+    #: and values, not the absorbed latent), or None where both phases run the same ones.
+    prompt_attention: LayerSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +159,14 @@ def _attention_part(model: ModelConfig) -> str:
     return "attention_mla" if model.mla.q_lora_rank else "attention_mla_direct_q"
 
 
+def prompt_attention(model: ModelConfig) -> LayerSpec | None:
+    """The context ops of prompt tokens where they differ from decode's (MLA), else None."""
+    if model.mla is None:
+        return None
+    return parse_layer(name="attention-prompt", parts=[family_part("attention_mla_prompt")],
+                       norm=_norm(model))
+
+
 def attention_sizes(model: ModelConfig, *, kv_heads: int | None = None) -> dict[str, int]:
     """Sizes of the attention ranks (GQA/MHA, or MLA's heads and latent widths); a
     layer's own ``kv_heads`` where they vary by layer."""
@@ -217,7 +228,10 @@ def build_graph(model: ModelConfig) -> ModelGraph:
     norm = _norm(model)
     bound = _hybrid_groups(model) if model.hybrid is not None else _layer_groups(model)
     for group in bound:
-        validate_layer(layer=group.layer, sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+        for layer in (group.layer, group.prompt_attention):
+            if layer is not None:
+                validate_layer(layer=layer,
+                               sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
     head = parse_layer(name="head", parts=[family_part("head")], norm=norm)
     head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
     validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
@@ -257,13 +271,16 @@ def _split_by_window(
     """Split each group into sliding-window and full-attention layers, pro rata."""
     window = model.sliding_window
     share = model.num_sliding_layers / model.num_layers if window else 0.0
+    prompt = prompt_attention(model)
     bound: list[LayerGroup] = []
     for name, layer, count, sizes, is_moe in groups:
         sliding = count * share
         if sliding > 0:
             bound.append(LayerGroup(name=f"{name}-sliding", layer=layer, count=sliding,
-                                    window=window, sizes=sizes, is_moe=is_moe))
+                                    window=window, sizes=sizes, is_moe=is_moe,
+                                    prompt_attention=prompt))
         if count - sliding > 0:
             bound.append(LayerGroup(name=name, layer=layer, count=count - sliding,
-                                    window=None, sizes=sizes, is_moe=is_moe))
+                                    window=None, sizes=sizes, is_moe=is_moe,
+                                    prompt_attention=prompt))
     return bound
