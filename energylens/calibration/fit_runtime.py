@@ -483,8 +483,9 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                     changes[name] = getattr(reference, name)
                     notes[name] = (f"no measured table of {runtime}'s own all-reduce on {gpu}: "
                                    f"vLLM's on that GPU (assumed alike)")
-            for name in changes:
-                own[name] = {"value": changes[name], "kind": "assumed", "note": notes[name]}
+            for name in changes:  # written to 6 significant digits, as every fitted value
+                own[name] = {"value": float(f"{changes[name]:.6g}"), "kind": "assumed",
+                             "note": notes[name]}
             if changes:
                 runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **changes)
 
