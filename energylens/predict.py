@@ -113,9 +113,9 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         fusion=frozenset(runtime.default_fusions if deployment.fusion is None
                          else deployment.fusion),
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
-        # ``auto`` (None): the runtime's default, the activation dtype (vLLM
-        # kv_cache_dtype="auto" stores the cache in the model's bf16 activations).
-        kv_dtype=deployment.kv_dtype or "bf16",
+        # ``auto`` (None): the runtime's default for the checkpoint (vLLM: the activations'
+        # bf16; TensorRT-LLM: the KV precision the checkpoint declares).
+        kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model),
         overlap_sms=deployment.overlap_sms,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),
         routing=deployment.routing, pp=deployment.pp, runtime=runtime,

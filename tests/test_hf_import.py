@@ -53,7 +53,7 @@ _SKIP = {"name", "hf_id", "notes", "params_total_published", "params_active_publ
 
 
 def _shapes(model: ModelConfig, *, dtype: bool = True) -> dict:
-    skip = _SKIP if dtype else _SKIP | {"weight_dtype"}
+    skip = _SKIP if dtype else _SKIP | {"weight_dtype", "kv_dtype"}
     return {k: v for k, v in dataclasses.asdict(model).items() if k not in skip}
 
 

@@ -31,7 +31,13 @@ from energylens.model import ModelConfig, build_graph, list_models
 from energylens.model.families import LayerGroup
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, RuntimeProfile, get_runtime, runtime_names
-from energylens.runtime.profile import FACT_KINDS, PARALLEL_DIMS, PREFILL_SCHEDULING, load_facts
+from energylens.runtime.profile import (
+    AUTO_KV_DTYPES,
+    FACT_KINDS,
+    PARALLEL_DIMS,
+    PREFILL_SCHEDULING,
+    load_facts,
+)
 from energylens.runtime.registry import register
 
 NAMES = runtime_names()
@@ -105,6 +111,7 @@ def test_fact_values_are_in_range(name: str) -> None:
     assert math.isfinite(p.reserve_bytes) and p.reserve_bytes > 0
     assert isinstance(p.prefill_chunk_tokens, int) and p.prefill_chunk_tokens > 0
     assert p.prefill_scheduling in PREFILL_SCHEDULING
+    assert p.auto_kv_dtype in AUTO_KV_DTYPES
     assert p.expert_parallel_layout in EP_LAYOUTS
     assert math.isfinite(p.custom_allreduce_max_bytes) and p.custom_allreduce_max_bytes >= 0
     assert len(set(p.fused_into_combine)) == len(p.fused_into_combine)

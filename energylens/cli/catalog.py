@@ -326,13 +326,13 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
 
     table = Table(title="Serving runtimes (--runtime)")
     for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
-                   "prompts scheduled", "EP layout", "own all-reduce up to"):
+                   "prompts scheduled", "KV auto", "EP layout", "own all-reduce up to"):
         table.add_column(column)
     for name in runtime_names():
         r = get_runtime(name)
         table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
                       f"{r.memory_utilization:.0%}", f"{r.reserve_bytes / 1e9:.1f}",
-                      str(r.prefill_chunk_tokens), r.prefill_scheduling,
+                      str(r.prefill_chunk_tokens), r.prefill_scheduling, r.auto_kv_dtype,
                       r.expert_parallel_layout,
                       f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
                       if r.custom_allreduce_max_bytes else "-")

@@ -108,6 +108,9 @@ class ModelConfig:
     params_total_published: float | None  # parameters, from model card (not recomputed)
     params_active_published: float | None
     weight_dtype: str = "bf16"  # "fp8" for -FP8 checkpoints
+    #: KV-cache precision the checkpoint declares (ModelOpt ``kv_cache_quant_algo``,
+    #: compressed-tensors ``kv_cache_scheme``); None: none declared (16-bit).
+    kv_dtype: str | None = None
     notes: str = ""  # approximations made when mapping the architecture
     hybrid: HybridConfig | None = None  # blocks of a hybrid Mamba/attention model
     position_encoding: PositionEncoding = "rope"

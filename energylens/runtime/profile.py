@@ -52,6 +52,18 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+#: What ``kv_dtype`` auto stores: the checkpoint's declared KV precision where the engine
+#: runs it, or the activations' 16 bits whatever the checkpoint declares.
+AUTO_KV_DTYPES = ("checkpoint", "activations")
+
+
+def _auto_kv(value: Any) -> str:
+    if value not in AUTO_KV_DTYPES:
+        raise EnergyLensError(f"auto_kv_dtype must be one of {', '.join(AUTO_KV_DTYPES)}, "
+                              f"got {value!r}")
+    return str(value)
+
+
 def _scheduling(value: Any) -> str:
     if value not in PREFILL_SCHEDULING:
         raise EnergyLensError(f"prefill_scheduling must be one of {', '.join(PREFILL_SCHEDULING)}, "
@@ -72,6 +84,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
+    "auto_kv_dtype": _auto_kv,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -109,6 +122,7 @@ class RuntimeProfile:
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores
+    auto_kv_dtype: str  # what kv_dtype auto stores (AUTO_KV_DTYPES)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -163,6 +177,14 @@ class RuntimeProfile:
         return name
 
     # --- how it runs ----------------------------------------------------------------------
+
+    def auto_kv(self, *, model: ModelConfig) -> str:
+        """The KV-cache precision of ``kv_dtype`` auto: the checkpoint's where this engine
+        follows it and stores it, else the activations' bf16."""
+        if (self.auto_kv_dtype == "checkpoint" and model.kv_dtype is not None
+                and model.kv_dtype in self.kv_dtypes):
+            return model.kv_dtype
+        return "bf16"
 
     def collective_layout(self, collectives: tuple[Collective, ...], *, layer: LayerSpec,
                           degrees: dict[str, int]) -> list[Collective]:

@@ -11,7 +11,7 @@ from typing import Any
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, check_model_config, show_value
 from energylens.model.hf.generic import build_generic
-from energylens.model.hf.quantization import declared_weight_dtype
+from energylens.model.hf.quantization import declared_kv_dtype, declared_weight_dtype
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import registered_builders
 
@@ -31,7 +31,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     (:func:`energylens.model.hf.supported_model_types`); a type without one is read as a
     generic decoder from the standard fields, with a :class:`ModelApproximationWarning`
     naming what was approximated. The weight dtype follows ``quantization_config`` (or
-    an ``hf_quant_config.json`` beside the file). The model is named after the folder
+    an ``hf_quant_config.json`` beside the file), and so does the KV-cache precision it
+    declares. The model is named after the folder
     holding ``config.json`` (or the file, without ``_config``). Anything wrong with the
     file (unreadable, not UTF-8, not a JSON object, no model_type, missing or malformed
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
@@ -57,13 +58,14 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         model = builder(cfg, name=name, model_type=model_type)
     else:
         model, notes = build_generic(cfg, name=name, model_type=model_type)
-    dtype, warning = declared_weight_dtype(top.section("quantization_config"),
-                                           cfg.section("quantization_config"),
-                                           _quant_file(path))
+    sections = (top.section("quantization_config"), cfg.section("quantization_config"),
+                _quant_file(path))
+    dtype, warning = declared_weight_dtype(*sections)
     if warning:
         notes.append(warning)
     if dtype is not None:
         model = dataclasses.replace(model, weight_dtype=dtype)
+    model = dataclasses.replace(model, kv_dtype=declared_kv_dtype(*sections))
     if notes:
         model = dataclasses.replace(model, notes=f"{model.notes}; approximated: {'; '.join(notes)}")
     check_model_config(model, where=str(path))

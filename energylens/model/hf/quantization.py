@@ -4,7 +4,8 @@ or, for NVIDIA ModelOpt releases, the ``hf_quant_config.json`` beside it.
 Formats map onto the weight dtypes of :mod:`energylens.cost.work`: FP8 (``fp8``; any
 block or tensor scaling), AWQ/GPTQ and other 4-bit integer weights (``int4``), NVFP4
 (``nvfp4``) and MXFP4 (``mxfp4``, routed experts only). Anything else is read as 16-bit
-weights with a warning saying so.
+weights with a warning saying so. The KV-cache precision a checkpoint declares
+(``kv_cache_quant_algo``, ``kv_cache_scheme``) is read too: FP8 or none.
 """
 
 from __future__ import annotations
@@ -65,3 +66,19 @@ def _compressed_tensors(q: HFConfig) -> tuple[str | None, str | None]:
     if bits == 4 and kind == "int":
         return "int4", None
     return None, f"compressed-tensors {bits}-bit {kind} weights are not modelled: read as 16-bit"
+
+
+def declared_kv_dtype(*sections: HFConfig | None) -> str | None:
+    """``fp8`` where the first present section declares an 8-bit float KV cache
+    (ModelOpt ``kv_cache_quant_algo: FP8``, compressed-tensors ``kv_cache_scheme`` of 8-bit
+    floats), else None (the cache in the activations' 16 bits)."""
+    for section in sections:
+        if section is None:
+            continue
+        algo = (section.text("kv_cache_quant_algo") or "").upper()
+        scheme = section.raw("kv_cache_scheme")
+        if algo == "FP8" or (isinstance(scheme, dict) and scheme.get("num_bits") == 8
+                             and scheme.get("type") == "float"):
+            return "fp8"
+        return None
+    return None

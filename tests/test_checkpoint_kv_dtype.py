@@ -1,0 +1,72 @@
+"""``--kv-dtype auto``: the checkpoint's declared KV precision where the engine follows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from energylens.calibration.file import default_calibration
+from energylens.deployment import Deployment
+from energylens.hardware import load_gpu
+from energylens.model.hf import load_hf_config
+from energylens.model.hf.write import write_hf_config
+from energylens.model.zoo import get_model
+from energylens.predict import calibration_for_gpu, step_context
+from energylens.workloads.load.kind import kv_bytes_per_token
+
+#: Llama-3.1-8B: 32 layers x 8 KV heads x 128 dims x (K and V).
+KV_ELEMENTS_PER_TOKEN = 32 * 8 * 128 * 2
+
+
+def _checkpoint(folder: Path, *, kv_algo: str | None) -> Path:
+    """A ModelOpt FP8 release of Llama-3.1-8B: config.json and hf_quant_config.json."""
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text(json.dumps(write_hf_config(get_model("llama-3.1-8b"), model_type="llama")))
+    quant: dict[str, object] = {"quant_algo": "FP8"}
+    if kv_algo is not None:
+        quant["kv_cache_quant_algo"] = kv_algo
+    (folder / "hf_quant_config.json").write_text(json.dumps({"quantization": quant}))
+    return config
+
+
+def test_the_declared_kv_precision_is_read(tmp_path: Path) -> None:
+    fp8_kv = load_hf_config(_checkpoint(tmp_path / "a", kv_algo="FP8"))
+    assert (fp8_kv.weight_dtype, fp8_kv.kv_dtype) == ("fp8", "fp8")
+    plain = load_hf_config(_checkpoint(tmp_path / "b", kv_algo=None))
+    assert (plain.weight_dtype, plain.kv_dtype) == ("fp8", None)
+
+
+def _kv_bytes(model_path: Path, *, runtime: str, kv_dtype: str | None = None) -> float:
+    model = load_hf_config(model_path)
+    gpu = load_gpu("H100")
+    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(runtime=runtime,
+                                                                    kv_dtype=kv_dtype),
+                       calibration=calibration_for_gpu(default_calibration(), gpu))
+    return kv_bytes_per_token(ctx)
+
+
+@pytest.mark.parametrize(("runtime", "element_bytes"),
+                         [("trtllm", 1), ("vllm", 2), ("sglang", 2), ("lmdeploy", 2)])
+def test_auto_follows_the_checkpoint_only_where_the_engine_does(
+        tmp_path: Path, runtime: str, element_bytes: int) -> None:
+    """TensorRT-LLM's auto takes the checkpoint's FP8 KV cache (half the bytes per token,
+    twice the tokens in the same pool); vLLM's and SGLang's auto is the model's 16 bits;
+    LMDeploy stores no FP8 cache at all."""
+    path = _checkpoint(tmp_path / "ckpt", kv_algo="FP8")
+    assert _kv_bytes(path, runtime=runtime) == pytest.approx(
+        KV_ELEMENTS_PER_TOKEN * element_bytes)
+
+
+def test_an_explicit_kv_dtype_wins_over_the_checkpoint(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path / "ckpt", kv_algo="FP8")
+    assert _kv_bytes(path, runtime="trtllm", kv_dtype="bf16") == pytest.approx(
+        KV_ELEMENTS_PER_TOKEN * 2)
+    assert _kv_bytes(path, runtime="vllm", kv_dtype="fp8") == pytest.approx(
+        KV_ELEMENTS_PER_TOKEN * 1)
+
+
+def test_zoo_models_declare_no_kv_precision() -> None:
+    assert get_model("llama-3.1-8b").kv_dtype is None
