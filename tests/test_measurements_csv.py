@@ -248,3 +248,21 @@ def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path:
     p = outcome.predicted
     assert 0 < p["ttft_p50_s"] <= p["ttft_p90_s"] <= p["ttft_p99_s"]
     assert p["tpot_s"] > 0 and p["request_throughput_per_s"] > 0
+
+
+def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_path: Path) -> None:
+    """tp_size = moe_tp_size x moe_ep_size = N x N without attention DP is the N-GPU launch
+    tp = ep = N (the ids that name a layout say so); other explicit layouts are kept."""
+    source = _write(tmp_path, AIC_HEADER
+                    + "a_tp8_ep8_1,db; silicon_concurrency=4,trtllm,1.2,deepseek-ai/DeepSeek-R1,"
+                      "h200_sxm,fp8,agg,1024,1024,fp8,fp8,4,64,1,1,8,8,490,8.6\n"
+                    + "b_cfg7,db; silicon_concurrency=4,sglang,0.5,deepseek-ai/DeepSeek-V3,"
+                      "b200_sxm,fp4,agg,1024,1024,nvfp4,nvfp4,4,16,1,1,4,4,300,8\n"
+                    + "c_tp8_ep4,db; silicon_concurrency=4,trtllm,1.2,deepseek-ai/DeepSeek-R1,"
+                      "h200_sxm,fp8,agg,1024,1024,fp8,fp8,4,8,1,1,2,4,490,8.6\n",
+                    "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options())
+    layouts = [(r["tp"], r["ep"], r["moe_tp"], r["num_gpus"]) for r in converted.rows]
+    assert layouts == [(8, 8, 1, 8), (4, 4, 1, 4), (8, 4, 2, 8)]
+    assert any("2 row(s) record tp_size = moe_tp_size x moe_ep_size" in n
+               for n in converted.notes)

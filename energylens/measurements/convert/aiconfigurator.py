@@ -9,7 +9,13 @@ attention_dp_size x pp_size``; ``dtype`` = ``precision`` (``gemm_quant_mode`` wh
 empty). ``silicon_tpot_ms`` is written as ``tpot_s``: the source does not say whether it
 is a mean or a median. ``num_requests`` = 10 x the concurrency: the runs' size as the
 project's SOURCES.md records it (means over every request of the run, no warm-up left
-out). With ``load_as_serving`` each row is
+out). Rows whose ``tp_size`` is ``moe_tp_size x moe_ep_size`` with the two equal (N) and
+no attention DP are written as the N-GPU launch ``tp`` = ``ep`` = N, ``moe_tp`` = 1 (TP
+attention, experts split N ways): every such row whose id names its layout says
+``tpN_epN`` (125 of the 249; the others are named by a config number), and
+``..._c4_tp8_ep8_954`` (``tp_size`` 64) repeats the TPOT and TTFT of
+``..._c4_tp8_0_ep8_0_1252`` (``tp_size`` 8, ``moe_tp_size`` 1) to the last digit: the
+dump multiplied the expert split into ``tp_size``. With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
 """
@@ -47,7 +53,7 @@ def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     out = Converted(rows=[])
-    skipped = unstated = no_load = 0
+    skipped = unstated = no_load = squared = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -61,6 +67,10 @@ def convert(path: Path, options: Options) -> Converted:
         adp, moe_tp, ep = (_stated(path, row, k, n) for k in ("attention_dp_size", "moe_tp_size",
                                                               "moe_ep_size"))
         unstated += None in (adp, moe_tp, ep)
+        if adp in (None, 1) and moe_tp is not None and moe_tp > 1 and moe_tp == ep \
+                and tp == moe_tp * ep:
+            tp, moe_tp = ep, 1
+            squared += 1
         converted: dict[str, Any] = {
             "model": row["model_path"], "gpu": options.gpu or row["system"],
             "num_gpus": tp * (adp or 1) * pp, "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
@@ -84,6 +94,10 @@ def convert(path: Path, options: Options) -> Converted:
     if no_load:
         out.notes.append(f"{no_load} aggregated row(s) left out: no silicon_concurrency= in "
                          "their provenance, so their load is unknown")
+    if squared:
+        out.notes.append(f"{squared} row(s) record tp_size = moe_tp_size x moe_ep_size (N x N): "
+                         "written as their N-GPU launch, tp = ep = N, moe_tp = 1 (see the "
+                         "converter's docstring)")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
