@@ -12,6 +12,7 @@ from energylens.calibration.fit_custom_allreduce import (
     fit_custom_allreduce,
     read_table,
 )
+from energylens.calibration.fitting import FitResult
 from energylens.cost.comm import collective_cost, own_allreduce_link
 from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.hardware import load_gpu
@@ -48,12 +49,17 @@ def test_a_fit_on_rows_the_form_generated_recovers_its_constants() -> None:
     assert result.leave_out["latency"].mape < 0.01
 
 
+def _fitted(gpu_folder: str, runtime: str) -> tuple[AllReduceTable, FitResult]:
+    """The shipped table of ``runtime`` on ``gpu_folder`` up to 8 MiB, and its fit."""
+    path = next(TABLES.glob(f"{gpu_folder}/comm/{runtime}/*/custom_allreduce_perf.parquet"))
+    table = read_table(path=path, max_bytes=8 * 2**20)
+    return table, fit_custom_allreduce(table=table)
+
+
 def test_the_measured_h100_table_gives_a_few_microseconds_and_holds_out_within_10_percent() -> None:
     """AIConfigurator's vLLM 0.24 table on H100 (CUDA graphs): 4.3-4.7 us at 128 B."""
-    path = next(TABLES.glob("h100_sxm/comm/vllm/*/custom_allreduce_perf.parquet"))
-    table = read_table(path=path, max_bytes=8 * 2**20)
+    table, result = _fitted("h100_sxm", "vllm")
     assert table.gpu == "H100-SXM" and set(table.num_gpus) == {2.0, 4.0, 8.0}
-    result = fit_custom_allreduce(table=table)
     assert 2e-6 < result.values["allreduce_latency_s"] < 6e-6
     assert not result.at_bound
     assert result.leave_out["latency"].mape < 0.10
@@ -85,10 +91,8 @@ def test_message_sizes_are_elements_of_the_tables_dtype() -> None:
 def test_tensorrt_llm_tables_without_a_backend_column_are_read() -> None:
     """TensorRT-LLM's tables name the kernel in ``implementation``; its small all-reduce
     on H100 takes 2.7-3.2 us at 128 elements (the table), below vLLM's 4.3-4.7 us."""
-    path = next(TABLES.glob("h100_sxm/comm/trtllm/*/custom_allreduce_perf.parquet"))
-    table = read_table(path=path, max_bytes=8 * 2**20)
+    table, result = _fitted("h100_sxm", "trtllm")
     assert table.runtime == "trtllm" and set(table.num_gpus) == {2.0, 4.0, 8.0}
-    result = fit_custom_allreduce(table=table)
     assert 1e-6 < result.values["allreduce_latency_s"] < 4e-6
     assert not result.at_bound
 

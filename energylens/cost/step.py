@@ -130,8 +130,7 @@ def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, S
     token), the prompt form's context kernels where it prefills (``first``: their sum on
     the layer's first context kernel, nothing on the others)."""
     prompt = _compiled_prompt(group, ctx.degrees, ctx.fusion)
-    if prompt is None:
-        return absorbed
+    assert prompt is not None
     prefill = np.asarray(phase["m"]) > 1.0
     if not np.any(prefill):
         return absorbed
@@ -225,7 +224,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                    constants=constants, clock=ctx.clock,
                                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                    compute_slowdown=slowdown if index in overlapping else 1.0)
-                if context:
+                if context and group.prompt_attention is not None:
                     cost = _with_prompt_form(ctx=ctx, group=group, phase=phase, absorbed=cost,
                                              first=index == first_context)
                 if same_on_every_rank and shared is not None:
