@@ -16,6 +16,7 @@ which kernels share SMs, not just how fast they run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import cast
 
@@ -134,8 +135,7 @@ def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, S
     prefill = np.asarray(phase["m"]) > 1.0
     if not np.any(prefill):
         return absorbed
-    fields = ("latency_s", "compute_s", "memory_s", "compute_energy_j", "memory_energy_j",
-              "flops", "bytes")
+    fields = [f.name for f in dataclass_fields(KernelCost)]
     total: dict[str, Size] = dict.fromkeys(fields, 0.0)
     if first:
         for kernel in prompt.kernels:
