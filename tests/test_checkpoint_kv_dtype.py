@@ -70,3 +70,21 @@ def test_an_explicit_kv_dtype_wins_over_the_checkpoint(tmp_path: Path) -> None:
 
 def test_zoo_models_declare_no_kv_precision() -> None:
     assert get_model("llama-3.1-8b").kv_dtype is None
+    # a publisher's own FP8 release quantises the weights only (Qwen's: block-scaled)
+    assert get_model("Qwen/Qwen3-32B-FP8").kv_dtype is None
+
+
+@pytest.mark.parametrize("name", ["nvidia/Llama-3.1-8B-Instruct-FP8", "nvidia/Qwen3-32B-NVFP4"])
+def test_nvidia_model_optimizer_releases_declare_an_fp8_kv_cache(name: str) -> None:
+    """Named by their Hugging Face id, NVIDIA's quantised releases carry what their
+    hf_quant_config.json says (kv_cache_quant_algo FP8), so TensorRT-LLM's auto stores one
+    byte per element where vLLM's stays at two."""
+    model = get_model(name)
+    assert model.kv_dtype == "fp8"
+    gpu = load_gpu("H100")
+    per_token = {}
+    for runtime in ("trtllm", "vllm"):
+        ctx = step_context(model=model, gpu=gpu, deployment=Deployment(runtime=runtime),
+                           calibration=calibration_for_gpu(default_calibration(), gpu))
+        per_token[runtime] = kv_bytes_per_token(ctx)
+    assert per_token["vllm"] == pytest.approx(2 * per_token["trtllm"])

@@ -250,6 +250,26 @@ def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path:
     assert p["tpot_s"] > 0 and p["request_throughput_per_s"] > 0
 
 
+def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_does(
+        tmp_path: Path) -> None:
+    """NVFP4 and Qwen3-32B per-tensor FP8 rows ran NVIDIA Model Optimizer checkpoints (FP8
+    KV declared): written kv_dtype fp8 for TensorRT-LLM, whose auto follows the checkpoint;
+    left to auto for vLLM, and for a publisher's own FP8 release (DeepSeek's)."""
+    rows = [("trtllm", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
+            ("vllm", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
+            ("trtllm", "Qwen/Qwen3-32B", "fp8", "fp8"),
+            ("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "fp8"),
+            ("trtllm", "meta-llama/Llama-3.1-8B-Instruct", "", "")]
+    text = AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency=4,{engine},1.0,{model},h200_sxm,{precision},agg,1024,"
+        f"1024,{gemm},{gemm},4,8,1,1,1,8,490,8.6\n"
+        for i, (engine, model, precision, gemm) in enumerate(rows))
+    converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
+                                               Options())
+    assert [r["kv_dtype"] for r in converted.rows] == ["fp8", None, "fp8", None, None]
+    assert any("2 row(s) written with kv_dtype fp8" in n for n in converted.notes)
+
+
 def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_path: Path) -> None:
     """tp_size = moe_tp_size x moe_ep_size = N x N without attention DP is the N-GPU launch
     tp = ep = N (the ids that name a layout say so); other explicit layouts are kept."""

@@ -7,7 +7,9 @@ release tokens of :data:`RELEASE_TOKENS` (``-Instruct``, ``-Chat``, ``-it``, ``-
 ``-Instruct-2507`` ...) are dropped wherever they stand after the first word, and a
 trailing ``-v0.1``. The precision tokens of :data:`PRECISION_TOKENS` (``-FP8``,
 ``-FP8-Dynamic``, ``-AWQ``, ``-GPTQ``, ...) are dropped too and select the weight dtype
-they name. A name ending in ``.json`` is a path to a local Hugging Face config, read by
+they name; a release of NVIDIA's ``nvidia/`` org with a precision token is a TensorRT
+Model Optimizer checkpoint and declares an FP8 KV cache (:data:`MODELOPT_KV_DTYPE`). A
+name ending in ``.json`` is a path to a local Hugging Face config, read by
 :func:`energylens.model.hf.load_hf_config` (no network).
 
 Besides the shapes, an entry carries its provenance (:class:`ModelInfo`): the HF
@@ -63,6 +65,15 @@ PRECISION_TOKENS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("gptq", "int4"), "int4"), (("gptq",), "int4"), (("w4a16",), "int4"),
     (("nvfp4",), "nvfp4"),
 )
+
+#: The KV-cache precision NVIDIA's quantised releases (``nvidia/<model>-FP8``, ``-NVFP4``,
+#: produced by TensorRT Model Optimizer) declare: every ``hf_quant_config.json`` of theirs
+#: that AIConfigurator ships (7 of 7: Llama-3.1-70B-FP8, Qwen3-32B-FP8-Static-PerTensor,
+#: DeepSeek-V3.1, GLM-5, MiniMax-M2.5, Qwen3-235B-A22B and Qwen3.5-397B-A17B NVFP4;
+#: ../shared/data/aiconfigurator/model_configs/) says ``kv_cache_quant_algo: FP8``. The
+#: engine decides whether it follows (``RuntimeProfile.auto_kv``).
+MODELOPT_ORG = "nvidia"
+MODELOPT_KV_DTYPE = "fp8"
 
 # A trailing version that the base checkpoints carry and zoo names leave out (Mixtral).
 _TRAILING_VERSION = "v0.1"
@@ -334,12 +345,15 @@ class Resolution:
     requested: str
     name: str  # zoo short name
     weight_dtype: str | None  # selected by a precision token of the name, else None
+    kv_dtype: str | None = None  # the KV cache the checkpoint declares (ModelOpt releases)
 
     def describe(self) -> str:
         """One line for the user: ``'X-FP8' is zoo model x with fp8 weights (from -FP8)'``."""
         text = f"{self.requested!r} is zoo model {self.name}"
         if self.weight_dtype is not None:
             text += f" with {self.weight_dtype} weights (set by the precision in the name)"
+        if self.kv_dtype is not None:
+            text += f", declaring a {self.kv_dtype} KV cache (an NVIDIA Model Optimizer release)"
         return text
 
 
@@ -354,7 +368,9 @@ def resolve(name: str) -> Resolution:
         close = difflib.get_close_matches(key, candidates, n=len(candidates), cutoff=0.0)
         suggestions = list(dict.fromkeys(index[c] for c in close))[:3]
         raise UnknownModelError(name, suggestions)
-    return Resolution(requested=name, name=short, weight_dtype=dtype)
+    org = name.strip().lower().split("/", 1)[0] if "/" in name else ""
+    kv = MODELOPT_KV_DTYPE if org == MODELOPT_ORG and dtype is not None else None
+    return Resolution(requested=name, name=short, weight_dtype=dtype, kv_dtype=kv)
 
 
 def resolve_model_name(name: str) -> str:
@@ -368,7 +384,8 @@ def _get_named(name: str) -> ModelConfig:
     model = _zoo().models[found.name]
     if found.weight_dtype is None:
         return model
-    return dataclasses.replace(model, weight_dtype=found.weight_dtype)
+    return dataclasses.replace(model, weight_dtype=found.weight_dtype,
+                               kv_dtype=found.kv_dtype or model.kv_dtype)
 
 
 def get_model(name: str) -> ModelConfig:

@@ -18,6 +18,12 @@ attention, experts split N ways): every such row whose id names its layout says
 dump multiplied the expert split into ``tp_size``. With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
+
+KV-cache precision: the rows do not record it. Where the checkpoint a row must have loaded
+is an NVIDIA Model Optimizer one (:data:`MODELOPT_CHECKPOINTS`), which declares an FP8 KV
+cache (:data:`energylens.model.zoo.MODELOPT_KV_DTYPE`), and the row's engine stores what
+the checkpoint declares when ``--kv-dtype`` is auto (TensorRT-LLM's profile), the row is
+written with ``kv_dtype`` fp8; otherwise ``kv_dtype`` stays empty (auto).
 """
 
 from __future__ import annotations
@@ -26,13 +32,23 @@ import re
 from pathlib import Path
 from typing import Any
 
+from energylens.errors import EnergyLensError
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import _csv_rows, _fail, _positive
+from energylens.model.zoo import MODELOPT_KV_DTYPE
+from energylens.runtime import get_runtime
 
 _KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
          "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
          "moe_tp_size", "moe_ep_size", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+#: Checkpoints only NVIDIA's Model Optimizer publishes, by (``model_path``,
+#: ``gemm_quant_mode``): every NVFP4 checkpoint (model publishers release none), and
+#: per-tensor FP8 of Qwen3-32B (Qwen's own FP8 release is block-scaled, ``fp8_block``; the
+#: per-tensor one AIConfigurator ships beside its rows is Qwen3-32B-FP8-Static-PerTensor,
+#: a ModelOpt checkpoint). ``None`` stands for any model.
+MODELOPT_CHECKPOINTS: frozenset[tuple[str | None, str]] = frozenset(
+    {(None, "nvfp4"), ("Qwen/Qwen3-32B", "fp8")})
 #: Requests per client in a run ("runs of 10 x concurrency requests": ../shared SOURCES.md).
 RUN_REQUESTS_PER_CLIENT = 10
 
@@ -49,11 +65,25 @@ def _stated(path: Path, row: dict[str, str], key: str, n: int) -> int | None:
     return None if row[key].strip() in ("", "0") else _int(path, row, key, n)
 
 
+def _kv_dtype(row: dict[str, str]) -> str | None:
+    """The KV-cache precision the row's engine ran with, where the checkpoint and the
+    engine's auto rule settle it (see the module docstring); else None."""
+    quant = row["gemm_quant_mode"]
+    if (None, quant) not in MODELOPT_CHECKPOINTS \
+            and (row["model_path"], quant) not in MODELOPT_CHECKPOINTS:
+        return None
+    try:
+        follows = get_runtime(row["backend"]).auto_kv_dtype == "checkpoint"
+    except EnergyLensError:  # an engine without a profile: left to the predictor's refusal
+        return None
+    return MODELOPT_KV_DTYPE if follows else None
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     out = Converted(rows=[])
-    skipped = unstated = no_load = squared = 0
+    skipped = unstated = no_load = squared = fp8_kv = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -76,12 +106,14 @@ def convert(path: Path, options: Options) -> Converted:
             "num_gpus": tp * (adp or 1) * pp, "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
             "attention_dp": adp,
             "runtime": row["backend"], "runtime_version": row["backend_version"],
-            "dtype": row["precision"] or row["gemm_quant_mode"], "input_tokens": _int(path, row, "isl", n),
+            "dtype": row["precision"] or row["gemm_quant_mode"], "kv_dtype": _kv_dtype(row),
+            "input_tokens": _int(path, row, "isl", n),
             "output_tokens": _int(path, row, "osl", n),
             "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
             "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
             "id": row["id"], "max_batch_size": row["batch_size"],
             "provenance": row["silicon_data_source"]}
+        fp8_kv += converted["kv_dtype"] is not None
         if options.load_as_serving:
             converted.update(workload="serving", batch=concurrency)
         else:
@@ -98,6 +130,10 @@ def convert(path: Path, options: Options) -> Converted:
         out.notes.append(f"{squared} row(s) record tp_size = moe_tp_size x moe_ep_size (N x N): "
                          "written as their N-GPU launch, tp = ep = N, moe_tp = 1 (see the "
                          "converter's docstring)")
+    if fp8_kv:
+        out.notes.append(f"{fp8_kv} row(s) written with kv_dtype {MODELOPT_KV_DTYPE}: a Model "
+                         "Optimizer checkpoint on an engine that follows its KV declaration "
+                         "(see the converter's docstring)")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
