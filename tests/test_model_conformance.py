@@ -56,7 +56,10 @@ def test_follows_the_zoo_conventions(model: ModelConfig) -> None:
     assert model.num_heads % model.num_kv_heads == 0
     if model.moe is not None:
         assert 0 < model.moe.num_moe_layers <= model.num_layers
-        assert (model.moe.dense_layer_ffn == 0) == (model.moe.num_moe_layers == model.num_layers)
+        # FFN-bearing layers: every layer, or a hybrid's dense-MLP and MoE blocks
+        ffn_layers = model.num_layers if model.hybrid is None else sum(
+            model.hybrid.layer_pattern.count(kind) for kind in "-E")
+        assert (model.moe.dense_layer_ffn == 0) == (model.moe.num_moe_layers == ffn_layers)
     assert model.notes
 
 

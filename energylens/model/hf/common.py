@@ -173,3 +173,22 @@ def routed_moe_json(model: ModelConfig) -> dict[str, Any]:
         "moe_layer_freq": 1,
         "intermediate_size": moe.dense_layer_ffn or moe.expert_ffn,
     }
+
+
+#: SSM-state dtypes a config asks engines for (torch dtype names) -> the zoo's dtype names.
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+#: Where configs say it: NVIDIA's Nemotron-H (``mamba_ssm_cache_dtype``), Qwen3.5's Gated
+#: DeltaNet layers (``mamba_ssm_dtype``).
+STATE_DTYPE_KEYS = ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+
+
+def ssm_state_dtype(cfg: HFConfig) -> str:
+    """The recurrent-state dtype a config asks engines for, else bf16."""
+    key = next((k for k in STATE_DTYPE_KEYS if cfg.has(k)), None)
+    name = None if key is None else cfg.text(key)
+    if name is None or name == "auto":
+        return "bf16"
+    if name not in STATE_DTYPES:
+        raise cfg.error(f"{cfg.field(key or STATE_DTYPE_KEYS[0])} = {name!r}: expected one of "
+                        f"{', '.join(STATE_DTYPES)} or auto")
+    return STATE_DTYPES[name]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import MAX_SIZE, HybridConfig, MLAConfig, ModelConfig, MoEConfig
-from energylens.model.hf.common import finish, head_dim_from
+from energylens.model.hf.common import finish, head_dim_from, ssm_state_dtype
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import supported_model_types
 
@@ -287,7 +287,8 @@ def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
                               for kind, moe in zip(kinds, moe_flags, strict=True)),
         ssm_heads=heads, ssm_head_dim=r.cfg.integer("linear_value_head_dim"),
         ssm_state_size=r.cfg.integer("linear_key_head_dim"), ssm_groups=groups,
-        conv_kernel=r.cfg.integer("linear_conv_kernel_dim", default=4))
+        conv_kernel=r.cfg.integer("linear_conv_kernel_dim", default=4),
+        ssm_state_dtype=ssm_state_dtype(r.cfg))
     f["num_layers"] = 2 * len(kinds)  # a mixer block and an FFN block per layer
     r.notes.append(f"{linear} linear-attention (Gated DeltaNet) layers of {len(kinds)} "
                    f"modelled as Mamba-2 mixers with the same state")

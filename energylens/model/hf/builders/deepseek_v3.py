@@ -1,5 +1,6 @@
-"""DeepSeek-V2 / V3 / R1 and Kimi-K2 (the same template): MLA attention, routed and
-shared experts after the first dense layers."""
+"""DeepSeek-V2 / V3 / R1, Kimi-K2 / K2.5 and GLM-5 (the same template): MLA attention,
+routed and shared experts after the first dense layers. GLM-5's sparse-attention indexer
+(``index_topk`` keys per query) is not modelled: attention covers the whole context."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
 
-@hf_builder("deepseek_v2", "deepseek_v3", "kimi_k2")
+@hf_builder("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm_moe_dsa")
 def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     """MLA attention (with or without a query latent), ``first_k_dense_replace`` dense
     layers, then MoE layers (every ``moe_layer_freq``) with shared experts."""
@@ -32,10 +33,13 @@ def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConf
     )
     f["attention"], f["head_dim"], f["num_kv_heads"] = "MLA", nope + rope, f["num_heads"]
     routed_moe(cfg, f)
+    if cfg.has("index_topk"):
+        f["notes"] += (f"; sparse-attention indexer ({cfg.integer('index_topk')} keys per "
+                       "query) left out: attention over the whole context")
     return finish(f)
 
 
-@hf_writer("deepseek_v2", "deepseek_v3", "kimi_k2")
+@hf_writer("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm_moe_dsa")
 def write_deepseek_v3(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     """Llama fields, the MLA ranks and the experts."""
     fields = decoder_json(model, model_type=model_type)

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import HybridConfig, ModelConfig, MoEConfig
-from energylens.model.hf.common import decoder_fields, decoder_json, finish
+from energylens.model.hf.common import (
+    STATE_DTYPES,
+    decoder_fields,
+    decoder_json,
+    finish,
+    ssm_state_dtype,
+)
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
@@ -29,7 +35,7 @@ def build_nemotron_h(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfi
         ssm_state_size=cfg.integer("ssm_state_size"),
         ssm_groups=cfg.integer("n_groups", default=1),
         conv_kernel=cfg.integer("conv_kernel", default=4),
-        ssm_state_dtype=_ssm_state_dtype(cfg),
+        ssm_state_dtype=ssm_state_dtype(cfg),
     )
     if "E" in pattern:
         expert_ffn = cfg.integer("moe_intermediate_size")
@@ -48,21 +54,6 @@ def build_nemotron_h(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfi
     return finish(f)
 
 
-#: ``mamba_ssm_cache_dtype`` values (torch dtype names) -> the zoo's dtype names.
-_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def _ssm_state_dtype(cfg: HFConfig) -> str:
-    """The SSM-state dtype a config asks engines for (``mamba_ssm_cache_dtype``), else bf16."""
-    name = cfg.text("mamba_ssm_cache_dtype")
-    if name is None or name == "auto":
-        return "bf16"
-    if name not in _STATE_DTYPES:
-        raise cfg.error(f"{cfg.field('mamba_ssm_cache_dtype')} = {name!r}: expected one of "
-                        f"{', '.join(_STATE_DTYPES)} or auto")
-    return _STATE_DTYPES[name]
-
-
 @hf_writer("nemotron_h")
 def write_nemotron_h(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     """Llama fields, the pattern and the Mamba-2 sizes (and the experts of 'E' blocks)."""
@@ -74,7 +65,7 @@ def write_nemotron_h(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
                       mamba_num_heads=hybrid.ssm_heads, mamba_head_dim=hybrid.ssm_head_dim,
                       ssm_state_size=hybrid.ssm_state_size, n_groups=hybrid.ssm_groups,
                       conv_kernel=hybrid.conv_kernel,
-                      mamba_ssm_cache_dtype={v: k for k, v in _STATE_DTYPES.items()}[
+                      mamba_ssm_cache_dtype={v: k for k, v in STATE_DTYPES.items()}[
                           hybrid.ssm_state_dtype])
     if model.moe is not None:
         fields.update(n_routed_experts=model.moe.num_experts,
