@@ -49,7 +49,7 @@ def test_models_text_says_which_entries_are_secondary(capsys) -> None:
     (["--search", "distill"], lambda m: m.name in {"llama-3.1-70b", "llama-3.1-8b",
                                                    "qwen2.5-32b", "qwen2.5-14b", "qwen2.5-7b"}),
     (["--family", "moe", "--search", "qwen3"], lambda m: m.family == "moe"
-     and m.name.startswith("qwen3")),
+     and m.hybrid is None and m.name.startswith("qwen3")),  # not the hybrid Qwen3.5
 ])
 def test_filters_keep_exactly_the_matching_models(capsys, args, keep) -> None:
     listed = _json(capsys, "models", "--json", *args)
