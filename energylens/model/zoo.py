@@ -67,11 +67,12 @@ PRECISION_TOKENS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 #: The KV-cache precision NVIDIA's quantised releases (``nvidia/<model>-FP8``, ``-NVFP4``,
-#: produced by TensorRT Model Optimizer) declare: every ``hf_quant_config.json`` of theirs
-#: that AIConfigurator ships (7 of 7: Llama-3.1-70B-FP8, Qwen3-32B-FP8-Static-PerTensor,
-#: DeepSeek-V3.1, GLM-5, MiniMax-M2.5, Qwen3-235B-A22B and Qwen3.5-397B-A17B NVFP4;
-#: ../shared/data/aiconfigurator/model_configs/) says ``kv_cache_quant_algo: FP8``. The
-#: engine decides whether it follows (``RuntimeProfile.auto_kv``).
+#: produced by TensorRT Model Optimizer) declare: every Model Optimizer
+#: ``hf_quant_config.json`` that AIConfigurator ships (7 of 7: the nvidia/ releases
+#: Llama-3.1-70B-FP8 and DeepSeek-V3.1, GLM-5, MiniMax-M2.5, Qwen3-235B-A22B, Qwen3.5-397B
+#: NVFP4, and Qwen3-32B-FP8-Static-PerTensor; ../shared/data/aiconfigurator/model_configs/)
+#: says ``kv_cache_quant_algo: FP8``. The engine decides whether it follows
+#: (``RuntimeProfile.auto_kv``).
 MODELOPT_ORG = "nvidia"
 MODELOPT_KV_DTYPE = "fp8"
 
