@@ -286,3 +286,16 @@ def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_p
     assert layouts == [(8, 8, 1, 8), (4, 4, 1, 4), (8, 4, 2, 8)]
     assert any("2 row(s) record tp_size = moe_tp_size x moe_ep_size" in n
                for n in converted.notes)
+
+
+SHIPPED_AIC = REPO / "data/measurements/aiconfigurator/silicon_sample_agg.csv"
+SOURCE_AIC = REPO.parent / "shared/data/aiconfigurator/silicon_sample.csv"
+
+
+@pytest.mark.skipif(not SOURCE_AIC.exists(), reason="needs ../shared (the source of the "
+                    "shipped AIConfigurator rows) beside the repository")
+def test_the_shipped_aiconfigurator_rows_are_what_the_converter_writes_today() -> None:
+    """data/measurements' converted rows may not drift from the converter (SOURCES.md
+    says how they were made): converting the source again gives the same CSV."""
+    converted = converters()["aiconfigurator"](SOURCE_AIC, Options())
+    assert to_csv(converted) == SHIPPED_AIC.read_text()
