@@ -177,6 +177,8 @@ def routed_moe_json(model: ModelConfig) -> dict[str, Any]:
 
 #: SSM-state dtypes a config asks engines for (torch dtype names) -> the zoo's dtype names.
 STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+#: Its inverse, for writers: the zoo's dtype name -> the torch dtype name configs use.
+STATE_DTYPE_NAMES = {zoo: torch for torch, zoo in STATE_DTYPES.items()}
 #: Where configs say it: NVIDIA's Nemotron-H (``mamba_ssm_cache_dtype``), Qwen3.5's Gated
 #: DeltaNet layers (``mamba_ssm_dtype``).
 STATE_DTYPE_KEYS = ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
@@ -189,6 +191,6 @@ def ssm_state_dtype(cfg: HFConfig) -> str:
     if name is None or name == "auto":
         return "bf16"
     if name not in STATE_DTYPES:
-        raise cfg.error(f"{cfg.field(key or STATE_DTYPE_KEYS[0])} = {name!r}: expected one of "
+        raise cfg.error(f"{cfg.field(str(key))} = {name!r}: expected one of "
                         f"{', '.join(STATE_DTYPES)} or auto")
     return STATE_DTYPES[name]

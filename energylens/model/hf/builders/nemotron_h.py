@@ -8,7 +8,7 @@ from typing import Any
 
 from energylens.model.config import HybridConfig, ModelConfig, MoEConfig
 from energylens.model.hf.common import (
-    STATE_DTYPES,
+    STATE_DTYPE_NAMES,
     decoder_fields,
     decoder_json,
     finish,
@@ -65,7 +65,7 @@ def write_nemotron_h(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
                       mamba_num_heads=hybrid.ssm_heads, mamba_head_dim=hybrid.ssm_head_dim,
                       ssm_state_size=hybrid.ssm_state_size, n_groups=hybrid.ssm_groups,
                       conv_kernel=hybrid.conv_kernel,
-                      mamba_ssm_cache_dtype={v: k for k, v in STATE_DTYPES.items()}[
+                      mamba_ssm_cache_dtype=STATE_DTYPE_NAMES[
                           hybrid.ssm_state_dtype])
     if model.moe is not None:
         fields.update(n_routed_experts=model.moe.num_experts,

@@ -10,7 +10,7 @@ from typing import Any
 
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig
-from energylens.model.hf.common import STATE_DTYPES, decoder_json
+from energylens.model.hf.common import STATE_DTYPE_NAMES, decoder_json
 from energylens.model.hf.generic import build_generic
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
@@ -42,7 +42,7 @@ def write_qwen3_5(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
         linear_num_value_heads=hybrid.ssm_heads, linear_value_head_dim=hybrid.ssm_head_dim,
         linear_num_key_heads=hybrid.ssm_groups, linear_key_head_dim=hybrid.ssm_state_size,
         linear_conv_kernel_dim=hybrid.conv_kernel,
-        mamba_ssm_dtype={v: k for k, v in STATE_DTYPES.items()}[hybrid.ssm_state_dtype],
+        mamba_ssm_dtype=STATE_DTYPE_NAMES[hybrid.ssm_state_dtype],
         num_experts=moe.num_experts, num_experts_per_tok=moe.top_k,
         moe_intermediate_size=moe.expert_ffn,
         shared_expert_intermediate_size=moe.shared_expert_ffn)
