@@ -13,6 +13,7 @@ from energylens.hardware import load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.spec import split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
+from energylens.runtime.profile import release_key
 from energylens.workloads.workload import Workload
 
 __all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment"]
@@ -58,6 +59,7 @@ class Deployment:
     freq_mhz: float | None = None
     routing: Routing = field(default_factory=Routing)
     runtime: str = DEFAULT_RUNTIME  # the serving engine (energylens.runtime)
+    runtime_version: str | None = None  # its release (None: the one its profile describes)
     attention_dp: int = 1  # data-parallel attention ranks of one replica
     moe_tp: int | None = None  # tensor-parallel split of each expert (explicit layout)
 
@@ -84,6 +86,8 @@ class Deployment:
         if self.freq_mhz is not None and self.freq_mhz <= 0:
             raise ConfigError(f"freq_mhz must be > 0, got {self.freq_mhz}")
         get_runtime(self.runtime)  # one-line error for an unknown runtime
+        if self.runtime_version is not None:
+            release_key(self.runtime_version)  # one-line error for a name that is no release
         unknown = set(self.fusion or ()) - set(FUSIONS)
         if unknown:
             raise ConfigError(f"unknown fusion {sorted(unknown)}; known: {', '.join(FUSIONS)}")

@@ -105,7 +105,8 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
                  calibration: Calibration) -> StepContext:
     """Everything fixed across the steps of one deployment (checked already)."""
     runtime = get_runtime(deployment.runtime)
-    calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name)
+    calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name,
+                                          version=deployment.runtime_version)
     constants = calibration.kernel(gpu.name)
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,
@@ -115,7 +116,8 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
         # ``auto`` (None): the runtime's default for the checkpoint (vLLM: the activations'
         # bf16; TensorRT-LLM: the KV precision the checkpoint declares).
-        kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model),
+        kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model,
+                                                        version=deployment.runtime_version),
         overlap_sms=deployment.overlap_sms,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),
         routing=deployment.routing, pp=deployment.pp, runtime=runtime,

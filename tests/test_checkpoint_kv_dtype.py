@@ -39,11 +39,13 @@ def test_the_declared_kv_precision_is_read(tmp_path: Path) -> None:
     assert (plain.weight_dtype, plain.kv_dtype) == ("fp8", None)
 
 
-def _kv_bytes(model_path: Path, *, runtime: str, kv_dtype: str | None = None) -> float:
+def _kv_bytes(model_path: Path, *, runtime: str, kv_dtype: str | None = None,
+              version: str | None = None) -> float:
     model = load_hf_config(model_path)
     gpu = load_gpu("H100")
-    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(runtime=runtime,
-                                                                    kv_dtype=kv_dtype),
+    ctx = step_context(model=model, gpu=gpu,
+                       deployment=Deployment(runtime=runtime, kv_dtype=kv_dtype,
+                                             runtime_version=version),
                        calibration=calibration_for_gpu(default_calibration(), gpu))
     return kv_bytes_per_token(ctx)
 
@@ -57,6 +59,20 @@ def test_auto_follows_the_checkpoint_only_where_the_engine_does(
     LMDeploy stores no FP8 cache at all."""
     path = _checkpoint(tmp_path / "ckpt", kv_algo="FP8")
     assert _kv_bytes(path, runtime=runtime) == pytest.approx(
+        KV_ELEMENTS_PER_TOKEN * element_bytes)
+
+
+@pytest.mark.parametrize(("version", "element_bytes"),
+                         [("0.11.1", 2), ("0.12.0", 1), ("0.19.0", 1), ("1.0.0rc1", 1)])
+def test_vllm_follows_the_checkpoint_from_the_release_its_profile_names(
+        tmp_path: Path, version: str, element_bytes: int) -> None:
+    """vLLM's auto resolves a Model Optimizer checkpoint's FP8 KV from
+    ``checkpoint_kv_since`` (0.12) on; the profile's own release (0.11) does not."""
+    from energylens.runtime import get_runtime
+
+    assert get_runtime("vllm").checkpoint_kv_since == "0.12.0"
+    path = _checkpoint(tmp_path / "ckpt", kv_algo="FP8")
+    assert _kv_bytes(path, runtime="vllm", version=version) == pytest.approx(
         KV_ELEMENTS_PER_TOKEN * element_bytes)
 
 

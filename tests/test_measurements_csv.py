@@ -253,21 +253,23 @@ def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path:
 def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_does(
         tmp_path: Path) -> None:
     """NVFP4 and Qwen3-32B per-tensor FP8 rows ran NVIDIA Model Optimizer checkpoints (FP8
-    KV declared): written kv_dtype fp8 for TensorRT-LLM, whose auto follows the checkpoint;
-    left to auto for vLLM, and for a publisher's own FP8 release (DeepSeek's)."""
-    rows = [("trtllm", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
-            ("vllm", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
-            ("trtllm", "Qwen/Qwen3-32B", "fp8", "fp8"),
-            ("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "fp8"),
-            ("trtllm", "meta-llama/Llama-3.1-8B-Instruct", "", "")]
+    KV declared): written kv_dtype fp8 for TensorRT-LLM, whose auto follows the checkpoint,
+    and for vLLM from the release its profile names (0.12); left to auto for older vLLM,
+    and for a publisher's own FP8 release (DeepSeek's)."""
+    rows = [("trtllm", "1.0", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
+            ("vllm", "0.11.1", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
+            ("vllm", "0.19.0", "deepseek-ai/DeepSeek-R1", "fp4", "nvfp4"),
+            ("trtllm", "1.0", "Qwen/Qwen3-32B", "fp8", "fp8"),
+            ("trtllm", "1.0", "deepseek-ai/DeepSeek-R1", "fp8", "fp8"),
+            ("trtllm", "1.0", "meta-llama/Llama-3.1-8B-Instruct", "", "")]
     text = AIC_HEADER + "".join(
-        f"r{i},db; silicon_concurrency=4,{engine},1.0,{model},h200_sxm,{precision},agg,1024,"
-        f"1024,{gemm},{gemm},4,8,1,1,1,8,490,8.6\n"
-        for i, (engine, model, precision, gemm) in enumerate(rows))
+        f"r{i},db; silicon_concurrency=4,{engine},{version},{model},h200_sxm,{precision},agg,"
+        f"1024,1024,{gemm},{gemm},4,8,1,1,1,8,490,8.6\n"
+        for i, (engine, version, model, precision, gemm) in enumerate(rows))
     converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
                                                Options())
-    assert [r["kv_dtype"] for r in converted.rows] == ["fp8", None, "fp8", None, None]
-    assert any("2 row(s) written with kv_dtype fp8" in n for n in converted.notes)
+    assert [r["kv_dtype"] for r in converted.rows] == ["fp8", None, "fp8", "fp8", None, None]
+    assert any("3 row(s) written with kv_dtype fp8" in n for n in converted.notes)
 
 
 def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_path: Path) -> None:
@@ -299,3 +301,23 @@ def test_the_shipped_aiconfigurator_rows_are_what_the_converter_writes_today() -
     says how they were made): converting the source again gives the same CSV."""
     converted = converters()["aiconfigurator"](SOURCE_AIC, Options())
     assert to_csv(converted) == SHIPPED_AIC.read_text()
+
+
+def test_the_runtime_version_column_picks_the_release_and_a_build_name_is_the_profiles(
+        tmp_path: Path) -> None:
+    """An EP row of vLLM 0.19 carries no fixed time per MoE layer, one of 0.11.1 (and one
+    of a build that names no release, read as the profile's 0.11) does: the step differs by
+    that time x the MoE layers."""
+    from energylens.model.zoo import get_model
+
+    path = _write(tmp_path, "model,gpu,num_gpus,tp,ep,runtime,runtime_version,workload,batch,"
+                            "input_tokens,output_tokens,tpot_s\n" + "".join(
+                                f"qwen3-30b-a3b,H100,2,2,2,vllm,{v},serving,16,512,128,0.02\n"
+                                for v in ("0.19.0", "0.11.1", "nightly-dev")))
+    rows = validate_measured(load_user_csv(path), calibration=default_calibration()).rows
+    assert all(r.error is None for r in rows), [r.error for r in rows]
+    new, old, nightly = (r.predicted["tpot_s"] for r in rows)
+    per_layer = default_calibration().runtime(runtime="vllm", gpu="H100-SXM").ep_moe_layer_overhead_s
+    assert old - new == pytest.approx(per_layer * get_model("qwen3-30b-a3b").moe.num_moe_layers,
+                                      rel=1e-6)
+    assert nightly == old

@@ -258,3 +258,34 @@ def test_study_report_writes_each_pareto_points_launch_command(tmp_path: Path) -
         assert str(row.launch_command) in script
     assert main(["study", "report", str(study)]) == 0  # rewriting keeps one script per point
     assert len(list((out / "launch").glob("*.sh"))) == len(pd.read_csv(out / "pareto.csv"))
+
+
+@pytest.mark.parametrize(("version", "charged"), [
+    (None, True), ("0.11.1", True), ("0.16.9", True), ("0.17.0", False), ("0.19.0", False)])
+def test_the_ep_layer_overhead_follows_the_release(version: str | None, charged: bool) -> None:
+    """vLLM's fitted fixed time per expert-parallel MoE layer holds up to the profile's
+    ``ep_layer_overhead_until`` and is gone from it on: a decode step of an EP deployment
+    differs by exactly that time x the MoE layers, and a TP-only one not at all."""
+    runtime = get_runtime("vllm")
+    assert runtime.ep_layer_overhead_until == "0.17.0"
+    cal = default_calibration()
+    gpu = "H100-SXM"
+    per_layer = cal.runtime(runtime="vllm", gpu=gpu).ep_moe_layer_overhead_s
+    assert per_layer > 0
+    layers = get_model(MOE).moe.num_moe_layers
+    work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
+
+    def tpot(ep: int, release: str | None) -> float:
+        d = Deployment(num_gpus=2, tp=2 // ep, ep=ep, runtime="vllm", runtime_version=release)
+        out = predict(model=MOE, gpu=gpu, deployment=d, workload=work)
+        assert out.tpot_s is not None
+        return out.tpot_s
+
+    assert tpot(2, None) - tpot(2, version) == pytest.approx(
+        0.0 if charged else per_layer * layers, rel=1e-6, abs=1e-12)
+    assert tpot(1, version) == pytest.approx(tpot(1, None), rel=1e-12)
+
+
+def test_a_runtime_version_that_is_no_release_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a release number"):
+        Deployment(runtime="vllm", runtime_version="latest")

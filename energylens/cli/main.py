@@ -90,6 +90,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                         "requests arriving over time, simulated")
     p.add_argument("--runtime", choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
+    p.add_argument("--runtime-version", default=None, metavar="RELEASE",
+                   help="the engine's release, e.g. 0.19.0 (default: the one its profile "
+                        "describes); facts that change between releases follow it")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
                    help="weight dtype (default: the checkpoint's)")
     p.add_argument("--kv-dtype", choices=("auto", *KV_DTYPES), default="auto",
@@ -123,7 +126,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             weight_dtype=args.dtype, fusion=args.fusion,
                             kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
-                            routing=routing, runtime=args.runtime)
+                            routing=routing, runtime=args.runtime,
+                            runtime_version=args.runtime_version)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(

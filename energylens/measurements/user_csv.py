@@ -27,6 +27,7 @@ from energylens.measurements.formats import read_text
 from energylens.model.config import ModelConfig
 from energylens.model.zoo import get_model
 from energylens.runtime import get_runtime, runtime_names
+from energylens.runtime.profile import release_key
 from energylens.workloads import Prediction, Workload, kind_names
 
 REQUIRED = ("model", "gpu", "num_gpus")
@@ -213,6 +214,18 @@ def _dtype(raw: str | None, allowed: tuple[str, ...], what: str) -> str | None:
     return name
 
 
+def _release(raw: str | None) -> str | None:
+    """The row's engine release, or None (the profile's) for a build that names none
+    (``nightly-dev``): which release's facts it has is not known."""
+    if raw is None:
+        return None
+    try:
+        release_key(raw)
+    except EnergyLensError:
+        return None
+    return raw
+
+
 def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployment:
     """The engine's layout (``tp`` attention TP, ``ep``, ``moe_tp``) as a Deployment, whose
     ``tp`` splits each expert and whose attention runs over ``tp x ep`` GPUs. A dense
@@ -224,6 +237,7 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
     dp = v["dp"]
     attention_dp = v["attention_dp"]
     common = {"num_gpus": n, "ep": ep, "pp": pp, "dp": dp, "runtime": runtime,
+              "runtime_version": _release(v["runtime_version"]),
               "weight_dtype": _dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
               "kv_dtype": _dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"), "freq_mhz": v["freq_mhz"]}
     if attention_dp is not None and attention_dp != 1:

@@ -8,6 +8,7 @@ shaped, which layouts it refuses, how it is launched) are the methods of its mod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
@@ -64,6 +65,23 @@ def _auto_kv(value: Any) -> str:
     return str(value)
 
 
+def _release(value: Any) -> str | None:
+    """A release a fact changes at (``0.12.0``), or None (no later release changes it)."""
+    if value is None:
+        return None
+    release_key(str(value))  # a one-line error for a name that is not a release
+    return str(value)
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """``1.3.0rc20`` -> (1, 3, 0): the numeric release, for ordering (pre-release tags
+    count as their release)."""
+    numbers = re.findall(r"\d+", version.lstrip("vV").split("rc")[0].split("+")[0])
+    if not numbers:
+        raise ConfigError(f"{version!r} is not a release number (e.g. 0.12.0)")
+    return tuple(int(n) for n in numbers[:3])
+
+
 def _scheduling(value: Any) -> str:
     if value not in PREFILL_SCHEDULING:
         raise EnergyLensError(f"prefill_scheduling must be one of {', '.join(PREFILL_SCHEDULING)}, "
@@ -85,6 +103,8 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
     "auto_kv_dtype": _auto_kv,
+    "checkpoint_kv_since": _release,
+    "ep_layer_overhead_until": _release,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -123,6 +143,9 @@ class RuntimeProfile:
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores
     auto_kv_dtype: str  # what kv_dtype auto stores (AUTO_KV_DTYPES)
+    checkpoint_kv_since: str | None  # the release from which auto follows the checkpoint
+    ep_layer_overhead_until: str | None  # the release from which an EP MoE layer has no
+    # fixed time of its own (None: the calibrated one holds for every release)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -178,10 +201,18 @@ class RuntimeProfile:
 
     # --- how it runs ----------------------------------------------------------------------
 
-    def auto_kv(self, *, model: ModelConfig) -> str:
-        """The KV-cache precision of ``kv_dtype`` auto: the checkpoint's where this engine
-        follows it and stores it, else the activations' bf16."""
-        if (self.auto_kv_dtype == "checkpoint" and model.kv_dtype is not None
+    def follows_checkpoint_kv(self, *, version: str | None = None) -> bool:
+        """Whether ``kv_dtype`` auto stores the KV precision the checkpoint declares, in
+        release ``version`` (None: the release the profile describes)."""
+        if version is None or self.checkpoint_kv_since is None:
+            return self.auto_kv_dtype == "checkpoint"
+        return release_key(version) >= release_key(self.checkpoint_kv_since)
+
+    def auto_kv(self, *, model: ModelConfig, version: str | None = None) -> str:
+        """The KV-cache precision of ``kv_dtype`` auto in release ``version`` (None: the
+        profile's): the checkpoint's where this engine follows it and stores it, else the
+        activations' bf16."""
+        if (self.follows_checkpoint_kv(version=version) and model.kv_dtype is not None
                 and model.kv_dtype in self.kv_dtypes):
             return model.kv_dtype
         return "bf16"
@@ -259,13 +290,22 @@ class RuntimeProfile:
         (static power only), and per-sequence work during which they draw busy power."""
         return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
 
-    def calibration_for(self, *, calibration: Calibration, gpu: str) -> Calibration:
+    def calibration_for(self, *, calibration: Calibration, gpu: str,
+                        version: str | None = None) -> Calibration:
         """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
-        itself, so an engine without scales predicts exactly as before)."""
+        itself, so an engine without scales predicts exactly as before), in release
+        ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
+        expert-parallel MoE layer carries no fixed time of its own."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
-        return _scaled(calibration, gpu, c.gemm_efficiency_scale, c.attention_efficiency_scale,
-                       c.memory_efficiency_scale, c.kv_bandwidth_scale)
+        scaled = _scaled(calibration, gpu, c.gemm_efficiency_scale,
+                         c.attention_efficiency_scale, c.memory_efficiency_scale,
+                         c.kv_bandwidth_scale)
+        if (version is None or self.ep_layer_overhead_until is None
+                or release_key(version) < release_key(self.ep_layer_overhead_until)
+                or c.ep_moe_layer_overhead_s == 0.0):
+            return scaled
+        return _without_ep_overhead(scaled, self.name, gpu)
 
 
 _DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert",
@@ -291,6 +331,11 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
         memory_efficiency_max=cap(base.memory_efficiency_max, memory),
         expert_bandwidth_efficiency=cap(base.expert_bandwidth_efficiency, memory),
         kv_bandwidth_efficiency=cap(base.kv_bandwidth_efficiency, kv))
+
+
+@lru_cache(maxsize=64)
+def _without_ep_overhead(calibration: Calibration, runtime: str, gpu: str) -> Calibration:
+    return calibration.with_runtime(runtime=runtime, gpu=gpu, ep_moe_layer_overhead_s=0.0)
 
 
 @cache

@@ -22,8 +22,9 @@ client's request in flight: an approximation of the closed loop).
 KV-cache precision: the rows do not record it. Where the checkpoint a row must have loaded
 is an NVIDIA Model Optimizer one (:data:`MODELOPT_CHECKPOINTS`), which declares an FP8 KV
 cache (:data:`energylens.model.zoo.MODELOPT_KV_DTYPE`), and the row's engine stores what
-the checkpoint declares when ``--kv-dtype`` is auto (TensorRT-LLM's profile), the row is
-written with ``kv_dtype`` fp8; otherwise ``kv_dtype`` stays empty (auto).
+the checkpoint declares when ``--kv-dtype`` is auto in the row's release (TensorRT-LLM;
+vLLM from its profile's ``checkpoint_kv_since``), the row is written with ``kv_dtype``
+fp8; otherwise ``kv_dtype`` stays empty (auto).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def _kv_dtype(row: dict[str, str]) -> str | None:
             and (row["model_path"], quant) not in MODELOPT_CHECKPOINTS:
         return None
     try:
-        follows = get_runtime(row["backend"]).auto_kv_dtype == "checkpoint"
+        follows = get_runtime(row["backend"]).follows_checkpoint_kv(
+            version=row["backend_version"] or None)
     except EnergyLensError:  # an engine without a profile: left to the predictor's refusal
         return None
     return MODELOPT_KV_DTYPE if follows else None
