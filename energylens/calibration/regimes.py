@@ -17,9 +17,13 @@ predicts the held-out rows:
   ratios), e.g. B200 from H100; what its own kernel tables measure (GEMM and attention
   efficiencies, no serving run involved) is kept.
 
-The kernel latency curves (Vidur per-op) and link curves (Vidur NCCL) do not see these
-rows and are not refitted. A fold whose training or test side has no rows is reported
-with its row counts and no errors.
+A constant that no training row of a fold exercises (the fixed time per expert-parallel
+MoE layer, in a fold without expert-parallel rows) is not identified there: it takes the
+value the same runtime's full fit on another GPU's rows gives (``borrowed``; that fit saw
+none of this GPU's rows), as ``calibrate`` fills a GPU without data, instead of the
+generic initial value of the fit. The kernel latency curves (Vidur per-op) and link curves
+(Vidur NCCL) do not see these rows and are not refitted. A fold whose training or test side
+has no rows is reported with its row counts and no errors.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 from energylens.calibration.fit_serving import (
     FLOP_SHARE,
     REPORT_METRICS,
+    RUNTIME_PREFIX,
     ServingRow,
     apply,
     errors,
@@ -48,6 +53,8 @@ from energylens.cost.constants import Calibration
 from energylens.hardware import GPU, load_gpu
 
 RowTest = Callable[[ServingRow], bool]
+#: The fit variable of the fixed time per expert-parallel MoE layer; only EP rows move it.
+EP_OVERHEAD = f"{RUNTIME_PREFIX}ep_moe_layer_overhead_s"
 
 
 def _gpus(row: ServingRow) -> int:
@@ -106,9 +113,10 @@ def _test_report(rows: list[ServingRow], predicted: list[dict[str, float] | None
     return out
 
 
-def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, Any]:
+def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, float]]
+              ) -> dict[str, Any]:
     """Fold ``FOLDS[index]`` on ``gpu``'s rows (module level so a process pool can run it)."""
-    index, gpu, base, max_nfev, files = args
+    index, gpu, base, max_nfev, files, borrowed = args
     fold = FOLDS[index]
     rows, _ = serving_rows(files=files, gpu_name=gpu)
     rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
@@ -121,8 +129,13 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, 
             if fold.test(r) and not r.host_bound and r.case.deployment.attention_dp == 1]
     entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
                              "test_rows": len(test)}
+    params = serving_params(gpu)
+    if EP_OVERHEAD in borrowed and not any(r.case.deployment.ep > 1 for r in train):
+        params = tuple(replace(p, init=borrowed[EP_OVERHEAD]) if p.name == EP_OVERHEAD else p
+                       for p in params)
+        entry["borrowed"] = {EP_OVERHEAD: borrowed[EP_OVERHEAD]}
     if train and test:
-        values, at_bound = fit_rows(train, gpu_name=gpu, base=base, params=serving_params(gpu),
+        values, at_bound = fit_rows(train, gpu_name=gpu, base=base, params=params,
                                     max_nfev=max_nfev)
         entry["values"] = {k: float(f"{v:.6g}") for k, v in materialise(base, gpu, values).items()}
         if at_bound:
@@ -132,12 +145,14 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path]]) -> dict[str, 
 
 
 def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfev: int = 60,
-                 jobs: int = 1) -> dict[str, Any]:
+                 jobs: int = 1, borrowed: dict[str, float] | None = None) -> dict[str, Any]:
     """Every fold of :data:`FOLDS` on the ML.ENERGY rows of ``gpu_name``, on ``jobs``
     processes: per fold the row counts, the refitted values (each from its initial value,
-    as the full fit) and the errors on the held-out rows, per metric."""
+    as the full fit; from ``borrowed``, fit variable -> another GPU's fitted value, where
+    no training row identifies it) and the errors on the held-out rows, per metric."""
     gpu = load_gpu(gpu_name).name
-    tasks = [(index, gpu, base, max_nfev, files) for index in range(len(FOLDS))]
+    tasks = [(index, gpu, base, max_nfev, files, dict(borrowed or {}))
+             for index in range(len(FOLDS))]
     if jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -204,5 +219,5 @@ def metric_of(entry: dict[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-__all__ = ["FOLDS", "REPORT_METRICS", "Fold", "constant_spread", "generation_fold", "metric_of",
-           "regime_folds"]
+__all__ = ["EP_OVERHEAD", "FOLDS", "REPORT_METRICS", "Fold", "constant_spread",
+           "generation_fold", "metric_of", "regime_folds"]

@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from energylens import __version__
@@ -44,7 +45,13 @@ from energylens.calibration.fit_serving import (
     serving_params,
 )
 from energylens.calibration.fitting import FitResult
-from energylens.calibration.regimes import FOLDS, constant_spread, generation_fold, regime_folds
+from energylens.calibration.regimes import (
+    EP_OVERHEAD,
+    FOLDS,
+    constant_spread,
+    generation_fold,
+    regime_folds,
+)
 from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import (
     Calibration,
@@ -308,7 +315,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
-            folds = regime_folds(files=data.mlenergy, gpu_name=gpu, base=bases[gpu], jobs=jobs)
+            folds = regime_folds(files=data.mlenergy, gpu_name=gpu, base=bases[gpu], jobs=jobs,
+                                 borrowed=_fitted_elsewhere(gpu, gpus=gpus, prov=prov,
+                                                            calibration=calibration))
             spec = load_gpu(gpu)
             if spec.borrows_from is not None:
                 folds.update(generation_fold(files=data.mlenergy, gpu=spec,
@@ -322,6 +331,18 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     log(f"  {name} moves {100 * spread:.0f} % across regime folds "
                         f"(> {100 * SPREAD_LIMIT:.0f} %): identified by one regime")
     return Outcome(calibration=calibration, provenance=prov, fits=fits, data=data)
+
+
+def _fitted_elsewhere(gpu: str, *, gpus: Iterable[str], prov: dict[str, dict[str, dict[str, Any]]],
+                      calibration: Calibration) -> dict[str, float]:
+    """The EP-layer overhead the serving fit of the other GPUs found (their mean), for the
+    folds of ``gpu`` that no expert-parallel row identifies it in; {} where none did."""
+    constant = EP_OVERHEAD[len(RUNTIME_PREFIX):]
+    found = [getattr(calibration.runtime(runtime=RUNTIME, gpu=other), constant)
+             for other in sorted(gpus) if other != gpu
+             and prov.get(f"runtimes/{runtime_key(runtime=RUNTIME, gpu=other)}", {})
+             .get(constant, {}).get("kind") == "fitted"]
+    return {EP_OVERHEAD: float(np.mean(found))} if found else {}
 
 
 def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
