@@ -394,7 +394,13 @@ def test_memory_use_honours_the_runtime_facts(name: str) -> None:
     chunk = float(profile.prefill_chunk_tokens)
     at_chunk = use(chunk)
     assert at_chunk.reserve_bytes == profile.reserve_bytes
-    assert at_chunk.usable_bytes == pytest.approx(gpu.hbm_capacity_bytes * profile.memory_utilization)
+    if profile.memory_share_of == "hbm":
+        assert at_chunk.usable_bytes == pytest.approx(
+            gpu.hbm_capacity_bytes * profile.memory_utilization)
+    else:  # the share of what weights, activations and reserve leave: KV = share x free
+        fixed = at_chunk.weights_bytes + at_chunk.activation_bytes + at_chunk.reserve_bytes
+        assert at_chunk.usable_bytes - fixed == pytest.approx(
+            profile.memory_utilization * (gpu.hbm_capacity_bytes - fixed))
     assert use(chunk * 10).activation_bytes == at_chunk.activation_bytes  # one chunk per pass
     assert use(chunk / 2).activation_bytes < at_chunk.activation_bytes
 

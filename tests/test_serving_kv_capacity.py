@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from energylens.cost.memory import memory_use
 from energylens.deployment import Deployment, Workload
 from energylens.hardware import load_gpu
+from energylens.model.families import build_graph
+from energylens.model.zoo import get_model
 from energylens.predict import predict
 from energylens.runtime import get_runtime
 
@@ -72,3 +75,25 @@ def test_no_measured_ml_energy_configuration_is_refused() -> None:
                 if "not in the zoo" not in str(exc):
                     refused.append(f"{path.name}: {exc}")
     assert not refused, refused
+
+
+def test_a_share_of_free_memory_leaves_the_kv_that_share_of_what_the_weights_leave() -> None:
+    """TensorRT-LLM's free_gpu_memory_fraction (0.9) is a share of the memory the weights
+    leave, vLLM's gpu_memory_utilization (0.9) one of the whole HBM: with 60 GB of weights
+    on an 85.52 GB H100 the KV space is about 0.9 x 25.5 = 23 GB against 0.9 x 85.52 - 60
+    = 17 GB (activations and reserve aside)."""
+    model, gpu = get_model("llama-3.1-70b"), load_gpu("H100")
+    free_kv = {}
+    for name in ("vllm", "trtllm"):
+        runtime = get_runtime(name)
+        use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
+                         degrees=Deployment(tp=2).degrees(model), pp=1, weight_dtype="bf16",
+                         kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
+        fixed = use.weights_bytes + use.activation_bytes + use.reserve_bytes
+        free_kv[name] = float(use.usable_bytes - fixed)
+        share = runtime.memory_utilization
+        expected = (share * (gpu.hbm_capacity_bytes - fixed) if runtime.memory_share_of == "free"
+                    else share * gpu.hbm_capacity_bytes - fixed)
+        assert free_kv[name] == pytest.approx(expected)
+    assert get_runtime("trtllm").memory_share_of == "free"
+    assert free_kv["trtllm"] > free_kv["vllm"]

@@ -36,7 +36,7 @@ class MemoryUse:
     activation_bytes: Size
     reserve_bytes: float
     capacity_bytes: float
-    usable_bytes: float  # the share of capacity the runtime may use
+    usable_bytes: Size  # what the runtime may use of the capacity
     state_bytes: Size = 0.0  # recurrent-mixer state of the sequences (constant per sequence)
 
     @property
@@ -166,7 +166,12 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     activations = np.minimum(step_tokens / ranks, runtime.prefill_chunk_tokens) * per_token
+    capacity = gpu.hbm_capacity_bytes
+    if runtime.memory_share_of == "free":  # a share of what weights and activations leave
+        fixed = weights + activations + runtime.reserve_bytes
+        usable = fixed + runtime.memory_utilization * np.maximum(capacity - fixed, 0.0)
+    else:
+        usable = capacity * runtime.memory_utilization
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
-                     activation_bytes=activations,
-                     reserve_bytes=runtime.reserve_bytes, capacity_bytes=gpu.hbm_capacity_bytes,
-                     usable_bytes=gpu.hbm_capacity_bytes * runtime.memory_utilization)
+                     activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
+                     capacity_bytes=capacity, usable_bytes=usable)

@@ -82,6 +82,18 @@ def release_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in numbers[:3])
 
 
+#: What ``memory_utilization`` is a share of: the whole HBM (vLLM, SGLang) or the memory
+#: left free after weights, activations and reserve (TensorRT-LLM, LMDeploy).
+MEMORY_SHARES = ("hbm", "free")
+
+
+def _share_of(value: Any) -> str:
+    if value not in MEMORY_SHARES:
+        raise EnergyLensError(f"memory_share_of must be one of {', '.join(MEMORY_SHARES)}, "
+                              f"got {value!r}")
+    return str(value)
+
+
 def _scheduling(value: Any) -> str:
     if value not in PREFILL_SCHEDULING:
         raise EnergyLensError(f"prefill_scheduling must be one of {', '.join(PREFILL_SCHEDULING)}, "
@@ -96,6 +108,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "attention_kernel": str,
     "cuda_graph_batch_sizes": _ints,
     "memory_utilization": float,
+    "memory_share_of": _share_of,
     "reserve_bytes": float,
     "prefill_chunk_tokens": int,
     "prefill_scheduling": _scheduling,
@@ -135,7 +148,8 @@ class RuntimeProfile:
     default_fusions: frozenset[str]
     attention_kernel: str  # attention kernel family (informational)
     cuda_graph_batch_sizes: tuple[int, ...]  # decode batch sizes captured as CUDA graphs
-    memory_utilization: float  # share of HBM the engine may use
+    memory_utilization: float  # share of HBM (or of what weights leave) the engine may use
+    memory_share_of: str  # "hbm" or "free" (MEMORY_SHARES)
     reserve_bytes: float  # CUDA context, workspaces, allocator slack
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
     prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
