@@ -3,6 +3,7 @@ per engine and GPU (issue 12 validation).
 
 Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--json RESULT]
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
+       python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
 Predicts every row of the shipped measurement CSV
 ``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
@@ -16,6 +17,12 @@ median and spread per (engine, GPU, client concurrency). A fixed front-end laten
 make the ratio fall as the prefill grows; queueing of prefills keeps it a function of the
 concurrency. The rule ratio = a + b x concurrency is fitted on the vLLM H100 rows (medians
 per concurrency) and its TTFT error printed on every other (engine, GPU), held out.
+
+``--campaigns``: TPOT error per measurement campaign (engine, GPU, model, the engine build
+named in the provenance and the month measured). One model on one GPU and engine measured
+in several campaigns shows where a campaign ran something the row does not record (docs/
+load.md: TensorRT-LLM DeepSeek-R1 campaigns 1.5-2x faster than others at low
+concurrency, the signature of multi-token prediction).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import tempfile
 from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from energylens.cli.main import main as energylens
 from energylens.errors import EnergyLensError
@@ -54,6 +62,33 @@ def _converted(silicon: Path) -> dict[str, object]:
         if energylens(["measurements", "convert", "aiconfigurator", str(silicon), "-o", str(rows)]):
             raise SystemExit("conversion failed")
         return _validate(rows)
+
+
+def _campaign(provenance: str) -> str:
+    """The engine build and month a row's provenance names (``1.2.0rc6.post3 2026-02``)."""
+    fields = dict(part.strip().split("=", 1) for part in provenance.split(";") if "=" in part)
+    build = fields.get("image", "").rsplit(":", 1)[-1]
+    if not build:  # db-dump rows name the image as a bare last field
+        build = provenance.rsplit(";", 1)[-1].strip().rsplit(":", 1)[-1]
+    return f"{build[-22:]} {fields.get('measured', '?')[:7]}"
+
+
+def campaigns(result: dict[str, Any]) -> None:
+    """TPOT MAPE and median signed error per (engine, GPU, model, campaign)."""
+    errors: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for row in result["rows"]:
+        measured, predicted = row["input"], row["predicted"]
+        if predicted:
+            key = (measured["runtime"], measured["gpu"], measured["model"],
+                   _campaign(str(measured.get("provenance", ""))))
+            errors[key].append((predicted["tpot_s"] / measured["tpot_s"] - 1) * 100)
+    print("| engine | GPU | model | campaign (build, month measured) | rows | TPOT MAPE | "
+          "TPOT median error |")
+    print("|---|---|---|---|---|---|---|")
+    for (engine, gpu, model, campaign), signed in sorted(errors.items()):
+        print(f"| {engine} | {gpu} | {model} | {campaign} | {len(signed)} | "
+              f"{statistics.mean(abs(e) for e in signed):.1f} % | "
+              f"{statistics.median(signed):+.1f} % |")
 
 
 #: The subset the concurrency rule is fitted on; every other (engine, GPU) is held out.
@@ -120,6 +155,8 @@ def main() -> None:
     source.add_argument("--json", type=Path, help="a saved 'validate measurements --json' result")
     parser.add_argument("--prefill-ratio", action="store_true",
                         help="measured TTFT over one request's prefill, per concurrency")
+    parser.add_argument("--campaigns", action="store_true",
+                        help="TPOT error per measurement campaign instead of per engine/GPU")
     args = parser.parse_args()
     if args.prefill_ratio:
         prefill_ratio(args.rows)
@@ -128,6 +165,9 @@ def main() -> None:
         result = json.loads(args.json.read_text())
     else:
         result = _converted(args.silicon) if args.silicon else _validate(args.rows)
+    if args.campaigns:
+        campaigns(result)
+        return
     errors: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     left_out: Counter[str] = Counter()
     for row in result["rows"]:  # type: ignore[index]
