@@ -114,8 +114,8 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         fusion=frozenset(runtime.default_fusions if deployment.fusion is None
                          else deployment.fusion),
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
-        # ``auto`` (None): the runtime's default for the checkpoint (vLLM: the activations'
-        # bf16; TensorRT-LLM: the KV precision the checkpoint declares).
+        # ``auto`` (None): the runtime's default for the checkpoint in its release (vLLM
+        # before 0.12: the activations' bf16; TensorRT-LLM: what the checkpoint declares).
         kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model,
                                                         version=deployment.runtime_version),
         overlap_sms=deployment.overlap_sms,
