@@ -25,41 +25,38 @@ SHIPPED_FITS = Path(__file__).resolve().parents[1] / "energylens" / "data" / "ca
 #: Targets not met by the shipped calibration: today's number + 1.5 points. Shrink these
 #: when the model improves; never raise them to make a regression pass.
 KNOWN_MISSES: dict[str, float] = {
-    # Reset with the calibration of 2026-11-27 (the engines' own all-reduce fitted with
-    # message sizes read as bf16 elements; one MoE reduction after the combine; MLA prompts
-    # in the decompressed form). Against the 2026-11-23 one: ML.ENERGY H100 MoE energy held
-    # out by model 12.1 -> 11.6 % (met again), MoE 1-GPU energy -1.4 points; the regime
-    # folds move -0.8 to +1.1 points (worst: B200 gpu-count ITL +1.1, H100 dense -> MoE ITL
-    # +1.0, both within their old limits, which are kept: a limit never rises). New:
-    # Vidur a100_dgx all-reduce 10.1 %: the link fit (cost/comm.py, fit_links) is unchanged
-    # by this round and refits to the same constants at commit 410b761 (rms log residual
-    # of A100 infiniband/4-per-node 0.144, the previous file had 0.099 from an earlier
-    # state of the code); a refit exposes it, it is not this round's regression. Target
-    # 10 %; docs/accuracy.md.
+    # Reset with the calibration of 2026-11-27 (third session): decode attention priced as
+    # its KV stream plus a fixed time per (sequence, KV head) tile, both fitted on the
+    # kernel tables; regime folds whose training rows hold no expert-parallel run take the
+    # EP-layer overhead another GPU's full fit found instead of the fit's 20 us start.
+    # Every fold moved down or within 1 point (B200 gpu-count ITL 24.8 -> 14.8 %, H100
+    # gpu-count ITL 16.5 -> 4.7 %, H100 dense -> MoE ITL 18.1 -> 10.3 %; up: B200 task
+    # energy 13.0 -> 13.9, ITL 15.5 -> 15.9, precision ITL 12.4 -> 12.7, MoE -> dense
+    # energy 14.4 -> 14.6, all within their limits, which are kept: a limit never rises);
+    # ML.ENERGY H100 MoE 1-GPU energy met. Limits are today's number + 1.5 points where
+    # that is lower than before. Vidur a100_dgx all-reduce (10.1 % at the reset of the
+    # second 2026-11-27 session): the link fit is unchanged; target 10 %; docs/accuracy.md.
     "Small-kernel per-op latency, Vidur H100: attn_rope": 0.167,
     "All-reduce latency, Vidur a100_dgx": 0.116,
-    "ML.ENERGY H100 energy per output token, moe,1-gpu": 0.146,
-    "Regime-out H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.172,
-    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.197,
-    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.119,
-    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.172,
-    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.191,
-    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.186,
-    "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.147,
-    "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.138,
-    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.288,
-    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.252,
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.171,
+    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.167,
+    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.118,
+    "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.131,
+    "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.135,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.236,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.163,
     "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.146,
     "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.139,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.145,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.17,
-    "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.202,
-    "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.211,
+    "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.169,
+    "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.161,
     "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.154,
     "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.134,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.202,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.229,
-    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.187,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.199,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.226,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.184,
     "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.152,
 }
 

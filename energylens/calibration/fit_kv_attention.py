@@ -2,14 +2,17 @@
 
 The paged decode-attention kernel (FlashAttention-3 on Hopper, FlashInfer's TRT-LLM decode
 kernel on Blackwell, FA2 on Ada/Ampere, as vLLM picks them) is memory-bound: each step reads
-every cached key and value of every running sequence once. The share of HBM peak it reaches,
-``kv_bandwidth_efficiency``, is a kernel property; it was fitted on end-to-end serving rows,
-where MoE rows alone drove it to a third of its dense value. AIConfigurator times vLLM's
-decode attention alone (``kernels/<gpu>/attention/vllm/<v>/generation_attention_perf.parquet``:
-``batch_size``, ``step`` cached tokens, ``num_heads``, ``num_key_value_heads``, ``head_dim``,
-``latency`` in ms, BF16 KV cache), so the constant is fitted there: the one value that makes the
-cost model's own price of the fused ``qk + softmax + av`` kernel match those times best (least
-squares on log time).
+every cached key and value of every running sequence once. Two kernel properties set its
+time: ``kv_bandwidth_efficiency``, the share of HBM peak the stream reaches (long
+contexts), and ``attention_tile_s``, a fixed time per work tile, one (sequence, KV head)
+pair, amortised over the SMs (page-table walk, prologue, split-KV reduction: many short
+sequences). AIConfigurator times vLLM's decode attention alone
+(``kernels/<gpu>/attention/vllm/<v>/generation_attention_perf.parquet``: ``batch_size``,
+``step`` cached tokens, ``num_heads``, ``num_key_value_heads``, ``head_dim``, ``latency`` in
+ms, BF16 KV cache): both are fitted there, the values that make the cost model's own price
+of the fused ``qk + softmax + av`` kernel match those times best (least squares on log
+time). Different shapes identify them: 2 sequences of 64k tokens and 1,024 of 64 read
+similar bytes through 2 and 1,024 x KV-heads tiles.
 
 Honesty: the rows are split by KV-head count (alternate values); each half's fit predicts the
 other half, and that held-out error is reported beside the in-sample one.
@@ -31,9 +34,12 @@ from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.hardware import GPU, load_gpu
 from energylens.model.families import family_part, parse_layer
 
-FIELD = "kv_bandwidth_efficiency"
-#: Search range of the efficiency (a share of the datasheet HBM bandwidth).
-BOUNDS = (0.2, 1.0)
+#: The fitted constants and their search ranges: a share of the datasheet HBM bandwidth,
+#: and seconds per tile (up to 1 us: 8 KV heads of 1,024 sequences would then take 8 ms).
+FIELDS = ("kv_bandwidth_efficiency", "attention_tile_s")
+BOUNDS = ((0.2, 1.0), (0.0, 1e-6))
+#: The tile time is searched in nanoseconds (both unknowns of order 1 for the solver).
+_TILE_UNIT_S = 1e-9
 COLUMNS = ["batch_size", "step", "num_heads", "num_key_value_heads", "head_dim",
            "kv_cache_dtype", "latency"]
 
@@ -99,35 +105,44 @@ def predicted_s(*, table: DecodeAttentionTable, rows: np.ndarray, gpu: GPU,
     return out
 
 
+def _values(x: np.ndarray) -> dict[str, float]:
+    return {FIELDS[0]: float(x[0]), FIELDS[1]: float(x[1]) * _TILE_UNIT_S}
+
+
 def _best(*, table: DecodeAttentionTable, rows: np.ndarray, gpu: GPU,
-          constants: KernelConstants) -> float:
-    from scipy.optimize import minimize_scalar
+          constants: KernelConstants) -> dict[str, float]:
+    from scipy.optimize import least_squares
 
     measured = np.log(table.latency_s[rows])
 
-    def loss(value: float) -> float:
+    def residual(x: np.ndarray) -> np.ndarray:
         priced = predicted_s(table=table, rows=rows, gpu=gpu,
-                             constants=replace(constants, **{FIELD: value}))
-        return float(np.mean((np.log(priced) - measured) ** 2))
+                             constants=replace(constants, **_values(x)))
+        return np.log(priced) - measured
 
-    return float(minimize_scalar(loss, bounds=BOUNDS, method="bounded",
-                                 options={"xatol": 1e-4}).x)
+    lower = [BOUNDS[0][0], BOUNDS[1][0] / _TILE_UNIT_S]
+    upper = [BOUNDS[0][1], BOUNDS[1][1] / _TILE_UNIT_S]
+    start = [min(max(constants.kv_bandwidth_efficiency, lower[0]), upper[0]), 10.0]
+    return _values(least_squares(residual, start, bounds=(lower, upper), x_scale=[0.1, 10.0]).x)
 
 
 def fit_kv_attention(*, table: DecodeAttentionTable, constants: KernelConstants,
                      leave_out: bool = True) -> FitResult:
-    """``kv_bandwidth_efficiency`` of the table's GPU, given its other kernel constants."""
+    """``kv_bandwidth_efficiency`` and ``attention_tile_s`` of the table's GPU, given its
+    other kernel constants."""
     gpu = load_gpu(table.gpu)
     everything = np.ones(table.latency_s.size, dtype=bool)
-    value = _best(table=table, rows=everything, gpu=gpu, constants=constants)
+    values = _best(table=table, rows=everything, gpu=gpu, constants=constants)
     fitted = predicted_s(table=table, rows=everything, gpu=gpu,
-                         constants=replace(constants, **{FIELD: value}))
-    result = FitResult(values={FIELD: value},
+                         constants=replace(constants, **values))
+    at_bound = [name for name, (low, high) in zip(FIELDS, BOUNDS, strict=True)
+                if min(abs(values[name] - low), abs(values[name] - high)) < 1e-3 * (high - low)]
+    result = FitResult(values=values,
                        rms_log_residual=float(np.sqrt(np.mean(
                            np.log(fitted / table.latency_s) ** 2))),
                        in_sample={"latency": ErrorStats.of(fitted, table.latency_s)},
                        fitted_on=[str(table.path)], n_points=int(table.latency_s.size),
-                       at_bound=[FIELD] if min(abs(value - b) for b in BOUNDS) < 1e-3 else [])
+                       at_bound=at_bound)
     kv_values = np.unique(table.kv_heads)
     if leave_out and kv_values.size > 1:
         first = np.isin(table.kv_heads, kv_values[::2])
@@ -135,6 +150,6 @@ def fit_kv_attention(*, table: DecodeAttentionTable, constants: KernelConstants,
         for fold in (first, ~first):
             half = _best(table=table, rows=fold, gpu=gpu, constants=constants)
             held[~fold] = predicted_s(table=table, rows=~fold, gpu=gpu,
-                                      constants=replace(constants, **{FIELD: half}))
+                                      constants=replace(constants, **half))
         result.leave_out = {"latency": ErrorStats.of(held, table.latency_s)}
     return result

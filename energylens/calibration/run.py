@@ -401,20 +401,24 @@ def _fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstant
 def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],
                       prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
                       leave_out: bool, log: Callable[[str], None]) -> None:
-    """The decode-attention KV bandwidth efficiency of one GPU from its kernel table."""
-    from energylens.calibration.fit_kv_attention import FIELD, fit_kv_attention, read_table
+    """The decode-attention KV bandwidth efficiency and tile time of one GPU from its
+    kernel table."""
+    from energylens.calibration.fit_kv_attention import fit_kv_attention, read_table
 
     table = read_table(path=path)
     if table.gpu not in kernels:
         return  # no kernel constants to price the kernel with (no data, no relative)
     result = fit_kv_attention(table=table, constants=kernels[table.gpu], leave_out=leave_out)
-    log(f"kernels {table.gpu}: {FIELD} = {result.values[FIELD]:.3f} on {result.n_points} "
-        f"decode-attention rows")
-    fit_id = f"aiconfigurator-attention/{table.gpu}/{FIELD}"
+    log(f"kernels {table.gpu}: kv_bandwidth_efficiency = "
+        f"{result.values['kv_bandwidth_efficiency']:.3f}, attention_tile_s = "
+        f"{result.values['attention_tile_s'] * 1e9:.1f} ns on {result.n_points} "
+        "decode-attention rows")
+    fit_id = f"aiconfigurator-attention/{table.gpu}/decode"
     fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_kv_heads_half_out")
     kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
-    prov.setdefault(f"kernels/{table.gpu}", {})[FIELD] = _entry(
-        result.values[FIELD], kind="fitted", fit_id=fit_id, report=fits[fit_id])
+    prov.setdefault(f"kernels/{table.gpu}", {}).update(
+        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+         for k, v in result.values.items()})
 
 
 def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],

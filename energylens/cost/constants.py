@@ -22,6 +22,9 @@ class KernelConstants:
     memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
     memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
     kv_bandwidth_efficiency: float = 0.80  # fraction of HBM peak fused attention reaches on KV
+    # Fused attention's fixed time per work tile, one (sequence, KV head) pair, amortised
+    # over the SMs: page-table walk, prologue, split-KV reduction (0 = none, assumed).
+    attention_tile_s: float = 0.0
     expert_bandwidth_efficiency: float = 0.80  # HBM fraction of fused-MoE GEMMs (assumed, not fitted)
     vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
     roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time

@@ -11,7 +11,7 @@ same operands): a plan changes how often they are computed, never their value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel
@@ -114,6 +114,11 @@ class KernelPlan:
     klass_bandwidth_efficiency: float
     floor_s: float
     floor_sharpness: float  # 1: the floor adds to the rest (GEMMs, attention)
+    #: A fused attention's work tiles: the cached keys' ranks that are neither the context
+    #: nor contracted (GQA ``KC[b,p,g,e]``: b, g; MLA ``LC[b,p,l]``: b), and the local
+    #: sizes of those no phase sets. Empty for every other kernel.
+    tile_ranks: tuple[str, ...] = ()
+    tile_sizes: dict[str, int] = field(default_factory=dict)
 
 
 def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelConstants,
@@ -148,6 +153,23 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
                       element_bytes=element)
 
 
+def _attention_tiles(kernel: Kernel) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The work-tile ranks of a fused attention kernel and their local sizes (see
+    :class:`KernelPlan`); ``((), {})`` for any other kernel."""
+    if sum(1 for op in kernel.ops if op.causal) <= 1:
+        return (), {}
+    for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
+        if not op.causal or op.kind != "contraction":
+            continue
+        context = op.causal[1]
+        cache = next((t for t in op.inputs if context in t.ranks), None)
+        if cache is not None:
+            ranks = tuple(r for r in cache.ranks
+                          if r != context and r not in op.contracted_ranks)
+            return ranks, {r: local[r] for r in ranks if r in local}
+    return (), {}
+
+
 def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_dtype: str,
                kv_dtype: str, window: float | None) -> KernelPlan:
     """The plan of ``kernel`` on ``gpu`` (uncached: see :func:`kernel_plan`)."""
@@ -155,6 +177,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
     appended = {op.output.name for op in kernel.ops
                 if op.persistent_output and "m" in op.output.ranks}
     klass = vector_class(kernel)
+    tile_ranks, tile_sizes = _attention_tiles(kernel)
     return KernelPlan(
         ops=tuple(_op_plan(op=op, local=local, gpu=gpu, constants=constants,
                            weight_dtype=weight_dtype)
@@ -170,6 +193,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
         floor_s=launch_floor_s(kernel=kernel, constants=constants),
         floor_sharpness=(1.0 if klass is None else
                          float(getattr(constants, f"{klass}_floor_sharpness"))),
+        tile_ranks=tile_ranks, tile_sizes=tile_sizes,
     )
 
 

@@ -294,10 +294,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
     nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
                            kv_dtype=kv_dtype)
-    bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
-                                          constants=constants)
     work = _Work(compute_s=(tensor_time + vector_time) * compute_slowdown,
-                 memory_s=nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff),
+                 memory_s=_memory_s(plan=plan, kernel=kernel, phase=phase, nbytes=nbytes,
+                                    gpu=gpu, constants=constants),
                  flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
                                 + vector_flops * constants.energy_per_vector_flop_j),
                  byte_energy_j=nbytes * constants.energy_per_hbm_byte_j,
@@ -340,6 +339,19 @@ def _kernel_bytes(*, plan: KernelPlan, phase: dict[str, Size], window: float | N
                                        weight_dtype=weight_dtype, window=window,
                                        kv_dtype=kv_dtype, cache=tensor.cache)
     return nbytes
+
+
+def _memory_s(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size], nbytes: Size,
+              gpu: GPU, constants: KernelConstants) -> Size:
+    """The kernel's memory time: its bytes at its share of HBM peak, plus a fused
+    attention's fixed time per (sequence, KV head) work tile."""
+    bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
+                                          constants=constants)
+    time = nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
+    if plan.tile_ranks and constants.attention_tile_s:
+        tiles = rank_product(plan.tile_ranks, {**plan.tile_sizes, **phase})
+        time = time + tiles * constants.attention_tile_s
+    return time
 
 
 def _bandwidth_efficiency(*, plan: KernelPlan, kernel: Kernel, nbytes: Size,
@@ -409,10 +421,9 @@ def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Si
         tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
     nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
                            kv_dtype=kv_dtype)
-    bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
-                                          constants=constants)
     work_compute_s = (tensor_time + vector_time) * compute_slowdown
-    work_memory_s = nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
+    work_memory_s = _memory_s(plan=plan, kernel=kernel, phase=phase, nbytes=nbytes, gpu=gpu,
+                              constants=constants)
     flop_energy_j = (tensor_energy_flops * constants.energy_per_tensor_flop_j
                      + vector_flops * constants.energy_per_vector_flop_j)
     byte_energy = nbytes * constants.energy_per_hbm_byte_j
