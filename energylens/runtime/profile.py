@@ -58,11 +58,13 @@ def _ints(value: Any) -> tuple[int, ...]:
 AUTO_KV_DTYPES = ("checkpoint", "activations")
 
 
-def _auto_kv(value: Any) -> str:
-    if value not in AUTO_KV_DTYPES:
-        raise EnergyLensError(f"auto_kv_dtype must be one of {', '.join(AUTO_KV_DTYPES)}, "
-                              f"got {value!r}")
-    return str(value)
+def _one_of(fact: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    """A reader of a fact whose value is one of ``allowed`` (else a one-line error)."""
+    def read(value: Any) -> str:
+        if value not in allowed:
+            raise EnergyLensError(f"{fact} must be one of {', '.join(allowed)}, got {value!r}")
+        return str(value)
+    return read
 
 
 def _release(value: Any) -> str | None:
@@ -87,20 +89,6 @@ def release_key(version: str) -> tuple[int, ...]:
 MEMORY_SHARES = ("hbm", "free")
 
 
-def _share_of(value: Any) -> str:
-    if value not in MEMORY_SHARES:
-        raise EnergyLensError(f"memory_share_of must be one of {', '.join(MEMORY_SHARES)}, "
-                              f"got {value!r}")
-    return str(value)
-
-
-def _scheduling(value: Any) -> str:
-    if value not in PREFILL_SCHEDULING:
-        raise EnergyLensError(f"prefill_scheduling must be one of {', '.join(PREFILL_SCHEDULING)}, "
-                              f"got {value!r}")
-    return str(value)
-
-
 #: Every fact of a profile and how its YAML value is read.
 _FACTS: dict[str, Callable[[Any], Any]] = {
     "version": str,
@@ -108,14 +96,14 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "attention_kernel": str,
     "cuda_graph_batch_sizes": _ints,
     "memory_utilization": float,
-    "memory_share_of": _share_of,
+    "memory_share_of": _one_of("memory_share_of", MEMORY_SHARES),
     "reserve_bytes": float,
     "prefill_chunk_tokens": int,
-    "prefill_scheduling": _scheduling,
+    "prefill_scheduling": _one_of("prefill_scheduling", PREFILL_SCHEDULING),
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
-    "auto_kv_dtype": _auto_kv,
+    "auto_kv_dtype": _one_of("auto_kv_dtype", AUTO_KV_DTYPES),
     "checkpoint_kv_since": _release,
     "ep_layer_overhead_until": _release,
     "parallelism": _strings,
