@@ -286,8 +286,43 @@ def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_p
     converted = converters()["aiconfigurator"](source, Options())
     layouts = [(r["tp"], r["ep"], r["moe_tp"], r["num_gpus"]) for r in converted.rows]
     assert layouts == [(8, 8, 1, 8), (4, 4, 1, 4), (8, 4, 2, 8)]
-    assert any("2 row(s) record tp_size = moe_tp_size x moe_ep_size" in n
+    assert any("2 row(s) record an N-GPU layout multiplied to N x N" in n
                for n in converted.notes)
+
+
+def test_aiconfigurator_attention_dp_rows_with_the_layout_multiplied(tmp_path: Path) -> None:
+    """The same N x N multiplication with attention DP: TensorRT-LLM attention_dp_size
+    N x N over moe_tp = moe_ep = N is attention DP N with EP N; vLLM tp_size =
+    attention_dp_size = N with moe_ep_size N x N is TP N, EP N. A consistent attention-DP
+    layout (attention DP 8 over EP 8) is kept."""
+    rows = [("trtllm", "deepseek-ai/DeepSeek-R1", 1, 64, 8, 8),
+            ("vllm", "moonshotai/Kimi-K2.5", 4, 4, 1, 16),
+            ("trtllm", "deepseek-ai/DeepSeek-R1", 1, 8, 1, 8)]
+    source = _write(tmp_path, AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency=64,{engine},1.2,{model},b200_sxm,fp4,agg,1024,1024,"
+        f"nvfp4,nvfp4,8,{tp},1,{adp},{moe_tp},{ep},490,8.6\n"
+        for i, (engine, model, tp, adp, moe_tp, ep) in enumerate(rows)), "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options())
+    layouts = [(r["tp"], r["attention_dp"], r["ep"], r["moe_tp"], r["num_gpus"])
+               for r in converted.rows]
+    assert layouts == [(1, 8, 8, 1, 8), (4, 1, 4, 1, 4), (1, 8, 8, 1, 8)]
+
+
+def test_aiconfigurator_dynamo_rows_fill_whole_workers(tmp_path: Path) -> None:
+    """A Dynamo-run row whose concurrency is k x batch_size (k whole, > 1) ran k workers:
+    dp = k, num_gpus k x the layout's. A row run without Dynamo, or whose concurrency is
+    no whole multiple, keeps one replica."""
+    dynamo = "image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1"
+    rows = [(f"silicon_concurrency=448; {dynamo}", 14), (f"silicon_concurrency=48; {dynamo}", 14),
+            ("silicon_concurrency=448", 14), (f"silicon_concurrency=14; {dynamo}", 14)]
+    source = _write(tmp_path, AIC_HEADER + "".join(
+        f"r{i},db; {where},trtllm,1.3.0rc5,Qwen/Qwen3-32B,gb200,fp8,agg,15000,500,fp8,fp8,"
+        f"{batch},2,1,1,1,1,900,13\n" for i, (where, batch) in enumerate(rows)),
+        "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options())
+    assert [(r["dp"], r["num_gpus"]) for r in converted.rows] == [
+        (32, 64), (None, 2), (None, 2), (None, 2)]
+    assert any("1 Dynamo row(s) written with dp" in n for n in converted.notes)
 
 
 SHIPPED_AIC = REPO / "data/measurements/aiconfigurator/silicon_sample_agg.csv"

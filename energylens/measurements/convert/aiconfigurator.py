@@ -15,7 +15,15 @@ attention, experts split N ways): every such row whose id names its layout says
 ``tpN_epN`` (125 of the 249; the others are named by a config number), and
 ``..._c4_tp8_ep8_954`` (``tp_size`` 64) repeats the TPOT and TTFT of
 ``..._c4_tp8_0_ep8_0_1252`` (``tp_size`` 8, ``moe_tp_size`` 1) to the last digit: the
-dump multiplied the expert split into ``tp_size``. With ``load_as_serving`` each row is
+dump multiplied the expert split into ``tp_size``. The same multiplication shows in attention-DP
+rows, each the duplicate of a row that records the N-GPU layout with the same TTFT and
+TPOT to the last digit: TensorRT-LLM ``attention_dp_size`` N x N with ``moe_tp_size`` =
+``moe_ep_size`` = N and ``tp_size`` 1 (``dsr1_b200_trtllm_fp4_agg_1024x8192_c256_cfg191``,
+64 = 8 x 8, repeats ``..._c256_tp8_0_ep8_0_1080``: attention DP 8, EP 8) is written as
+attention DP N, ``ep`` = N; vLLM ``tp_size`` = ``attention_dp_size`` = N with
+``moe_ep_size`` N x N (``kimik2_5_b200_vllm_fp4_agg_8192x1024_c4_cfg635``, 4 x 4 with EP
+16, repeats ``kimi_k2_5_gap_analysis_..._8192x1024_c4_tp4_ep4_13``) as ``tp`` = ``ep`` =
+N without attention DP. With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
 
@@ -25,6 +33,16 @@ cache (:data:`energylens.model.zoo.MODELOPT_KV_DTYPE`), and the row's engine sto
 the checkpoint declares when ``--kv-dtype`` is auto in the row's release (TensorRT-LLM;
 vLLM from its profile's ``checkpoint_kv_since``), the row is written with ``kv_dtype``
 fp8; otherwise ``kv_dtype`` stays empty (auto).
+
+Replicas: a row run under NVIDIA Dynamo (``image=nvcr.io/nvidia/ai-dynamo/...`` in its
+provenance) serves its clients with several workers of the recorded layout behind one
+frontend. The rows do not name the worker count, but their load does: every Dynamo row
+whose ``silicon_concurrency`` exceeds ``batch_size x attention_dp_size`` is a whole
+multiple k of it (24 rows: k = 2, 4, 8 or 32; the 1.3.0rc5 rows' k x layout GPUs is 64,
+a full rack's allotment), the load AIConfigurator's generator gives k workers each filled
+to its batch. Those rows are written with ``dp`` = k replicas (``num_gpus`` k times the
+layout's). No row run without Dynamo has a concurrency above its batch. Assumed from
+that arithmetic (the generator's rule is not published beside the rows).
 """
 
 from __future__ import annotations
@@ -43,6 +61,7 @@ _KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path"
          "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
          "moe_tp_size", "moe_ep_size", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+_DYNAMO = re.compile(r"image=nvcr\.io/nvidia/ai-dynamo/")
 #: Checkpoints only NVIDIA's Model Optimizer publishes, by (``model_path``,
 #: ``gemm_quant_mode``): every NVFP4 checkpoint (model publishers release none), and
 #: per-tensor FP8 of Qwen3-32B (Qwen's own FP8 release is block-scaled, ``fp8_block``; the
@@ -81,11 +100,42 @@ def _kv_dtype(row: dict[str, str]) -> str | None:
     return MODELOPT_KV_DTYPE if follows else None
 
 
+Layout = tuple[int, int | None, int | None, int | None]
+
+
+def _unsquared(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) -> Layout | None:
+    """The N-GPU launch (tp, attention_dp, moe_tp, ep) of a row whose layout the dump
+    multiplied to N x N GPUs (module docstring), or None for any other row."""
+    if adp in (None, 1) and moe_tp is not None and moe_tp > 1 and moe_tp == ep \
+            and tp == moe_tp * ep:
+        return ep, adp, 1, ep  # TP attention over N, experts N ways
+    if adp is None or adp == 1 or moe_tp is None or ep is None:
+        return None
+    if tp == 1 and moe_tp > 1 and moe_tp == ep and adp == moe_tp * ep:
+        return 1, ep, 1, ep  # attention DP over N, experts N ways
+    if tp > 1 and tp == adp and moe_tp == 1 and ep == tp * adp:
+        return tp, 1, 1, tp  # TP attention over N, experts N ways
+    return None
+
+
+def _dynamo_workers(row: dict[str, str], *, concurrency: int, attention_dp: int) -> int:
+    """Workers a Dynamo-run row served its clients with (1 for any other row): the whole
+    multiple its concurrency is of ``batch_size x attention_dp`` (module docstring)."""
+    if _DYNAMO.search(row["silicon_data_source"]) is None:
+        return 1
+    try:
+        per_worker = float(row["batch_size"]) * attention_dp
+    except ValueError:
+        return 1
+    workers = concurrency / per_worker if per_worker > 0 else 1.0
+    return int(workers) if workers > 1 and workers.is_integer() else 1
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     out = Converted(rows=[])
-    skipped = unstated = no_load = squared = fp8_kv = 0
+    skipped = unstated = no_load = squared = fp8_kv = replicated = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -99,13 +149,16 @@ def convert(path: Path, options: Options) -> Converted:
         adp, moe_tp, ep = (_stated(path, row, k, n) for k in ("attention_dp_size", "moe_tp_size",
                                                               "moe_ep_size"))
         unstated += None in (adp, moe_tp, ep)
-        if adp in (None, 1) and moe_tp is not None and moe_tp > 1 and moe_tp == ep \
-                and tp == moe_tp * ep:
-            tp, moe_tp = ep, 1
+        launch = _unsquared(tp=tp, adp=adp, moe_tp=moe_tp, ep=ep)
+        if launch is not None:
+            tp, adp, moe_tp, ep = launch
             squared += 1
+        workers = _dynamo_workers(row, concurrency=concurrency, attention_dp=adp or 1)
+        replicated += workers > 1
         converted: dict[str, Any] = {
             "model": row["model_path"], "gpu": options.gpu or row["system"],
-            "num_gpus": tp * (adp or 1) * pp, "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
+            "num_gpus": workers * tp * (adp or 1) * pp, "dp": workers if workers > 1 else None,
+            "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
             "attention_dp": adp,
             "runtime": row["backend"], "runtime_version": row["backend_version"],
             "dtype": row["precision"] or row["gemm_quant_mode"], "kv_dtype": _kv_dtype(row),
@@ -129,9 +182,13 @@ def convert(path: Path, options: Options) -> Converted:
         out.notes.append(f"{no_load} aggregated row(s) left out: no silicon_concurrency= in "
                          "their provenance, so their load is unknown")
     if squared:
-        out.notes.append(f"{squared} row(s) record tp_size = moe_tp_size x moe_ep_size (N x N): "
-                         "written as their N-GPU launch, tp = ep = N, moe_tp = 1 (see the "
-                         "converter's docstring)")
+        out.notes.append(f"{squared} row(s) record an N-GPU layout multiplied to N x N GPUs "
+                         "(tp_size, or tp_size x attention_dp_size, = N x N): written as their "
+                         "N-GPU launch, ep = N, moe_tp = 1 (see the converter's docstring)")
+    if replicated:
+        out.notes.append(f"{replicated} Dynamo row(s) written with dp = concurrency / (batch_size "
+                         "x attention_dp_size) replicas: their load fills that many workers "
+                         "(see the converter's docstring)")
     if fp8_kv:
         out.notes.append(f"{fp8_kv} row(s) written with kv_dtype {MODELOPT_KV_DTYPE}: a Model "
                          "Optimizer checkpoint on an engine that follows its KV declaration "
