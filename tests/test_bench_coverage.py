@@ -50,6 +50,19 @@ def test_llama_cpp_rows_are_one_sequence_in_prompt_passes_the_others_a_tp_batch(
         ("trtllm", 64, 1, 4)
 
 
+def test_the_bench_tensorrt_llm_rows_ran_a_release_before_the_overlap_scheduler() -> None:
+    """The bench's TensorRT-LLM (2024, TensorRT engines) is read as a 0.x release, before
+    the profile's overlap_scheduler_since: its rows keep the overheads they are fitted to."""
+    from energylens.runtime import get_runtime
+    from energylens.runtime.profile import release_key
+
+    trt = bench_setup({"Num of Hardware": 1, "Input Output Length": 128, "Batch Size": 8,
+                       "Framework": "TensorRT-LLM"})
+    since = get_runtime("trtllm").overlap_scheduler_since
+    assert trt.deployment.runtime_version is not None and since is not None
+    assert release_key(trt.deployment.runtime_version) < release_key(since)
+
+
 @pytest.mark.parametrize(("hardware", "name"), [
     ("Nvidia GH200 GPU", "GH200"), ("AMD MI250 GPU", "MI250"), ("Intel PVC GPU", "Max-1550"),
     ("Intel Max 1550", "Max-1550"), ("Habana Gaudi2", "Gaudi2"), ("Nvidia A100 GPU",

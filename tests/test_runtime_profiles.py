@@ -286,6 +286,33 @@ def test_the_ep_layer_overhead_follows_the_release(version: str | None, charged:
     assert tpot(1, version) == pytest.approx(tpot(1, None), rel=1e-12)
 
 
+@pytest.mark.parametrize(("version", "hidden"), [
+    ("0", False), ("0.21.0", False), ("1.0.0", True), ("1.3.0rc5", True), (None, True)])
+def test_the_trtllm_step_overhead_hides_behind_the_overlap_scheduler(
+        version: str | None, hidden: bool) -> None:
+    """TensorRT-LLM's step and per-sequence overheads (fitted on a pre-1.0 release) are
+    charged before its ``overlap_scheduler_since`` and hidden from it on, also for the
+    release the profile describes (None): a batch-16 decode step differs by exactly
+    step + 16 x per-sequence overhead between a release before and one after."""
+    runtime = get_runtime("trtllm")
+    assert runtime.overlap_scheduler_since == "1.0.0" and runtime.version == "1.0.0"
+    cal = default_calibration()
+    gpu = "H100-SXM"
+    c = cal.runtime(runtime="trtllm", gpu=gpu)
+    assert c.step_overhead_s > 0 and c.per_sequence_overhead_s > 0
+    work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
+
+    def tpot(release: str | None) -> float:
+        d = Deployment(num_gpus=1, runtime="trtllm", runtime_version=release)
+        out = predict(model="llama-3.1-8b", gpu=gpu, deployment=d, workload=work)
+        assert out.tpot_s is not None
+        return out.tpot_s
+
+    charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
+    assert tpot("0.9.0") - tpot(version) == pytest.approx(
+        charged if hidden else 0.0, rel=1e-6, abs=1e-12)
+
+
 def test_a_runtime_version_that_is_no_release_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a release number"):
         Deployment(runtime="vllm", runtime_version="latest")

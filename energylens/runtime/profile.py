@@ -106,6 +106,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "auto_kv_dtype": _one_of("auto_kv_dtype", AUTO_KV_DTYPES),
     "checkpoint_kv_since": _release,
     "ep_layer_overhead_until": _release,
+    "overlap_scheduler_since": _release,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -148,6 +149,8 @@ class RuntimeProfile:
     checkpoint_kv_since: str | None  # the release from which auto follows the checkpoint
     ep_layer_overhead_until: str | None  # the release from which an EP MoE layer has no
     # fixed time of its own (None: the calibrated one holds for every release)
+    overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
+    # overlaps the GPU's step by default: no step or per-sequence overhead (None: never)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -298,16 +301,22 @@ class RuntimeProfile:
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
         itself, so an engine without scales predicts exactly as before), in release
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
-        expert-parallel MoE layer carries no fixed time of its own."""
+        expert-parallel MoE layer carries no fixed time of its own; from
+        ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
+        releases) hides behind the GPU's step."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
-        scaled = _scaled(calibration, gpu, c.gemm_efficiency_scale,
-                         c.attention_efficiency_scale, c.memory_efficiency_scale,
-                         c.kv_bandwidth_scale)
-        if (version is None or self.ep_layer_overhead_until is None
-                or release_key(version) < release_key(self.ep_layer_overhead_until)
-                or c.ep_moe_layer_overhead_s == 0.0):
-            return scaled
-        return _without_ep_overhead(scaled, self.name, gpu)
+        out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
+                      c.attention_efficiency_scale, c.memory_efficiency_scale,
+                      c.kv_bandwidth_scale)
+        release = release_key(version or self.version)
+        if (self.ep_layer_overhead_until is not None and c.ep_moe_layer_overhead_s != 0.0
+                and release >= release_key(self.ep_layer_overhead_until)):
+            out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
+        if (self.overlap_scheduler_since is not None
+                and (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0)
+                and release >= release_key(self.overlap_scheduler_since)):
+            out = _without(out, self.name, gpu, ("step_overhead_s", "per_sequence_overhead_s"))
+        return out
 
 
 _DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert",
@@ -336,8 +345,11 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
 
 
 @lru_cache(maxsize=64)
-def _without_ep_overhead(calibration: Calibration, runtime: str, gpu: str) -> Calibration:
-    return calibration.with_runtime(runtime=runtime, gpu=gpu, ep_moe_layer_overhead_s=0.0)
+def _without(calibration: Calibration, runtime: str, gpu: str,
+             overheads: tuple[str, ...]) -> Calibration:
+    """``calibration`` with the named (runtime, GPU) overheads at zero."""
+    return calibration.with_runtime(runtime=runtime, gpu=gpu,
+                                    **{name: 0.0 for name in overheads})
 
 
 @cache
