@@ -37,11 +37,14 @@ def _convert(fmt: str, source: Path, tmp_path: Path, **options: object) -> Path:
 
 
 def _small_lib(tmp_path: Path) -> Path:
-    """vLLM rows on H100 and A100 of the bench, plus two rows of another framework."""
+    """vLLM rows on H100 and A100 of the bench, two TensorRT-LLM rows (a release with its
+    own overheads), two llama.cpp rows and two of a framework without a profile."""
     with LIB.open() as f:
         rows = list(csv.DictReader(f))
     keep = [r for r in rows if r["Framework"] == "vLLM" and "Nvidia" in r["Hardware"]
             and r["Model"] == "meta-llama/Meta-Llama-3-8B"][:12]
+    keep += [r for r in rows if r["Framework"] == "TensorRT-LLM" and "H100" in r["Hardware"]
+             and r["Model"] == "meta-llama/Meta-Llama-3-8B"][:2]
     keep += [r for r in rows if r["Framework"] == "llama.cpp" and r["Batch Size"] == "16"][:2]
     keep += [r for r in rows if r["Framework"] == "sambaflow"][:2]
     path = tmp_path / "lib.csv"
@@ -57,7 +60,8 @@ def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp
     converted = load_user_csv(_convert("llm-inference-bench", source, tmp_path))
     ours = validate_measured(converted, calibration=default_calibration()).rows
     theirs = validate(format="llm-inference-bench", path=source).rows
-    assert len(ours) == len(theirs) == 16
+    assert len(ours) == len(theirs) == 18
+    assert {o.row.values["runtime"] for o in ours[12:14]} == {"trtllm"}
     for mine, bench in zip(ours, theirs, strict=True):
         assert mine.row.measured["e2e_s"] == bench.measured["latency_s"]
         if bench.input["Framework"] == "llama.cpp":  # its prompt in ceil(L / -b) passes,
@@ -69,7 +73,7 @@ def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp
                 bench.predicted["throughput_tokens_per_s"], rel=1e-9)
     assert all("runtime 'sambaflow' has no profile" in (o.error or "") for o in ours[-2:])
     # llama.cpp's throughput x latency is one sequence's tokens: not a batch of 16
-    for outcome, bench in zip(ours[12:14], theirs[12:14], strict=True):
+    for outcome, bench in zip(ours[14:16], theirs[14:16], strict=True):
         assert outcome.row.values["batch"] == 1
         assert outcome.row.columns["bench_batch_size"] == "16"
         # the validator prices the prompt in passes of 16 tokens: slower than one pass

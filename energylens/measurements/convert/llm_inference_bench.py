@@ -9,6 +9,10 @@ Where a row's throughput x latency is the tokens of ONE sequence (2 x length, wi
 5 %) although its batch is larger, the bench did not run ``Batch Size`` sequences at once
 (its llama.cpp rows: ``Batch Size`` is the engine's batch parameter there): such a row is
 written as a batch of 1, with the bench's value carried as ``bench_batch_size``.
+
+``runtime_version``: the release a framework's rows are read as where a profile fact
+changes since (:data:`energylens.measurements.inference_bench.RELEASES`: TensorRT-LLM as a
+0.x release, before its overlap scheduler), empty elsewhere (the profile's).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
+from energylens.measurements.inference_bench import RELEASES
 
 SAME = 0.05  # relative tolerance of "throughput x latency = the tokens of one sequence"
 
@@ -31,7 +36,8 @@ def convert(path: Path, options: Options) -> Converted:
         batch = int(v["Batch Size"])
         one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
         converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": n,
-                     "framework": v["Framework"], "workload": "batch",
+                     "framework": v["Framework"],
+                     "runtime_version": RELEASES.get(str(v["Framework"])), "workload": "batch",
                      "batch": 1 if one else batch, "input_tokens": tokens,
                      "output_tokens": tokens, "e2e_s": m["latency_s"],
                      "total_tokens_per_s": m["throughput_tokens_per_s"]}
