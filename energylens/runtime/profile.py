@@ -308,13 +308,15 @@ class RuntimeProfile:
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
                       c.kv_bandwidth_scale)
-        release = release_key(version or self.version)
-        if (self.ep_layer_overhead_until is not None and c.ep_moe_layer_overhead_s != 0.0
-                and release >= release_key(self.ep_layer_overhead_until)):
+
+        def since(release: str | None) -> bool:  # is ``version`` that release or later?
+            return release is not None and (
+                release_key(version or self.version) >= release_key(release))
+
+        if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
-        if (self.overlap_scheduler_since is not None
-                and (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0)
-                and release >= release_key(self.overlap_scheduler_since)):
+        if (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0) \
+                and since(self.overlap_scheduler_since):
             out = _without(out, self.name, gpu, ("step_overhead_s", "per_sequence_overhead_s"))
         return out
 
