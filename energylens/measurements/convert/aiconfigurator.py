@@ -100,10 +100,10 @@ def _kv_dtype(row: dict[str, str]) -> str | None:
     return MODELOPT_KV_DTYPE if follows else None
 
 
-Layout = tuple[int, int | None, int | None, int | None]
+_Layout = tuple[int, int | None, int | None, int | None]
 
 
-def _unsquared(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) -> Layout | None:
+def _unsquared(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) -> _Layout | None:
     """The N-GPU launch (tp, attention_dp, moe_tp, ep) of a row whose layout the dump
     multiplied to N x N GPUs (module docstring), or None for any other row."""
     if adp in (None, 1) and moe_tp is not None and moe_tp > 1 and moe_tp == ep \
