@@ -23,9 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "per metric with a per-row table. With --all: every known file under "
                     "--data, against the accuracy targets (--write-docs DIR also writes "
                     "DIR/accuracy.md and parity plots).")
-    v.add_argument("format", nargs="?", choices=(*FORMATS, "measurements"), metavar="FORMAT",
-                   help=f"one of {', '.join(FORMATS)}, or measurements (the measurement CSV of "
-                        "docs/measurements.md)")
+    v.add_argument("format", nargs="?", choices=(*FORMATS, "measurements", "kernels"),
+                   metavar="FORMAT",
+                   help=f"one of {', '.join(FORMATS)}, measurements (the measurement CSV of "
+                        "docs/measurements.md), or kernels (FILE: a run folder of "
+                        "data/measurements/energylens-gpu: GEMM and attention times)")
     v.add_argument("file", nargs="?", metavar="FILE")
     v.add_argument("--gpu", help="GPU the file was measured on (default: from the file/path)")
     v.add_argument("--topology", help="vidur-network: interconnect (nvswitch, nvlink-pairwise; "
@@ -117,6 +119,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return validate_measurements(args)
     if args.k_shot is not None or args.group_by is not None:
         args.parser.error("--k-shot and --group-by apply to 'validate measurements' only")
+    if args.format == "kernels":
+        from energylens.cli.kernels import validate_kernels_command
+
+        return validate_kernels_command(args)
     from rich.console import Console  # on use: other commands never load rich
 
     from energylens.validation.predictors import validate
