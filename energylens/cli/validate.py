@@ -23,11 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "per metric with a per-row table. With --all: every known file under "
                     "--data, against the accuracy targets (--write-docs DIR also writes "
                     "DIR/accuracy.md and parity plots).")
-    v.add_argument("format", nargs="?", choices=(*FORMATS, "measurements", "kernels"),
+    v.add_argument("format", nargs="?", choices=(*FORMATS, "measurements", "kernels", "steps"),
                    metavar="FORMAT",
                    help=f"one of {', '.join(FORMATS)}, measurements (the measurement CSV of "
-                        "docs/measurements.md), or kernels (FILE: a run folder of "
-                        "data/measurements/energylens-gpu: GEMM and attention times)")
+                        "docs/measurements.md), kernels (FILE: a run folder of "
+                        "data/measurements/energylens-gpu: GEMM and attention times), or steps "
+                        "(FILE: a steps_<dtype>.csv of benchmarks/gpu/measure_decode_step.py "
+                        "or a folder of them: whole forward steps, time and energy)")
     v.add_argument("file", nargs="?", metavar="FILE")
     v.add_argument("--gpu", help="GPU the file was measured on (default: from the file/path)")
     v.add_argument("--topology", help="vidur-network: interconnect (nvswitch, nvlink-pairwise; "
@@ -123,6 +125,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         from energylens.cli.kernels import validate_kernels_command
 
         return validate_kernels_command(args)
+    if args.format == "steps":
+        from energylens.cli.steps import validate_steps_command
+
+        return validate_steps_command(args)
     from rich.console import Console  # on use: other commands never load rich
 
     from energylens.validation.predictors import validate

@@ -8,6 +8,14 @@ the hardware database), ``gemm.csv`` (``dtype, layer, m, n, k, time_s, weight_by
 head_dim, causal, time_s``). A row the script could not time (its ``error`` column set,
 ``time_s`` empty) is counted, not loaded. Anything else unreadable is a one-line
 :class:`MeasurementError`.
+
+Whole forward steps (``benchmarks/gpu/measure_decode_step.py``) are ``steps_<dtype>.csv``
+files in a run folder whose ``gpu.txt`` (``nvidia-smi --query-gpu`` CSV) names the board:
+``phase`` (idle, idle_after, decode, prefill), ``batch``, ``tokens`` per sequence,
+``context`` (cached tokens), ``layers``, ``weight_dtype`` (absent in the script's first
+version: the file name says it), ``step_time_s`` (median graph replay) and the power
+columns over back-to-back replays (``power_w``, ``time_per_call_s``, ``energy_per_call_j``
+= their product, ``sm_clock_mhz``, ``clock_event_reasons``): :func:`load_step_files`.
 """
 
 from __future__ import annotations
@@ -178,3 +186,158 @@ def _attention(path: Path, number: int, row: dict[str, str]) -> AttentionTime:
                          head_dim=_count(path, number, row, "head_dim"),
                          causal=causal in ("True", "true", "1"),
                          time_s=_number(path, number, row, "time_s"))
+
+
+# --- whole forward steps (benchmarks/gpu/measure_decode_step.py) -----------------------
+
+STEPS_GLOB = "steps*.csv"
+GPU_FILE = "gpu.txt"  # ``nvidia-smi --query-gpu=name,... --format=csv`` of the run's board
+STEP_COLUMNS = ("phase", "batch", "tokens", "context", "step_time_s", "time_per_call_s",
+                "power_w", "energy_per_call_j")
+STEP_PHASES = ("decode", "prefill")
+IDLE_PHASES = ("idle", "idle_after")
+SOFTWARE_POWER_CAP = 0x4  # NVML clock event reason: the board held under its power limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTime:
+    """One measured forward step: ``batch`` sequences of ``tokens`` new tokens each over
+    ``context`` cached tokens (0 for a prefill), its graph-replay time and its board power
+    and energy over back-to-back replays."""
+
+    row: int  # 1 = first data row of the file
+    phase: str  # decode, prefill
+    batch: int
+    tokens: int
+    context: int
+    layers: int | None  # None: the file has no 'layers' column
+    weight_dtype: str
+    step_time_s: float  # median of graph replays
+    time_per_call_s: float  # window / calls while replaying back to back
+    power_w: float  # NVML energy over the window / window
+    energy_per_call_j: float  # = power_w x time_per_call_s
+    sm_clock_mhz: float | None
+    power_capped: bool  # NVML reported the software power cap (0x4) in the window
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFile:
+    """One ``steps_<dtype>.csv``: its steps, the idle power measured around them and the
+    board they ran on."""
+
+    path: Path
+    device_name: str | None  # from gpu.txt / device.json next to the file, if any
+    folder_gpu: str  # name of the folder above the run folder (``h100-sxm``)
+    weight_dtype: str
+    steps: tuple[StepTime, ...]
+    idle_power_w: tuple[float, ...]  # idle rows (before, after), a CUDA context held
+    failed: int  # rows the script could not measure (``error`` set)
+
+
+def load_step_files(*, path: str | Path) -> tuple[StepFile, ...]:
+    """Read one ``steps_<dtype>.csv`` or every ``steps*.csv`` of a folder (those directly in
+    it; if there are none, those below it). One-line :class:`MeasurementError` if unusable."""
+    target = Path(path)
+    if not target.exists():
+        raise MeasurementError(f"{target}: no such file or folder")
+    if target.is_dir():
+        files = sorted(target.glob(STEPS_GLOB)) or sorted(target.rglob(STEPS_GLOB))
+        if not files:
+            raise MeasurementError(f"{target}: no {STEPS_GLOB} in it or below it (files of "
+                                   f"benchmarks/gpu/measure_decode_step.py)")
+    else:
+        if target.suffix.lower() != ".csv":
+            raise MeasurementError(f"{target}: expected a steps_<dtype>.csv or a folder of them")
+        files = [target]
+    return tuple(_step_file(f) for f in files)
+
+
+def _step_file(path: Path) -> StepFile:
+    reader = csv.DictReader(io.StringIO(read_text(path)))
+    header = [name.strip() for name in reader.fieldnames or []]
+    reader.fieldnames = header
+    missing = [name for name in STEP_COLUMNS if name not in header]
+    if missing:
+        names = ", ".join(f"'{name}'" for name in missing)
+        raise MeasurementError(f"{path}: missing column{'s' if len(missing) > 1 else ''} {names}")
+    # the script's first version wrote no weight_dtype column: the name says it (bf16 else)
+    stem = path.stem.removeprefix("steps").lstrip("_")
+    file_dtype = stem if stem in GEMM_DTYPES else "bf16"
+    steps: list[StepTime] = []
+    idle: list[float] = []
+    failed = 0
+    for number, row in enumerate(reader, start=1):
+        if (row.get("error") or "").strip():
+            failed += 1
+            continue
+        phase = _choice(path, number, row, "phase", STEP_PHASES + IDLE_PHASES)
+        if phase in IDLE_PHASES:
+            idle.append(_number(path, number, row, "power_w"))
+            continue
+        steps.append(_step(path, number, row, phase=phase, default_dtype=file_dtype))
+    if not steps:
+        raise MeasurementError(f"{path}: no decode or prefill rows")
+    dtypes = sorted({s.weight_dtype for s in steps})
+    if len(dtypes) > 1:
+        raise MeasurementError(f"{path}: rows of several weight dtypes ({', '.join(dtypes)}); "
+                               f"expected one file per dtype")
+    return StepFile(path=path, device_name=_run_device_name(path.parent),
+                    folder_gpu=path.parent.parent.name, weight_dtype=dtypes[0],
+                    steps=tuple(steps), idle_power_w=tuple(idle), failed=failed)
+
+
+def _step(path: Path, number: int, row: dict[str, str], *, phase: str,
+          default_dtype: str) -> StepTime:
+    dtype = (row.get("weight_dtype") or "").strip() or default_dtype
+    if dtype not in GEMM_DTYPES:
+        raise MeasurementError(f"{path}: column 'weight_dtype' has {dtype!r} in row {number} "
+                               f"(known: {', '.join(GEMM_DTYPES)})")
+    cached = _cached_tokens(path, number, row)
+    layers = _count(path, number, row, "layers") if (row.get("layers") or "").strip() else None
+    clock = row.get("sm_clock_mhz") or ""
+    reasons = 0
+    for mask in (row.get("clock_event_reasons") or "").split("|"):
+        try:
+            reasons |= int(mask.strip(), 16) if mask.strip() else 0
+        except ValueError:
+            raise MeasurementError(f"{path}: column 'clock_event_reasons' has {mask!r} in "
+                                   f"row {number} (expected hexadecimal masks)") from None
+    return StepTime(row=number, phase=phase, batch=_count(path, number, row, "batch"),
+                    tokens=_count(path, number, row, "tokens"), context=cached, layers=layers,
+                    weight_dtype=dtype,
+                    step_time_s=_number(path, number, row, "step_time_s"),
+                    time_per_call_s=_number(path, number, row, "time_per_call_s"),
+                    power_w=_number(path, number, row, "power_w"),
+                    energy_per_call_j=_number(path, number, row, "energy_per_call_j"),
+                    sm_clock_mhz=_number(path, number, row, "sm_clock_mhz") if clock.strip()
+                    else None,
+                    power_capped=bool(reasons & SOFTWARE_POWER_CAP))
+
+
+def _cached_tokens(path: Path, number: int, row: dict[str, str]) -> int:
+    """The 'context' column: a whole number of cached tokens, 0 allowed (a prefill)."""
+    raw = (row.get("context") or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise MeasurementError(f"{path}: column 'context' has non-numeric value {raw!r} "
+                               f"in row {number}") from None
+    if not math.isfinite(value) or value < 0 or not value.is_integer():
+        raise MeasurementError(f"{path}: column 'context' must be a whole number >= 0, got "
+                               f"{raw!r} in row {number}")
+    return int(value)
+
+
+def _run_device_name(folder: Path) -> str | None:
+    """The board's name from ``gpu.txt`` (nvidia-smi CSV: a header with ``name``, then one
+    line per GPU) or ``device.json``; None if neither names it."""
+    if (folder / GPU_FILE).is_file():
+        lines = [line for line in read_text(folder / GPU_FILE).splitlines() if line.strip()]
+        if len(lines) >= 2:
+            header = [c.strip() for c in lines[0].split(",")]
+            values = [c.strip() for c in lines[1].split(",")]
+            if "name" in header and len(values) == len(header) and values[header.index("name")]:
+                return values[header.index("name")]
+    if (folder / DEVICE_FILE).is_file():
+        return _device_name(folder / DEVICE_FILE)
+    return None

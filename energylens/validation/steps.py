@@ -1,0 +1,278 @@
+"""Measured whole forward steps against the cost model's own price of each step:
+``energylens validate steps PATH``. Validation only: nothing here is fitted.
+
+Each row of a ``steps_<dtype>.csv`` (``benchmarks/gpu/measure_decode_step.py``: all 32
+layers and the LM head of Llama-3.1-8B, one CUDA graph per step, no serving engine) is
+priced by :func:`energylens.cost.step.step_cost` in the step context a prediction builds
+(:func:`energylens.predict.step_context`, one GPU, the row's weight dtype, a bf16 KV
+cache): a decode step is ``batch`` sequences of ``tokens`` new tokens over ``context``
+cached ones, a prefill step ``batch`` sequences of ``tokens`` new tokens over ``context +
+tokens`` (the prompt sees itself). No engine overhead is added (the measured steps have
+none). The step's energy is its compute, memory and communication energy plus the GPU's
+calibrated static power over its predicted time; its board power is that energy over that
+time.
+
+Measured: ``step_time_s`` (median graph replay), ``energy_per_call_j`` and ``power_w``
+(NVML energy over back-to-back replays). Rows are grouped by (GPU, weight dtype, phase),
+worst energy MAPE first; error = predicted / measured - 1.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energylens.calibration.file import default_calibration, load_calibration
+from energylens.cost.constants import Calibration
+from energylens.cost.step import SequenceGroup, StepContext, step_cost
+from energylens.deployment import Deployment
+from energylens.errors import EnergyLensError, MeasurementError
+from energylens.hardware import GPU, load_gpu
+from energylens.measurements.energylens_gpu import StepFile, StepTime, load_step_files
+from energylens.model import ModelConfig, get_model
+from energylens.predict import calibration_for_gpu, step_context
+
+#: The model ``measure_decode_step.py`` builds (its shapes, random weights).
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+METRICS = ("time", "energy", "power")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPrice:
+    """The cost model's price of one step on one GPU (SI units)."""
+
+    latency_s: float
+    compute_energy_j: float
+    memory_energy_j: float
+    communication_energy_j: float
+    static_energy_j: float  # static power x latency
+
+    @property
+    def energy_j(self) -> float:
+        """The step's energy: the sum of its parts."""
+        return (self.compute_energy_j + self.memory_energy_j + self.communication_energy_j
+                + self.static_energy_j)
+
+    @property
+    def power_w(self) -> float:
+        """Mean board power over the step."""
+        return self.energy_j / self.latency_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRow:
+    """One measured step and its price."""
+
+    gpu: str
+    dtype: str
+    phase: str
+    batch: int
+    tokens: int
+    context: int
+    power_capped: bool
+    sm_clock_mhz: float | None
+    measured_time_s: float
+    measured_energy_j: float
+    measured_power_w: float
+    predicted: StepPrice
+
+    @property
+    def errors(self) -> dict[str, float]:
+        """Signed relative errors by metric (+: predicted higher than measured)."""
+        return {"time": self.predicted.latency_s / self.measured_time_s - 1.0,
+                "energy": self.predicted.energy_j / self.measured_energy_j - 1.0,
+                "power": self.predicted.power_w / self.measured_power_w - 1.0}
+
+    @property
+    def shape(self) -> str:
+        """``b=.. ctx=..`` (decode) or ``b=.. tokens=..`` (prefill)."""
+        if self.phase == "decode":
+            extra = f" t={self.tokens}" if self.tokens != 1 else ""
+            return f"b={self.batch}{extra} ctx={self.context}"
+        cached = f" ctx={self.context}" if self.context else ""
+        return f"b={self.batch} tokens={self.tokens}{cached}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row's ``--json`` object (errors as fractions)."""
+        p = self.predicted
+        return {"gpu": self.gpu, "dtype": self.dtype, "phase": self.phase, "batch": self.batch,
+                "tokens": self.tokens, "context": self.context,
+                "power_capped": self.power_capped, "sm_clock_mhz": self.sm_clock_mhz,
+                "measured": {"time_s": self.measured_time_s, "energy_j": self.measured_energy_j,
+                             "power_w": self.measured_power_w},
+                "predicted": {"time_s": p.latency_s, "energy_j": p.energy_j,
+                              "power_w": p.power_w, "compute_energy_j": p.compute_energy_j,
+                              "memory_energy_j": p.memory_energy_j,
+                              "communication_energy_j": p.communication_energy_j,
+                              "static_energy_j": p.static_energy_j},
+                "error": self.errors}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricError:
+    """Errors of one metric over a group (fractions, not percent)."""
+
+    mape: float
+    median_error: float  # signed: + predicted higher than measured
+    max_ape: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepGroup:
+    """Errors over one (GPU, weight dtype, phase) group; ``phase`` "all" for a file total."""
+
+    gpu: str
+    dtype: str
+    phase: str
+    n: int
+    time: MetricError
+    energy: MetricError
+    power: MetricError
+
+    def as_dict(self) -> dict[str, Any]:
+        """The group's ``--json`` object."""
+        return {"gpu": self.gpu, "dtype": self.dtype, "phase": self.phase, "n": self.n,
+                **{m: vars(getattr(self, m)) for m in METRICS}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleCheck:
+    """A file's measured idle power (a CUDA context held) and the calibrated static power."""
+
+    path: str
+    gpu: str
+    measured_w: tuple[float, ...]
+    static_power_w: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepReport:
+    """Everything ``energylens validate steps`` prints."""
+
+    path: str
+    calibration: str
+    rows: tuple[StepRow, ...]
+    groups: tuple[StepGroup, ...]  # (GPU, dtype, phase), worst energy MAPE first
+    totals: tuple[StepGroup, ...]  # (GPU, dtype) over all phases, worst energy MAPE first
+    idle: tuple[IdleCheck, ...]
+    failed: int  # rows the script could not measure
+    unpriced: dict[str, str]  # row -> why the model does not price it
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` object (errors as fractions)."""
+        return {"path": self.path, "calibration": self.calibration, "fitted": False,
+                "failed_rows": self.failed, "unpriced": self.unpriced,
+                "groups": [g.as_dict() for g in self.groups],
+                "totals": [g.as_dict() for g in self.totals],
+                "idle": [vars(i) for i in self.idle],
+                "rows": [r.as_dict() for r in self.rows]}
+
+
+@cache
+def _model() -> ModelConfig:
+    return get_model(MODEL)
+
+
+def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
+    """The step context the rows of one (GPU, weight dtype) file are priced in: one GPU,
+    ``dtype`` weights, a bf16 KV cache, the runtime's default fusions."""
+    return step_context(model=_model(), gpu=gpu,
+                        deployment=Deployment(tp=1, weight_dtype=dtype, kv_dtype="bf16"),
+                        calibration=calibration_for_gpu(calibration, gpu))
+
+
+def price_step(*, ctx: StepContext, phase: str, batch: int, tokens: int,
+               context: int) -> StepPrice:
+    """The cost model's price of one engine-free step (see the module docstring)."""
+    if phase == "decode":
+        group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
+                              context=float(context))
+    else:
+        group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
+                              context=float(context + tokens))
+    cost = step_cost(ctx=ctx, seqs=[group])
+    latency = float(cost.latency_s)
+    return StepPrice(latency_s=latency, compute_energy_j=float(cost.compute_energy_j),
+                     memory_energy_j=float(cost.memory_energy_j),
+                     communication_energy_j=float(cost.communication_energy_j),
+                     static_energy_j=ctx.constants.static_power_w * latency)
+
+
+def _resolve_gpu(*, file: StepFile, gpu: str | None) -> GPU:
+    """``--gpu``, else the board's name next to the file, else the folder's name."""
+    if gpu is not None:
+        return load_gpu(gpu)
+    for name in (file.device_name, file.folder_gpu):
+        if name:
+            try:
+                return load_gpu(name)
+            except EnergyLensError:
+                continue
+    names = " or ".join(repr(n) for n in (file.device_name, file.folder_gpu) if n)
+    raise MeasurementError(f"{file.path}: no GPU of the hardware database is named {names}; "
+                           f"give one with --gpu")
+
+
+def validate_steps(*, path: str | Path, gpu: str | None = None,
+                   calibration: Calibration | str | Path | None = None) -> StepReport:
+    """Price every decode and prefill row of the steps file(s) at ``path``."""
+    files = load_step_files(path=path)
+    if calibration is None:
+        cal = default_calibration()
+    elif isinstance(calibration, Calibration):
+        cal = calibration
+    else:
+        cal = load_calibration(calibration)
+    model_layers = _model().num_layers
+    rows: list[StepRow] = []
+    idle: list[IdleCheck] = []
+    unpriced: dict[str, str] = {}
+    for file in files:
+        spec = _resolve_gpu(file=file, gpu=gpu)
+        ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=cal)
+        idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
+                              static_power_w=ctx.constants.static_power_w))
+        for step in file.steps:
+            if step.layers is not None and step.layers != model_layers:
+                unpriced[f"{file.path} row {step.row}"] = (
+                    f"{step.layers} layers; the model ({MODEL}) has {model_layers}")
+                continue
+            rows.append(_row(step=step, gpu=spec, ctx=ctx))
+    return StepReport(path=str(path), calibration=cal.source, rows=tuple(rows),
+                      groups=group_errors(rows=rows, by_phase=True),
+                      totals=group_errors(rows=rows, by_phase=False), idle=tuple(idle),
+                      failed=sum(f.failed for f in files), unpriced=unpriced)
+
+
+def _row(*, step: StepTime, gpu: GPU, ctx: StepContext) -> StepRow:
+    return StepRow(gpu=gpu.name, dtype=step.weight_dtype, phase=step.phase, batch=step.batch,
+                   tokens=step.tokens, context=step.context, power_capped=step.power_capped,
+                   sm_clock_mhz=step.sm_clock_mhz, measured_time_s=step.step_time_s,
+                   measured_energy_j=step.energy_per_call_j, measured_power_w=step.power_w,
+                   predicted=price_step(ctx=ctx, phase=step.phase, batch=step.batch,
+                                        tokens=step.tokens, context=step.context))
+
+
+def _metric(errors: list[float]) -> MetricError:
+    e = np.asarray(errors)
+    return MetricError(mape=float(np.mean(np.abs(e))), median_error=float(np.median(e)),
+                       max_ape=float(np.max(np.abs(e))))
+
+
+def group_errors(*, rows: list[StepRow], by_phase: bool = True) -> tuple[StepGroup, ...]:
+    """MAPE, median signed error and worst error of time, energy and power per (GPU, dtype,
+    phase) (``by_phase`` False: per (GPU, dtype), phase "all"), worst energy MAPE first."""
+    groups: dict[tuple[str, str, str], list[StepRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.gpu, row.dtype, row.phase if by_phase else "all")].append(row)
+    out = [StepGroup(gpu=gpu, dtype=dtype, phase=phase, n=len(members),
+                     time=_metric([r.errors["time"] for r in members]),
+                     energy=_metric([r.errors["energy"] for r in members]),
+                     power=_metric([r.errors["power"] for r in members]))
+           for (gpu, dtype, phase), members in groups.items()]
+    return tuple(sorted(out, key=lambda g: -g.energy.mape))

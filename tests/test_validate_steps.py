@@ -1,0 +1,179 @@
+"""``energylens validate steps``: the committed engine-free Llama-3.1-8B steps (H100 and
+H200, bf16 and fp8), their price by ``step_cost`` and the CLI's table and errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from energylens.calibration.file import default_calibration
+from energylens.cli import main
+from energylens.cost.step import SequenceGroup, step_cost
+from energylens.errors import MeasurementError
+from energylens.hardware import load_gpu
+from energylens.measurements.energylens_gpu import load_step_files
+from energylens.validation.steps import price_step, steps_context, validate_steps
+
+DATA = Path(__file__).resolve().parents[1] / "data/measurements/energylens-gpu"
+H100_RUN = DATA / "h100-sxm/2026-11-27-b"
+H200_RUN = DATA / "h200-sxm/2026-11-27-c"
+H100 = load_gpu("NVIDIA H100 80GB HBM3")
+
+
+@pytest.fixture(scope="module")
+def files():
+    return load_step_files(path=DATA)
+
+
+def test_loader_reads_the_four_committed_files(files):
+    assert [(f.folder_gpu, f.weight_dtype) for f in files] == [
+        ("h100-sxm", "bf16"), ("h100-sxm", "fp8"), ("h200-sxm", "bf16"), ("h200-sxm", "fp8")]
+    assert [f.device_name for f in files] == ["NVIDIA H100 80GB HBM3"] * 2 + ["NVIDIA H200"] * 2
+    for f in files:
+        assert len(f.steps) == 11 and f.failed == 0
+        assert sum(s.phase == "decode" for s in f.steps) == 8
+        assert [s.tokens for s in f.steps if s.phase == "prefill"] == [512, 2048, 8192]
+        assert all(s.layers == 32 and s.weight_dtype == f.weight_dtype for s in f.steps)
+        assert len(f.idle_power_w) == 2 and all(100 < w < 150 for w in f.idle_power_w)
+    # the first file has no weight_dtype column: bf16 by its name
+    assert "weight_dtype" not in (H100_RUN / "steps_bf16.csv").read_text().splitlines()[0]
+
+
+def test_loader_units_seconds_watts_joules(files):
+    h100_bf16 = files[0]
+    one = next(s for s in h100_bf16.steps if s.phase == "decode" and s.batch == 1)
+    assert (one.context, one.tokens) == (1024, 1)
+    assert 2e-3 < one.step_time_s < 20e-3
+    for f in files:
+        for s in f.steps:
+            assert 200 < s.power_w < 800
+            # energy per call = NVML energy / calls = power x (window / calls)
+            assert s.energy_per_call_j == pytest.approx(s.power_w * s.time_per_call_s, rel=0.01)
+    prefill = [s for s in h100_bf16.steps if s.phase == "prefill"]
+    assert all(s.context == 0 and s.power_capped for s in prefill)  # 0x4 in the window
+
+
+def test_predicted_energy_is_the_sum_of_the_steps_parts():
+    cal = default_calibration()
+    ctx = steps_context(gpu=H100, dtype="bf16", calibration=cal)
+    price = price_step(ctx=ctx, phase="decode", batch=8, tokens=1, context=1024)
+    cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=8.0, new_tokens=1.0,
+                                                  context=1024.0)])
+    static_w = cal.kernel("H100-SXM").static_power_w
+    assert price.latency_s == pytest.approx(float(cost.latency_s))
+    assert price.energy_j == pytest.approx(float(cost.compute_energy_j + cost.memory_energy_j
+                                                 + cost.communication_energy_j)
+                                           + static_w * float(cost.latency_s))
+    assert price.energy_j == pytest.approx(price.compute_energy_j + price.memory_energy_j
+                                           + price.communication_energy_j
+                                           + price.static_energy_j)
+    assert price.power_w == pytest.approx(price.energy_j / price.latency_s)
+    prefill = price_step(ctx=ctx, phase="prefill", batch=1, tokens=2048, context=0)
+    direct = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=1.0, new_tokens=2048.0,
+                                                    context=2048.0)])
+    assert prefill.latency_s == pytest.approx(float(direct.latency_s))
+
+
+def test_the_report_prices_each_row_as_price_step_does():
+    report = validate_steps(path=H100_RUN / "steps_fp8.csv")
+    row = next(r for r in report.rows if r.phase == "decode" and r.batch == 64
+               and r.context == 4096)
+    ctx = steps_context(gpu=H100, dtype="fp8", calibration=default_calibration())
+    assert row.predicted == price_step(ctx=ctx, phase="decode", batch=64, tokens=1, context=4096)
+    assert row.errors["energy"] == pytest.approx(row.predicted.energy_j / row.measured_energy_j - 1)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_a_larger_batch_never_predicts_a_shorter_step(dtype):
+    ctx = steps_context(gpu=H100, dtype=dtype, calibration=default_calibration())
+    for context in (1024, 4096):
+        times = [price_step(ctx=ctx, phase="decode", batch=b, tokens=1, context=context).latency_s
+                 for b in (1, 2, 8, 16, 32, 64, 128, 256)]
+        assert times == sorted(times)
+    prompts = [price_step(ctx=ctx, phase="prefill", batch=1, tokens=s, context=0).latency_s
+               for s in (512, 2048, 8192)]
+    assert prompts == sorted(prompts)
+
+
+def test_static_power_comes_from_the_calibration_given():
+    cal = default_calibration().with_kernel("H100-SXM", static_power_w=10.0)
+    report = validate_steps(path=H100_RUN, calibration=cal)
+    assert {i.static_power_w for i in report.idle} == {10.0}
+    row = report.rows[0]
+    assert row.predicted.static_energy_j == pytest.approx(10.0 * row.predicted.latency_s)
+
+
+def test_the_gpu_falls_back_to_the_folder_name(tmp_path):
+    run = tmp_path / "h200-sxm" / "run"
+    run.mkdir(parents=True)
+    shutil.copy(H200_RUN / "steps_fp8.csv", run)
+    (f,) = load_step_files(path=run)
+    assert f.device_name is None and f.folder_gpu == "h200-sxm"
+    assert {r.gpu for r in validate_steps(path=run).rows} == {"H200-SXM"}
+
+
+def test_cli_prints_the_tables(capsys):
+    assert main(["validate", "steps", str(H100_RUN)]) == 0
+    out = capsys.readouterr().out
+    for text in ("H100-SXM", "bf16", "fp8", "decode", "prefill", "energy MAPE", "b=1 ctx=1024",
+                 "nothing is fitted"):
+        assert text in out
+
+
+def test_cli_json_counts_every_row_worst_group_first(capsys):
+    assert main(["validate", "steps", str(DATA), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 44 and out["fitted"] is False
+    assert sum(g["n"] for g in out["groups"]) == 44 and len(out["groups"]) == 8
+    assert sum(g["n"] for g in out["totals"]) == 44 and len(out["totals"]) == 4
+    mapes = [g["energy"]["mape"] for g in out["groups"]]
+    assert mapes == sorted(mapes, reverse=True)
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    return captured.err
+
+
+def test_cli_missing_folder_is_one_line_exit_2(capsys, tmp_path):
+    err = _one_line_error(capsys, ["validate", "steps", str(tmp_path / "nope")])
+    assert "no such file or folder" in err
+
+
+def test_cli_folder_without_steps_is_one_line_exit_2(capsys, tmp_path):
+    err = _one_line_error(capsys, ["validate", "steps", str(tmp_path)])
+    assert "steps" in err
+
+
+def test_cli_wrong_columns_is_one_line_exit_2(capsys, tmp_path):
+    (tmp_path / "steps_bf16.csv").write_text("phase,batch,tokens,context,seconds\n"
+                                              "decode,1,1,1024,0.007\n")
+    err = _one_line_error(capsys, ["validate", "steps", str(tmp_path)])
+    assert "'step_time_s'" in err and "'energy_per_call_j'" in err
+
+
+def test_bad_values_are_one_line_errors(tmp_path):
+    header = ("phase,batch,tokens,context,layers,step_time_s,time_per_call_s,power_w,"
+              "energy_per_call_j,error\n")
+    path = tmp_path / "steps_fp8.csv"
+    path.write_text(header + "decode,1,1,1024,32,0.005,0.005,-300,1.5,\n")
+    with pytest.raises(MeasurementError, match="must be positive"):
+        load_step_files(path=path)
+    path.write_text(header + "warmup,1,1,1024,32,0.005,0.005,300,1.5,\n")
+    with pytest.raises(MeasurementError, match="'phase'"):
+        load_step_files(path=path)
+    path.write_text(header + "decode,1,1,1024,32,0.005,0.005,300,1.5,\n"
+                             "decode,512,1,1024,32,,,,,CUDA error: out of memory\n")
+    (f,) = load_step_files(path=path)
+    assert f.weight_dtype == "fp8" and len(f.steps) == 1 and f.failed == 1
+
+
+def test_cli_unknown_gpu_is_one_line_exit_2(capsys, tmp_path):
+    shutil.copy(H100_RUN / "steps_fp8.csv", tmp_path)
+    _one_line_error(capsys, ["validate", "steps", str(tmp_path)])
