@@ -1,0 +1,184 @@
+"""How fast a runtime's causal prefill (context) attention runs, per GPU, from kernel tables.
+
+The fused causal attention kernel of a prompt (FlashAttention-3 on Hopper, FlashInfer's
+TRT-LLM prefill kernel on Blackwell, FA2 on Ada/Ampere, as vLLM picks them) is
+compute-bound from about a thousand tokens up: every new query meets every earlier key once,
+``m (p + 1) / 2`` pairs per (sequence, query head), 2 FLOPs per pair and head dimension in
+``q k^T`` and as many in ``a v``, plus the softmax's vector FLOPs. Its speed rises slowly
+with the prompt: the per-tile prologue, softmax rescaling and causal diagonal weigh less
+the more keys a query row visits. The cost model prices its tensor FLOPs at
+``attention_efficiency_max x M / (M + gemm_m_half) x X / (X + attention_m_half)`` of the
+dense BF16 peak (:func:`energylens.cost.roofline.attention_efficiency`), M = the GEMM rows
+of ``qk`` and ``av`` (new tokens x query heads per KV head, m x r) and X = r x keys, which is
+M here (no cached prefix: m = p = ``isl``), while decode (m = 1, M = r) keeps its own
+small-row price. AIConfigurator times vLLM's context attention alone
+(``kernels/<gpu>/attention/vllm/<v>/context_attention_perf.parquet``: ``batch_size``,
+``isl`` prompt tokens, ``num_heads``, ``num_key_value_heads``, ``head_dim``, ``latency`` in
+ms; BF16, full attention): both constants are fitted there, the values that make the cost
+model's own price of the fused ``qk + soft + av`` kernel match those times best (least
+squares on log time), given the GPU's other kernel constants (the decode fit's KV bandwidth
+and tile time, the vector efficiency that prices the softmax, included). The fitted
+efficiency is that of the tensor FLOPs alone: the softmax's time is priced on top of it.
+
+Honesty: the rows are split by query-head count (alternate values; each half spans every
+prompt length, 1k to 16k tokens); each half's fit predicts the other half, and that
+held-out error is reported beside the in-sample one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from energylens.calibration import CalibrationDataError
+from energylens.calibration.fit_custom_allreduce import table_gpu
+from energylens.calibration.fitting import ErrorStats, FitResult
+from energylens.cost.constants import KernelConstants
+from energylens.cost.kernels import compile_layer
+from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.hardware import GPU, load_gpu
+from energylens.model.families import family_part, parse_layer
+
+#: The fitted constants and their search ranges: a share of the datasheet BF16 peak, and
+#: the query rows (tokens x query heads per KV head, no cached prefix) of half that share.
+FIELDS = ("attention_efficiency_max", "attention_m_half")
+BOUNDS = ((0.1, 0.95), (1.0, 20000.0))
+COLUMNS = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+           "attn_dtype", "kv_cache_dtype", "latency"]
+
+
+@dataclass(frozen=True)
+class ContextAttentionTable:
+    """BF16, full-attention rows of one GPU's context-attention table."""
+
+    path: Path
+    gpu: str
+    batch: np.ndarray
+    isl: np.ndarray  # prompt tokens per sequence: new queries = keys
+    heads: np.ndarray
+    kv_heads: np.ndarray
+    head_dim: np.ndarray
+    latency_s: np.ndarray
+
+
+def read_table(*, path: Path) -> ContextAttentionTable:
+    """The BF16 full-attention rows of ``path`` without a cached prefix (a table without
+    ``window_size`` holds full attention only)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise CalibrationDataError(f"{path}: not a context-attention table ({exc})") from None
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise CalibrationDataError(f"{path}: not a context-attention table (no column "
+                                   f"{', '.join(missing)})")
+    keep = ((frame["attn_dtype"] == "bfloat16") & (frame["kv_cache_dtype"] == "bfloat16")
+            & (frame["num_heads"] % frame["num_key_value_heads"] == 0)
+            & (frame["latency"] > 0))
+    if "window_size" in frame.columns:  # 0 = full attention
+        keep &= frame["window_size"] <= 0
+    if "step" in frame.columns:  # 0 = no cached prefix: the prompt's keys only
+        keep &= frame["step"] == 0
+    rows = frame[keep]
+    if rows.empty:
+        raise CalibrationDataError(f"{path}: no BF16 full-attention rows")
+    return ContextAttentionTable(
+        path=path, gpu=table_gpu(path),
+        batch=rows["batch_size"].to_numpy(dtype=float),
+        isl=rows["isl"].to_numpy(dtype=float),
+        heads=rows["num_heads"].to_numpy(dtype=int),
+        kv_heads=rows["num_key_value_heads"].to_numpy(dtype=int),
+        head_dim=rows["head_dim"].to_numpy(dtype=int),
+        latency_s=rows["latency"].to_numpy(dtype=float) * 1e-3)
+
+
+def predicted_s(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
+                constants: KernelConstants) -> np.ndarray:
+    """The cost model's time of the fused causal attention kernel for ``rows``: ``batch``
+    prompts of ``isl`` tokens, no cached prefix (``m = p = isl``)."""
+    out = np.empty(int(rows.sum()))
+    picked = np.flatnonzero(rows)
+    layer = parse_layer(name="attention", parts=[family_part("attention")], norm="rmsnorm")
+    shapes = {(int(table.heads[i]), int(table.kv_heads[i]), int(table.head_dim[i]))
+              for i in picked}
+    clock = ClockState(ratio=1.0, dynamic_scale=1.0)
+    for heads, kv_heads, head_dim in sorted(shapes):
+        sizes = {"d": heads * head_dim, "g": kv_heads, "r": heads // kv_heads, "e": head_dim}
+        compiled = compile_layer(layer=layer, sizes=sizes, degrees={},
+                                 fusion=frozenset({"attention"}))
+        kernel = next(k for k in compiled.kernels if k.name == "qk+soft+av")
+        mine = ((table.heads[picked] == heads) & (table.kv_heads[picked] == kv_heads)
+                & (table.head_dim[picked] == head_dim))
+        at = picked[mine]
+        cost = kernel_cost(kernel=kernel, phase={"b": table.batch[at], "m": table.isl[at],
+                                                 "p": table.isl[at]},
+                           window=None, gpu=gpu, constants=constants, clock=clock,
+                           weight_dtype="bf16")
+        out[mine] = np.broadcast_to(cost.latency_s, at.shape)
+    return out
+
+
+def _values(x: np.ndarray) -> dict[str, float]:
+    """The constants from the solver's unknowns: the efficiency, log10 of the half-point."""
+    return {FIELDS[0]: float(x[0]), FIELDS[1]: float(10.0 ** x[1])}
+
+
+def _best(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
+          constants: KernelConstants) -> dict[str, float]:
+    from scipy.optimize import least_squares
+
+    measured = np.log(table.latency_s[rows])
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        priced = predicted_s(table=table, rows=rows, gpu=gpu,
+                             constants=replace(constants, **_values(x)))
+        return np.log(priced) - measured
+
+    lower = [BOUNDS[0][0], np.log10(BOUNDS[1][0])]
+    upper = [BOUNDS[0][1], np.log10(BOUNDS[1][1])]
+    # The half-point starts half-way along its log range (about 140 rows), away from both
+    # bounds and from its default, 0 (no ramp).
+    start = [min(max(constants.attention_efficiency_max, lower[0]), upper[0]),
+             (lower[1] + upper[1]) / 2.0]
+    return _values(least_squares(residual, start, bounds=(lower, upper), x_scale=[0.1, 1.0]).x)
+
+
+def fit_context_attention(*, table: ContextAttentionTable, constants: KernelConstants,
+                          leave_out: bool = True) -> FitResult:
+    """``attention_efficiency_max`` and ``attention_m_half`` of the table's GPU, given its
+    other kernel constants."""
+    gpu = load_gpu(table.gpu)
+    everything = np.ones(table.latency_s.size, dtype=bool)
+    values = _best(table=table, rows=everything, gpu=gpu, constants=constants)
+    fitted = predicted_s(table=table, rows=everything, gpu=gpu,
+                         constants=replace(constants, **values))
+    at_bound = [name for name, (low, high) in zip(FIELDS, BOUNDS, strict=True)
+                if _near_bound(name=name, value=values[name], low=low, high=high)]
+    result = FitResult(values=values,
+                       rms_log_residual=float(np.sqrt(np.mean(
+                           np.log(fitted / table.latency_s) ** 2))),
+                       in_sample={"latency": ErrorStats.of(fitted, table.latency_s)},
+                       fitted_on=[str(table.path)], n_points=int(table.latency_s.size),
+                       at_bound=at_bound)
+    head_values = np.unique(table.heads)
+    if leave_out and head_values.size > 1:
+        first = np.isin(table.heads, head_values[::2])
+        held = np.empty_like(fitted)
+        for fold in (first, ~first):
+            half = _best(table=table, rows=fold, gpu=gpu, constants=constants)
+            held[~fold] = predicted_s(table=table, rows=~fold, gpu=gpu,
+                                      constants=replace(constants, **half))
+        result.leave_out = {"latency": ErrorStats.of(held, table.latency_s)}
+    return result
+
+
+def _near_bound(*, name: str, value: float, low: float, high: float) -> bool:
+    """Whether ``value`` ended within 0.1 % of its range (the half-point's log range) of a
+    bound."""
+    if name == FIELDS[1]:
+        value, low, high = np.log10(value), np.log10(low), np.log10(high)
+    return bool(min(abs(value - low), abs(value - high)) < 1e-3 * (high - low))
