@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -83,6 +84,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--host-gaps", action="store_true",
+                    help="only decode batch 64 at 1,024 tokens, each step followed by a host "
+                         "sleep of 0-20 ms (a serving engine's CPU time between steps)")
     ap.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16",
                     help="weights of the layers' GEMMs (the LM head stays bf16)")
     args = ap.parse_args()
@@ -98,9 +102,12 @@ def main() -> int:
     r.update(phase="idle")
     rows.append(r)
     configs = [("decode", b, 1, ctx) for b, ctx in DECODE] + [("prefill", 1, s, 0) for s in PREFILL]
-    for phase, batch, tokens, ctx in configs:
+    gaps = (0.0,)
+    if args.host_gaps:
+        configs, gaps = [("decode", 64, 1, 1024)], (0.0, 0.5e-3, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3)
+    for (phase, batch, tokens, ctx), gap in [(c, g) for c in configs for g in gaps]:
         row = {"phase": phase, "batch": batch, "tokens": tokens, "context": ctx, "layers": LAYERS,
-               "weight_dtype": args.dtype}
+               "weight_dtype": args.dtype, "host_gap_s": gap}
         try:
             caches = None
             if phase == "decode":
@@ -127,8 +134,14 @@ def main() -> int:
                 b.synchronize()
                 times.append(a.elapsed_time(b) / 1e3)
             row["step_time_s"] = statistics.median(times)
-            row.update(sustained(nv, g.replay, seconds=args.seconds))
-            log(f"{phase} b={batch} t={tokens} ctx={ctx}: {row['step_time_s'] * 1e3:.2f} ms, "
+            def step(g=g, gap=gap) -> None:
+                g.replay()
+                if gap:
+                    torch.cuda.synchronize()
+                    time.sleep(gap)
+            row.update(sustained(nv, step, seconds=args.seconds))
+            log(f"{phase} b={batch} t={tokens} ctx={ctx} gap={gap * 1e3:.1f} ms: "
+                f"{row['step_time_s'] * 1e3:.2f} ms, "
                 f"{row['power_w']:.0f} W, SM {row['sm_clock_mhz']:.0f} MHz")
             del g, caches, x
         except Exception as exc:  # noqa: BLE001 - keep the other configurations
@@ -136,11 +149,11 @@ def main() -> int:
             log(f"{phase} b={batch} failed: {exc}")
         torch.cuda.empty_cache()
         rows.append(row)
-        write_csv(args.out / f"steps_{args.dtype}.csv", rows)
+        write_csv(args.out / f"steps_{args.dtype}{'_host_gaps' if args.host_gaps else ''}.csv", rows)
     r = idle(nv, 2.0)
     r.update(phase="idle_after")
     rows.append(r)
-    write_csv(args.out / f"steps_{args.dtype}.csv", rows)
+    write_csv(args.out / f"steps_{args.dtype}{'_host_gaps' if args.host_gaps else ''}.csv", rows)
     return 0
 
 
