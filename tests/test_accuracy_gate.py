@@ -36,6 +36,10 @@ KNOWN_MISSES: dict[str, float] = {
     # ML.ENERGY H100 MoE 1-GPU energy met. Limits are today's number + 1.5 points where
     # that is lower than before. Vidur a100_dgx all-reduce (10.1 % at the reset of the
     # second 2026-11-27 session): the link fit is unchanged; target 10 %; docs/accuracy.md.
+    # Fifth 2026-11-27 session: the measured voltage floor and vector-FLOP energy (H100,
+    # H200; B200 borrows H100's) and H100's measured idle power (the static bound) moved
+    # the folds by at most 0.6 points (up: B200 dense -> MoE energy 15.4 -> 16.0, H100
+    # gpu-count energy 9.2 -> 9.6, still met); three limits lowered to today's + 1.5.
     "Small-kernel per-op latency, Vidur H100: attn_rope": 0.167,
     "All-reduce latency, Vidur a100_dgx": 0.116,
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
@@ -45,14 +49,14 @@ KNOWN_MISSES: dict[str, float] = {
     "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.131,
     "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.135,
     "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.236,
-    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.163,
-    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.146,
+    "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.162,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.144,
     "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.139,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.145,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.17,
     "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.169,
     "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.161,
-    "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.154,
+    "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.152,
     "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.134,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.199,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.226,

@@ -143,7 +143,10 @@ def test_shipped_calibration_records_every_constant_with_its_provenance():
     for key, constants, names in sections:
         assert set(constants) == set(names), key
         for name, entry in constants.items():
-            assert entry["kind"] in ("fitted", "assumed", "default"), (key, name)
+            assert entry["kind"] in ("fitted", "measured", "assumed", "default"), (key, name)
+            if entry["kind"] == "measured":  # this project's NVML runs (fit_power)
+                fit = entry["note"].split(", ", 1)[1].split(" ", 1)[0]
+                assert fit.startswith("energylens-gpu/") and fit in doc["fits"], (key, name)
             if entry["kind"] == "fitted":
                 assert entry["fitted_on"] and "rms_log" in entry["residual"], (key, name)
                 assert entry["fit"] in doc["fits"], (key, name)

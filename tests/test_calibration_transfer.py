@@ -118,14 +118,16 @@ def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
-    """Fitted entries of the shipped file + the files' ``borrows:`` (+ the runtime profiles'
-    priors) give back every assumed entry it records, value and note (moving the relatives
+    """Fitted and measured entries of the shipped file + the files' ``borrows:`` (+ the
+    runtime profiles' priors) give back every assumed entry it records, value and note (moving the relatives
     into the GPU files changed nothing)."""
     doc = _shipped_doc()
     sections = _sections(doc)
     prov: dict[str, dict[str, dict[str, Any]]] = {}
     for key, constants in sections.items():
-        fitted = {name: dict(e) for name, e in constants.items() if e["kind"] == "fitted"}
+        # the roots of borrowing: fitted constants and those measured by this project
+        fitted = {name: dict(e) for name, e in constants.items()
+                  if e["kind"] in ("fitted", "measured")}
         if fitted:
             prov[key] = fitted
 

@@ -177,3 +177,14 @@ def test_bad_values_are_one_line_errors(tmp_path):
 def test_cli_unknown_gpu_is_one_line_exit_2(capsys, tmp_path):
     shutil.copy(H100_RUN / "steps_fp8.csv", tmp_path)
     _one_line_error(capsys, ["validate", "steps", str(tmp_path)])
+
+
+def test_host_gap_runs_are_not_read_as_steps() -> None:
+    """A ``--host-gaps`` run's period holds a host sleep after each step: pricing it as a
+    step would charge the gap's idle energy to the step."""
+    run = Path(__file__).resolve().parents[1] / "data/measurements/energylens-gpu/h100-sxm/2026-11-27-c"
+    gaps = run / "steps_bf16_host_gaps.csv"
+    with pytest.raises(MeasurementError, match="host gap"):
+        load_step_files(path=gaps)
+    files = load_step_files(path=run.parent)  # the folder: its runs' steps_<dtype>.csv only
+    assert gaps not in {f.path for f in files} and len(files) == 2

@@ -27,7 +27,7 @@ import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
-from energylens.calibration.fitting import ErrorStats, FitResult
+from energylens.calibration.fitting import FitResult, fit_kernel_table
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
@@ -131,25 +131,14 @@ def fit_kv_attention(*, table: DecodeAttentionTable, constants: KernelConstants,
     """``kv_bandwidth_efficiency`` and ``attention_tile_s`` of the table's GPU, given its
     other kernel constants."""
     gpu = load_gpu(table.gpu)
-    everything = np.ones(table.latency_s.size, dtype=bool)
-    values = _best(table=table, rows=everything, gpu=gpu, constants=constants)
-    fitted = predicted_s(table=table, rows=everything, gpu=gpu,
-                         constants=replace(constants, **values))
-    at_bound = [name for name, (low, high) in zip(FIELDS, BOUNDS, strict=True)
+
+    def at_bound(values: dict[str, float]) -> list[str]:
+        return [name for name, (low, high) in zip(FIELDS, BOUNDS, strict=True)
                 if min(abs(values[name] - low), abs(values[name] - high)) < 1e-3 * (high - low)]
-    result = FitResult(values=values,
-                       rms_log_residual=float(np.sqrt(np.mean(
-                           np.log(fitted / table.latency_s) ** 2))),
-                       in_sample={"latency": ErrorStats.of(fitted, table.latency_s)},
-                       fitted_on=[str(table.path)], n_points=int(table.latency_s.size),
-                       at_bound=at_bound)
-    kv_values = np.unique(table.kv_heads)
-    if leave_out and kv_values.size > 1:
-        first = np.isin(table.kv_heads, kv_values[::2])
-        held = np.empty_like(fitted)
-        for fold in (first, ~first):
-            half = _best(table=table, rows=fold, gpu=gpu, constants=constants)
-            held[~fold] = predicted_s(table=table, rows=~fold, gpu=gpu,
-                                      constants=replace(constants, **half))
-        result.leave_out = {"latency": ErrorStats.of(held, table.latency_s)}
-    return result
+
+    return fit_kernel_table(
+        latency_s=table.latency_s, split_by=table.kv_heads, at_bound=at_bound,
+        best=lambda rows: _best(table=table, rows=rows, gpu=gpu, constants=constants),
+        price=lambda rows, values: predicted_s(table=table, rows=rows, gpu=gpu,
+                                               constants=replace(constants, **values)),
+        fitted_on=[str(table.path)], leave_out=leave_out)

@@ -137,3 +137,28 @@ def rms_log_residual(predicted: list[np.ndarray], measured: list[np.ndarray]) ->
     """Root-mean-square log residual over several groups of points."""
     residuals = [log_residual(p, m) for p, m in zip(predicted, measured, strict=True)]
     return float(np.sqrt(np.mean(np.concatenate(residuals) ** 2)))
+
+
+def fit_kernel_table(*, latency_s: np.ndarray, best: Callable[[np.ndarray], dict[str, float]],
+                     price: Callable[[np.ndarray, dict[str, float]], np.ndarray],
+                     split_by: np.ndarray, at_bound: Callable[[dict[str, float]], list[str]],
+                     fitted_on: list[str], leave_out: bool = True) -> FitResult:
+    """A kernel table's constants: ``best(rows)`` fits them on the rows of a boolean mask,
+    ``price(rows, values)`` times those rows with them. Fitted on every row; held out, the
+    rows with alternate values of ``split_by`` fit and the other half is predicted."""
+    everything = np.ones(latency_s.size, dtype=bool)
+    values = best(everything)
+    fitted = price(everything, values)
+    result = FitResult(values=values,
+                       rms_log_residual=float(np.sqrt(np.mean(np.log(fitted / latency_s) ** 2))),
+                       in_sample={"latency": ErrorStats.of(fitted, latency_s)},
+                       fitted_on=fitted_on, n_points=int(latency_s.size),
+                       at_bound=at_bound(values))
+    keys = np.unique(split_by)
+    if leave_out and keys.size > 1:
+        first = np.isin(split_by, keys[::2])
+        held = np.empty_like(fitted)
+        for fold in (first, ~first):
+            held[~fold] = price(~fold, best(fold))
+        result.leave_out = {"latency": ErrorStats.of(held, latency_s)}
+    return result

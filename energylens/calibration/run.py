@@ -70,6 +70,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_TRANSCRIBED = REPO_ROOT.parent / "shared" / "data" / "transcribed"
 #: A fitted constant that moves more than this (relative) across regime folds is flagged.
 SPREAD_LIMIT = 0.30
+#: Why the prefill-attention fit is reported but not applied (calibration of 2026-11-27):
+#: applied, it took the B200 dense -> MoE energy fold from 15.4 to 17.1 % (past its gate).
+CONTEXT_ATTENTION_NOT_APPLIED = (
+    "applied on every GPU (2026-11-27) it moved the B200 regime fold 'fit dense, predict "
+    "MoE' energy per token from 15.4 to 17.1 % MAPE, past its gate: the tables hold prompts "
+    "of >= 1,024 tokens and the fitted ramp is extrapolated to ML.ENERGY's ~480-token chat "
+    "prompts, where this project's SDPA measurement (512 tokens) says it prices them 21-32 % "
+    "slow; see docs/kernels-h200.md")
 
 
 @dataclass
@@ -82,18 +90,22 @@ class CalibrationData:
     custom_allreduce: list[Path] = field(default_factory=list)
     gemm_tables: list[Path] = field(default_factory=list)
     decode_attention_tables: list[Path] = field(default_factory=list)
+    context_attention_tables: list[Path] = field(default_factory=list)
     # serving runtimes (energylens.calibration.fit_runtime)
     runtime_kernels: list[Path] = field(default_factory=list)
     llm_inference_bench: list[Path] = field(default_factory=list)
     # nccl-tests all-reduce runs across nodes (energylens.calibration.fit_scale_out)
     nccl_tests: list[Path] = field(default_factory=list)
+    # this project's NVML power runs, ``<gpu>/<run>/power*.csv`` (fit_power)
+    power_tables: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
                        *self.custom_allreduce, *self.gemm_tables,
-                       *self.decode_attention_tables, *self.runtime_kernels,
-                       *self.llm_inference_bench, *self.nccl_tests})
+                       *self.decode_attention_tables, *self.context_attention_tables,
+                       *self.runtime_kernels,
+                       *self.llm_inference_bench, *self.nccl_tests, *self.power_tables})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -113,9 +125,12 @@ def discover(root: Path) -> CalibrationData:
             "*/gemm/vllm/*/gemm_perf.parquet")),
         decode_attention_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/attention/vllm/*/generation_attention_perf.parquet")),
+        context_attention_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/attention/vllm/*/context_attention_perf.parquet")),
         runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
+        power_tables=sorted((root / "energylens-gpu").glob("*/*/power*.csv")),
     )
 
 
@@ -241,6 +256,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.nccl_tests:
         _fit_scale_out(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
 
+    for folder in sorted({p.parents[1] for p in data.power_tables}):
+        _fit_power(folder=folder, kernels=kernels, prov=prov, fits=fits, log=log)
+
     for path in data.gemm_tables:
         _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
     _fit_gemm_transfers(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits, log=log)
@@ -251,6 +269,12 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.decode_attention_tables:
         _fit_kv_attention(path=path, kernels=kernels, prov=prov, fits=fits,
                           leave_out=leave_out, log=log)
+    if data.context_attention_tables and not data.decode_attention_tables:
+        borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    for path in data.context_attention_tables:
+        # after the decode fit: the prefill kernel's price includes its KV reads and tiles
+        _fit_context_attention(path=path, kernels=kernels, fits=fits, leave_out=leave_out,
+                               log=log)
 
     for path in data.custom_allreduce:
         _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
@@ -312,6 +336,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
+    compare_measured_power(fits, calibration, log)
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
@@ -398,6 +423,58 @@ def _fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstant
              for k, v in result.values.items()})
 
 
+def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
+               prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+               log: Callable[[str], None]) -> None:
+    """Board-power constants of one GPU measured by this project (NVML): those in
+    ``fit_power.APPLIED`` become the GPU's; the others are reported beside what the serving
+    fit finds (:func:`compare_measured_power`)."""
+    from energylens.calibration.fit_power import APPLIED, fit_power, folder_gpu
+
+    gpu = folder_gpu(folder)
+    result = fit_power(folder=folder, gpu_name=gpu)
+    fit_id = f"energylens-gpu/{gpu}"
+    held = np.abs(np.array(list(result.held_out.values())))
+    fits[fit_id] = {
+        "data": [_rel(f) for f in result.files], "fit": fit_id,
+        "measured": {k: float(f"{v:.6g}") for k, v in result.values.items()},
+        "spread_across_runs": {k: round(v, 4) for k, v in result.spread.items() if v == v},
+        "identified_by": result.identified_by,
+        "applied": list(APPLIED),
+        "fp8_over_bf16_flop_energy": round(result.fp8_flop_energy_ratio, 4),
+        "held_out_kernels": {"power_mape": round(float(held.mean()), 4), "n": int(held.size),
+                             "errors": {k: round(v, 4) for k, v in sorted(result.held_out.items())}},
+    }
+    log(f"power {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.values.items())
+        + f"; held-out kernels' power {100 * held.mean():.1f} % MAPE ({held.size})")
+    values = {k: v for k, v in result.values.items() if k in APPLIED}
+    kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **values)
+    prov.setdefault(f"kernels/{gpu}", {}).update(
+        {k: _entry(v, kind="measured", note=f"NVML board energy, {fit_id} "
+                   f"({len(result.identified_by[k])} rows: {', '.join(result.identified_by[k][:3])}...)")
+         for k, v in values.items()})
+
+
+def compare_measured_power(fits: dict[str, dict[str, Any]], calibration: Calibration,
+                           log: Callable[[str], None]) -> None:
+    """Per GPU with power measurements: each measured constant the calibration did not take
+    from them, its fitted (or borrowed) value over the measured one (in ``fits``), logged
+    where it is off by more than 2x: a constant its serving rows do not identify."""
+    for fit_id, entry in fits.items():
+        if not fit_id.startswith("energylens-gpu/"):
+            continue
+        gpu = fit_id.split("/", 1)[1]
+        ratios = {}
+        for name, value in entry["measured"].items():
+            if name in entry["applied"]:
+                continue
+            ratios[name] = float(f"{getattr(calibration.kernel(gpu), name) / value:.4g}")
+            if not 0.5 <= ratios[name] <= 2.0:
+                log(f"  {gpu} {name}: fitted {getattr(calibration.kernel(gpu), name):.4g}, "
+                    f"measured {value:.4g} ({ratios[name]:.3g}x): not identified by its fit")
+        entry["fitted_over_measured"] = ratios
+
+
 def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],
                       prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
                       leave_out: bool, log: Callable[[str], None]) -> None:
@@ -419,6 +496,29 @@ def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],
     prov.setdefault(f"kernels/{table.gpu}", {}).update(
         {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
          for k, v in result.values.items()})
+
+
+def _fit_context_attention(*, path: Path, kernels: dict[str, KernelConstants],
+                           fits: dict[str, dict[str, Any]], leave_out: bool,
+                           log: Callable[[str], None]) -> None:
+    """The prefill (context) attention efficiency and its half-point of one GPU from its
+    kernel table: fitted and reported, not applied (``CONTEXT_ATTENTION_APPLIED``)."""
+    from energylens.calibration.fit_context_attention import fit_context_attention, read_table
+
+    table = read_table(path=path)
+    if table.gpu not in kernels:
+        return  # no kernel constants to price the kernel with (no data, no relative)
+    result = fit_context_attention(table=table, constants=kernels[table.gpu],
+                                   leave_out=leave_out)
+    log(f"kernels {table.gpu}: attention_efficiency_max = "
+        f"{result.values['attention_efficiency_max']:.3f}, attention_m_half = "
+        f"{result.values['attention_m_half']:.0f} rows on {result.n_points} "
+        "context-attention rows (reported, not applied)")
+    fit_id = f"aiconfigurator-context-attention/{table.gpu}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
+    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+    fits[fit_id]["applied"] = False
+    fits[fit_id]["why_not_applied"] = CONTEXT_ATTENTION_NOT_APPLIED
 
 
 def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],

@@ -19,6 +19,13 @@ class KernelConstants:
     gemm_m_half: float = 16.0  # rows at which tensor-core tiles are half used
     wave_exponent: float = 0.5  # how strongly partial waves cost (0 = not at all)
     attention_efficiency_max: float = 0.45  # fused attention, fraction of dense peak
+    # Prefill (m > 1) attention's slow ramp with length (per-tile prologue, softmax
+    # rescaling, causal diagonal amortised over the keys a query row sees): its tensor
+    # efficiency is also multiplied by X / (X + attention_m_half), X = query heads per KV
+    # head x keys (r x p, p clipped to the window) = the qk/av GEMM rows m x r of a prompt
+    # without cached prefix (m = p; per sequence and KV head: batch and KV heads are the
+    # GEMM's batch). Decode (m = 1) has attention_tile_s instead. 0 = no ramp (as before).
+    attention_m_half: float = 0.0
     memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
     memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
     kv_bandwidth_efficiency: float = 0.80  # fraction of HBM peak fused attention reaches on KV

@@ -49,9 +49,9 @@ from energylens.cost.work import (
 )
 from energylens.hardware import GPU
 
-__all__ = ["ELEMENTWISE", "VECTOR_CLASSES", "ClockState", "KernelCost", "dynamic_scale_at",
-           "flop_energy_scale", "gemm_efficiency", "kernel_cost", "launch_floor_s",
-           "memory_efficiency", "precision_efficiency_ratio", "vector_class"]
+__all__ = ["ELEMENTWISE", "VECTOR_CLASSES", "ClockState", "KernelCost", "attention_efficiency",
+           "dynamic_scale_at", "flop_energy_scale", "gemm_efficiency", "kernel_cost",
+           "launch_floor_s", "memory_efficiency", "precision_efficiency_ratio", "vector_class"]
 
 TILE = 128.0  # output tile edge used for wave quantisation
 
@@ -238,6 +238,31 @@ def gemm_efficiency(*, m: Size, n: Size, k: Size, batch: Size, gpu: GPU,
             * k / (k + constants.gemm_k_half) * m / (m + constants.gemm_m_half))
 
 
+def attention_efficiency(*, rows: Size, queries: Size, keys: Size, window: float | None,
+                         constants: KernelConstants) -> Size:
+    """Fraction of dense peak of fused causal attention's tensor FLOPs. ``rows``, the GEMM
+    rows of ``qk`` and ``av`` (new tokens per sequence x query heads per KV head, m x r),
+    fill tensor-core tiles as a GEMM's rows do (``gemm_m_half``). With ``attention_m_half``
+    set, a prefill (``queries``, m > 1) also amortises its per-tile prologue, softmax
+    rescaling and causal diagonal over the keys its query rows see: X / (X +
+    attention_m_half), X = r x ``keys`` (p, clipped to the window), which is m x r for a
+    prompt without cached prefix. Decode (m = 1) runs a split-KV kernel whose fixed work
+    per tile is ``attention_tile_s``: no ramp."""
+    eff = constants.attention_efficiency_max * rows / (rows + constants.gemm_m_half)
+    if not constants.attention_m_half:
+        return eff
+    if _scalar(rows, queries, keys):
+        if queries <= 1.0:
+            return eff
+        if window is not None:
+            keys = min(keys, window)
+    elif window is not None:
+        keys = np.minimum(keys, window)
+    packed = rows * keys / queries
+    ramp = packed / (packed + constants.attention_m_half)
+    return eff * (ramp if _scalar(ramp) else np.where(np.asarray(queries) > 1.0, ramp, 1.0))
+
+
 def memory_efficiency(*, nbytes: Size, constants: KernelConstants) -> Size:
     """Fraction of HBM peak reached when streaming ``nbytes``."""
     return constants.memory_efficiency_max * nbytes / (nbytes + constants.memory_half_bytes)
@@ -276,7 +301,9 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
         if plan.fused_attention and op.causal:
-            eff = constants.attention_efficiency_max * shape.m / (shape.m + constants.gemm_m_half)
+            eff = attention_efficiency(rows=shape.m, queries=sizes[op.causal[0]],
+                                       keys=sizes[op.causal[1]], window=window,
+                                       constants=constants)
             tensor_time = tensor_time + flops / (item.peak_flops_per_s * eff)
             continue
         if item.grouped_expert and ACTIVE_EXPERTS in sizes:
@@ -404,7 +431,9 @@ def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Si
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
         if plan.fused_attention and op.causal:
-            eff = constants.attention_efficiency_max * m / (m + constants.gemm_m_half)
+            eff = attention_efficiency(rows=m, queries=sizes[op.causal[0]],
+                                       keys=sizes[op.causal[1]], window=window,
+                                       constants=constants)
             tensor_time = tensor_time + flops / (item.peak_flops_per_s * eff)
             continue
         if item.grouped_expert and ACTIVE_EXPERTS in sizes:

@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,6 +192,9 @@ def _attention(path: Path, number: int, row: dict[str, str]) -> AttentionTime:
 # --- whole forward steps (benchmarks/gpu/measure_decode_step.py) -----------------------
 
 STEPS_GLOB = "steps*.csv"
+#: A folder's step files: ``steps_<dtype>.csv`` (``--host-gaps`` runs, whose period holds a
+#: host sleep after each step, are another measurement: not steps).
+STEPS_NAME = re.compile(r"steps(_[a-z0-9]+)?\.csv")
 GPU_FILE = "gpu.txt"  # ``nvidia-smi --query-gpu=name,... --format=csv`` of the run's board
 STEP_COLUMNS = ("phase", "batch", "tokens", "context", "step_time_s", "time_per_call_s",
                 "power_w", "energy_per_call_j")
@@ -241,7 +245,8 @@ def load_step_files(*, path: str | Path) -> tuple[StepFile, ...]:
     if not target.exists():
         raise MeasurementError(f"{target}: no such file or folder")
     if target.is_dir():
-        files = sorted(target.glob(STEPS_GLOB)) or sorted(target.rglob(STEPS_GLOB))
+        files = ([f for f in sorted(target.glob(STEPS_GLOB)) if STEPS_NAME.fullmatch(f.name)]
+                 or [f for f in sorted(target.rglob(STEPS_GLOB)) if STEPS_NAME.fullmatch(f.name)])
         if not files:
             raise MeasurementError(f"{target}: no {STEPS_GLOB} in it or below it (files of "
                                    f"benchmarks/gpu/measure_decode_step.py)")
@@ -270,6 +275,9 @@ def _step_file(path: Path) -> StepFile:
         if (row.get("error") or "").strip():
             failed += 1
             continue
+        if float((row.get("host_gap_s") or "0").strip() or 0.0) > 0.0:
+            raise MeasurementError(f"{path}:{number + 1}: a step followed by a host gap "
+                                   f"(measure_decode_step.py --host-gaps): not a step time")
         phase = _choice(path, number, row, "phase", STEP_PHASES + IDLE_PHASES)
         if phase in IDLE_PHASES:
             idle.append(_number(path, number, row, "power_w"))

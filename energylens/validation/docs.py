@@ -122,11 +122,12 @@ def _regime_rows(report: AccuracyReport) -> list[str]:
 def _constants(report: AccuracyReport) -> list[str]:
     """How many constants the data fits, and how far each serving constant moves when a
     regime is left out."""
-    counts = {kind: 0 for kind in ("fitted", "assumed", "default")}
+    counts = {kind: 0 for kind in ("fitted", "measured", "assumed", "default")}
     for section in report.constants.values():
         for entry in section.values():
             counts[entry["kind"]] = counts.get(entry["kind"], 0) + 1
     lines = [f"The shipped calibration holds {counts['fitted']} fitted constants, "
+             f"{counts['measured']} measured by this project (`docs/power.md`), "
              f"{counts['assumed']} borrowed (`assumed`) and {counts['default']} built-in "
              "defaults (not identified by any data), over every GPU, link and runtime.", ""]
     from energylens.calibration.run import unidentified_constants
