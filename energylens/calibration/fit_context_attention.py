@@ -34,12 +34,10 @@ import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
+from energylens.calibration.fit_kv_attention import fused_attention_s
 from energylens.calibration.fitting import FitResult, fit_kernel_table
 from energylens.cost.constants import KernelConstants
-from energylens.cost.kernels import compile_layer
-from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.hardware import GPU, load_gpu
-from energylens.model.families import family_part, parse_layer
 
 #: The fitted constants and their search ranges: a share of the datasheet BF16 peak, and
 #: the query rows (tokens x query heads per KV head, no cached prefix) of half that share.
@@ -100,26 +98,10 @@ def predicted_s(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
                 constants: KernelConstants) -> np.ndarray:
     """The cost model's time of the fused causal attention kernel for ``rows``: ``batch``
     prompts of ``isl`` tokens, no cached prefix (``m = p = isl``)."""
-    out = np.empty(int(rows.sum()))
-    picked = np.flatnonzero(rows)
-    layer = parse_layer(name="attention", parts=[family_part("attention")], norm="rmsnorm")
-    shapes = {(int(table.heads[i]), int(table.kv_heads[i]), int(table.head_dim[i]))
-              for i in picked}
-    clock = ClockState(ratio=1.0, dynamic_scale=1.0)
-    for heads, kv_heads, head_dim in sorted(shapes):
-        sizes = {"d": heads * head_dim, "g": kv_heads, "r": heads // kv_heads, "e": head_dim}
-        compiled = compile_layer(layer=layer, sizes=sizes, degrees={},
-                                 fusion=frozenset({"attention"}))
-        kernel = next(k for k in compiled.kernels if k.name == "qk+soft+av")
-        mine = ((table.heads[picked] == heads) & (table.kv_heads[picked] == kv_heads)
-                & (table.head_dim[picked] == head_dim))
-        at = picked[mine]
-        cost = kernel_cost(kernel=kernel, phase={"b": table.batch[at], "m": table.isl[at],
-                                                 "p": table.isl[at]},
-                           window=None, gpu=gpu, constants=constants, clock=clock,
-                           weight_dtype="bf16")
-        out[mine] = np.broadcast_to(cost.latency_s, at.shape)
-    return out
+    return fused_attention_s(
+        heads=table.heads, kv_heads=table.kv_heads, head_dim=table.head_dim, rows=rows,
+        phase=lambda at: {"b": table.batch[at], "m": table.isl[at], "p": table.isl[at]},
+        gpu=gpu, constants=constants)
 
 
 def _values(x: np.ndarray) -> dict[str, float]:

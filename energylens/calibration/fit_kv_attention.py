@@ -20,8 +20,10 @@ other half, and that held-out error is reported beside the in-sample one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,29 +82,37 @@ def read_table(*, path: Path) -> DecodeAttentionTable:
         latency_s=rows["latency"].to_numpy(dtype=float) * 1e-3)
 
 
-def predicted_s(*, table: DecodeAttentionTable, rows: np.ndarray, gpu: GPU,
-                constants: KernelConstants) -> np.ndarray:
-    """The cost model's time of the fused decode-attention kernel for ``rows``."""
+def fused_attention_s(*, heads: np.ndarray, kv_heads: np.ndarray, head_dim: np.ndarray,
+                      rows: np.ndarray, phase: Callable[[np.ndarray], dict[str, Any]],
+                      gpu: GPU, constants: KernelConstants) -> np.ndarray:
+    """The cost model's time of the attention family's fused ``qk+soft+av`` kernel for the
+    ``rows`` (a mask) of a kernel table whose row i has ``heads[i]`` query heads,
+    ``kv_heads[i]`` and ``head_dim[i]``; ``phase(at)`` sizes the rows ``at`` (indices)."""
     out = np.empty(int(rows.sum()))
     picked = np.flatnonzero(rows)
     layer = parse_layer(name="attention", parts=[family_part("attention")], norm="rmsnorm")
-    shapes = {(int(table.heads[i]), int(table.kv_heads[i]), int(table.head_dim[i]))
-              for i in picked}
+    shapes = {(int(heads[i]), int(kv_heads[i]), int(head_dim[i])) for i in picked}
     clock = ClockState(ratio=1.0, dynamic_scale=1.0)
-    for heads, kv_heads, head_dim in sorted(shapes):
-        sizes = {"d": heads * head_dim, "g": kv_heads, "r": heads // kv_heads, "e": head_dim}
+    for q_heads, kv, dim in sorted(shapes):
+        sizes = {"d": q_heads * dim, "g": kv, "r": q_heads // kv, "e": dim}
         compiled = compile_layer(layer=layer, sizes=sizes, degrees={},
                                  fusion=frozenset({"attention"}))
         kernel = next(k for k in compiled.kernels if k.name == "qk+soft+av")
-        mine = ((table.heads[picked] == heads) & (table.kv_heads[picked] == kv_heads)
-                & (table.head_dim[picked] == head_dim))
+        mine = (heads[picked] == q_heads) & (kv_heads[picked] == kv) & (head_dim[picked] == dim)
         at = picked[mine]
-        cost = kernel_cost(kernel=kernel, phase={"b": table.batch[at], "m": 1.0,
-                                                 "p": table.context[at]},
-                           window=None, gpu=gpu, constants=constants, clock=clock,
-                           weight_dtype="bf16")
+        cost = kernel_cost(kernel=kernel, phase=phase(at), window=None, gpu=gpu,
+                           constants=constants, clock=clock, weight_dtype="bf16")
         out[mine] = np.broadcast_to(cost.latency_s, at.shape)
     return out
+
+
+def predicted_s(*, table: DecodeAttentionTable, rows: np.ndarray, gpu: GPU,
+                constants: KernelConstants) -> np.ndarray:
+    """The cost model's time of the fused decode-attention kernel for ``rows``."""
+    return fused_attention_s(
+        heads=table.heads, kv_heads=table.kv_heads, head_dim=table.head_dim, rows=rows,
+        phase=lambda at: {"b": table.batch[at], "m": 1.0, "p": table.context[at]},
+        gpu=gpu, constants=constants)
 
 
 def _values(x: np.ndarray) -> dict[str, float]:
