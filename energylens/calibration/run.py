@@ -336,7 +336,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
-    compare_measured_power(fits, calibration, log)
+    _compare_measured_power(fits, calibration, log)
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
@@ -428,7 +428,7 @@ def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
                log: Callable[[str], None]) -> None:
     """Board-power constants of one GPU measured by this project (NVML): those in
     ``fit_power.APPLIED`` become the GPU's; the others are reported beside what the serving
-    fit finds (:func:`compare_measured_power`)."""
+    fit finds (:func:`_compare_measured_power`)."""
     from energylens.calibration.fit_power import APPLIED, fit_power, folder_gpu
 
     gpu = folder_gpu(folder)
@@ -455,7 +455,7 @@ def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
          for k, v in values.items()})
 
 
-def compare_measured_power(fits: dict[str, dict[str, Any]], calibration: Calibration,
+def _compare_measured_power(fits: dict[str, dict[str, Any]], calibration: Calibration,
                            log: Callable[[str], None]) -> None:
     """Per GPU with power measurements: each measured constant the calibration did not take
     from them, its fitted (or borrowed) value over the measured one (in ``fits``), logged
