@@ -20,8 +20,6 @@ columns over back-to-back replays (``power_w``, ``time_per_call_s``, ``energy_pe
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import re
@@ -29,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from energylens.errors import MeasurementError
-from energylens.measurements.formats import read_text
+from energylens.measurements.formats import _csv_rows, read_text
 
 DEVICE_FILE = "device.json"
 GEMM_FILE = "gemm.csv"
@@ -118,16 +116,10 @@ def _device_name(path: Path) -> str:
 
 def _rows(path: Path, required: tuple[str, ...]) -> tuple[list[tuple[int, dict[str, str]]], int]:
     """Numbered rows that have a time (1 = first data row) and the count of untimed ones."""
-    reader = csv.DictReader(io.StringIO(read_text(path)))
-    header = [name.strip() for name in reader.fieldnames or []]
-    reader.fieldnames = header
-    missing = [name for name in required if name not in header]
-    if missing:
-        names = ", ".join(f"'{name}'" for name in missing)
-        raise MeasurementError(f"{path}: missing column{'s' if len(missing) > 1 else ''} {names}")
+    _, rows = _csv_rows(path, required)
     timed: list[tuple[int, dict[str, str]]] = []
     untimed = 0
-    for number, row in enumerate(reader, start=1):
+    for number, row in enumerate(rows, start=1):
         if not (row.get("time_s") or "").strip() and (row.get("error") or "").strip():
             untimed += 1
             continue
@@ -258,20 +250,14 @@ def load_step_files(*, path: str | Path) -> tuple[StepFile, ...]:
 
 
 def _step_file(path: Path) -> StepFile:
-    reader = csv.DictReader(io.StringIO(read_text(path)))
-    header = [name.strip() for name in reader.fieldnames or []]
-    reader.fieldnames = header
-    missing = [name for name in STEP_COLUMNS if name not in header]
-    if missing:
-        names = ", ".join(f"'{name}'" for name in missing)
-        raise MeasurementError(f"{path}: missing column{'s' if len(missing) > 1 else ''} {names}")
+    _, rows = _csv_rows(path, STEP_COLUMNS)
     # the script's first version wrote no weight_dtype column: the name says it (bf16 else)
     stem = path.stem.removeprefix("steps").lstrip("_")
     file_dtype = stem if stem in GEMM_DTYPES else "bf16"
     steps: list[StepTime] = []
     idle: list[float] = []
     failed = 0
-    for number, row in enumerate(reader, start=1):
+    for number, row in enumerate(rows, start=1):
         if (row.get("error") or "").strip():
             failed += 1
             continue
