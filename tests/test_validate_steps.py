@@ -188,3 +188,68 @@ def test_host_gap_runs_are_not_read_as_steps() -> None:
         load_step_files(path=gaps)
     files = load_step_files(path=run.parent)  # the folder: its runs' steps_<dtype>.csv only
     assert gaps not in {f.path for f in files} and len(files) == 2
+
+
+def _k_shot_json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_k_shot_zero_is_plain_validation(capsys):
+    plain = validate_steps(path=H100_RUN)
+    out = _k_shot_json(capsys, ["validate", "steps", str(H100_RUN), "--k-shot", "0", "--json"])
+    assert out["fitted_on"] == [] and out["overlays"] == {}
+    assert [r["error"] for r in out["rows"]] == [r.errors for r in plain.rows]
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_k_shot_scores_only_the_rows_not_fitted_on(capsys, k):
+    out = _k_shot_json(capsys, ["validate", "steps", str(H100_RUN), "--k-shot", str(k),
+                                "--seed", "1", "--json"])
+    assert len(out["fitted_on"]) == 2 * k  # two files: bf16 and fp8
+    assert len(out["rows"]) == 22 - 2 * k
+    assert sum(g["n"] for g in out["totals"]) == 22 - 2 * k
+    held = {(r["dtype"], r["phase"], r["batch"], r["tokens"], r["context"]) for r in out["rows"]}
+    fitted = {(r["dtype"], r["phase"], r["batch"], r["tokens"], r["context"])
+              for r in out["fitted_on"]}
+    assert not held & fitted
+
+
+def test_k_shot_removes_a_uniform_scale_error(tmp_path):
+    """Steps measured 40 % slower and costlier than the model prices them (same power):
+    an overlay on 5 rows brings the other rows from 29 % low to within a few percent."""
+    from energylens.validation.steps_kshot import k_shot_steps
+
+    plain = validate_steps(path=H100_RUN / "steps_bf16.csv")
+    price = {(r.phase, r.batch, r.tokens, r.context): r.predicted for r in plain.rows}
+    lines = (H100_RUN / "steps_bf16.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = dict(zip(header, line.split(","), strict=True))
+        if cells["phase"] in ("decode", "prefill"):
+            p = price[(cells["phase"], int(cells["batch"]), int(cells["tokens"]),
+                       int(cells["context"]))]
+            cells["step_time_s"] = repr(1.4 * p.latency_s)
+            cells["energy_per_call_j"] = repr(1.4 * p.energy_j)
+            cells["power_w"] = repr(p.power_w)
+        out.append(",".join(cells[c] for c in header))
+    run = tmp_path / "h100-sxm" / "run"
+    run.mkdir(parents=True)
+    (run / "steps_bf16.csv").write_text("\n".join(out) + "\n")
+    before = validate_steps(path=run).totals[0]
+    assert before.time.mape == pytest.approx(1 - 1 / 1.4, rel=1e-6)  # predicted 29 % low
+    after = k_shot_steps(path=run, k=5, seed=0)
+    (total,) = after.report.totals
+    assert total.n == 6 and after.overlays["H100-SXM/bf16"]
+    assert total.time.mape < 0.08 and total.energy.mape < 0.08
+
+
+def test_k_shot_report_scores_held_out_steps_per_gpu_and_dtype():
+    from energylens.validation.kshot_report import step_group_errors
+
+    groups = step_group_errors(path=DATA, k=3, seed=0)
+    assert sorted(groups) == [f"gpu={g},dtype={d}" for g in ("H100-SXM", "H200-SXM")
+                              for d in ("bf16", "fp8")]
+    for rows, predicted, ape in groups.values():
+        assert (rows, predicted, len(ape)) == (11, 11, 8)

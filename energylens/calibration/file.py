@@ -184,3 +184,12 @@ def default_calibration() -> Calibration:
         return Calibration()
     return parse_calibration(data=safe_load(shipped.read_text()),
                              source=f"energylens/data/{SHIPPED}")
+
+
+def resolve_calibration(calibration: Calibration | str | Path | None) -> Calibration:
+    """``calibration`` as given, loaded from its path, or the shipped one (None)."""
+    if calibration is None:
+        return default_calibration()
+    if isinstance(calibration, Calibration):
+        return calibration
+    return load_calibration(calibration)

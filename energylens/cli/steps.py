@@ -18,12 +18,19 @@ def _signed(value: float) -> str:
 
 def validate_steps_command(args: argparse.Namespace) -> int:
     """Print time / energy / power MAPE per (GPU, dtype, phase), worst first, then the rows
-    (or ``--json``)."""
+    (or ``--json``); with ``--k-shot K`` the rows no overlay was fitted on."""
     from energylens.validation.steps import validate_steps
+    from energylens.validation.steps_kshot import k_shot_steps
 
-    report = validate_steps(path=args.file, gpu=args.gpu, calibration=args.calibration)
+    k_shot = None
+    if args.k_shot is not None:
+        k_shot = k_shot_steps(path=args.file, k=args.k_shot, seed=args.seed, gpu=args.gpu,
+                              calibration=args.calibration)
+        report = k_shot.report
+    else:
+        report = validate_steps(path=args.file, gpu=args.gpu, calibration=args.calibration)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps(report.as_dict() if k_shot is None else k_shot.as_dict()))
         return 0
     from rich.markup import escape
     from rich.table import Table
@@ -69,7 +76,14 @@ def validate_steps_command(args: argparse.Namespace) -> int:
                 f"{row.measured_energy_j:.2f} / {p.energy_j:.2f} / {100 * e['energy']:+.0f} %",
                 f"{row.measured_power_w:.0f} / {p.power_w:.0f} / {100 * e['power']:+.0f} %")
         console.print(table)
-    console.print(f"{len(report.rows)} steps predicted (step_cost at the boost clock, no engine "
-                  f"overhead); error = predicted / measured - 1; validation only: nothing "
-                  f"is fitted to these measurements")
+    if k_shot is None:
+        console.print(f"{len(report.rows)} steps predicted (step_cost at the boost clock, no "
+                      f"engine overhead); error = predicted / measured - 1; validation only: "
+                      f"nothing is fitted to these measurements")
+        return 0
+    for group, factors in sorted(k_shot.overlays.items()):
+        moved = ", ".join(f"{name} x{value:.3g}" for name, value in factors.items()) or "none"
+        console.print(f"overlay {escape(group)} (K = {k_shot.k}, seed {k_shot.seed}): {moved}")
+    console.print(f"{len(report.rows)} held-out steps scored, {len(k_shot.fitted_on)} fitted on "
+                  f"(not in the tables); error = predicted / measured - 1")
     return 0

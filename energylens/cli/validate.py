@@ -41,10 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--data", default=None, help="data folder for --all (default: data/measurements)")
     v.add_argument("--write-docs", metavar="DIR", help="with --all: write DIR/accuracy.md + PNGs")
     v.add_argument("--k-shot", type=int, default=None, metavar="K",
-                   help="measurements: per group, fit an overlay on K rows, score the others")
+                   help="measurements (per --group-by group) or steps (per file): fit an overlay "
+                        "on K rows, score the others")
     v.add_argument("--group-by", default=None, metavar="COLS",
                    help="measurements with --k-shot: comma list of columns that form a group")
-    v.add_argument("--seed", type=int, default=0, help="measurements with --k-shot: row choice")
+    v.add_argument("--seed", type=int, default=0, help="with --k-shot: row choice")
     v.set_defaults(handler=_cmd_validate, parser=v)
 
     c = sub.add_parser(
@@ -119,8 +120,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         from energylens.cli.measurements import validate_measurements
 
         return validate_measurements(args)
-    if args.k_shot is not None or args.group_by is not None:
-        args.parser.error("--k-shot and --group-by apply to 'validate measurements' only")
+    if args.group_by is not None or (args.k_shot is not None and args.format != "steps"):
+        args.parser.error("--k-shot applies to 'validate measurements' and 'validate steps', "
+                          "--group-by to 'validate measurements' only")
     if args.format == "kernels":
         from energylens.cli.kernels import validate_kernels_command
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration.file import default_calibration, load_calibration
+from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration, KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
@@ -134,12 +134,7 @@ def validate_kernels(*, run: KernelRun, gpu: str | None = None,
                      calibration: Calibration | str | Path | None = None) -> KernelReport:
     """Predict every timed kernel of ``run`` on ``gpu`` (default: the run's device name)."""
     spec = load_gpu(gpu or run.device_name)
-    if calibration is None:
-        cal = default_calibration()
-    elif isinstance(calibration, Calibration):
-        cal = calibration
-    else:
-        cal = load_calibration(calibration)
+    cal = resolve_calibration(calibration)
     constants = calibration_for_gpu(cal, spec).kernel(spec.name)
     rows: list[KernelRow] = []
     for g in run.gemm:

@@ -113,7 +113,7 @@ def validate_measured(measurements: UserMeasurements, *, calibration: Calibratio
     return MeasuredReport(rows=[_outcome(r, calibration) for r in measurements.rows])
 
 
-def _spread_pick(features: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
+def spread_pick(features: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
     """``k`` indices spread over ``features`` (rows x dims): a random first, then each the
     farthest from those picked (ties broken at random)."""
     n = len(features)
@@ -164,7 +164,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
                   and any(m in outcomes.rows[i].predicted for m in outcomes.rows[i].row.measured)]
         if not usable:
             continue
-        chosen = [usable[j] for j in _spread_pick(
+        chosen = [usable[j] for j in spread_pick(
             np.array([_features(outcomes.rows[i].row) for i in usable]), k, rng)]
         fit = fit_overlay(rows=[_fit_row(outcomes.rows[i]) for i in chosen], base=calibration)
         outcomes.overlays[key] = fit.overlay

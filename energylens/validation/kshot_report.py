@@ -2,7 +2,8 @@
 
 Each dataset is converted to the measurement CSV, validated with ``k_shot`` for every K
 and seed, and summarised per group: the mean absolute percentage error of one metric on
-the rows not fitted on, averaged over the seeds (K = 0 fits nothing: one run). Runs on
+the rows not fitted on, averaged over the seeds (K = 0 fits nothing: one run); measured
+steps (`validate steps --k-shot`) are read as they are, one group per file. Runs on
 ``--jobs`` processes; the LLM-Inference-Bench curves take ~10 min on 2 cores, the
 AIConfigurator rows (simulated under load) longer.
 """
@@ -54,6 +55,10 @@ DATASETS = (
             "shipped calibration was fitted on these rows: K = 0 is in-sample)", "mlenergy",
             REPO / "data/measurements/mlenergy/tasks/lm-arena-chat.json", ("model", "gpu"),
             "itl_p50_s", (0, 1, 3, 5), 0.08, 3),
+    Dataset("This project's engine-free Llama-3.1-8B steps (H100 and H200, bf16 and fp8; "
+            "`validate steps --k-shot`), per (GPU, weight dtype): prefill and decode-step time",
+            "steps", REPO / "data/measurements/energylens-gpu", ("gpu", "dtype"), "time",
+            (0, 1, 3, 5), 0.08, 3),
     Dataset("AIConfigurator serving rows as steady-state serving (batch = concurrency), per "
             "engine: TPOT", "aiconfigurator", SHARED / "aiconfigurator/silicon_sample.csv",
             ("runtime",), "tpot_s", (0,), 0.12, 0, Options(load_as_serving=True)),
@@ -88,8 +93,26 @@ def group_errors(report: MeasuredReport, *, group_by: Sequence[str],
     return out
 
 
+def step_group_errors(*, path: Path, k: int, seed: int) -> dict[str, tuple[int, int, list[float]]]:
+    """:func:`group_errors` for measured steps: per (GPU, dtype), the APEs of step time on
+    the rows no overlay was fitted on."""
+    from energylens.validation.steps_kshot import k_shot_steps
+
+    result = k_shot_steps(path=path, k=k, seed=seed, calibration=default_calibration())
+    out: dict[str, tuple[int, int, list[float]]] = {}
+    for row, held in [*((r, True) for r in result.report.rows),
+                      *((r, False) for r in result.fitted_on)]:
+        key = f"gpu={row.gpu},dtype={row.dtype}"
+        rows, predicted, ape = out.get(key, (0, 0, []))
+        out[key] = (rows + 1, predicted + 1,
+                    ape + [abs(row.errors["time"])] if held else ape)
+    return out
+
+
 def _job(args: tuple[Dataset, int, int, str]) -> tuple[Dataset, int, int, dict]:
     dataset, k, seed, folder = args
+    if dataset.format == "steps":
+        return dataset, k, seed, step_group_errors(path=dataset.path, k=k, seed=seed)
     report = k_shot(_measurements(dataset, Path(folder)), k=k, group_by=dataset.group_by,
                     seed=seed, calibration=default_calibration())
     return dataset, k, seed, group_errors(report, group_by=dataset.group_by, metric=dataset.metric)
@@ -150,11 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="datasets whose name contains this text")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
-    datasets = [d for d in DATASETS if d.path.is_file()
+    datasets = [d for d in DATASETS if d.path.exists()
                 and (args.only is None or args.only in d.name)]
     with tempfile.TemporaryDirectory() as folder:
         for dataset in datasets:
-            _measurements(dataset, Path(folder))
+            if dataset.format != "steps":  # steps files are read as they are
+                _measurements(dataset, Path(folder))
         jobs = [(d, k, s, folder) for d in datasets for k in d.ks
                 for s in (range(args.seeds) if k else (0,))]
         jobs.sort(key=lambda job: job[0].format != "measurements")  # the longest run first

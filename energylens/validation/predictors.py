@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration.file import default_calibration, load_calibration
+from energylens.calibration.file import resolve_calibration
 from energylens.cost.comm import collective_cost
 from energylens.cost.constants import Calibration
 from energylens.cost.kernels import compile_layer
@@ -118,14 +118,6 @@ def _ape_summary(rows: list[RowResult]) -> dict[str, MetricError]:
                 ape[name].append(abs(row.predicted[name] / measured - 1.0))
     return {name: MetricError(mape=float(np.mean(v)), median_ape=float(np.median(v)), n=len(v))
             for name, v in ape.items()}
-
-
-def _calibration(calibration: Calibrated) -> Calibration:
-    if calibration is None:
-        return default_calibration()
-    if isinstance(calibration, Calibration):
-        return calibration
-    return load_calibration(calibration)
 
 
 # --- ML.ENERGY ---------------------------------------------------------------------------
@@ -312,7 +304,7 @@ def validate(*, format: str, path: str | Path, gpu: str | None = None,
              calibration: Calibrated = None, topology: str | None = None) -> ValidationReport:
     """Predict every row of ``path`` (a ``format`` measurement file) and compare."""
     measurements = load_measurements(format=format, path=path, gpu=gpu)
-    cal = _calibration(calibration)
+    cal = resolve_calibration(calibration)
     rows = PREDICTORS[format](measurements.rows, gpu=gpu, cal=cal, topology=topology)
     present = {m for r in measurements.rows for m in r.measured}
     notes = {m: why for m, why in _NOTES.get(format, {}).items() if m in present}

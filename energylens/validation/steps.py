@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration.file import default_calibration, load_calibration
+from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.step import SequenceGroup, StepContext, step_cost
 from energylens.deployment import Deployment
@@ -178,6 +178,11 @@ def _model() -> ModelConfig:
     return get_model(MODEL)
 
 
+def model_layers() -> int:
+    """Layers of the model the steps script builds (rows of other depths are not priced)."""
+    return _model().num_layers
+
+
 def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
     """The step context the rows of one (GPU, weight dtype) file are priced in: one GPU,
     ``dtype`` weights, a bf16 KV cache, the runtime's default fusions."""
@@ -203,7 +208,7 @@ def price_step(*, ctx: StepContext, phase: str, batch: int, tokens: int,
                      static_energy_j=ctx.constants.static_power_w * latency)
 
 
-def _resolve_gpu(*, file: StepFile, gpu: str | None) -> GPU:
+def resolve_gpu(*, file: StepFile, gpu: str | None) -> GPU:
     """``--gpu``, else the board's name next to the file, else the folder's name."""
     if gpu is not None:
         return load_gpu(gpu)
@@ -222,34 +227,28 @@ def validate_steps(*, path: str | Path, gpu: str | None = None,
                    calibration: Calibration | str | Path | None = None) -> StepReport:
     """Price every decode and prefill row of the steps file(s) at ``path``."""
     files = load_step_files(path=path)
-    if calibration is None:
-        cal = default_calibration()
-    elif isinstance(calibration, Calibration):
-        cal = calibration
-    else:
-        cal = load_calibration(calibration)
-    model_layers = _model().num_layers
+    cal = resolve_calibration(calibration)
     rows: list[StepRow] = []
     idle: list[IdleCheck] = []
     unpriced: dict[str, str] = {}
     for file in files:
-        spec = _resolve_gpu(file=file, gpu=gpu)
+        spec = resolve_gpu(file=file, gpu=gpu)
         ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=cal)
         idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
                               static_power_w=ctx.constants.static_power_w))
         for step in file.steps:
-            if step.layers is not None and step.layers != model_layers:
+            if step.layers is not None and step.layers != model_layers():
                 unpriced[f"{file.path} row {step.row}"] = (
-                    f"{step.layers} layers; the model ({MODEL}) has {model_layers}")
+                    f"{step.layers} layers; the model ({MODEL}) has {model_layers()}")
                 continue
-            rows.append(_row(step=step, gpu=spec, ctx=ctx))
+            rows.append(priced_row(step=step, gpu=spec, ctx=ctx))
     return StepReport(path=str(path), calibration=cal.source, rows=tuple(rows),
                       groups=group_errors(rows=rows, by_phase=True),
                       totals=group_errors(rows=rows, by_phase=False), idle=tuple(idle),
                       failed=sum(f.failed for f in files), unpriced=unpriced)
 
 
-def _row(*, step: StepTime, gpu: GPU, ctx: StepContext) -> StepRow:
+def priced_row(*, step: StepTime, gpu: GPU, ctx: StepContext) -> StepRow:
     return StepRow(gpu=gpu.name, dtype=step.weight_dtype, phase=step.phase, batch=step.batch,
                    tokens=step.tokens, context=step.context, power_capped=step.power_capped,
                    sm_clock_mhz=step.sm_clock_mhz, measured_time_s=step.step_time_s,
