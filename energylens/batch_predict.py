@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from energylens.calibration.file import default_calibration, load_calibration
+from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
 from energylens.cost.roofline import ClockState, dynamic_scale_at
@@ -56,10 +56,7 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
     from energylens.predict import calibration_for_gpu, place, step_context
 
     model_cfg = get_model(model) if isinstance(model, str) else model
-    if calibration is None:
-        cal = default_calibration()
-    else:
-        cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    cal = resolve_calibration(calibration)
     if "gpu" not in table.columns:
         raise EnergyLensError("predict_many: the table needs a 'gpu' column")
     rows = len(table)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from energylens.calibration.coverage import require_constants
-from energylens.calibration.file import default_calibration, load_calibration
+from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.roofline import ClockState
@@ -44,10 +44,7 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     gpu_spec = load_gpu(gpu) if isinstance(gpu, str) else gpu
     deployment = deployment or Deployment()
     workload = workload or Workload()
-    if calibration is None:
-        cal = default_calibration()
-    else:
-        cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    cal = resolve_calibration(calibration)
     cal = calibration_for_gpu(cal, gpu_spec)  # own, borrowed, or a one-line error
     check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
                      gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
