@@ -133,6 +133,7 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
     assert memory.kv_cache_bytes > 0
     if model.mla is not None:  # one latent (plus its RoPE part) shared by all heads
         per_layer = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+        per_layer += model.mla.index_head_dim  # a sparse-attention indexer's key (or 0)
     else:  # K and V of every KV head
         per_layer = 2 * model.num_kv_heads * model.head_dim
     hybrid = model.hybrid

@@ -31,7 +31,7 @@ EXPERT_ONLY_DTYPES = ("mxfp4",)
 COMPUTE_DTYPE = {"mxfp4": "bf16",
                  "int4": "bf16",  # weight-only: dequantised in the GEMM, 16-bit activations
                  "nvfp4": "fp4"}  # FP4 tensor cores (bf16 where a GPU has none)
-KV_TENSORS = ("KC", "VC", "LC")  # GQA keys/values; MLA latent
+KV_TENSORS = ("KC", "VC", "LC", "IC")  # GQA keys/values; MLA latent; DSA index keys
 EXPERT_WEIGHT_RANK = "x"
 ACTIVE_EXPERTS = "x_active"  # size key: distinct experts whose weights are read
 

@@ -41,6 +41,10 @@ class MLAConfig:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    # DeepSeek Sparse Attention's indexer (GLM-5, DeepSeek-V3.2); 0: none
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
 
 
 #: Blocks of a hybrid ``layer_pattern``, one character each (Nemotron-H's
@@ -141,7 +145,7 @@ MAX_LAYERS = 100_000
 # Integer fields that may be zero (everything else integer must be >= 1).
 _MAY_BE_ZERO = frozenset(
     {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
-     "q_lora_rank"}
+     "q_lora_rank", "index_heads", "index_head_dim", "index_topk"}
 )
 _BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block"})
 
@@ -209,6 +213,13 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
                                f"{'given' if m.mla is not None else 'missing'}")
     if m.mla is not None:
         _check_fields(m.mla, where, "mla.")
+        indexer = (m.mla.index_heads, m.mla.index_head_dim, m.mla.index_topk)
+        if any(indexer) and not all(indexer):
+            raise ModelConfigError(f"{where}: mla.index_heads, index_head_dim and index_topk "
+                                   f"are all given (a sparse-attention indexer) or all 0")
+        if any(indexer) and not m.mla.q_lora_rank:
+            raise ModelConfigError(f"{where}: the sparse-attention indexer reads the query "
+                                   f"latent: mla.q_lora_rank must be > 0")
     if m.moe is not None:
         _check_moe(m.moe, num_layers=m.num_layers, where=where, hybrid=m.hybrid is not None)
     if m.hybrid is not None:

@@ -152,11 +152,15 @@ def _norm(model: ModelConfig) -> str:
     return "rmsnorm" if model.norm_type == "rmsnorm" else "layernorm"
 
 
-def _attention_part(model: ModelConfig) -> str:
-    """The attention part: GQA/MHA, or MLA with or without a query latent."""
+def _attention_parts(model: ModelConfig) -> list[dict[str, Any]]:
+    """The attention part: GQA/MHA, or MLA with or without a query latent (and the
+    sparse-attention indexer beside it where the model has one)."""
     if model.mla is None:
-        return "attention"
-    return "attention_mla" if model.mla.q_lora_rank else "attention_mla_direct_q"
+        return [family_part("attention")]
+    if not model.mla.q_lora_rank:
+        return [family_part("attention_mla_direct_q")]
+    indexer = [family_part("dsa_indexer")] if model.mla.index_topk else []
+    return [family_part("attention_mla"), *indexer]
 
 
 def prompt_attention(model: ModelConfig) -> LayerSpec | None:
@@ -172,9 +176,12 @@ def attention_sizes(model: ModelConfig, *, kv_heads: int | None = None) -> dict[
     layer's own ``kv_heads`` where they vary by layer."""
     if model.mla is not None:
         mla = model.mla
-        return {"d": model.hidden_size, "h": model.num_heads, "c": mla.q_lora_rank,
-                "k": mla.qk_nope_head_dim + mla.qk_rope_head_dim,
-                "l": mla.kv_lora_rank + mla.qk_rope_head_dim, "v": mla.v_head_dim}
+        sizes = {"d": model.hidden_size, "h": model.num_heads, "c": mla.q_lora_rank,
+                 "k": mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+                 "l": mla.kv_lora_rank + mla.qk_rope_head_dim, "v": mla.v_head_dim}
+        if mla.index_topk:
+            sizes.update(j=mla.index_heads, i=mla.index_head_dim)
+        return sizes
     g = kv_heads or model.num_kv_heads
     return {"d": model.hidden_size, "g": g, "r": model.num_heads // g, "e": model.head_dim}
 
@@ -205,7 +212,7 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
                "r": hybrid.ssm_heads // hybrid.ssm_groups, "e": hybrid.ssm_head_dim,
                "s": hybrid.ssm_state_size, "w": hybrid.conv_kernel,
                "u": hybrid.conv_kernel - 1, STATE_ELEMENT_BYTES: hybrid.ssm_state_bytes}),
-        "*": ([family_part(_attention_part(model))], attention_sizes(model)),
+        "*": (_attention_parts(model), attention_sizes(model)),
         "-": ([ffn_norm, mlp], {"d": model.hidden_size, "f": model.ffn_size}),
     }
     if model.moe is not None:
@@ -242,7 +249,7 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
     """Transformer layers: dense and MoE, each split into sliding and full attention."""
     norm = _norm(model)
     bypass = model_bypass(model)
-    attention = family_part(_attention_part(model))
+    attention = _attention_parts(model)
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     base = attention_sizes(model)
     groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
@@ -250,7 +257,7 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
     num_dense = model.num_layers - (moe.num_moe_layers if moe else 0)
     if num_dense > 0:
         ffn = moe.dense_layer_ffn if moe and moe.dense_layer_ffn else model.ffn_size
-        layer = parse_layer(name="dense", parts=[attention, mlp], norm=norm, bypass=bypass)
+        layer = parse_layer(name="dense", parts=[*attention, mlp], norm=norm, bypass=bypass)
         if model.kv_heads_per_layer is None:
             groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
         else:  # one group per KV head count (dense GQA only: checked by the config)
@@ -260,7 +267,7 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
                                {**attention_sizes(model, kv_heads=g), "f": ffn}, False))
     if moe:
         parts, sizes = _moe_parts(model)
-        layer = parse_layer(name="moe", parts=[attention, *parts], norm=norm, bypass=bypass)
+        layer = parse_layer(name="moe", parts=[*attention, *parts], norm=norm, bypass=bypass)
         groups.append(("moe", layer, float(moe.num_moe_layers), {**base, **sizes}, True))
     return _split_by_window(model=model, groups=groups)
 

@@ -18,7 +18,11 @@ def _attention_params(m: ModelConfig, *, kv_heads: int | None = None) -> int:
             q = h * m.num_heads * qk
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
         kv += a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
-        return q + kv + m.num_heads * a.v_head_dim * h
+        # sparse-attention indexer: query heads from the latent, one key head with its
+        # LayerNorm (weight and bias), a weight per head
+        indexer = (a.q_lora_rank * a.index_heads * a.index_head_dim + h * a.index_head_dim
+                   + 2 * a.index_head_dim + h * a.index_heads) if a.index_topk else 0
+        return q + kv + m.num_heads * a.v_head_dim * h + indexer
     q_width = m.num_heads * m.head_dim
     kv_width = (kv_heads or m.num_kv_heads) * m.head_dim
     params = h * (q_width + 2 * kv_width) + q_width * h

@@ -1,6 +1,8 @@
 """DeepSeek-V2 / V3 / R1, Kimi-K2 / K2.5 and GLM-5 (the same template): MLA attention,
 routed and shared experts after the first dense layers. GLM-5's sparse-attention indexer
-(``index_topk`` keys per query) is not modelled: attention covers the whole context."""
+(``index_n_heads`` heads of ``index_head_dim`` scoring the context, ``index_topk`` keys
+kept per query) is priced beside MLA (``families/dsa_indexer.yaml``); MLA itself is still
+priced over the whole context (an overestimate above ``index_topk`` tokens)."""
 
 from __future__ import annotations
 
@@ -30,12 +32,15 @@ def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConf
         qk_nope_head_dim=nope,
         qk_rope_head_dim=rope,
         v_head_dim=cfg.integer("v_head_dim"),
+        **({"index_heads": cfg.integer("index_n_heads"),
+            "index_head_dim": cfg.integer("index_head_dim"),
+            "index_topk": cfg.integer("index_topk")} if cfg.has("index_topk") else {}),
     )
     f["attention"], f["head_dim"], f["num_kv_heads"] = "MLA", nope + rope, f["num_heads"]
     routed_moe(cfg, f)
     if cfg.has("index_topk"):
-        f["notes"] += (f"; sparse-attention indexer ({cfg.integer('index_topk')} keys per "
-                       "query) left out: attention over the whole context")
+        f["notes"] += (f"; sparse-attention indexer priced, MLA over the whole context (not "
+                       f"the {cfg.integer('index_topk')} keys it keeps per query)")
     return finish(f)
 
 
@@ -49,5 +54,8 @@ def write_deepseek_v3(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
         fields.update(q_lora_rank=mla.q_lora_rank or None, kv_lora_rank=mla.kv_lora_rank,
                       qk_nope_head_dim=mla.qk_nope_head_dim,
                       qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim)
+        if mla.index_topk:
+            fields.update(index_n_heads=mla.index_heads, index_head_dim=mla.index_head_dim,
+                          index_topk=mla.index_topk)
     fields.update(routed_moe_json(model))
     return fields
