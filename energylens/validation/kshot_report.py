@@ -105,7 +105,7 @@ def step_group_errors(*, path: Path, k: int, seed: int) -> dict[str, tuple[int, 
         key = f"gpu={row.gpu},dtype={row.dtype}"
         rows, predicted, ape = out.get(key, (0, 0, []))
         out[key] = (rows + 1, predicted + 1,
-                    ape + [abs(row.errors["time"])] if held else ape)
+                    (ape + [abs(row.errors["time"])]) if held else ape)
     return out
 
 

@@ -178,9 +178,17 @@ def _model() -> ModelConfig:
     return get_model(MODEL)
 
 
-def model_layers() -> int:
-    """Layers of the model the steps script builds (rows of other depths are not priced)."""
-    return _model().num_layers
+def priceable_steps(file: StepFile, *, unpriced: dict[str, str]) -> list[StepTime]:
+    """The file's steps of the model's depth; the others go to ``unpriced`` with why."""
+    layers = _model().num_layers
+    kept = []
+    for step in file.steps:
+        if step.layers is not None and step.layers != layers:
+            unpriced[f"{file.path} row {step.row}"] = (
+                f"{step.layers} layers; the model ({MODEL}) has {layers}")
+        else:
+            kept.append(step)
+    return kept
 
 
 def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
@@ -236,11 +244,7 @@ def validate_steps(*, path: str | Path, gpu: str | None = None,
         ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=cal)
         idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
                               static_power_w=ctx.constants.static_power_w))
-        for step in file.steps:
-            if step.layers is not None and step.layers != model_layers():
-                unpriced[f"{file.path} row {step.row}"] = (
-                    f"{step.layers} layers; the model ({MODEL}) has {model_layers()}")
-                continue
+        for step in priceable_steps(file, unpriced=unpriced):
             rows.append(priced_row(step=step, gpu=spec, ctx=ctx))
     return StepReport(path=str(path), calibration=cal.source, rows=tuple(rows),
                       groups=group_errors(rows=rows, by_phase=True),

@@ -27,13 +27,12 @@ from energylens.hardware import GPU
 from energylens.measurements.energylens_gpu import StepTime, load_step_files
 from energylens.validation.kshot import spread_pick
 from energylens.validation.steps import (
-    MODEL,
     IdleCheck,
     StepReport,
     StepRow,
     group_errors,
-    model_layers,
     price_step,
+    priceable_steps,
     priced_row,
     resolve_gpu,
     steps_context,
@@ -104,13 +103,7 @@ def k_shot_steps(*, path: str | Path, k: int, seed: int = 0, gpu: str | None = N
     for file in files:
         spec = resolve_gpu(file=file, gpu=gpu)
         failed += file.failed
-        steps = []
-        for step in file.steps:
-            if step.layers is not None and step.layers != model_layers():
-                unpriced[f"{file.path} row {step.row}"] = (
-                    f"{step.layers} layers; the model ({MODEL}) has {model_layers()}")
-            else:
-                steps.append(step)
+        steps = priceable_steps(file, unpriced=unpriced)
         key = f"{spec.name}/{file.weight_dtype}"
         chosen: list[int] = []
         tuned = cal
