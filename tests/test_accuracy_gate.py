@@ -40,12 +40,16 @@ KNOWN_MISSES: dict[str, float] = {
     # H200; B200 borrows H100's) and H100's measured idle power (the static bound) moved
     # the folds by at most 0.6 points (up: B200 dense -> MoE energy 15.4 -> 16.0, H100
     # gpu-count energy 9.2 -> 9.6, still met); three limits lowered to today's + 1.5.
+    # Seventh 2026-11-27 session: B200's memory as nvidia-smi reports it
+    # (192.27e9) and vLLM's reserve identified by the KV-limited chat runs (5 GB; chat prompt
+    # 479 -> 477): folds within 0.8 points (up: B200 gpu-count energy 22.2 -> 22.9, ITL
+    # 14.7 -> 15.4); two limits lowered to today's + 1.5.
     "Small-kernel per-op latency, Vidur H100: attn_rope": 0.167,
     "All-reduce latency, Vidur a100_dgx": 0.116,
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
     "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.171,
     "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.167,
-    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.118,
+    "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.117,
     "Regime-out H100-SXM family: fit MoE, predict dense: energy per output token": 0.131,
     "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.135,
     "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.236,
@@ -57,7 +61,7 @@ KNOWN_MISSES: dict[str, float] = {
     "Regime-out B200 family: fit dense, predict MoE: energy per output token": 0.169,
     "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.161,
     "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.152,
-    "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.134,
+    "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.129,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.199,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.226,
     "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.184,

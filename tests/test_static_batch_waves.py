@@ -8,6 +8,7 @@ import pytest
 
 from energylens.deployment import Deployment, Workload
 from energylens.predict import predict
+from energylens.runtime import get_runtime
 
 MODEL, GPU, TOKENS = "llama-2-7b", "A100-80GB-SXM", 2048
 
@@ -58,8 +59,10 @@ def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     run = _batch(8, model="llama-2-70b", gpu="A100-40GB-SXM")  # 138 GB of weights
     assert not run.feasible and run.running_batch == 1
     assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
-    # the reason is the memory of one sequence (8 would need 8x the KV)
-    assert run.memory_per_gpu_gb < 138.0 + 2.0 + 2 * 1.4
+    # the reason is the memory of one sequence (8 would need 8x the KV): weights, the
+    # runtime's reserve, and under 2 x 1.4 GB of KV and activations
+    reserve_gb = get_runtime("vllm").reserve_bytes / 1e9
+    assert run.memory_per_gpu_gb < 138.0 + reserve_gb + 2 * 1.4
 
 
 def test_many_configurations_run_their_waves_as_one_does(capacity: int) -> None:
