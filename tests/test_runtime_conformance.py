@@ -397,6 +397,10 @@ def test_memory_use_honours_the_runtime_facts(name: str) -> None:
     if profile.memory_share_of == "hbm":
         assert at_chunk.usable_bytes == pytest.approx(
             gpu.hbm_capacity_bytes * profile.memory_utilization)
+    elif profile.memory_share_of == "static":  # weights + KV in the share, the rest outside
+        outside = at_chunk.activation_bytes + at_chunk.reserve_bytes
+        assert at_chunk.usable_bytes - outside == pytest.approx(
+            gpu.hbm_capacity_bytes * profile.memory_utilization)
     else:  # the share of what weights, activations and reserve leave: KV = share x free
         fixed = at_chunk.weights_bytes + at_chunk.activation_bytes + at_chunk.reserve_bytes
         assert at_chunk.usable_bytes - fixed == pytest.approx(

@@ -97,3 +97,21 @@ def test_a_share_of_free_memory_leaves_the_kv_that_share_of_what_the_weights_lea
         assert free_kv[name] == pytest.approx(expected)
     assert get_runtime("trtllm").memory_share_of == "free"
     assert free_kv["trtllm"] > free_kv["vllm"]
+
+
+def test_sglangs_static_share_holds_the_weights_and_the_kv_pool_only() -> None:
+    """SGLang's --mem-fraction-static (0.88) is the share of the HBM for the weights and the
+    KV pool; activations and workspaces use the rest. Llama-3.1-70B bf16 at TP2 on an
+    85.52 GB H100: 70.6 GB of weights per GPU leave 0.88 x 85.52 - 70.6 = 4.66 GB of KV,
+    where counting activations and reserve inside the share would leave about 2 GB."""
+    model, gpu = get_model("llama-3.1-70b"), load_gpu("H100")
+    runtime = get_runtime("sglang")
+    assert runtime.memory_share_of == "static"
+    use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
+                     degrees=Deployment(tp=2).degrees(model), pp=1, weight_dtype="bf16",
+                     kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=8192)
+    kv_space = float(use.usable_bytes - use.weights_bytes - use.activation_bytes
+                     - use.reserve_bytes)
+    assert kv_space == pytest.approx(0.88 * 85.5208e9 - float(use.weights_bytes))
+    assert 4.0e9 < kv_space < 5.2e9
+    assert use.activation_bytes + use.reserve_bytes > 2.0e9  # they would have halved it

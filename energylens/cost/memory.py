@@ -170,6 +170,9 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     if runtime.memory_share_of == "free":  # a share of what weights and activations leave
         fixed = weights + activations + runtime.reserve_bytes
         usable = fixed + runtime.memory_utilization * np.maximum(capacity - fixed, 0.0)
+    elif runtime.memory_share_of == "static":  # weights and KV within the share
+        share = capacity * runtime.memory_utilization
+        usable = share + np.minimum(activations + runtime.reserve_bytes, capacity - share)
     else:
         usable = capacity * runtime.memory_utilization
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,

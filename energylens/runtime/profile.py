@@ -84,9 +84,11 @@ def release_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in numbers[:3])
 
 
-#: What ``memory_utilization`` is a share of: the whole HBM (vLLM, SGLang) or the memory
-#: left free after weights, activations and reserve (TensorRT-LLM, LMDeploy).
-MEMORY_SHARES = ("hbm", "free")
+#: What ``memory_utilization`` is a share of: the whole HBM for everything (vLLM), the
+#: memory left free after weights, activations and reserve (TensorRT-LLM, LMDeploy), or
+#: the whole HBM for weights and the KV pool only, activations and reserve living in the
+#: rest (``static``: SGLang's --mem-fraction-static).
+MEMORY_SHARES = ("hbm", "free", "static")
 
 
 #: Every fact of a profile and how its YAML value is read.
@@ -138,7 +140,7 @@ class RuntimeProfile:
     attention_kernel: str  # attention kernel family (informational)
     cuda_graph_batch_sizes: tuple[int, ...]  # decode batch sizes captured as CUDA graphs
     memory_utilization: float  # share of HBM (or of what weights leave) the engine may use
-    memory_share_of: str  # "hbm" or "free" (MEMORY_SHARES)
+    memory_share_of: str  # "hbm", "free" or "static" (MEMORY_SHARES)
     reserve_bytes: float  # CUDA context, workspaces, allocator slack
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
     prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
