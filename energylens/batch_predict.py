@@ -22,7 +22,7 @@ from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import Routing
 from energylens.cost.roofline import ClockState, dynamic_scale_at
-from energylens.deployment import Deployment, check_deployment
+from energylens.deployment import Deployment, check_deployment, sharded_model
 from energylens.errors import EnergyLensError
 from energylens.hardware import GPU, load_gpu
 from energylens.model.config import ModelConfig
@@ -73,21 +73,22 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
             gpu = load_gpu(str(values["gpu"]))
             base = _deployment(values, overlap_sms=0, freq_mhz=None, num_gpus=None, dp=None)
             group_cal = calibration_for_gpu(cal, gpu)
+            group_model = sharded_model(deployment=base, model=model_cfg)
         except EnergyLensError as exc:
             out["infeasible_reason"][index] = _reason(exc)
             continue
-        valid = _valid_rows(values=values, sub=sub, model=model_cfg, gpu=gpu, workload=workload,
+        valid = _valid_rows(values=values, sub=sub, model=group_model, gpu=gpu, workload=workload,
                             out=out, index=index)
         if columnar is None:
             _row_by_row(out=out, index=index[valid], values=values, sub=sub, valid=valid,
-                        model=model_cfg, workload=workload, calibration=cal)
+                        model=group_model, workload=workload, calibration=cal)
             continue
         for overlap in (False, True):  # overlapping collectives change which kernels share SMs
             part = valid & ((sub["overlap_sms"] > 0) == overlap)
             if not part.any():
                 continue
             rows_sub = {c: v[part] for c, v in sub.items()}
-            ctx = step_context(model=model_cfg, gpu=gpu, calibration=group_cal,
+            ctx = step_context(model=group_model, gpu=gpu, calibration=group_cal,
                                deployment=replace(base, overlap_sms=int(overlap)))
             ratio = np.where(np.isnan(rows_sub["freq_mhz"]), 1.0,
                              rows_sub["freq_mhz"] / gpu.boost_clock_mhz)
@@ -97,7 +98,7 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
                                                            constants=ctx.constants))))
             replicas = _replicas(base=base, num_gpus=rows_sub["num_gpus"], dp=rows_sub["dp"])
             try:  # a refusal found while pricing (a routing histogram of the wrong size)
-                placement, memory = place(ctx=ctx, model=model_cfg, kind=kind,
+                placement, memory = place(ctx=ctx, model=group_model, kind=kind,
                                           workload=workload, batch=rows_sub["batch"],
                                           replicas=replicas,
                                           gpus=base.gpus_per_replica * replicas)

@@ -16,7 +16,8 @@ from energylens.runtime import DEFAULT_RUNTIME, get_runtime
 from energylens.runtime.profile import release_key
 from energylens.workloads.workload import Workload
 
-__all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment"]
+__all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "check_deployment",
+           "sharded_model"]
 
 #: Fusion groups the families declare (a runtime's defaults are a subset).
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual")
@@ -142,6 +143,13 @@ class Deployment:
         if self.attention_dp > 1:
             degrees["adp"] = self.attention_dp
         return degrees
+
+
+def sharded_model(*, deployment: Deployment, model: ModelConfig) -> ModelConfig:
+    """``model`` as the slowest rank of ``deployment`` holds it: itself, or padded to the
+    largest share of heads where the runtime splits them unevenly (DeepSpeed AutoTP)."""
+    return get_runtime(deployment.runtime).sharded_model(model=model,
+                                                         attention_tp=deployment.attention_tp)
 
 
 def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,

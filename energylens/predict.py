@@ -18,7 +18,7 @@ from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.roofline import ClockState
 from energylens.cost.step import StepContext
 from energylens.cost.work import Size
-from energylens.deployment import Deployment, check_deployment
+from energylens.deployment import Deployment, check_deployment, sharded_model
 from energylens.hardware import GPU, load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.families import build_graph
@@ -46,6 +46,7 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     workload = workload or Workload()
     cal = resolve_calibration(calibration)
     cal = calibration_for_gpu(cal, gpu_spec)  # own, borrowed, or a one-line error
+    model_cfg = sharded_model(deployment=deployment, model=model_cfg)
     check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
                      gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
                      gpu_sm_count=gpu_spec.sm_count)

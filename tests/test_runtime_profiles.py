@@ -52,6 +52,33 @@ def test_an_engine_is_refused_on_a_gpu_vendor_it_does_not_run_on() -> None:
         assert predict(model=DENSE, gpu="MI300X", deployment=Deployment(runtime=runtime)).feasible
 
 
+def test_autotp_splits_heads_that_tp_does_not_divide_in_whole_kv_groups() -> None:
+    """Qwen2.5-7B (28 query heads in 4 KV groups of 7) on 8 Gaudi2 cards: DeepSpeed AutoTP
+    gives ranks 0-3 one group each, so the slowest rank holds 7 query heads and 1 KV head,
+    priced as the model padded to 8 groups (56 heads); engines that split heads evenly
+    refuse the layout."""
+    qwen = get_model("qwen2.5-7b")
+    assert (qwen.num_heads, qwen.num_kv_heads) == (28, 4)
+    padded = get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=8)
+    assert (padded.num_heads // 8, padded.num_kv_heads // 8) == (7, 1)
+    assert padded.head_dim == qwen.head_dim and padded.hidden_size == qwen.hidden_size
+    # tp 4 divides the groups: nothing to pad, and vLLM never pads
+    assert get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=4) is qwen
+    assert get_runtime("vllm").sharded_model(model=qwen, attention_tp=8) is qwen
+    with pytest.raises(ConfigError, match="does not divide the 28 attention heads"):
+        predict(model=qwen, gpu="H100", deployment=Deployment(tp=8))
+    workload = Workload(kind="batch", batch=16, input_tokens=512, output_tokens=512)
+    tp4, tp8 = (predict(model=qwen, gpu="Gaudi2", workload=workload,
+                        deployment=Deployment(tp=tp, runtime="deepspeed-habana"))
+                for tp in (4, 8))
+    assert tp8.feasible
+    # the slowest rank at tp 8 holds tp 4's attention and half its MLP and vocabulary
+    mlp = qwen.num_layers * 3 * qwen.hidden_size * qwen.ffn_size * 2
+    vocab = 2 * qwen.vocab_size * qwen.hidden_size * 2
+    halved_gb = (mlp + vocab) / 8 / 1e9
+    assert tp4.memory_per_gpu_gb - tp8.memory_per_gpu_gb == pytest.approx(halved_gb, rel=0.05)
+
+
 @pytest.mark.parametrize("runtime", ["deepspeed-mii", "lmdeploy", "llama.cpp"])
 def test_expert_parallelism_is_refused_by_engines_without_it(runtime: str) -> None:
     with pytest.raises(ConfigError, match="no expert parallelism"):

@@ -116,6 +116,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "custom_allreduce_max_bytes": float,
     "prior_step_overhead_s": float,
     "prior_per_sequence_overhead_s": float,
+    "uneven_head_sharding": bool,
     "launch_program": str,
     "launch_flags": lambda v: tuple(str(x) for x in v),
 }
@@ -162,6 +163,8 @@ class RuntimeProfile:
     # measurement identifies them (the cost model reads the calibration file, not these).
     prior_step_overhead_s: float
     prior_per_sequence_overhead_s: float
+    uneven_head_sharding: bool  # splits attention in whole KV groups, unevenly where tp
+    # does not divide them (DeepSpeed AutoTP) instead of refusing the layout
     launch_program: str  # the command that starts a server (``vllm serve``)
     launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]
@@ -194,6 +197,20 @@ class RuntimeProfile:
                     f"{self.display_name} {self.version} has no {_DIM_NAMES[dim]} parallelism "
                     f"({dim} = {degrees[dim]}; it supports "
                     f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
+
+    def sharded_model(self, *, model: ModelConfig, attention_tp: int) -> ModelConfig:
+        """``model`` as its slowest tensor-parallel rank holds it. An engine that splits
+        attention unevenly in whole KV groups (``uneven_head_sharding``) gives the first
+        ``num_kv_heads % tp`` ranks one group more: priced as the model padded to
+        ``ceil(num_kv_heads / tp)`` groups per rank, each group keeping its query heads.
+        Every other engine (and a model whose KV heads vary per layer) gets ``model``."""
+        groups = model.num_kv_heads
+        if (not self.uneven_head_sharding or model.kv_heads_per_layer is not None
+                or groups % attention_tp == 0):
+            return model
+        padded = -(-groups // attention_tp) * attention_tp
+        return replace(model, num_kv_heads=padded,
+                       num_heads=padded * (model.num_heads // groups))
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """The command that starts ``spec`` on this engine, with documented flags only

@@ -24,7 +24,7 @@ from energylens.calibration.file import default_calibration
 from energylens.cost.comm import collective_cost, link_for_group
 from energylens.cost.constants import Calibration
 from energylens.cost.memory import MemoryUse, memory_use
-from energylens.deployment import Deployment, check_deployment
+from energylens.deployment import Deployment, check_deployment, sharded_model
 from energylens.errors import ConfigError
 from energylens.hardware import load_gpu
 from energylens.model.config import ModelConfig
@@ -69,6 +69,7 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
     gpu = load_gpu(pool.gpu)
     cal = require_constants(calibration=calibration, gpu=gpu)
     d = pool.deployment
+    model = sharded_model(deployment=d, model=model)
     check_deployment(deployment=d, model=model, gpu_name=gpu.name,
                      gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
                      gpu_sm_count=gpu.sm_count)
