@@ -13,7 +13,6 @@ from energylens.calibration.fit_runtime import bench_rows
 from energylens.hardware import load_gpu
 from energylens.measurements.inference_bench import (
     RUNTIMES,
-    UNMODELLED,
     UnmodelledFramework,
     bench_setup,
 )
@@ -29,15 +28,13 @@ def _rows() -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_every_framework_maps_to_a_runtime_or_says_why_not() -> None:
+def test_every_framework_maps_to_a_runtime_and_an_unknown_one_says_why_not() -> None:
     assert set(RUNTIMES.values()) <= set(runtime_names())
     frameworks = {r["Framework"] for r in _rows()}
-    assert frameworks == set(RUNTIMES) | set(UNMODELLED)
-    for framework, why in UNMODELLED.items():
-        with pytest.raises(UnmodelledFramework, match="no "):
-            bench_setup({"Framework": framework, "Num of Hardware": 1,
-                         "Input Output Length": 128, "Batch Size": 1})
-        assert "\n" not in why
+    assert frameworks == set(RUNTIMES)
+    with pytest.raises(UnmodelledFramework, match="framework MLC-LLM has no runtime profile"):
+        bench_setup({"Framework": "MLC-LLM", "Num of Hardware": 1,
+                     "Input Output Length": 128, "Batch Size": 1})
 
 
 def test_llama_cpp_rows_are_one_sequence_in_prompt_passes_the_others_a_tp_batch() -> None:
@@ -65,8 +62,8 @@ def test_the_bench_tensorrt_llm_rows_ran_a_release_before_the_overlap_scheduler(
 
 @pytest.mark.parametrize(("hardware", "name"), [
     ("Nvidia GH200 GPU", "GH200"), ("AMD MI250 GPU", "MI250"), ("Intel PVC GPU", "Max-1550"),
-    ("Intel Max 1550", "Max-1550"), ("Habana Gaudi2", "Gaudi2"), ("Nvidia A100 GPU",
-                                                                  "A100-80GB-SXM")])
+    ("Intel Max 1550", "Max-1550"), ("Habana Gaudi2", "Gaudi2"), ("SambaNova SN40L", "SN40L"),
+    ("Nvidia A100 GPU", "A100-80GB-SXM")])
 def test_the_bench_gpu_names_resolve(hardware: str, name: str) -> None:
     gpu = load_gpu(hardware)
     assert gpu.name == name
@@ -96,23 +93,19 @@ def _sample(tmp_path: Path) -> Path:
     return path
 
 
-def test_every_row_is_predicted_but_the_unmodelled_frameworks(tmp_path: Path) -> None:
+def test_every_row_is_predicted(tmp_path: Path) -> None:
     report = validate(format="llm-inference-bench", path=_sample(tmp_path))
     assert len(report.rows) > 30
     for row in report.rows:
-        framework = str(row.input["Framework"])
-        if framework in UNMODELLED:
-            assert row.error == UNMODELLED[framework]
-        else:
-            assert row.error is None, (row.input, row.error)
-            assert row.predicted["latency_s"] > 0
+        assert row.error is None, (row.input, row.error)
+        assert row.predicted["latency_s"] > 0
 
 
 def test_calibrate_reads_the_rows_as_validate_does(tmp_path: Path) -> None:
     groups, skipped = bench_rows([_sample(tmp_path)])
     assert {runtime for runtime, _ in groups} == set(RUNTIMES.values())
     assert {gpu for _, gpu in groups} >= {"GH200", "MI250", "Max-1550"}
-    assert set(skipped) == {"GPU SambaNova SN40L not in the database"}
+    assert not skipped  # every framework has a profile, every GPU a file
     assert {gpu for runtime, gpu in groups if runtime == "deepspeed-habana"} == {"Gaudi2"}
 
 
@@ -125,5 +118,5 @@ def test_rows_fitted_on_themselves_are_labelled_in_sample() -> None:
     label = _bench_label(hardware="Nvidia H100 GPU", framework="TensorRT-LLM", doc=doc)
     assert label.startswith("in-sample: step_overhead_s") and "14.8 %" in label
     assert _bench_label(hardware="Nvidia H100 GPU", framework="vLLM", doc=doc) == "never fitted"
-    assert _bench_label(hardware="SambaNova SN40L", framework="sambaflow", doc=doc) == \
+    assert _bench_label(hardware="Nvidia H100 GPU", framework="MLC-LLM", doc=doc) == \
         "no runtime profile"

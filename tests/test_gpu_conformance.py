@@ -112,7 +112,8 @@ def test_clocks_are_ordered(gpu: GPU) -> None:
 def test_memory_is_plausible_in_si_units(gpu: GPU) -> None:
     assert 16e9 <= gpu.hbm_capacity_bytes <= 512e9
     assert 0.2e12 <= gpu.hbm_bandwidth_bytes_per_s <= 20e12  # L4's GDDR6: 300 GB/s
-    assert 4 * 2**20 <= gpu.l2_bytes <= 512 * 2**20  # A40 (GA102): 6 MB; Max 1550: 408 MB
+    # A40 (GA102): 6 MB; Max 1550: 408 MB; SN40L's on-chip SRAM: 520 MiB
+    assert 4 * 2**20 <= gpu.l2_bytes <= 1024 * 2**20
 
 
 @gpus

@@ -127,7 +127,7 @@ def test_fact_values_are_in_range(name: str) -> None:
         assert p.expert_parallel_layout in EP_LAYOUTS
     for prior in (p.prior_step_overhead_s, p.prior_per_sequence_overhead_s):
         assert math.isfinite(prior) and 0 <= prior < 0.1
-    assert p.launch_program.strip() and p.launch_flags
+    assert bool(p.launch_program.strip()) == bool(p.launch_flags)  # both or neither
     assert len(set(p.launch_flags)) == len(p.launch_flags)
 
 

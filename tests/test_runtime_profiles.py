@@ -17,6 +17,7 @@ from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError
+from energylens.model.params import parameter_count
 from energylens.model.zoo import get_model
 from energylens.predict import predict
 from energylens.runtime import get_runtime, runtime_names
@@ -79,6 +80,26 @@ def test_autotp_splits_heads_that_tp_does_not_divide_in_whole_kv_groups() -> Non
     assert tp4.memory_per_gpu_gb - tp8.memory_per_gpu_gb == pytest.approx(halved_gb, rel=0.05)
 
 
+def test_a_sambaflow_decode_step_is_its_weight_stream_with_no_kernel_or_collective_floor() -> None:
+    """A dataflow pipeline launches no kernel and calls no collective: with its engine
+    overheads at zero, Llama-3.1-8B's batch-1 decode step over 8 SN40L sockets is the time to
+    stream each socket's share of the weights from HBM (2.0 TB/s at the borrowed H100
+    efficiency), plus a little KV; on 8 H100s the per-kernel and all-reduce floors make the
+    same step slower though H100's HBM is faster."""
+    cal = default_calibration().with_runtime(
+        runtime="sambaflow", gpu="SN40L", step_overhead_s=0.0, per_sequence_overhead_s=0.0,
+        memory_efficiency_scale=1.0, kv_bandwidth_scale=1.0)
+    work = Workload(kind="batch", batch=1, input_tokens=128, output_tokens=128)
+    step_s = predict(model=DENSE, gpu="SN40L", workload=work, calibration=cal,
+                     deployment=Deployment(tp=8, runtime="sambaflow")).tpot_s
+    efficiency = cal.kernel("H100-SXM").memory_efficiency_max
+    stream_s = parameter_count(get_model(DENSE))[0] * 2 / 8 / (2.0e12 * efficiency)
+    assert stream_s < step_s < 1.08 * stream_s
+    h100_s = predict(model=DENSE, gpu="H100", workload=work, calibration=cal,
+                     deployment=Deployment(tp=8)).tpot_s
+    assert h100_s > 2 * step_s * 2.0e12 / 3.35e12
+
+
 @pytest.mark.parametrize("runtime", ["deepspeed-mii", "lmdeploy", "llama.cpp"])
 def test_expert_parallelism_is_refused_by_engines_without_it(runtime: str) -> None:
     with pytest.raises(ConfigError, match="no expert parallelism"):
@@ -107,6 +128,8 @@ def test_unit_scales_leave_the_calibration_itself() -> None:
     """vLLM's predictions do not move: no scales, the very same calibration object."""
     cal = default_calibration()
     for name in runtime_names():
+        if "nvidia" not in get_runtime(name).gpu_vendors:
+            continue
         c = cal.runtime(runtime=name, gpu="H100-SXM")
         unit = (c.gemm_efficiency_scale, c.attention_efficiency_scale,
                 c.memory_efficiency_scale, c.kv_bandwidth_scale) == (1.0, 1.0, 1.0, 1.0)
@@ -145,9 +168,13 @@ MOE_DEPLOYMENTS = [Deployment(tp=2, ep=2, num_gpus=4), Deployment(ep=4, num_gpus
                    Deployment(tp=2, attention_dp=2, ep=2, num_gpus=4)]  # moe_tp = 2
 
 
+#: Runtimes that document a launch program (the others refuse every launch, with why).
+LAUNCHED = tuple(r for r in runtime_names() if get_runtime(r).launch_program)
+
+
 def _cases() -> list[tuple[str, str, Deployment]]:
     out = []
-    for runtime in runtime_names():
+    for runtime in LAUNCHED:
         profile = get_runtime(runtime)
         for model, deployments in ((DENSE, DEPLOYMENTS), (MOE, MOE_DEPLOYMENTS)):
             for d in deployments:
@@ -179,8 +206,14 @@ def _flags(argv: list[str], program: list[str]) -> tuple[list[str], list[str]]:
     return flags, positionals
 
 
-def test_every_runtime_has_launch_cases() -> None:
-    assert {runtime for runtime, _, _ in CASES} == set(runtime_names())
+def test_every_runtime_has_launch_cases_or_refuses_every_launch_with_why() -> None:
+    assert {runtime for runtime, _, _ in CASES} == set(LAUNCHED)
+    assert set(runtime_names()) - set(LAUNCHED) == {"sambaflow"}
+    deployment = Deployment(tp=8, runtime="sambaflow")
+    with pytest.raises(ConfigError, match="SambaStudio endpoints") as refused:
+        launch_command(model=get_model(DENSE), deployment=deployment,
+                       workload=Workload(batch=8))
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(("runtime", "model", "deployment"), CASES,

@@ -68,10 +68,14 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: are assumed to be vLLM's (scales 1).
 #: Habana's DeepSpeed on Gaudi2 (no kernel table; H100's curves stand in for MME/TPC kernels;
 #: 7B-72B models, 1-8 cards, batches 1-64 of 128-2,048 tokens): both effective scales and
-#: both overheads.
+#: both overheads. SambaFlow on SN40L (no kernel table, no launch floors: its decode is
+#: weights streamed once per step; 7B-70B models on 8 sockets, batches 1-32): the decode
+#: scale and both overheads; its prompts (at most 2,048 x 16 tokens on 8 x 638 TFLOPS) are
+#: too small a share of a row to identify a prefill scale.
 LIB_FREE: dict[str, tuple[bool, bool, bool, bool]] = {
     "llama.cpp": (False, True, True, False),
     "deepspeed-habana": (True, True, True, True),
+    "sambaflow": (False, True, True, True),
 }
 OVERHEADS_ONLY = (False, False, True, True)
 #: Constants each coefficient of the fit sets.

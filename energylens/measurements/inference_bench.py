@@ -22,24 +22,12 @@ from energylens.predict import Prediction, predict
 
 #: The bench's framework names -> runtime profiles.
 RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii", "llama.cpp": "llama.cpp",
-            "vLLM": "vllm", "Deepspeed": "deepspeed-habana"}
+            "vLLM": "vllm", "Deepspeed": "deepspeed-habana", "sambaflow": "sambaflow"}
 #: The release a framework's rows ran where a profile fact changes since: TensorRT-LLM as
 #: some 0.x release ("0"; the data does not name it), since the bench (repository data of
 #: 2024, arXiv 2411.00136) predates TensorRT-LLM 1.0 (2025) and ran TensorRT engines, not the
 #: PyTorch backend whose overlap scheduler 1.0 made the default (runtimes/trtllm.yaml).
 RELEASES = {"TensorRT-LLM": "0"}
-#: Frameworks no profile describes, and why their rows stay unpredicted. SambaFlow was tried
-#: as a roofline of SN40L's HBM tier with its scales fitted on the 41 rows: 105 % latency MAPE
-#: in-sample with every constant at a bound, and 15 rows faster than a third of the
-#: zero-overhead time any kernel-launching execution takes: not a model worth shipping.
-UNMODELLED = {
-    "sambaflow": "SambaNova SN40L runs SambaFlow on a reconfigurable dataflow chip (a whole "
-                 "decoder compiled into one spatial pipeline, no kernel launches, weights "
-                 "streamed from SRAM/HBM/DDR tiers): a per-kernel roofline fitted on its 41 rows "
-                 "missed them by 105 %, so they are not predicted",
-}
-
-
 class UnmodelledFramework(Exception):
     """A framework no runtime profile describes; the message is the reason reported."""
 
@@ -60,8 +48,7 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
     framework = str(values["Framework"])
     runtime = RUNTIMES.get(framework)
     if runtime is None:
-        raise UnmodelledFramework(UNMODELLED.get(
-            framework, f"framework {framework} has no runtime profile"))
+        raise UnmodelledFramework(f"framework {framework} has no runtime profile")
     n, tokens = int(values["Num of Hardware"]), int(values["Input Output Length"])
     batch = int(values["Batch Size"])
     if runtime == "llama.cpp":
