@@ -147,9 +147,10 @@ class Deployment:
 
 def sharded_model(*, deployment: Deployment, model: ModelConfig) -> ModelConfig:
     """``model`` as the slowest rank of ``deployment`` holds it: itself, or padded to the
-    largest share of heads where the runtime splits them unevenly (DeepSpeed AutoTP)."""
-    return get_runtime(deployment.runtime).sharded_model(model=model,
-                                                         attention_tp=deployment.attention_tp)
+    largest share of heads where the runtime splits them unevenly (DeepSpeed AutoTP) and of
+    experts where it runs redundant expert slots (a load balancer)."""
+    return get_runtime(deployment.runtime).sharded_model(
+        model=model, attention_tp=deployment.attention_tp, ep=deployment.ep)
 
 
 def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,

@@ -38,7 +38,7 @@ def _convert(fmt: str, source: Path, tmp_path: Path, **options: object) -> Path:
 
 def _small_lib(tmp_path: Path) -> Path:
     """vLLM rows on H100 and A100 of the bench, two TensorRT-LLM rows (a release with its
-    own overheads), two llama.cpp rows and two of a framework without a profile."""
+    own overheads), two llama.cpp rows and two SambaFlow rows (SN40L, a dataflow runtime)."""
     with LIB.open() as f:
         rows = list(csv.DictReader(f))
     keep = [r for r in rows if r["Framework"] == "vLLM" and "Nvidia" in r["Hardware"]
@@ -71,7 +71,8 @@ def test_llm_inference_bench_round_trip_predicts_what_its_own_validator_does(tmp
             assert mine.predicted["e2e_s"] == pytest.approx(bench.predicted["latency_s"], rel=1e-9)
             assert mine.predicted["total_tokens_per_s"] == pytest.approx(
                 bench.predicted["throughput_tokens_per_s"], rel=1e-9)
-    assert all("runtime 'sambaflow' has no profile" in (o.error or "") for o in ours[-2:])
+    assert {o.row.values["runtime"] for o in ours[-2:]} == {"sambaflow"}
+    assert all(o.error is None for o in ours[-2:])
     # llama.cpp's throughput x latency is one sequence's tokens: not a batch of 16
     for outcome, bench in zip(ours[14:16], theirs[14:16], strict=True):
         assert outcome.row.values["batch"] == 1
@@ -310,6 +311,22 @@ def test_aiconfigurator_attention_dp_rows_with_the_layout_multiplied(tmp_path: P
     layouts = [(r["tp"], r["attention_dp"], r["ep"], r["moe_tp"], r["num_gpus"])
                for r in converted.rows]
     assert layouts == [(1, 8, 8, 1, 8), (4, 1, 4, 1, 4), (1, 8, 8, 1, 8)]
+
+
+def test_aiconfigurator_moe_tp_over_one_board_is_read_as_wide_ep(tmp_path: Path) -> None:
+    """tp_size = moe_tp_size = N > 8 with no EP and no attention DP (GB200 DeepSeek-R1 at N
+    = 12-72: N does not split the 128 MLA heads) is attention DP N with EP N; MoE TP 8 over
+    TP 8 (one board: a layout that runs) is kept."""
+    rows = [("trtllm", 36, 36, 1), ("sglang", 72, 72, 1), ("trtllm", 8, 8, 1)]
+    source = _write(tmp_path, AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency=64,{engine},1.2,deepseek-ai/DeepSeek-R1,gb200,fp4,agg,"
+        f"1024,1024,nvfp4,nvfp4,8,{tp},1,1,{moe_tp},{ep},490,8.6\n"
+        for i, (engine, tp, moe_tp, ep) in enumerate(rows)), "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options())
+    layouts = [(r["tp"], r["attention_dp"], r["ep"], r["moe_tp"], r["num_gpus"])
+               for r in converted.rows]
+    assert layouts == [(1, 36, 36, 1, 36), (1, 72, 72, 1, 72), (8, 1, 1, 8, 8)]
+    assert any("2 row(s) record MoE TP N > 8" in n for n in converted.notes)
 
 
 def test_aiconfigurator_dynamo_rows_fill_whole_workers(tmp_path: Path) -> None:

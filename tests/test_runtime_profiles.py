@@ -60,12 +60,12 @@ def test_autotp_splits_heads_that_tp_does_not_divide_in_whole_kv_groups() -> Non
     refuse the layout."""
     qwen = get_model("qwen2.5-7b")
     assert (qwen.num_heads, qwen.num_kv_heads) == (28, 4)
-    padded = get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=8)
+    padded = get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=8, ep=1)
     assert (padded.num_heads // 8, padded.num_kv_heads // 8) == (7, 1)
     assert padded.head_dim == qwen.head_dim and padded.hidden_size == qwen.hidden_size
     # tp 4 divides the groups: nothing to pad, and vLLM never pads
-    assert get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=4) is qwen
-    assert get_runtime("vllm").sharded_model(model=qwen, attention_tp=8) is qwen
+    assert get_runtime("deepspeed-habana").sharded_model(model=qwen, attention_tp=4, ep=1) is qwen
+    assert get_runtime("vllm").sharded_model(model=qwen, attention_tp=8, ep=1) is qwen
     with pytest.raises(ConfigError, match="does not divide the 28 attention heads"):
         predict(model=qwen, gpu="H100", deployment=Deployment(tp=8))
     workload = Workload(kind="batch", batch=16, input_tokens=512, output_tokens=512)
@@ -78,6 +78,29 @@ def test_autotp_splits_heads_that_tp_does_not_divide_in_whole_kv_groups() -> Non
     vocab = 2 * qwen.vocab_size * qwen.hidden_size * 2
     halved_gb = (mlp + vocab) / 8 / 1e9
     assert tp4.memory_per_gpu_gb - tp8.memory_per_gpu_gb == pytest.approx(halved_gb, rel=0.05)
+
+
+def test_redundant_expert_slots_run_an_ep_degree_that_does_not_divide_the_experts() -> None:
+    """DeepSeek-V3's 256 experts over 36 GPUs (GB200 wide EP): TensorRT-LLM's load balancer
+    runs ceil(256 / 36) = 8 slots per rank (288 in all), the routed tokens spread over
+    them; an engine without redundant slots refuses the layout."""
+    model = get_model("deepseek-v3")
+    assert model.moe is not None and model.moe.num_experts == 256
+    trtllm = get_runtime("trtllm")
+    slots = trtllm.sharded_model(model=model, attention_tp=1, ep=36)
+    assert slots.moe is not None and slots.moe.num_experts == 288
+    assert trtllm.sharded_model(model=model, attention_tp=1, ep=32) is model  # 8 per rank
+    without = dataclasses.replace(trtllm, redundant_expert_slots=False)
+    assert without.sharded_model(model=model, attention_tp=1, ep=36) is model
+    wide = Deployment(attention_dp=36, ep=36, num_gpus=36, runtime="trtllm",
+                      weight_dtype="nvfp4")
+    work = Workload(kind="serving", batch=144, input_tokens=1024, output_tokens=1024)
+    p36 = predict(model=model, gpu="GB200", deployment=wide, workload=work)
+    p32 = predict(model=model, gpu="GB200", deployment=dataclasses.replace(
+        wide, attention_dp=32, ep=32, num_gpus=32), workload=work)
+    assert p36.feasible and p32.feasible
+    # 8 experts per rank either way: the same expert weights on each GPU, attention alike
+    assert p36.memory_per_gpu_gb == pytest.approx(p32.memory_per_gpu_gb, rel=0.02)
 
 
 def test_a_sambaflow_decode_step_is_its_weight_stream_with_no_kernel_or_collective_floor() -> None:

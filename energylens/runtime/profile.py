@@ -117,6 +117,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "prior_step_overhead_s": float,
     "prior_per_sequence_overhead_s": float,
     "uneven_head_sharding": bool,
+    "redundant_expert_slots": bool,
     "launch_program": str,
     "launch_flags": lambda v: tuple(str(x) for x in v),
 }
@@ -165,6 +166,8 @@ class RuntimeProfile:
     prior_per_sequence_overhead_s: float
     uneven_head_sharding: bool  # splits attention in whole KV groups, unevenly where tp
     # does not divide them (DeepSpeed AutoTP) instead of refusing the layout
+    redundant_expert_slots: bool  # an EP degree that does not divide the experts runs
+    # ceil(E / ep) expert slots per rank (a load balancer's redundant experts)
     launch_program: str  # the command that starts a server (``vllm serve``)
     launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]
@@ -198,19 +201,24 @@ class RuntimeProfile:
                     f"({dim} = {degrees[dim]}; it supports "
                     f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
 
-    def sharded_model(self, *, model: ModelConfig, attention_tp: int) -> ModelConfig:
-        """``model`` as its slowest tensor-parallel rank holds it. An engine that splits
-        attention unevenly in whole KV groups (``uneven_head_sharding``) gives the first
-        ``num_kv_heads % tp`` ranks one group more: priced as the model padded to
-        ``ceil(num_kv_heads / tp)`` groups per rank, each group keeping its query heads.
-        Every other engine (and a model whose KV heads vary per layer) gets ``model``."""
+    def sharded_model(self, *, model: ModelConfig, attention_tp: int, ep: int) -> ModelConfig:
+        """``model`` as its slowest rank holds it. An engine that splits attention unevenly
+        in whole KV groups (``uneven_head_sharding``) gives the first ``num_kv_heads % tp``
+        ranks one group more: priced as the model padded to ``ceil(num_kv_heads / tp)``
+        groups per rank, each group keeping its query heads. An engine with redundant
+        expert slots (``redundant_expert_slots``) runs ``ceil(num_experts / ep)`` experts
+        per rank, the routed tokens spread evenly over all slots: priced as the model padded
+        to that many experts per rank. Any other case gets ``model`` itself."""
         groups = model.num_kv_heads
-        if (not self.uneven_head_sharding or model.kv_heads_per_layer is not None
-                or groups % attention_tp == 0):
-            return model
-        padded = -(-groups // attention_tp) * attention_tp
-        return replace(model, num_kv_heads=padded,
-                       num_heads=padded * (model.num_heads // groups))
+        if (self.uneven_head_sharding and model.kv_heads_per_layer is None
+                and groups % attention_tp):
+            padded = -(-groups // attention_tp) * attention_tp
+            model = replace(model, num_kv_heads=padded,
+                            num_heads=padded * (model.num_heads // groups))
+        moe = model.moe
+        if self.redundant_expert_slots and moe is not None and ep > 1 and moe.num_experts % ep:
+            model = replace(model, moe=replace(moe, num_experts=-(-moe.num_experts // ep) * ep))
+        return model
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """The command that starts ``spec`` on this engine, with documented flags only

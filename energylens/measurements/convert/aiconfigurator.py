@@ -23,7 +23,16 @@ TPOT to the last digit: TensorRT-LLM ``attention_dp_size`` N x N with ``moe_tp_s
 attention DP N, ``ep`` = N; vLLM ``tp_size`` = ``attention_dp_size`` = N with
 ``moe_ep_size`` N x N (``kimik2_5_b200_vllm_fp4_agg_8192x1024_c4_cfg635``, 4 x 4 with EP
 16, repeats ``kimi_k2_5_gap_analysis_..._8192x1024_c4_tp4_ep4_13``) as ``tp`` = ``ep`` =
-N without attention DP. With ``load_as_serving`` each row is
+N without attention DP. Rows that record ``tp_size`` = ``moe_tp_size`` = N > 8 with
+``moe_ep_size`` 1 and no attention DP (55, all DeepSeek-R1 on GB200, TensorRT-LLM at N =
+12-64 and SGLang at 72) are written as attention DP N with ``ep`` = N (wide EP): read
+literally they cannot run (N = 12, 20, 24, 28, 36, 40, 48, 52 and 72 do not divide the
+model's 128 MLA heads, which both engines split evenly, and most do not divide an expert's
+2,048 columns), and attention DP over the NVL72 rack with every GPU an expert rank is both
+engines' published GB200 DeepSeek-R1 recipe (TensorRT-LLM ``enable_attention_dp`` with
+``moe_expert_parallel_size`` = the world size and a 288-slot MoE load balancer; SGLang
+``--enable-dp-attention`` with DeepEP and 32 redundant experts; recalled). Assumed from
+that (the ids, ``..._tp36_ep1_11``, repeat the dump's fields). With ``load_as_serving`` each row is
 written as steady-state ``serving`` at ``batch`` = the concurrency instead (every
 client's request in flight: an approximation of the closed loop).
 
@@ -101,6 +110,8 @@ def _kv_dtype(row: dict[str, str]) -> str | None:
 
 
 _Layout = tuple[int, int | None, int | None, int | None]
+#: A recorded MoE-TP degree above this (one HGX board) is read as wide EP (module docstring).
+WIDE_EP_ABOVE = 8
 
 
 def _unsquared(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) -> _Layout | None:
@@ -115,6 +126,14 @@ def _unsquared(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) 
         return 1, ep, 1, ep  # attention DP over N, experts N ways
     if tp > 1 and tp == adp and moe_tp == 1 and ep == tp * adp:
         return tp, 1, 1, tp  # TP attention over N, experts N ways
+    return None
+
+
+def _wide_ep(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) -> _Layout | None:
+    """Attention DP N with N expert ranks for a row that records MoE TP N > 8 with no EP
+    and no attention DP (module docstring), or None for any other row."""
+    if tp > WIDE_EP_ABOVE and moe_tp == tp and ep in (None, 1) and adp in (None, 1):
+        return 1, tp, 1, tp
     return None
 
 
@@ -135,7 +154,7 @@ def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     out = Converted(rows=[])
-    skipped = unstated = no_load = squared = fp8_kv = replicated = 0
+    skipped = unstated = no_load = squared = fp8_kv = replicated = wide = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -153,6 +172,10 @@ def convert(path: Path, options: Options) -> Converted:
         if launch is not None:
             tp, adp, moe_tp, ep = launch
             squared += 1
+        widened = _wide_ep(tp=tp, adp=adp, moe_tp=moe_tp, ep=ep)
+        if widened is not None:
+            tp, adp, moe_tp, ep = widened
+            wide += 1
         workers = _dynamo_workers(row, concurrency=concurrency, attention_dp=adp or 1)
         replicated += workers > 1
         converted: dict[str, Any] = {
@@ -185,6 +208,11 @@ def convert(path: Path, options: Options) -> Converted:
         out.notes.append(f"{squared} row(s) record an N-GPU layout multiplied to N x N GPUs "
                          "(tp_size, or tp_size x attention_dp_size, = N x N): written as their "
                          "N-GPU launch, ep = N, moe_tp = 1 (see the converter's docstring)")
+    if wide:
+        out.notes.append(f"{wide} row(s) record MoE TP N > {WIDE_EP_ABOVE} (tp_size = moe_tp_size "
+                         "= N, no EP, no attention DP), a layout that cannot run: written as "
+                         "attention DP N with ep = N, the engines' wide-EP recipe (see the "
+                         "converter's docstring)")
     if replicated:
         out.notes.append(f"{replicated} Dynamo row(s) written with dp = concurrency / (batch_size "
                          "x attention_dp_size) replicas: their load fills that many workers "
