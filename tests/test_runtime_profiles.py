@@ -101,6 +101,11 @@ def test_redundant_expert_slots_run_an_ep_degree_that_does_not_divide_the_expert
     assert p36.feasible and p32.feasible
     # 8 experts per rank either way: the same expert weights on each GPU, attention alike
     assert p36.memory_per_gpu_gb == pytest.approx(p32.memory_per_gpu_gb, rel=0.02)
+    notes = launch_command(model=model, deployment=wide, workload=work).notes
+    assert any("288 expert slots (8 per rank)" in n for n in notes)
+    assert not any("expert slots" in n for n in launch_command(
+        model=model, deployment=dataclasses.replace(wide, attention_dp=32, ep=32, num_gpus=32),
+        workload=work).notes)
 
 
 def test_a_sambaflow_decode_step_is_its_weight_stream_with_no_kernel_or_collective_floor() -> None:

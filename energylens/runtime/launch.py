@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +107,15 @@ def launch_command(*, model: ModelConfig, deployment: Deployment,
         ConfigError: the runtime cannot run the deployment (the reason, one line).
     """
     spec = launch_spec(model=model, deployment=deployment, workload=workload)
-    return get_runtime(deployment.runtime).launch(spec=spec)
+    command = get_runtime(deployment.runtime).launch(spec=spec)
+    moe = model.moe
+    if moe is not None and deployment.ep > 1 and moe.num_experts % deployment.ep:
+        slots = -(-moe.num_experts // deployment.ep) * deployment.ep
+        command = replace(command, notes=(*command.notes, (
+            f"{moe.num_experts} experts over ep = {deployment.ep} ranks: predicted with "
+            f"{slots} expert slots ({slots // deployment.ep} per rank); enable the engine's "
+            "expert load balancer (redundant experts), which this command does not set")))
+    return command
 
 
 #: Column of ``pareto.csv`` holding each point's launch command (one server's line).
