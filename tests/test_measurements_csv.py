@@ -377,3 +377,19 @@ def test_the_runtime_version_column_picks_the_release_and_a_build_name_is_the_pr
     assert old - new == pytest.approx(per_layer * get_model("qwen3-30b-a3b").moe.num_moe_layers,
                                       rel=1e-6)
     assert nightly == old
+
+
+def test_llm_inference_bench_deepspeed_rows_are_habanas_fork_not_mii(tmp_path: Path) -> None:
+    """The bench's "Deepspeed" rows ran Habana's DeepSpeed on Gaudi2; a bare "deepspeed"
+    reads as DeepSpeed-MII (which refuses Habana cards), so the converter names the runtime."""
+    with LIB.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["Framework"] == "Deepspeed"][:2]
+    source = tmp_path / "gaudi.csv"
+    with source.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    converted = load_user_csv(_convert("llm-inference-bench", source, tmp_path))
+    outcomes = validate_measured(converted, calibration=default_calibration()).rows
+    assert {o.row.values["runtime"] for o in outcomes} == {"deepspeed-habana"}
+    assert all(o.error is None for o in outcomes)

@@ -10,6 +10,9 @@ Where a row's throughput x latency is the tokens of ONE sequence (2 x length, wi
 (its llama.cpp rows: ``Batch Size`` is the engine's batch parameter there): such a row is
 written as a batch of 1, with the bench's value carried as ``bench_batch_size``.
 
+``framework``: the bench's name, except where it is ambiguous as a runtime spelling: its
+``Deepspeed`` rows ran Habana's DeepSpeed fork on Gaudi2, written as ``deepspeed-habana``
+(a bare ``deepspeed`` reads as DeepSpeed-MII, :data:`energylens.measurements.inference_bench.RUNTIMES`).
 ``runtime_version``: the release a framework's rows are read as where a profile fact
 changes since (:data:`energylens.measurements.inference_bench.RELEASES`: TensorRT-LLM as a
 0.x release, before its overlap scheduler), empty elsewhere (the profile's).
@@ -21,7 +24,10 @@ from pathlib import Path
 
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
-from energylens.measurements.inference_bench import RELEASES
+from energylens.measurements.inference_bench import RELEASES, RUNTIMES
+
+#: Bench framework names that a runtime spelling would misread, written as their runtime.
+AMBIGUOUS = {"Deepspeed": RUNTIMES["Deepspeed"]}
 
 SAME = 0.05  # relative tolerance of "throughput x latency = the tokens of one sequence"
 
@@ -36,7 +42,7 @@ def convert(path: Path, options: Options) -> Converted:
         batch = int(v["Batch Size"])
         one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
         converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": n,
-                     "framework": v["Framework"],
+                     "framework": AMBIGUOUS.get(str(v["Framework"]), v["Framework"]),
                      "runtime_version": RELEASES.get(str(v["Framework"])), "workload": "batch",
                      "batch": 1 if one else batch, "input_tokens": tokens,
                      "output_tokens": tokens, "e2e_s": m["latency_s"],
