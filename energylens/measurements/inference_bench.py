@@ -28,6 +28,8 @@ RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii", "llama.c
 #: 2024, arXiv 2411.00136) predates TensorRT-LLM 1.0 (2025) and ran TensorRT engines, not the
 #: PyTorch backend whose overlap scheduler 1.0 made the default (runtimes/trtllm.yaml).
 RELEASES = {"TensorRT-LLM": "0"}
+
+
 class UnmodelledFramework(Exception):
     """A framework no runtime profile describes; the message is the reason reported."""
 

@@ -113,8 +113,9 @@ def launch_command(*, model: ModelConfig, deployment: Deployment,
         slots = -(-moe.num_experts // deployment.ep) * deployment.ep
         command = replace(command, notes=(*command.notes, (
             f"{moe.num_experts} experts over ep = {deployment.ep} ranks: predicted with "
-            f"{slots} expert slots ({slots // deployment.ep} per rank); enable the engine's "
-            "expert load balancer (redundant experts), which this command does not set")))
+            f"{slots} expert slots ({slots // deployment.ep} per rank), as vLLM places them by "
+            "itself; TensorRT-LLM and SGLang need their expert load balancer (redundant "
+            "experts), which this command does not set")))
     return command
 
 
