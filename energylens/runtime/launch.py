@@ -107,10 +107,13 @@ def launch_command(*, model: ModelConfig, deployment: Deployment,
         ConfigError: the runtime cannot run the deployment (the reason, one line).
     """
     spec = launch_spec(model=model, deployment=deployment, workload=workload)
-    command = get_runtime(deployment.runtime).launch(spec=spec)
+    runtime = get_runtime(deployment.runtime)
+    command = runtime.launch(spec=spec)
     moe = model.moe
-    if moe is not None and deployment.ep > 1 and moe.num_experts % deployment.ep:
-        slots = -(-moe.num_experts // deployment.ep) * deployment.ep
+    priced = runtime.sharded_model(model=model, attention_tp=deployment.attention_tp,
+                                   ep=deployment.ep).moe
+    if moe is not None and priced is not None and priced.num_experts != moe.num_experts:
+        slots = priced.num_experts  # the slots the prediction priced (sharded_model)
         command = replace(command, notes=(*command.notes, (
             f"{moe.num_experts} experts over ep = {deployment.ep} ranks: predicted with "
             f"{slots} expert slots ({slots // deployment.ep} per rank), as vLLM places them by "
