@@ -63,6 +63,8 @@ class Deployment:
     runtime_version: str | None = None  # its release (None: the one its profile describes)
     attention_dp: int = 1  # data-parallel attention ranks of one replica
     moe_tp: int | None = None  # tensor-parallel split of each expert (explicit layout)
+    max_num_seqs: int | None = None  # running requests one scheduler admits, per attention
+    # rank (vLLM --max-num-seqs, TensorRT-LLM --max_batch_size; None: the server's default)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "ep", "attention_dp"):
@@ -70,6 +72,8 @@ class Deployment:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.moe_tp is not None and self.moe_tp < 1:
             raise ConfigError(f"moe_tp must be >= 1, got {self.moe_tp}")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if self.explicit_moe_layout:
             moe_gpus = self.tp * self.attention_dp
             if self.moe_tp is None and moe_gpus % self.ep:

@@ -54,12 +54,13 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     kind = get_kind(workload.kind)
     placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
                               batch=workload.batch, replicas=deployment.replicas,
-                              gpus=deployment.total_gpus)
+                              gpus=deployment.total_gpus, max_num_seqs=deployment.max_num_seqs)
     return kind.run(placement=placement, workload=workload, memory=memory)
 
 
 def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload: Workload,
-          batch: Size, replicas: Size, gpus: Size) -> tuple[Placement, MemoryUse]:
+          batch: Size, replicas: Size, gpus: Size,
+          max_num_seqs: int | None = None) -> tuple[Placement, MemoryUse]:
     """A deployment bound to its context and the memory the kind needs per GPU; numbers for
     one configuration, arrays over the configurations of one ``predict_many`` group."""
     sequences = batch / replicas
@@ -69,7 +70,8 @@ def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload:
                         kv_dtype=ctx.kv_dtype, sequences=demand.sequences,
                         context_tokens=demand.context_tokens, step_tokens=demand.step_tokens)
     placement = Placement(ctx=ctx, model=model, replicas=cast(int, replicas),
-                          gpus=cast(int, gpus), sequences=cast(float, sequences))
+                          gpus=cast(int, gpus), sequences=cast(float, sequences),
+                          max_num_seqs=max_num_seqs)
     return placement, memory
 
 

@@ -81,6 +81,10 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--moe-tp", type=_positive_int, default=None,
                    help="ways each expert is split (ep*moe_tp = tp*attention_dp; default: "
                         "the quotient)")
+    p.add_argument("--max-num-seqs", type=_positive_int, default=None,
+                   help="running requests one scheduler admits, per attention rank (vLLM "
+                        "--max-num-seqs, TensorRT-LLM --max_batch_size; default: the "
+                        "runtime server's)")
     p.add_argument("--batch", type=_positive_int, default=1, help="sequences per batch")
     p.add_argument("--input-tokens", type=_positive_int, default=512, help="prompt tokens per request")
     p.add_argument("--output-tokens", type=_positive_int, default=128,
@@ -127,7 +131,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
                             routing=routing, runtime=args.runtime,
-                            runtime_version=args.runtime_version)
+                            runtime_version=args.runtime_version,
+                            max_num_seqs=args.max_num_seqs)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(

@@ -94,8 +94,8 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
-        max_num_seqs=max(1, math.ceil(workload.batch
-                                      / (deployment.replicas * deployment.attention_dp))),
+        max_num_seqs=deployment.max_num_seqs or max(1, math.ceil(
+            workload.batch / (deployment.replicas * deployment.attention_dp))),
         max_model_len=int(math.ceil(workload.input_tokens + workload.output_tokens)))
 
 

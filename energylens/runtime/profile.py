@@ -43,6 +43,11 @@ PARALLEL_DIMS = ("tp", "pp", "ep", "attention_dp", "moe_tp")
 #: batching with chunked context off), ``prefill-first`` (a step with prompts to prefill
 #: runs them alone, chunked, and the decodes wait: SGLang without --enable-mixed-chunk).
 PREFILL_SCHEDULING = ("mixed-chunked", "mixed-whole", "prefill-first")
+#: How the server's scheduler limits (token budget, running requests) apply under
+#: data-parallel attention: every attention rank schedules its own requests with the whole
+#: budget and cap (``per-rank``: TensorRT-LLM, vLLM's DP engines), or the server's values
+#: are divided evenly among the ranks (``split``: SGLang).
+ATTENTION_DP_LIMITS = ("per-rank", "split")
 
 
 def _strings(value: Any) -> frozenset[str]:
@@ -102,6 +107,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "reserve_bytes": float,
     "prefill_chunk_tokens": int,
     "prefill_scheduling": _one_of("prefill_scheduling", PREFILL_SCHEDULING),
+    "attention_dp_limits": _one_of("attention_dp_limits", ATTENTION_DP_LIMITS),
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
@@ -146,6 +152,7 @@ class RuntimeProfile:
     reserve_bytes: float  # CUDA context, workspaces, allocator slack
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
     prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
+    attention_dp_limits: str  # scheduler limits under attention DP (ATTENTION_DP_LIMITS)
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores

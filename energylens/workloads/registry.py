@@ -19,13 +19,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class Placement:
     """A deployment bound to its model, GPU, runtime and constants (``ctx``): what a
-    scheduler prices its batches with. ``sequences`` is the workload's batch per replica."""
+    scheduler prices its batches with. ``sequences`` is the workload's batch per replica;
+    ``max_num_seqs`` the deployment's cap on the running requests of one scheduler (one
+    attention rank's; None: the runtime server's default)."""
 
     ctx: StepContext
     model: ModelConfig
     replicas: int
     gpus: int
     sequences: float
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,12 @@ model on one stage's tensor-parallel degrees (``step_cost`` at pp = 1, whose sta
 is that over ``pp``), plus ``pp`` stage-to-stage sends of its activations. A virtual
 engine's next step starts when its micro-batch comes back, so with ``pp`` engines busy
 every stage is, and each engine's step time is ``pp`` x (stage time + send).
+
+Under data-parallel attention every attention rank schedules its own requests
+(:mod:`energylens.workloads.load.kind`) and the ranks step together, the MoE layers
+waiting for all of them. A table of ``ranks`` ranks prices each step as every rank running
+the same batch (``ranks`` times the sequences, spread one share per rank): its time is the
+replica's step, its energy each rank's share.
 """
 
 from __future__ import annotations
@@ -56,15 +62,18 @@ def _geometric_axis(top: int) -> np.ndarray:
     return np.array(sorted(p for p in points if p <= top), dtype=float)
 
 
-def _price(ctx: StepContext, groups: list[SequenceGroup]) -> np.ndarray:
+def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int) -> np.ndarray:
     """(fields, points) array of one vectorised step price: one virtual engine's step
     through every stage (the whole model at one stage's degrees, and ``ctx.pp`` sends of
-    the step's activations from stage to stage, the last one back to the first)."""
+    the step's activations from stage to stage, the last one back to the first), with
+    each of ``ranks`` attention ranks running ``groups`` (energy: one rank's share)."""
+    groups = [replace(g, sequences=g.sequences * ranks) for g in groups]
     cost = step_cost(ctx=replace(ctx, pp=1), seqs=groups)
     tokens = sum(g.sequences * g.new_tokens for g in groups)
     sends = ctx.pp * pipeline_send_s(ctx=ctx, tokens=tokens) if ctx.pp > 1 else 0.0
     values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
     values[0] = values[0] + sends
+    values[1:] = [v / ranks for v in values[1:]]
     points = np.broadcast_shapes(*(v.shape for v in values))
     return np.stack([np.broadcast_to(v, points) for v in values])
 
@@ -91,24 +100,28 @@ class StepTable:
     engine_idle_s: float
     engine_busy_s_per_sequence: float
     engine_busy_j_per_sequence: float  # busy energy of the replica's GPUs per sequence
+    # (one attention rank's share under data-parallel attention)
 
     @classmethod
-    def build(cls, *, ctx: StepContext, max_decode: int, max_context: int,
-              budget: int) -> StepTable:
+    def build(cls, *, ctx: StepContext, max_decode: int, max_context: int, budget: int,
+              ranks: int = 1) -> StepTable:
         """Price the grids: ``max_decode`` sequences, contexts to ``max_context``, prefill
-        chunks to ``budget`` tokens."""
+        chunks to ``budget`` tokens, on each of ``ranks`` attention ranks that step
+        together (the prices of one rank's scheduler)."""
         contexts = np.unique(np.round(np.linspace(1.0, max(max_context, 2), CONTEXT_POINTS)))
         d_axis = _geometric_axis(max_decode)
         decode = np.stack([_price(ctx, [SequenceGroup(sequences=d, new_tokens=1.0,
-                                                      context=contexts)]).T for d in d_axis])
+                                                      context=contexts)], ranks).T
+                           for d in d_axis])
         t_axis = _geometric_axis(budget + max_decode)
         merged = _fill_integers(t_axis, np.stack([
-            _price(ctx, [SequenceGroup(sequences=t, new_tokens=1.0, context=1.0)])[:, 0]
+            _price(ctx, [SequenceGroup(sequences=t, new_tokens=1.0, context=1.0)], ranks)[:, 0]
             for t in t_axis]), budget + max_decode)
         cached = np.unique(np.round(np.linspace(0.0, max(max_context, 1), CONTEXT_POINTS)))
         n_axis = _geometric_axis(budget)
         chunk = np.stack([
-            _price(ctx, [SequenceGroup(sequences=1.0, new_tokens=n, context=n + cached)]).T
+            _price(ctx, [SequenceGroup(sequences=1.0, new_tokens=n, context=n + cached)],
+                   ranks).T
             - merged[int(n)] for n in n_axis])
         idle_s, per_seq_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                         sequences=1.0)
@@ -118,7 +131,7 @@ class StepTable:
                    contexts=[float(c) for c in contexts], cached=[float(c) for c in cached],
                    engine_idle_s=float(idle_s), engine_busy_s_per_sequence=float(per_seq_s),
                    engine_busy_j_per_sequence=float(
-                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j))
+                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j) / ranks)
 
     def latency_lists(self) -> tuple[list[list[float]], list[float], list[list[float]]]:
         """The latency tables as Python lists (the scheduler's fast path)."""

@@ -37,7 +37,7 @@ from energylens.workloads.load.arrivals import (
     replica_requests,
 )
 from energylens.workloads.load.costs import StepTable
-from energylens.workloads.load.kind import LoadPrediction, kv_pool_tokens, serve_defaults
+from energylens.workloads.load.kind import LoadPrediction, kv_pool_tokens, rank_limits
 from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
 from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, simulate
 from energylens.workloads.registry import Placement
@@ -74,7 +74,7 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                      gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
                      gpu_sm_count=gpu.sm_count)
     ctx = step_context(model=model, gpu=gpu, deployment=d, calibration=cal)
-    budget, cap = serve_defaults(ctx)
+    budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs)
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                         sequences=1.0, context_tokens=float(longest), step_tokens=float(budget))
@@ -83,7 +83,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                                            longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
-                                      gpus=d.total_gpus, sequences=1.0),
+                                      gpus=d.total_gpus, sequences=1.0,
+                                      max_num_seqs=d.max_num_seqs),
                   memory=memory, limits=limits)
 
 

@@ -9,6 +9,11 @@ pipeline-parallel scheduling: ``pp`` micro-batches in flight, each engine's own 
 requests, the KV blocks split evenly between them; ``vllm/core/scheduler.py``, the
 ``num_gpu_blocks //= pipeline_parallel_size`` of V0, recalled: kind engine code); requests
 reach them as they reach replicas, so one engine is simulated and scaled like a replica.
+Under data-parallel attention each attention rank is a scheduler of its own (TensorRT-LLM's
+attention DP, SGLang's DP attention, vLLM's DP engines), with the runtime's limits per rank
+(``attention_dp_limits``) and ``1/attention_dp`` of the KV pool; the ranks step together
+(the MoE layers join them), so one rank is simulated with every rank running its batch
+(:class:`~energylens.workloads.load.costs.StepTable` ``ranks``) and scaled like a replica.
 """
 
 from __future__ import annotations
@@ -76,6 +81,22 @@ def serve_defaults(ctx: StepContext) -> tuple[int, int]:
     return SERVE_LARGE if large else SERVE_SMALL
 
 
+def attention_ranks(ctx: StepContext) -> int:
+    """Data-parallel attention ranks of one replica (1 without attention DP)."""
+    return dict(ctx.degrees).get("adp", 1)
+
+
+def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None) -> tuple[int, int]:
+    """(token budget, max running requests) of one attention rank's scheduler: the
+    server's defaults, divided among the ranks where the runtime splits them (SGLang);
+    ``max_num_seqs`` (the deployment's, per rank) replaces the default cap."""
+    budget, cap = serve_defaults(ctx)
+    ranks = attention_ranks(ctx)
+    if ranks > 1 and ctx.runtime.attention_dp_limits == "split":
+        budget, cap = max(1, budget // ranks), max(1, cap // ranks)
+    return budget, cap if max_num_seqs is None else max_num_seqs
+
+
 def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
     """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
     activations of a step of ``budget`` tokens and its reserve, over the cache bytes per
@@ -125,19 +146,23 @@ def _lengths(workload: Workload) -> tuple[float, float, float]:
     return workload.input_tokens, workload.output_tokens, longest
 
 
-def virtual_engines(*, ctx: StepContext, workload: Workload, replicas: int) -> int:
-    """Virtual engines of one replica that receive requests: ``pp``, or fewer when a closed
-    loop has fewer clients per replica than stages (the others stay empty)."""
+def schedulers(*, ctx: StepContext, workload: Workload, replicas: int) -> tuple[int, int]:
+    """(attention ranks, virtual engines per rank) of one replica that receive requests:
+    every rank and ``pp`` engines each, or fewer when a closed loop has fewer clients per
+    replica than that (the others stay empty)."""
+    ranks = attention_ranks(ctx)
     clients = closed_loop_clients(workload) / replicas
     if clients <= 0:
-        return ctx.pp
-    return max(1, min(ctx.pp, round(clients)))
+        return ranks, ctx.pp
+    busy = max(1, min(ranks, round(clients)))
+    return busy, max(1, min(ctx.pp, round(clients / busy)))
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoadRun:
-    """One virtual engine's simulation (the whole replica without pipeline parallelism),
-    what priced it, and how many such engines a replica runs."""
+    """One virtual engine's simulation (the whole replica without pipeline parallelism or
+    attention DP; one attention rank's engine with it), what priced it, and how many such
+    engines a replica runs (``engines``: attention ranks x virtual engines)."""
 
     requests: Requests
     table: StepTable
@@ -161,25 +186,26 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     parallelism); ``table`` reuses a price grid of an earlier run on the same placement
     with lengths no longer than this one's."""
     ctx = placement.ctx
-    engines = virtual_engines(ctx=ctx, workload=workload, replicas=placement.replicas)
-    streams = placement.replicas * engines
+    ranks, engines = schedulers(ctx=ctx, workload=workload, replicas=placement.replicas)
+    streams = placement.replicas * ranks * engines
     clients = closed_loop_clients(workload) / streams
     count = math.ceil(workload.num_requests / streams) if workload.num_requests else \
         default_count(clients=clients)
     requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
-    budget, cap = serve_defaults(ctx)
-    pool = kv_pool_tokens(ctx, budget=budget) // ctx.pp
+    budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs)
+    every = attention_ranks(ctx)
+    pool = kv_pool_tokens(ctx, budget=budget * every) // (ctx.pp * every)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
-                                budget=limits.token_budget)
+                                budget=limits.token_budget, ranks=ranks)
     return LoadRun(requests=requests, table=table, limits=limits,
-                   sim=simulate(requests=requests, table=table, limits=limits), engines=engines,
-                   warmup_fraction=warmup_share(workload))
+                   sim=simulate(requests=requests, table=table, limits=limits),
+                   engines=ranks * engines, warmup_fraction=warmup_share(workload))
 
 
 def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,

@@ -1,0 +1,142 @@
+"""The load simulator under data-parallel attention (one scheduler per attention rank, the
+ranks stepping together) and the engine's cap on running requests (``max_num_seqs``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from energylens.calibration.coverage import require_constants
+from energylens.calibration.file import default_calibration
+from energylens.cli.main import main
+from energylens.cost.step import SequenceGroup, step_cost
+from energylens.deployment import Deployment
+from energylens.errors import ConfigError
+from energylens.hardware import load_gpu
+from energylens.model.zoo import get_model
+from energylens.predict import predict, step_context
+from energylens.runtime.launch import launch_command
+from energylens.workloads import Placement, Workload
+from energylens.workloads.load.arrivals import replica_requests
+from energylens.workloads.load.costs import StepTable
+from energylens.workloads.load.kind import (
+    LoadPrediction,
+    kv_pool_tokens,
+    rank_limits,
+    simulate_replica,
+)
+from energylens.workloads.load.simulator import SchedulerLimits, simulate
+
+MOE, GPU, RANKS = "qwen3-30b-a3b", "H100", 4
+
+
+def _adp(runtime: str = "trtllm", **fields: object) -> Deployment:
+    return Deployment(tp=1, attention_dp=RANKS, ep=RANKS, runtime=runtime, **fields)
+
+
+def _ctx(deployment: Deployment):  # type: ignore[no-untyped-def]
+    gpu, model = load_gpu(GPU), get_model(MOE)
+    cal = require_constants(calibration=default_calibration(), gpu=gpu)
+    return step_context(model=model, gpu=gpu, deployment=deployment, calibration=cal)
+
+
+def test_a_rank_table_prices_every_rank_running_the_batch() -> None:
+    """A table of 4 ranks: a step of d decodes takes the time of 4 d sequences spread
+    over the 4 ranks, and each rank's energy is a quarter of theirs."""
+    ctx = _ctx(_adp())
+    table = StepTable.build(ctx=ctx, max_decode=8, max_context=512, budget=256, ranks=RANKS)
+    full = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=8 * RANKS, new_tokens=1.0,
+                                                  context=1.0)])
+    assert table.decode[8, 0, 0] == pytest.approx(float(full.latency_s), rel=1e-9)
+    assert table.decode[8, 0, 1] == pytest.approx(float(full.compute_energy_j) / RANKS,
+                                                  rel=1e-9)
+
+
+def test_limits_are_per_rank_or_split_as_the_runtime_says() -> None:
+    """TensorRT-LLM: every rank its own max_num_tokens (8,192) and cap; SGLang: the
+    server's chunked-prefill size and running cap divided among the ranks; a deployment's
+    max_num_seqs is per rank for both."""
+    assert rank_limits(_ctx(_adp())) == (8192, 1024)
+    assert rank_limits(_ctx(_adp("sglang"))) == (8192 // RANKS, 1024 // RANKS)
+    assert rank_limits(_ctx(_adp("sglang")), max_num_seqs=7) == (8192 // RANKS, 7)
+
+
+def test_one_client_per_rank_runs_as_a_static_batch_of_one_per_rank() -> None:
+    """A closed loop of 4 clients over 4 attention ranks holds one request per rank in
+    lock step: each request's TTFT, TPOT and energy per token are those of a static batch
+    of 4 (one sequence per rank)."""
+    lengths = {"input_tokens": 1024, "output_tokens": 64}
+    load = predict(model=MOE, gpu=GPU, deployment=_adp(),
+                   workload=Workload(kind="load", concurrency=RANKS, num_requests=40,
+                                     warmup_fraction=0.0, **lengths))
+    batch = predict(model=MOE, gpu=GPU, deployment=_adp(),
+                    workload=Workload(kind="batch", batch=RANKS, **lengths))
+    assert isinstance(load, LoadPrediction)
+    assert load.load["ttft_p50_s"] == pytest.approx(batch.ttft_s, rel=0.01)
+    assert load.load["tpot_p50_s"] == pytest.approx(batch.tpot_s, rel=0.01)
+    assert load.energy_per_output_token_j == pytest.approx(batch.energy_per_output_token_j,
+                                                           rel=0.03)
+
+
+def test_attention_ranks_schedule_their_own_prompts() -> None:
+    """64 clients of 8,192-token prompts over 4 ranks: each rank's scheduler holds 16
+    clients and a quarter of the KV pool, and prefills its own prompt per step, so the
+    first tokens come sooner than under one scheduler for the whole replica (one prompt
+    per step within 8,192 tokens)."""
+    deployment = _adp()
+    work = Workload(kind="load", concurrency=64, num_requests=640, input_tokens=8192,
+                    output_tokens=256)
+    ctx = _ctx(deployment)
+    placement = Placement(ctx=ctx, model=get_model(MOE), replicas=1, gpus=RANKS,
+                          sequences=1.0)
+    run = simulate_replica(placement=placement, workload=work)
+    assert run.engines == RANKS and run.requests.clients == 64 // RANKS
+    assert run.limits.kv_tokens == kv_pool_tokens(ctx, budget=8192 * RANKS) // RANKS
+    whole = replica_requests(workload=work, replicas=1, count=640)
+    table = StepTable.build(ctx=ctx, max_decode=64, max_context=8192 + 256, budget=8192)
+    one = simulate(requests=whole, table=table, limits=SchedulerLimits(
+        token_budget=8192, max_sequences=1024, kv_tokens=RANKS * run.limits.kv_tokens,
+        prefill_scheduling="mixed-whole"))
+    per_rank = np.mean(run.sim.first_token_s - run.sim.arrival_s)
+    assert per_rank < 0.8 * np.mean(one.first_token_s - one.arrival_s)
+
+
+def test_max_num_seqs_caps_the_running_batch_and_the_rest_queue() -> None:
+    work = Workload(kind="load", concurrency=64, num_requests=640, input_tokens=512,
+                    output_tokens=256)
+    free = predict(model="llama-3.1-8b", gpu=GPU, workload=work)
+    capped = predict(model="llama-3.1-8b", gpu=GPU, deployment=Deployment(max_num_seqs=16),
+                     workload=work)
+    assert isinstance(free, LoadPrediction) and isinstance(capped, LoadPrediction)
+    assert float(capped.load["mean_running"]) <= 16 + 1e-9
+    assert float(free.load["mean_running"]) > 32
+    # the clients not running wait: 64 in the system, at most 16 of them running
+    assert float(capped.load["mean_queue_length"]) == pytest.approx(
+        64 - float(capped.load["mean_running"]), rel=0.05)
+    assert capped.ttft_s > 2 * free.ttft_s
+
+
+def test_max_num_seqs_must_be_positive_and_reaches_the_launch_command() -> None:
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        Deployment(max_num_seqs=0)
+    command = launch_command(model=get_model("llama-3.1-8b"),
+                             deployment=Deployment(max_num_seqs=24), workload=Workload())
+    argv = list(command.argv)
+    assert argv[argv.index("--max-num-seqs") + 1] == "24"
+
+
+def test_the_cli_refuses_a_cap_below_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--model", "llama-3.1-8b", "--gpu", GPU, "--max-num-seqs", "0"])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_measurement_row_carries_its_cap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from energylens.measurements.user_csv import load_user_csv, row_case
+
+    path = tmp_path / "rows.csv"
+    path.write_text("model,gpu,num_gpus,max_num_seqs,workload,concurrency,input_tokens,"
+                    "output_tokens,ttft_s\nllama-3.1-8b,H100,1,16,load,64,512,256,0.5\n")
+    case = row_case(load_user_csv(path).rows[0])
+    assert case.deployment.max_num_seqs == 16
