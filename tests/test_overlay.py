@@ -23,7 +23,7 @@ from energylens.predict import predict
 
 GPU = "H100-SXM"
 TRUE = {"compute_efficiency": 0.8, "memory_efficiency": 0.85, "step_overhead": 1.6,
-        "power": 1.1}
+        "kernel_overhead": 1.3, "power": 1.1}
 
 
 def _predictor(batch: int, input_tokens: int):  # type: ignore[no-untyped-def]
@@ -129,3 +129,14 @@ def test_an_overlay_cannot_stack_on_an_overlay(tmp_path: Path) -> None:
     outer.write_text(yaml.safe_dump(doc))
     with pytest.raises(CalibrationFileError, match="is an overlay file"):
         load_calibration(outer)
+
+
+def test_the_kernel_overhead_factor_scales_every_kernels_fixed_time() -> None:
+    base = default_calibration()
+    scaled = apply_overlay(base, Overlay(factors={"kernel_overhead": 2.0}, gpus=(GPU,)))
+    for name in ("kernel_overhead_s", "norm_overhead_s", "elementwise_overhead_s",
+                 "attention_tile_s"):
+        before = getattr(base.kernel(GPU), name)
+        assert getattr(scaled.kernel(GPU), name) == pytest.approx(2 * before), name
+    assert scaled.kernel(GPU).gemm_efficiency_max == base.kernel(GPU).gemm_efficiency_max
+    assert scaled.runtime(runtime="vllm", gpu=GPU) == base.runtime(runtime="vllm", gpu=GPU)

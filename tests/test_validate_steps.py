@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,20 @@ def test_the_report_prices_each_row_as_price_step_does():
     ctx = steps_context(gpu=H100, dtype="fp8", calibration=default_calibration())
     assert row.predicted == price_step(ctx=ctx, phase="decode", batch=64, tokens=1, context=4096)
     assert row.errors["energy"] == pytest.approx(row.predicted.energy_j / row.measured_energy_j - 1)
+
+
+def test_steps_are_priced_with_the_scripts_own_kernels():
+    """The script adds each residual before its RMSNorm in a kernel of its own and runs
+    SiLU x mul outside the GEMM: its batch-1 step has at least one more small kernel per
+    layer than the engine's fused add+norm (32 layers)."""
+    cal = default_calibration()
+    ctx = steps_context(gpu=H100, dtype="bf16", calibration=cal)
+    assert ctx.fusion == frozenset({"attention", "qkv", "gate_up"})
+    fused = replace(ctx, fusion=ctx.fusion | {"norm_residual"})
+    own = price_step(ctx=ctx, phase="decode", batch=1, tokens=1, context=1024).latency_s
+    engine = price_step(ctx=fused, phase="decode", batch=1, tokens=1, context=1024).latency_s
+    floor = cal.kernel("H100-SXM").elementwise_overhead_s
+    assert own - engine >= 31 * floor
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])

@@ -3,6 +3,8 @@
 An overlay multiplies groups of the base calibration's constants, on the GPUs it names:
 
 - ``step_overhead``: the runtime's time per step, per running sequence, per MoE layer;
+- ``kernel_overhead``: every kernel's fixed time (launch, prologue and tail; the small
+  kernels' floors, the attention tile), which a framework's kernel count multiplies;
 - ``compute_efficiency``: the share of peak reached by GEMMs, attention and vector ops;
 - ``memory_efficiency``: the share of HBM bandwidth reached by every stream (capped at 1);
 - ``collective_latency``: the fixed times of collectives and the runtime's all-reduce;
@@ -36,6 +38,9 @@ from energylens.runtime import runtime_names
 FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "step_overhead": (("runtime", ("step_overhead_s", "per_sequence_overhead_s",
                                    "ep_moe_layer_overhead_s")),),
+    "kernel_overhead": (("kernel", ("kernel_overhead_s", "norm_overhead_s", "rope_overhead_s",
+                                    "activation_overhead_s", "elementwise_overhead_s",
+                                    "attention_tile_s")),),
     "compute_efficiency": (("kernel", ("gemm_efficiency_max", "attention_efficiency_max",
                                        "vector_efficiency")),),
     "memory_efficiency": (("kernel", ("memory_efficiency_max", "kv_bandwidth_efficiency",

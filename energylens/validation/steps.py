@@ -40,6 +40,10 @@ from energylens.predict import calibration_for_gpu, step_context
 #: The model ``measure_decode_step.py`` builds (its shapes, random weights).
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 METRICS = ("time", "energy", "power")
+#: The fusions ``measure_decode_step.py`` runs: one QKV and one gate/up GEMM, SDPA's fused
+#: attention; its residual adds are kernels of their own before each RMSNorm (no
+#: ``norm_residual``) and SiLU x mul is not in the GEMM's epilogue (no ``act``).
+FUSIONS = frozenset({"attention", "qkv", "gate_up"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,9 +197,10 @@ def priceable_steps(file: StepFile, *, unpriced: dict[str, str]) -> list[StepTim
 
 def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
     """The step context the rows of one (GPU, weight dtype) file are priced in: one GPU,
-    ``dtype`` weights, a bf16 KV cache, the runtime's default fusions."""
+    ``dtype`` weights, a bf16 KV cache, the fusions the script ran (:data:`FUSIONS`)."""
     return step_context(model=_model(), gpu=gpu,
-                        deployment=Deployment(tp=1, weight_dtype=dtype, kv_dtype="bf16"),
+                        deployment=Deployment(tp=1, weight_dtype=dtype, kv_dtype="bf16",
+                                              fusion=FUSIONS),
                         calibration=calibration_for_gpu(calibration, gpu))
 
 
