@@ -140,3 +140,17 @@ def test_a_measurement_row_carries_its_cap(tmp_path) -> None:  # type: ignore[no
                     "output_tokens,ttft_s\nllama-3.1-8b,H100,1,16,load,64,512,256,0.5\n")
     case = row_case(load_user_csv(path).rows[0])
     assert case.deployment.max_num_seqs == 16
+
+
+def test_a_load_launch_caps_what_the_simulator_ran() -> None:
+    """A closed loop's launch command caps each scheduler at its clients (64 over 2
+    replicas: 32), as the simulated engine never ran more; an open loop leaves the engine's
+    own default, which the simulator assumed."""
+    model = get_model("llama-3.1-8b")
+    closed = launch_command(model=model, deployment=Deployment(num_gpus=2),
+                            workload=Workload(kind="load", concurrency=64))
+    argv = list(closed.argv)
+    assert argv[argv.index("--max-num-seqs") + 1] == "32"
+    opened = launch_command(model=model, deployment=Deployment(),
+                            workload=Workload(kind="load", request_rate=5.0))
+    assert "--max-num-seqs" not in opened.argv

@@ -89,7 +89,8 @@ def test_fp8_suffix_sets_weight_dtype() -> None:
     plain = get_model("qwen3-coder-480b-a35b")
     assert fp8.weight_dtype == "fp8"
     assert plain.weight_dtype == "bf16"
-    assert dataclasses.replace(fp8, weight_dtype="bf16") == plain
+    assert fp8.hf_id == "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"
+    assert dataclasses.replace(fp8, weight_dtype="bf16", hf_id=plain.hf_id) == plain
     assert get_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8").weight_dtype == "fp8"
 
 
@@ -113,9 +114,13 @@ def test_precision_words_set_the_weight_dtype(query: str, expected: str, dtype: 
     assert (found.name, found.weight_dtype) == (expected, dtype)
     model = get_model(query)
     assert model.weight_dtype == dtype
-    # NVIDIA's Model Optimizer releases also declare an FP8 KV cache; nothing else differs
+    # NVIDIA's Model Optimizer releases also declare an FP8 KV cache; the checkpoint is the
+    # one asked for (what a launch command serves); nothing else differs
     assert model.kv_dtype == ("fp8" if query.startswith("nvidia/") else None)
-    assert dataclasses.replace(model, weight_dtype="bf16", kv_dtype=None) == get_model(expected)
+    assert model.hf_id == query
+    base = get_model(expected)
+    assert dataclasses.replace(model, weight_dtype="bf16", kv_dtype=None,
+                               hf_id=base.hf_id) == base
     assert dtype in found.describe() and expected in found.describe()
 
 
@@ -490,3 +495,11 @@ def test_malformed_models_yaml_raises_model_config_error(text: str, fragment: st
     message = str(info.value)
     assert message.startswith("models.yaml") and fragment in message, message
     assert "\n" not in message
+
+
+def test_an_alias_names_its_own_checkpoint() -> None:
+    """DeepSeek-R1 is priced as the DeepSeek-V3 entry (same architecture) but serves its own
+    weights: a launch command must name deepseek-ai/DeepSeek-R1."""
+    r1, v3 = get_model("deepseek-r1"), get_model("deepseek-v3")
+    assert r1.hf_id == "deepseek-ai/DeepSeek-R1" and v3.hf_id == "deepseek-ai/DeepSeek-V3"
+    assert dataclasses.replace(r1, hf_id=v3.hf_id) == v3

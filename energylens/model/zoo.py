@@ -383,10 +383,26 @@ def resolve_model_name(name: str) -> str:
 def _get_named(name: str) -> ModelConfig:
     found = resolve(name)
     model = _zoo().models[found.name]
+    checkpoint = _checkpoint(name, found.name)
+    if checkpoint != model.hf_id:
+        model = dataclasses.replace(model, hf_id=checkpoint)
     if found.weight_dtype is None:
         return model
     return dataclasses.replace(model, weight_dtype=found.weight_dtype,
                                kv_dtype=found.kv_dtype or model.kv_dtype)
+
+
+def _checkpoint(requested: str, short: str) -> str | None:
+    """The checkpoint a name asks for (what a launch command serves): a repo id as given,
+    an alias's own checkpoint (``deepseek-r1``: ``deepseek-ai/DeepSeek-R1``, priced as the
+    DeepSeek-V3 entry), else the entry's."""
+    text = requested.strip()
+    if "/" in text:
+        return text
+    for alias in _zoo().info[short].aliases:
+        if alias.hf_id and alias.name.lower() == text.lower():
+            return alias.hf_id
+    return _zoo().models[short].hf_id
 
 
 def get_model(name: str) -> ModelConfig:

@@ -25,7 +25,7 @@ class DeepSpeedHabana(RuntimeProfile):
         argv = [*self.launch_program.split(), f("--use_deepspeed"), f("--world_size"), str(d.tp),
                 f("run_generation.py"), f("--model_name_or_path"), spec.model_id,
                 f("--use_hpu_graphs"), f("--use_kv_cache"), f("--bf16"),
-                f("--batch_size"), str(spec.max_num_seqs), f("--max_input_tokens"), str(half),
+                f("--batch_size"), str(spec.max_num_seqs or 1), f("--max_input_tokens"), str(half),
                 f("--max_new_tokens"), str(half), f("--trim_logits")]
         return LaunchCommand(argv=tuple(argv), replicas=d.replicas, gpus_per_server=d.tp,
                              notes=("a static-batch benchmark run (optimum-habana "

@@ -36,7 +36,8 @@ class LaunchSpec:
     checkpoint_dtype: str  # the checkpoint's weight dtype
     deployment: Deployment
     weight_dtype: str  # the dtype the weights run in
-    max_num_seqs: int  # sequences one scheduler runs at once (a replica's attention rank)
+    max_num_seqs: int | None  # sequences one scheduler runs at once (a replica's attention
+    # rank); None: the engine's own default (an open loop of the load kind)
     max_model_len: int  # prompt + output tokens of one sequence
 
     @property
@@ -94,9 +95,24 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
-        max_num_seqs=deployment.max_num_seqs or max(1, math.ceil(
-            workload.batch / (deployment.replicas * deployment.attention_dp))),
+        max_num_seqs=_running_cap(deployment=deployment, workload=workload),
         max_model_len=int(math.ceil(workload.input_tokens + workload.output_tokens)))
+
+
+def _running_cap(*, deployment: Deployment, workload: Workload) -> int | None:
+    """Sequences one scheduler runs (per attention rank) as the prediction priced them: the
+    deployment's cap; under the load kind a closed loop's clients per rank, or None in an
+    open loop (the engine's own default, as the simulator assumes); else the batch per
+    rank."""
+    if deployment.max_num_seqs is not None:
+        return deployment.max_num_seqs
+    ranks = deployment.replicas * deployment.attention_dp
+    if workload.kind == "load":
+        from energylens.workloads.load.arrivals import closed_loop_clients
+
+        clients = closed_loop_clients(workload)
+        return max(1, math.ceil(clients / ranks)) if clients > 0 else None
+    return max(1, math.ceil(workload.batch / ranks))
 
 
 def launch_command(*, model: ModelConfig, deployment: Deployment,

@@ -43,8 +43,9 @@ class LlamaCpp(RuntimeProfile):
         if d.kv_dtype is not None:
             argv += [f("--cache-type-k"), CACHE_TYPES[d.kv_dtype],
                      f("--cache-type-v"), CACHE_TYPES[d.kv_dtype]]
-        argv += [f("--parallel"), str(spec.max_num_seqs),
-                 f("--ctx-size"), str(spec.max_num_seqs * spec.max_model_len),
+        slots = spec.max_num_seqs or 1  # no server default to leave it to
+        argv += [f("--parallel"), str(slots),
+                 f("--ctx-size"), str(slots * spec.max_model_len),
                  f("--ubatch-size"), str(self.prefill_chunk_tokens),
                  f("--flash-attn"), "on", f("--port"), str(PORT)]
         note = (f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"

@@ -31,8 +31,9 @@ class LMDeploy(RuntimeProfile):
             if spec.quantize:
                 notes.append(f"needs a {spec.weight_dtype} checkpoint of {spec.model_id} "
                              "(lmdeploy lite auto_awq writes an int4 one)")
-        argv += [f("--max-batch-size"), str(spec.max_num_seqs),
-                 f("--session-len"), str(spec.max_model_len),
+        if spec.max_num_seqs is not None:
+            argv += [f("--max-batch-size"), str(spec.max_num_seqs)]
+        argv += [f("--session-len"), str(spec.max_model_len),
                  f("--cache-max-entry-count"), f"{CACHE_SHARE:g}",
                  f("--server-port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=d.replicas,

@@ -33,7 +33,8 @@ class SGLang(RuntimeProfile):
         if d.attention_dp > 1:
             argv += [f("--dp-size"), str(d.attention_dp), f("--enable-dp-attention")]
             servers = d.replicas
-            max_running *= d.attention_dp  # the server's limit, shared by its DP ranks
+            if max_running is not None:  # the server's limit, shared by its DP ranks
+                max_running *= d.attention_dp
         elif d.replicas > 1:
             argv += [f("--dp-size"), str(d.replicas)]
         notes: list[str] = []
@@ -45,8 +46,9 @@ class SGLang(RuntimeProfile):
             notes.append(f"needs a {spec.weight_dtype} checkpoint of {spec.model_id}")
         if d.kv_dtype == "fp8":
             argv += [f("--kv-cache-dtype"), "fp8_e4m3"]
-        argv += [f("--max-running-requests"), str(max_running),
-                 f("--context-length"), str(spec.max_model_len),
+        if max_running is not None:
+            argv += [f("--max-running-requests"), str(max_running)]
+        argv += [f("--context-length"), str(spec.max_model_len),
                  f("--mem-fraction-static"), f"{self.memory_utilization:g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,

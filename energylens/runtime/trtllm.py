@@ -54,8 +54,9 @@ class TensorRTLLM(RuntimeProfile):
         if options:
             files = ((EXTRA_OPTIONS, options),)
             argv += [f("--extra_llm_api_options"), EXTRA_OPTIONS]
-        argv += [f("--max_batch_size"), str(spec.max_num_seqs),  # per attention rank
-                 f("--max_seq_len"), str(spec.max_model_len),
+        if spec.max_num_seqs is not None:  # per attention rank
+            argv += [f("--max_batch_size"), str(spec.max_num_seqs)]
+        argv += [f("--max_seq_len"), str(spec.max_model_len),
                  f("--max_num_tokens"), str(self.prefill_chunk_tokens),
                  f("--kv_cache_free_gpu_memory_fraction"), f"{self.memory_utilization:g}",
                  f("--port"), str(PORT)]

@@ -49,8 +49,9 @@ class VLLM(RuntimeProfile):
                          "(vLLM reads its quantization from the checkpoint)")
         if d.kv_dtype == "fp8":
             argv += [f("--kv-cache-dtype"), "fp8"]
-        argv += [f("--max-num-seqs"), str(spec.max_num_seqs),
-                 f("--max-model-len"), str(spec.max_model_len),
+        if spec.max_num_seqs is not None:
+            argv += [f("--max-num-seqs"), str(spec.max_num_seqs)]
+        argv += [f("--max-model-len"), str(spec.max_model_len),
                  f("--gpu-memory-utilization"), f"{self.memory_utilization:g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,
