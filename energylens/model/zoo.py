@@ -392,7 +392,7 @@ def _get_named(name: str) -> ModelConfig:
                                kv_dtype=found.kv_dtype or model.kv_dtype)
 
 
-def _checkpoint(requested: str, short: str) -> str | None:
+def _checkpoint(requested: str, short: str) -> str:
     """The checkpoint a name asks for (what a launch command serves): a repo id as given,
     an alias's own checkpoint (``deepseek-r1``: ``deepseek-ai/DeepSeek-R1``, priced as the
     DeepSeek-V3 entry), else the entry's."""
