@@ -43,10 +43,11 @@ PARALLEL_DIMS = ("tp", "pp", "ep", "attention_dp", "moe_tp")
 #: batching with chunked context off), ``prefill-first`` (a step with prompts to prefill
 #: runs them alone, chunked, and the decodes wait: SGLang without --enable-mixed-chunk).
 PREFILL_SCHEDULING = ("mixed-chunked", "mixed-whole", "prefill-first")
-#: How the server's scheduler limits (token budget, running requests) apply under
-#: data-parallel attention: every attention rank schedules its own requests with the whole
-#: budget and cap (``per-rank``: TensorRT-LLM, vLLM's DP engines), or the server's values
-#: are divided evenly among the ranks (``split``: SGLang).
+#: How the server's scheduler limits apply under data-parallel attention: every attention
+#: rank schedules its own requests with the whole token budget and cap (``per-rank``:
+#: TensorRT-LLM, vLLM's DP engines), or the server's token budget and a running cap given
+#: to it are divided evenly among the ranks (``split``: SGLang; its default cap is each
+#: rank's own).
 ATTENTION_DP_LIMITS = ("per-rank", "split")
 
 

@@ -88,12 +88,14 @@ def attention_ranks(ctx: StepContext) -> int:
 
 def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None) -> tuple[int, int]:
     """(token budget, max running requests) of one attention rank's scheduler: the
-    server's defaults, divided among the ranks where the runtime splits them (SGLang);
-    ``max_num_seqs`` (the deployment's, per rank) replaces the default cap."""
+    server's token budget, divided among the ranks where the runtime splits it (SGLang's
+    chunked-prefill size), and the default cap of one scheduler, or ``max_num_seqs`` (the
+    deployment's, per rank: SGLang divides a given --max-running-requests among its ranks,
+    its default, half the KV pool's tokens, is each rank's own)."""
     budget, cap = serve_defaults(ctx)
     ranks = attention_ranks(ctx)
     if ranks > 1 and ctx.runtime.attention_dp_limits == "split":
-        budget, cap = max(1, budget // ranks), max(1, cap // ranks)
+        budget = max(1, budget // ranks)
     return budget, cap if max_num_seqs is None else max_num_seqs
 
 
