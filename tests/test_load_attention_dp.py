@@ -154,3 +154,12 @@ def test_a_load_launch_caps_what_the_simulator_ran() -> None:
     opened = launch_command(model=model, deployment=Deployment(),
                             workload=Workload(kind="load", request_rate=5.0))
     assert "--max-num-seqs" not in opened.argv
+
+
+def test_a_study_knob_sets_the_cap() -> None:
+    from energylens.study.objective import PARAMS, deployment_from_params
+
+    deployment = deployment_from_params(params={"max_num_seqs": 16}, boost_mhz=1980.0)
+    assert deployment.max_num_seqs == 16
+    assert PARAMS["max_num_seqs"](16) is None
+    assert PARAMS["max_num_seqs"](0) is not None  # refused with its reason

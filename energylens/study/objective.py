@@ -127,6 +127,7 @@ PARAMS: dict[str, ValueCheck] = {
     "dp": _positive_int,
     "attention_dp": _positive_int,  # data-parallel attention ranks (MoE over all of them)
     "moe_tp": _positive_int,  # ways each expert is split under that layout
+    "max_num_seqs": _positive_int,  # running requests one scheduler admits (per rank)
     "batch": _positive_number,
     "input_tokens": _positive_number,
     "output_tokens": _positive_number,
@@ -262,6 +263,7 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
         tp=int(params.get("tp", 1)), pp=int(params.get("pp", 1)), ep=int(params.get("ep", 1)),
         dp=_int_or_none(params.get("dp")),
         attention_dp=int(params.get("attention_dp", 1)), moe_tp=_int_or_none(params.get("moe_tp")),
+        max_num_seqs=_int_or_none(params.get("max_num_seqs")),
         weight_dtype=params.get("dtype"),
         fusion=fusion,
         overlap_sms=int(params.get("overlap_sms", 0)),
