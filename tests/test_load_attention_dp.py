@@ -163,3 +163,17 @@ def test_a_study_knob_sets_the_cap() -> None:
     assert deployment.max_num_seqs == 16
     assert PARAMS["max_num_seqs"](16) is None
     assert PARAMS["max_num_seqs"](0) is not None  # refused with its reason
+
+
+def test_a_trace_launch_admits_the_traces_longest_request() -> None:
+    from pathlib import Path
+
+    from energylens.workloads.load.arrivals import load_trace
+
+    trace = Path(__file__).resolve().parents[1] / "data/measurements/traces/splitwise_conv.csv"
+    rows = load_trace(str(trace))
+    longest = int((rows.input_tokens + rows.output_tokens).max())
+    command = launch_command(model=get_model("llama-3.1-8b"), deployment=Deployment(),
+                             workload=Workload(kind="load", trace=str(trace)))
+    argv = list(command.argv)
+    assert int(argv[argv.index("--max-model-len") + 1]) == longest > 2048

@@ -96,7 +96,17 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
         max_num_seqs=_running_cap(deployment=deployment, workload=workload),
-        max_model_len=int(math.ceil(workload.input_tokens + workload.output_tokens)))
+        max_model_len=_longest_request(workload))
+
+
+def _longest_request(workload: Workload) -> int:
+    """Prompt + output tokens of the longest request: a load workload's longest (its
+    trace's, or its spread's tail), else the fixed lengths."""
+    if workload.kind == "load":
+        from energylens.workloads.load.arrivals import request_lengths
+
+        return int(math.ceil(request_lengths(workload)[2]))
+    return int(math.ceil(workload.input_tokens + workload.output_tokens))
 
 
 def _running_cap(*, deployment: Deployment, workload: Workload) -> int | None:

@@ -119,6 +119,20 @@ def replica_requests(*, workload: Workload, replicas: int, count: int) -> Reques
                     arrival_s=None if arrival is None else arrival[pick], clients=clients)
 
 
+def request_lengths(workload: Workload) -> tuple[float, float, float]:
+    """Mean input, mean output and longest total length of the workload's requests (a
+    trace's own; fixed lengths; a gamma spread's tail at 4 CVs above the mean)."""
+    if workload.trace:
+        trace = load_trace(workload.trace)
+        total = trace.input_tokens + trace.output_tokens
+        return (float(np.mean(trace.input_tokens)), float(np.mean(trace.output_tokens)),
+                float(total.max()))
+    longest = workload.input_tokens + workload.output_tokens
+    if workload.length_cv > 0:  # gamma tail: 4 CVs above the mean
+        longest *= 1 + 4 * workload.length_cv
+    return workload.input_tokens, workload.output_tokens, longest
+
+
 def _trace_clock(workload: Workload, trace: Trace | None) -> bool:
     """Whether arrivals replay the trace's own timestamps."""
     return (trace is not None and trace.arrival_s is not None and workload.arrival_cv is None

@@ -21,16 +21,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import StepContext
 from energylens.workloads.load.arrivals import (
     Requests,
     closed_loop_clients,
     default_count,
-    load_trace,
     replica_requests,
+    request_lengths,
 )
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
@@ -131,21 +129,8 @@ def _clients_per_replica(workload: Workload, sequences: float) -> float:
 def minimal_memory(*, ctx: StepContext, workload: Workload) -> MemoryUse:
     """Memory of the minimal working set: one request of the longest length (infeasible
     only when this does not fit)."""
-    mean_in, _, longest = _lengths(workload)
+    mean_in, _, longest = request_lengths(workload)
     return _memory(ctx, sequences=1.0, context_tokens=longest, step_tokens=mean_in)
-
-
-def _lengths(workload: Workload) -> tuple[float, float, float]:
-    """Mean input, mean output and longest total length of the workload's requests."""
-    if workload.trace:
-        trace = load_trace(workload.trace)
-        total = trace.input_tokens + trace.output_tokens
-        return (float(np.mean(trace.input_tokens)), float(np.mean(trace.output_tokens)),
-                float(total.max()))
-    longest = workload.input_tokens + workload.output_tokens
-    if workload.length_cv > 0:  # gamma tail: 4 CVs above the mean
-        longest *= 1 + 4 * workload.length_cv
-    return workload.input_tokens, workload.output_tokens, longest
 
 
 def schedulers(*, ctx: StepContext, workload: Workload, replicas: int) -> tuple[int, int]:
@@ -263,7 +248,7 @@ class Load:
         request (its prompt and half its output, as the ``serving`` kind holds them), or,
         in an open loop, one request of the longest length. What does not fit queues:
         :meth:`run` needs only :func:`minimal_memory` to fit."""
-        mean_in, mean_out, longest = _lengths(workload)
+        mean_in, mean_out, longest = request_lengths(workload)
         clients = _clients_per_replica(workload, sequences)
         if clients > 0:
             held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
