@@ -114,6 +114,8 @@ def test_max_num_seqs_caps_the_running_batch_and_the_rest_queue() -> None:
     assert float(capped.load["mean_queue_length"]) == pytest.approx(
         64 - float(capped.load["mean_running"]), rel=0.05)
     assert capped.ttft_s > 2 * free.ttft_s
+    # the memory reported is what the 16 running requests held, not all 64 clients'
+    assert capped.memory_per_gpu_gb < free.memory_per_gpu_gb
 
 
 def test_max_num_seqs_must_be_positive_and_reaches_the_launch_command() -> None:

@@ -261,7 +261,8 @@ class Load:
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_replica(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)
-        if not memory.fits:  # engines queue what the KV pool does not hold
+        if not memory.fits or placement.max_num_seqs is not None:
+            # engines queue what the KV pool or the running cap does not hold
             memory = minimal_memory(ctx=placement.ctx, workload=workload)
             if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
                 peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
