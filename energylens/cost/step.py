@@ -103,10 +103,14 @@ class StepContext:
         return self.calibration.runtime(runtime=self.runtime.name, gpu=self.gpu.name)
 
     @property
+    def attention_ranks(self) -> int:
+        """Data-parallel attention ranks of one replica (1 without attention DP)."""
+        return dict(self.degrees).get("adp", 1)
+
+    @property
     def replica_gpus(self) -> int:
         """GPUs of one pipeline stage (a tensor/expert-parallel group)."""
-        d = dict(self.degrees)
-        return d["tp"] * d.get("adp", 1) * self.pp
+        return dict(self.degrees)["tp"] * self.attention_ranks * self.pp
 
 
 @lru_cache(maxsize=4096)
@@ -158,7 +162,7 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     per-group sizes for attention kernels."""
     sequences = sum(s.sequences for s in seqs)
     tokens = sum(s.sequences * s.new_tokens for s in seqs)
-    adp = dict(ctx.degrees).get("adp", 1)
+    adp = ctx.attention_ranks
     rank_seqs, linear_seqs = seqs, seqs
     if adp > 1:  # each attention rank runs its own share of the sequences
         rank_seqs = [SequenceGroup(sequences=attention_rank_sequences(

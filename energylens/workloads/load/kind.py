@@ -79,11 +79,6 @@ def serve_defaults(ctx: StepContext) -> tuple[int, int]:
     return SERVE_LARGE if large else SERVE_SMALL
 
 
-def attention_ranks(ctx: StepContext) -> int:
-    """Data-parallel attention ranks of one replica (1 without attention DP)."""
-    return dict(ctx.degrees).get("adp", 1)
-
-
 def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None) -> tuple[int, int]:
     """(token budget, max running requests) of one attention rank's scheduler: the
     server's token budget, divided among the ranks where the runtime splits it (SGLang's
@@ -91,7 +86,7 @@ def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None) -> tuple[i
     deployment's, per rank: SGLang divides a given --max-running-requests among its ranks,
     its default, half the KV pool's tokens, is each rank's own)."""
     budget, cap = serve_defaults(ctx)
-    ranks = attention_ranks(ctx)
+    ranks = ctx.attention_ranks
     if ranks > 1 and ctx.runtime.attention_dp_limits == "split":
         budget = max(1, budget // ranks)
     return budget, cap if max_num_seqs is None else max_num_seqs
@@ -137,7 +132,7 @@ def schedulers(*, ctx: StepContext, workload: Workload, replicas: int) -> tuple[
     """(attention ranks, virtual engines per rank) of one replica that receive requests:
     every rank and ``pp`` engines each, or fewer when a closed loop has fewer clients per
     replica than that (the others stay empty)."""
-    ranks = attention_ranks(ctx)
+    ranks = ctx.attention_ranks
     clients = closed_loop_clients(workload) / replicas
     if clients <= 0:
         return ranks, ctx.pp
@@ -181,7 +176,7 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
     budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs)
-    every = attention_ranks(ctx)
+    every = ctx.attention_ranks
     pool = kv_pool_tokens(ctx, budget=budget * every) // (ctx.pp * every)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
