@@ -50,8 +50,12 @@ KNOWN_MISSES: dict[str, float] = {
     # (static vs busy power, flagged) to another basin: B200 dense -> MoE energy 15.6 ->
     # 17.9 %, and with the static bound at idle + 26 W gpu-count energy 22.9 -> 24.9 %. Not
     # landed; the limits stay.
+    # Tenth 2026-11-27 session: recalibrated with the fused-MoE fits reported, not applied
+    # (run.MOE_NOT_APPLIED: applied, they moved H100 precision ITL 9.0 -> 10.2 % and B200
+    # gpu-count ITL 15.4 -> 16.3 %); every fold as before to the decimal. The A100 link fits
+    # moved in a fresh environment (the ill-conditioned 4-per-node InfiniBand curve):
+    # Vidur a100_dgx all-reduce 10.1 -> 9.7 %, met, removed.
     "Small-kernel per-op latency, Vidur H100: attn_rope": 0.167,
-    "All-reduce latency, Vidur a100_dgx": 0.116,
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
     "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.171,
     "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.167,

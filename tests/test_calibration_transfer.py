@@ -75,6 +75,24 @@ def test_same_die_borrows_unchanged_and_other_generations_are_scaled():
     assert entry["kind"] == "assumed" and "H100-SXM" in entry["note"]
 
 
+def test_a_precision_ratio_is_borrowed_only_where_the_precision_runs_natively_on_both():
+    """H100 dequantises 4-bit experts and scales FP8 blocks in software: its ratios do not
+    describe B200's kernels (FP4 units, block scaling in the tensor cores); they do describe
+    H200's (the same die). A100 (INT8, no FP8 units) is another generation too."""
+    kernels, links, runtimes, prov = _h100_only()
+    ratios = {"fp8_expert_bandwidth_ratio": 0.9, "fp4_expert_bandwidth_ratio": 0.7,
+              "fp4_gemm_efficiency_ratio": 0.6}
+    kernels["H100-SXM"] = replace(kernels["H100-SXM"], **ratios)
+    prov["kernels/H100-SXM"].update({k: _fitted(v) for k, v in ratios.items()})
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    b200, h200, a100 = kernels["B200"], kernels["H200-SXM"], kernels["A100-80GB-SXM"]
+    assert (b200.fp8_expert_bandwidth_ratio, b200.fp4_expert_bandwidth_ratio,
+            b200.fp4_gemm_efficiency_ratio) == (1.0, 1.0, 1.0)
+    assert "fp4_expert_bandwidth_ratio" not in prov["kernels/B200"]
+    assert (h200.fp8_expert_bandwidth_ratio, h200.fp4_expert_bandwidth_ratio) == (0.9, 0.7)
+    assert (a100.fp8_expert_bandwidth_ratio, a100.fp4_expert_bandwidth_ratio) == (1.0, 1.0)
+
+
 def test_own_measurements_are_never_overwritten():
     kernels, links, runtimes, prov = _h100_only()
     kernels["B200"] = KernelConstants(static_power_w=219.0)

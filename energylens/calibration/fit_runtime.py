@@ -7,8 +7,9 @@ Two sources, each identifying what it can:
   of vLLM's kernel time to TensorRT-LLM's is TensorRT-LLM's efficiency relative to vLLM's
   kernels (which the GPU's kernel constants describe): large bf16 GEMMs (compute),
   skinny bf16 GEMMs (weight streaming), context attention, long-context generation
-  attention (KV reads). vLLM is the reference (scale 1, its constants stay as fitted);
-  SGLang has no table, so its kernels are assumed to be vLLM's.
+  attention (KV reads), decode-size fused-MoE ops (expert weight streaming). vLLM is the
+  reference (scale 1, its constants stay as fitted); SGLang has no table, so its kernels
+  are assumed to be vLLM's.
 * LLM-Inference-Bench static batches (``All_results.csv``: whole-batch latency of ``batch``
   prompts of L tokens in and L out): with the runtime's kernels priced by the model at zero
   overhead (prefill ``P``, decode ``D``, ``N`` steps of ``B`` sequences), the measured
@@ -102,6 +103,7 @@ SCALE_RANGE = (0.1, 2.0)
 #: Re-pricing rounds of the effective kernel scales.
 ROUNDS = 3
 SCALES = ("gemm_efficiency_scale", "attention_efficiency_scale", "memory_efficiency_scale",
+          "expert_bandwidth_scale",
           "kv_bandwidth_scale")
 
 
@@ -133,6 +135,8 @@ class RuntimeFits:
 
 #: (table folder, file, join keys, filter, scale it measures).
 _GEMM_KEYS = ["m", "n", "k"]
+_MOE_KEYS = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+             "moe_tp_size", "moe_ep_size", "distribution"]
 _ATTENTION_KEYS = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
                    "window_size", "kv_cache_dtype", "attn_dtype", "step"]
 
@@ -153,6 +157,12 @@ def _regimes() -> list[tuple[str, str, list[str], Callable[[pd.DataFrame], pd.Se
          lambda d: (d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
          & (d.batch_size * d.step * d.num_key_value_heads * d.head_dim * 4 >= 64e6),
          "kv_bandwidth_scale"),
+        # decode-size MoE ops, balanced routing, gated experts; per shape each engine's
+        # fastest kernel (several per dtype)
+        ("moe", "moe_perf.parquet", _MOE_KEYS,
+         lambda d: (d.distribution == "balanced") & (d.num_tokens <= 128)
+         & ~d.kernel_source.astype(str).str.contains("nongated"),
+         "expert_bandwidth_scale"),
     ]
 
 
@@ -195,7 +205,11 @@ def fit_aic_scales(*, files: list[Path], fits: RuntimeFits,
                     continue
                 a, b = _read(own), _read(ref)
                 on = [k for k in keys if k in a.columns and k in b.columns]
-                joined = a[keep(a)].merge(b[keep(b)], on=on, suffixes=("_own", "_ref"))
+                a, b = a[keep(a)], b[keep(b)]
+                if folder == "moe":  # several kernels per shape: the fastest of each engine
+                    a, b = (t.groupby(on, as_index=False).agg(latency=("latency", "min"))
+                            for t in (a, b))
+                joined = a.merge(b, on=on, suffixes=("_own", "_ref"))
                 joined = joined[(joined.latency_own > 0) & (joined.latency_ref > 0)]
                 if len(joined) < MIN_SHAPES:
                     continue

@@ -9,6 +9,10 @@ measured GPU), recorded as ``assumed`` with a note naming the source:
 - latency curves, memory efficiencies, link curves of the same interconnect and each
   runtime's overheads (CPU-side software): as measured on the relative; a runtime's own
   all-reduce latency only where the scale-up link is of the same kind (else NCCL's);
+- low-precision efficiency ratios (``fp8_*``, ``fp4_*``) only from a relative of the same
+  tensor-core generation, told by the same set of native low-precision rates in the GPU
+  files: H100 runs block-scaled FP8 with software scaling and dequantises FP4, B200 scales
+  FP8 blocks and runs FP4 in its tensor cores, so their kernels and ratios differ;
 - power: the board's budget splits as on the relative: static and busy power scale with
   TDP, energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
   draws the same share of its board's TDP, and the power cap still never slows the GEMMs
@@ -37,6 +41,20 @@ def _power_scale(name: str, *, gpu: GPU, relative: GPU) -> tuple[float, str]:
                 / (relative.tdp_w / relative.peak_flops_per_s("bf16")),
                 "x (TDP / peak bf16 FLOP/s) ratio")
     return 1.0, ""
+
+
+#: Constants that describe one tensor-core generation's low-precision kernels.
+PRECISION_PREFIXES = ("fp8_", "fp4_")
+#: Native rates whose presence tells a tensor-core generation apart.
+LOW_PRECISION_RATES = ("fp8", "fp4", "int8")
+
+
+def _same_precision_support(field: str, *, gpu: GPU, relative: GPU) -> bool:
+    """Whether ``relative``'s ``field`` describes kernels ``gpu`` would also run."""
+    if not field.startswith(PRECISION_PREFIXES):
+        return True
+    return ({r for r in LOW_PRECISION_RATES if r in gpu.dense_flops_per_s}
+            == {r for r in LOW_PRECISION_RATES if r in relative.dense_flops_per_s})
 
 
 def _note(*, relative: str, entry: dict[str, Any], how: str) -> str:
@@ -108,7 +126,7 @@ def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
     own = prov.setdefault(f"kernels/{name}", {})
     borrowed: dict[str, float] = {}
     for field, entry in source.items():
-        if field in own:
+        if field in own or not _same_precision_support(field, gpu=gpu, relative=relative):
             continue
         factor, how = _power_scale(field, gpu=gpu, relative=relative)
         borrowed[field] = entry["value"] * factor

@@ -32,7 +32,9 @@ class KernelConstants:
     # Fused attention's fixed time per work tile, one (sequence, KV head) pair, amortised
     # over the SMs: page-table walk, prologue, split-KV reduction (0 = none, assumed).
     attention_tile_s: float = 0.0
-    expert_bandwidth_efficiency: float = 0.80  # HBM fraction of fused-MoE GEMMs (assumed, not fitted)
+    # HBM fraction of BF16 fused-MoE GEMMs' large streams (fitted on AIConfigurator's vLLM
+    # MoE tables where a GPU has one: calibration/fit_moe.py)
+    expert_bandwidth_efficiency: float = 0.80
     vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
     roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time
     kernel_overhead_s: float = 4.0e-6  # fixed time of one kernel (launch, prologue, tail)
@@ -64,6 +66,10 @@ class KernelConstants:
     # reaches of the BF16 peak (1 = the datasheet's 2x (4x) rate is reached in full).
     fp8_gemm_efficiency_ratio: float = 1.0
     fp4_gemm_efficiency_ratio: float = 1.0
+    # The HBM share of FP8 (4-bit float: NVFP4, MXFP4) fused-MoE kernels relative to BF16's
+    # (1 = the same share of peak, the smaller weights read in proportionally less time).
+    fp8_expert_bandwidth_ratio: float = 1.0
+    fp4_expert_bandwidth_ratio: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +113,8 @@ class RuntimeConstants:
     attention_efficiency_scale: float = 1.0
     memory_efficiency_scale: float = 1.0
     kv_bandwidth_scale: float = 1.0
+    # Fused-MoE kernels' HBM share relative to the GPU's (0 = the weight-stream scale above).
+    expert_bandwidth_scale: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)

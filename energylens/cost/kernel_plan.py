@@ -69,6 +69,14 @@ def precision_efficiency_ratio(*, dtype: str, gpu: GPU, constants: KernelConstan
             "fp4": constants.fp4_gemm_efficiency_ratio}.get(dtype, 1.0)
 
 
+def expert_bandwidth_efficiency(*, weight_dtype: str, constants: KernelConstants) -> float:
+    """The HBM share of fused-MoE kernels whose experts are stored in ``weight_dtype``."""
+    ratio = {"fp8": constants.fp8_expert_bandwidth_ratio,
+             "nvfp4": constants.fp4_expert_bandwidth_ratio,
+             "mxfp4": constants.fp4_expert_bandwidth_ratio}.get(weight_dtype, 1.0)
+    return constants.expert_bandwidth_efficiency * ratio
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpPlan:
     """One op of a kernel: a contraction's compute dtype, its peak, FLOP-energy scale and
@@ -114,6 +122,7 @@ class KernelPlan:
     klass_bandwidth_efficiency: float
     floor_s: float
     floor_sharpness: float  # 1: the floor adds to the rest (GEMMs, attention)
+    expert_bandwidth_efficiency: float  # HBM share of the experts' dtype (expert kernels)
     #: A fused attention's work tiles: the cached keys' ranks that are neither the context
     #: nor contracted (GQA ``KC[b,p,g,e]``: b, g; MLA ``LC[b,p,l]``: b), and the local
     #: sizes of those no phase sets. Empty for every other kernel.
@@ -193,6 +202,8 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
         floor_s=launch_floor_s(kernel=kernel, constants=constants),
         floor_sharpness=(1.0 if klass is None else
                          float(getattr(constants, f"{klass}_floor_sharpness"))),
+        expert_bandwidth_efficiency=expert_bandwidth_efficiency(
+            weight_dtype=weight_dtype, constants=constants),
         tile_ranks=tile_ranks, tile_sizes=tile_sizes,
     )
 

@@ -391,7 +391,7 @@ def _bandwidth_efficiency(*, plan: KernelPlan, kernel: Kernel, nbytes: Size,
         return bandwidth_eff * (constants.kv_bandwidth_efficiency
                                 / constants.memory_efficiency_max)
     if kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
-        return bandwidth_eff * (constants.expert_bandwidth_efficiency
+        return bandwidth_eff * (plan.expert_bandwidth_efficiency
                                 / constants.memory_efficiency_max)
     return bandwidth_eff
 

@@ -342,7 +342,7 @@ class RuntimeProfile:
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
-                      c.kv_bandwidth_scale)
+                      c.kv_bandwidth_scale, c.expert_bandwidth_scale or c.memory_efficiency_scale)
 
         def since(release: str | None) -> bool:  # is ``version`` that release or later?
             return release is not None and (
@@ -364,8 +364,8 @@ MAX_EFFICIENCY = 0.98
 
 @lru_cache(maxsize=64)  # Calibration hashes by identity: one copy per (file, GPU, scales)
 def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, memory: float,
-            kv: float) -> Calibration:
-    if gemm == attention == memory == kv == 1.0:
+            kv: float, expert: float) -> Calibration:
+    if gemm == attention == memory == kv == expert == 1.0:
         return calibration
     base = calibration.kernel(gpu)
 
@@ -377,7 +377,7 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
         gemm_efficiency_max=cap(base.gemm_efficiency_max, gemm),
         attention_efficiency_max=cap(base.attention_efficiency_max, attention),
         memory_efficiency_max=cap(base.memory_efficiency_max, memory),
-        expert_bandwidth_efficiency=cap(base.expert_bandwidth_efficiency, memory),
+        expert_bandwidth_efficiency=cap(base.expert_bandwidth_efficiency, expert),
         kv_bandwidth_efficiency=cap(base.kv_bandwidth_efficiency, kv))
 
 

@@ -1,0 +1,228 @@
+"""How close fused-MoE kernels come to HBM peak, per GPU and expert-weight precision, from
+measured kernel tables.
+
+AIConfigurator's vLLM tables (``kernels/<gpu>/moe/vllm/<v>/moe_perf.parquet``) time the MoE
+op (router logits given: top-k, the grouped gate/up GEMM, the activation, the grouped down
+GEMM, the weighted sum) at ``num_tokens`` tokens for one GPU's share of an expert layer
+(``hidden_size``, ``inter_size`` over ``moe_tp_size``, ``num_experts`` over ``moe_ep_size``,
+``topk``), per ``moe_dtype`` and per kernel vLLM can pick (``kernel_source``). Each row is
+priced with the cost model's own MoE kernels (family ``moe``, fusion ``gate_up``) and the
+GPU's fitted kernel constants; one constant per (GPU, precision) is fitted by least squares
+on log latency:
+
+* ``expert_bandwidth_efficiency``: BF16 experts (the HBM share of a large expert stream);
+* ``fp8_expert_bandwidth_ratio``: FP8 experts (128x128-block scales), relative to BF16;
+* ``fp4_expert_bandwidth_ratio``: 4-bit float experts (NVFP4, MXFP4), relative to BF16.
+
+Rows used: gated experts (:data:`NON_GATED_SHAPES` left out), the ``balanced`` routing
+(token i picks experts ik..ik+k-1 mod E, so a rank reads min(E/ep, T k/ep) experts; the
+power-law rows need the draws of the collector), at most :data:`MAX_TOKENS` tokens (the
+memory-bound decode regime the constant describes), whose expert weights are at least
+:data:`L2_MULTIPLE` times the GPU's L2 (AIConfigurator repeats one op: smaller weights stay
+in L2 and stream faster than any served layer's), timed through vLLM's Triton fused-MoE
+kernels (:data:`KERNEL_FAMILY`; per shape the fastest of them): the GPU's kernel constants
+describe the vLLM release of its serving fit (0.11 for ML.ENERGY), whose default MoE path is
+Triton on every GPU. The Blackwell tables time only the FlashInfer (CUTLASS, TensorRT-LLM-gen)
+kernels of vLLM 0.24, which 0.11 did not run for BF16 and block-FP8 experts by default: those
+GPUs are not fitted here, and their FlashInfer kernels enter as TensorRT-LLM's reference in
+``fit_runtime``.
+
+``energylens calibrate`` reports these fits without applying them yet
+(``energylens.calibration.run.MOE_NOT_APPLIED`` says why).
+
+Honesty: shapes are split in two halves by hidden size (alternate values); each half's fit
+predicts the other half, and that held-out error is reported beside the in-sample one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from energylens.calibration import CalibrationDataError
+from energylens.calibration.fit_custom_allreduce import table_gpu
+from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded
+from energylens.cost.constants import KernelConstants
+from energylens.cost.kernels import Kernel, compile_layer
+from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.work import ACTIVE_EXPERTS, DTYPE_BYTES, Size
+from energylens.hardware import GPU, load_gpu
+from energylens.model.families import family_part, parse_layer
+
+#: AIConfigurator ``moe_dtype`` -> the cost model's expert weight dtype.
+#: Per-tensor ``fp8`` rows are left out: on Hopper they time one path only (FlashInfer
+#: CUTLASS), at 10-15 % of HBM peak where the block-scaled rows of the same shapes reach
+#: 60-80 %; public FP8 MoE checkpoints (DeepSeek-V3/R1, Qwen3, GLM, MiniMax) use blocks.
+TABLE_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "nvfp4",
+                "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4"}
+#: Fitted constant -> the weight dtypes whose rows fit it (BF16 first: the ratios use it).
+FIELDS = {"expert_bandwidth_efficiency": ("bf16",),
+          "fp8_expert_bandwidth_ratio": ("fp8",),
+          "fp4_expert_bandwidth_ratio": ("nvfp4", "mxfp4")}
+#: Range of each fitted constant: a share of HBM peak cannot pass 1 (weights > L2), nor can
+#: a ratio take the low-precision share past it.
+BOUNDS = {"expert_bandwidth_efficiency": (0.2, 1.0),
+          "fp8_expert_bandwidth_ratio": (0.1, 1.0), "fp4_expert_bandwidth_ratio": (0.1, 1.0)}
+#: The kernels the GPU's constants describe: vLLM's Triton fused MoE (``kernel_source``
+#: ``..._triton_tritonexperts``, and OpenAI's Triton MXFP4 kernels for gpt-oss).
+KERNEL_FAMILY = "triton"
+#: The decode regime: at most this many tokens per op.
+MAX_TOKENS = 128
+#: Expert weights read at least this many times the L2 capacity.
+L2_MULTIPLE = 4.0
+#: Shapes of non-gated MoEs (two expert matrices, squared-ReLU: Nemotron 3), which the gated
+#: ``moe`` family would price at 3/2 their bytes: AIConfigurator times exactly these with
+#: TensorRT-LLM's non-gated kernel (``moe_torch_flow_nongated``); vLLM's table does not say.
+NON_GATED_SHAPES = frozenset({(2048, 5120, 22, 512), (2688, 1856, 6, 128), (8192, 5120, 22, 512)})
+#: Kernels of the ``moe`` family the table's op does not run (router logits are its input).
+NOT_TIMED = ("router", "res2")
+_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+
+
+@dataclass(frozen=True)
+class MoeCase:
+    """One shape of one weight dtype: its token counts and fastest measured times."""
+
+    hidden: int
+    inter: int  # the whole layer's expert FFN width (split over moe_tp)
+    top_k: int
+    experts: int
+    moe_tp: int
+    ep: int
+    weight_dtype: str
+    tokens: np.ndarray
+    measured_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class MoeTable:
+    """The usable rows of one GPU's vLLM MoE table."""
+
+    path: Path
+    gpu: str
+    cases: tuple[MoeCase, ...]
+
+
+@cache
+def _expert_kernels(hidden: int, inter: int, experts: int, moe_tp: int,
+                    ep: int) -> tuple[Kernel, ...]:
+    layer = parse_layer(name="moe", parts=[family_part("moe")], norm="rmsnorm")
+    compiled = compile_layer(layer=layer, sizes={"d": hidden, "f": inter, "x": experts},
+                             degrees={"etp": moe_tp, "ep": ep}, fusion=frozenset({"gate_up"}))
+    return tuple(k for k in compiled.kernels if k.name not in NOT_TIMED)
+
+
+def active_experts(case: MoeCase) -> np.ndarray:
+    """Experts one rank reads under balanced routing."""
+    return np.minimum(case.experts / case.ep, case.tokens * case.top_k / case.ep)
+
+
+def case_latency_s(*, case: MoeCase, gpu: GPU, constants: KernelConstants) -> np.ndarray:
+    """Predicted time of the MoE op at each of ``case.tokens``."""
+    tokens = case.tokens
+    phase: dict[str, Size] = {"b": tokens, "m": 1.0, "n": 1.0, "p": 1.0,
+                              "t": tokens * case.top_k / case.experts,
+                              ACTIVE_EXPERTS: active_experts(case)}
+    clock = ClockState(ratio=1.0, dynamic_scale=1.0)
+    total = np.zeros_like(tokens)
+    for kernel in _expert_kernels(case.hidden, case.inter, case.experts, case.moe_tp, case.ep):
+        total = total + kernel_cost(kernel=kernel, phase=phase, window=None, gpu=gpu,
+                                    constants=constants, clock=clock,
+                                    weight_dtype=case.weight_dtype).latency_s
+    return total
+
+
+def read_table(*, path: Path) -> MoeTable:
+    """The balanced, memory-bound, larger-than-L2 Triton rows of ``path``, the fastest
+    kernel per shape."""
+    import pandas as pd
+
+    gpu = load_gpu(table_gpu(path))
+    try:
+        frame = pd.read_parquet(path, columns=["moe_dtype", "kernel_source", "num_tokens",
+                                               "distribution", "latency", *_SHAPE])
+    except (OSError, ValueError, KeyError) as exc:
+        raise CalibrationDataError(f"{path}: not a MoE kernel table ({exc})") from None
+    frame["weight_dtype"] = frame["moe_dtype"].astype(str).map(TABLE_DTYPES)
+    frame = frame[(frame["distribution"] == "balanced") & frame["weight_dtype"].notna()
+                  & frame["kernel_source"].astype(str).str.contains(KERNEL_FAMILY)
+                  & (frame["num_tokens"] <= MAX_TOKENS) & (frame["latency"] > 0)
+                  & (frame["num_experts"] % frame["moe_ep_size"] == 0)
+                  & (frame["inter_size"] % frame["moe_tp_size"] == 0)]
+    active = np.minimum(frame["num_experts"] / frame["moe_ep_size"],
+                        frame["num_tokens"] * frame["topk"] / frame["moe_ep_size"])
+    weight_bytes = (active * 3 * frame["hidden_size"] * frame["inter_size"]
+                    / frame["moe_tp_size"] * frame["weight_dtype"].map(DTYPE_BYTES).astype(float))
+    frame = frame[weight_bytes >= L2_MULTIPLE * gpu.l2_bytes]
+    gated = np.array([(int(h), int(i), int(k), int(e)) not in NON_GATED_SHAPES for h, i, k, e in
+                      zip(frame["hidden_size"], frame["inter_size"], frame["topk"],
+                          frame["num_experts"], strict=True)], dtype=bool)
+    frame = frame[gated]
+    fastest = frame.groupby(["weight_dtype", *_SHAPE, "num_tokens"], as_index=False)[
+        "latency"].min()
+    cases = []
+    for (dtype, *shape), rows in fastest.groupby(["weight_dtype", *_SHAPE]):
+        hidden, inter, top_k, experts, moe_tp, ep = (int(v) for v in shape)
+        cases.append(MoeCase(hidden=hidden, inter=inter, top_k=top_k, experts=experts,
+                             moe_tp=moe_tp, ep=ep, weight_dtype=str(dtype),
+                             tokens=rows["num_tokens"].to_numpy(dtype=float),
+                             measured_s=rows["latency"].to_numpy(dtype=float) * 1e-3))
+    return MoeTable(path=path, gpu=gpu.name, cases=tuple(cases))
+
+
+def _fit_one(*, name: str, cases: list[MoeCase], gpu: GPU,
+             constants: KernelConstants) -> tuple[float, list[str]]:
+    low, high = BOUNDS[name]
+    if name != "expert_bandwidth_efficiency":  # the ratio's share of peak stays below 1
+        high = high / constants.expert_bandwidth_efficiency
+    param = Param(name, min(max(float(getattr(constants, name)), low * 1.01), high * 0.99),
+                  low, high)
+
+    def residuals(values: dict[str, float]) -> np.ndarray:
+        trial = replace(constants, **values)
+        return np.concatenate([np.log(case_latency_s(case=c, gpu=gpu, constants=trial)
+                                      / c.measured_s) for c in cases])
+
+    values, _, at_bound = fit_bounded(params=[param], residuals=residuals)
+    return values[name], at_bound
+
+
+def fit_moe(*, table: MoeTable, constants: KernelConstants,
+            leave_out: bool = True) -> dict[str, FitResult]:
+    """Each constant of :data:`FIELDS` that ``table`` has rows for, fitted in order (the
+    ratios on top of the fitted BF16 efficiency)."""
+    gpu = load_gpu(table.gpu)
+    results: dict[str, FitResult] = {}
+    for name, dtypes in FIELDS.items():
+        cases = [c for c in table.cases if c.weight_dtype in dtypes]
+        if not cases or (name != "expert_bandwidth_efficiency"
+                         and "expert_bandwidth_efficiency" not in results):
+            continue
+        value, at_bound = _fit_one(name=name, cases=cases, gpu=gpu, constants=constants)
+        constants = replace(constants, **{name: value})
+        measured = np.concatenate([c.measured_s for c in cases])
+        fitted = np.concatenate([case_latency_s(case=c, gpu=gpu, constants=constants)
+                                 for c in cases])
+        result = FitResult(values={name: value},
+                           rms_log_residual=float(np.sqrt(np.mean(np.log(fitted / measured)**2))),
+                           in_sample={"latency": ErrorStats.of(fitted, measured)},
+                           fitted_on=[str(table.path)], n_points=int(measured.size),
+                           at_bound=at_bound,
+                           notes=[f"{len(cases)} shapes of {', '.join(dtypes)} experts"])
+        hiddens = sorted({c.hidden for c in cases})
+        if leave_out and len(hiddens) > 1:
+            held = []
+            for half in (set(hiddens[::2]), set(hiddens[1::2])):
+                train = [c for c in cases if c.hidden in half]
+                test = [c for c in cases if c.hidden not in half]
+                other, _ = _fit_one(name=name, cases=train, gpu=gpu, constants=constants)
+                trial = replace(constants, **{name: other})
+                held += [(case_latency_s(case=c, gpu=gpu, constants=trial), c.measured_s)
+                         for c in test]
+            result.leave_out["latency"] = ErrorStats.of(np.concatenate([p for p, _ in held]),
+                                                        np.concatenate([m for _, m in held]))
+        results[name] = result
+    return results

@@ -1,0 +1,145 @@
+"""Fused-MoE kernels: the HBM share fitted per GPU and expert precision, and its use."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from energylens.calibration.file import default_calibration
+from energylens.calibration.fit_moe import (
+    L2_MULTIPLE,
+    MAX_TOKENS,
+    MoeCase,
+    MoeTable,
+    active_experts,
+    case_latency_s,
+    fit_moe,
+    read_table,
+)
+from energylens.cost.constants import KernelConstants
+from energylens.cost.kernel_plan import expert_bandwidth_efficiency
+from energylens.cost.work import DTYPE_BYTES
+from energylens.hardware import load_gpu
+from energylens.runtime import get_runtime
+
+TABLES = Path(__file__).parents[1] / "data/measurements/aiconfigurator/kernels"
+H100 = load_gpu("H100-SXM")
+
+
+def _case(*, dtype: str, hidden: int, tokens: tuple[float, ...] = (1, 4, 16, 64)) -> MoeCase:
+    return MoeCase(hidden=hidden, inter=2048, top_k=8, experts=128, moe_tp=1, ep=4,
+                   weight_dtype=dtype, tokens=np.array(tokens, dtype=float),
+                   measured_s=np.zeros(len(tokens)))
+
+
+def _measured_with(constants: KernelConstants, cases: list[MoeCase]) -> list[MoeCase]:
+    return [replace(c, measured_s=case_latency_s(case=c, gpu=H100, constants=constants))
+            for c in cases]
+
+
+def test_balanced_routing_reads_a_token_share_of_the_ranks_experts_until_all() -> None:
+    case = _case(dtype="bf16", hidden=4096, tokens=(1, 2, 16, 64))
+    # 8 picks per token over 4 ranks: 2 experts per token per rank, at most 128 / 4 = 32
+    assert active_experts(case).tolist() == [2.0, 4.0, 32.0, 32.0]
+
+
+def test_the_fit_recovers_the_efficiency_and_ratios_a_table_was_made_with() -> None:
+    truth = replace(KernelConstants(), expert_bandwidth_efficiency=0.62,
+                    fp8_expert_bandwidth_ratio=0.7, fp4_expert_bandwidth_ratio=0.45)
+    cases = _measured_with(truth, [_case(dtype=d, hidden=h) for d in ("bf16", "fp8", "nvfp4")
+                                   for h in (2048, 4096, 7168)])
+    results = fit_moe(table=MoeTable(path=Path("synthetic"), gpu=H100.name, cases=tuple(cases)),
+                      constants=KernelConstants())
+    assert results["expert_bandwidth_efficiency"].values[
+        "expert_bandwidth_efficiency"] == pytest.approx(0.62, rel=1e-3)
+    assert results["fp8_expert_bandwidth_ratio"].values[
+        "fp8_expert_bandwidth_ratio"] == pytest.approx(0.7, rel=1e-3)
+    assert results["fp4_expert_bandwidth_ratio"].values[
+        "fp4_expert_bandwidth_ratio"] == pytest.approx(0.45, rel=1e-3)
+    for result in results.values():
+        assert result.leave_out["latency"].mape < 1e-3 and not result.at_bound
+
+
+def test_no_ratio_without_bf16_rows_to_stand_on() -> None:
+    cases = _measured_with(KernelConstants(), [_case(dtype="fp8", hidden=4096)])
+    table = MoeTable(path=Path("synthetic"), gpu=H100.name, cases=tuple(cases))
+    assert fit_moe(table=table, constants=KernelConstants()) == {}
+
+
+def test_the_expert_dtype_picks_its_ratio() -> None:
+    constants = KernelConstants(expert_bandwidth_efficiency=0.8, fp8_expert_bandwidth_ratio=0.5,
+                                fp4_expert_bandwidth_ratio=0.25)
+    share = {d: expert_bandwidth_efficiency(weight_dtype=d, constants=constants)
+             for d in ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4")}
+    assert share == {"bf16": 0.8, "fp16": 0.8, "fp8": 0.4, "nvfp4": 0.2, "mxfp4": 0.2,
+                     "int4": 0.8}
+
+
+def test_a_lower_fp8_ratio_slows_only_fp8_experts_by_its_stream() -> None:
+    """Decode-size MoE ops are weight streams: at half the share of peak an FP8 expert
+    layer takes up to twice as long; BF16 experts do not move."""
+    fast = KernelConstants()
+    slow = replace(fast, fp8_expert_bandwidth_ratio=0.5)
+    fp8 = _case(dtype="fp8", hidden=7168, tokens=(8,))
+    bf16 = _case(dtype="bf16", hidden=7168, tokens=(8,))
+    ratio = (case_latency_s(case=fp8, gpu=H100, constants=slow)
+             / case_latency_s(case=fp8, gpu=H100, constants=fast))[0]
+    assert 1.5 < ratio <= 2.0
+    assert (case_latency_s(case=bf16, gpu=H100, constants=slow)
+            == case_latency_s(case=bf16, gpu=H100, constants=fast)).all()
+
+
+def test_the_table_rows_kept_are_decode_sized_and_larger_than_l2() -> None:
+    table = read_table(path=next(TABLES.glob("h100_sxm/moe/vllm/*/moe_perf.parquet")))
+    assert table.gpu == "H100-SXM" and len(table.cases) > 50
+    assert {c.weight_dtype for c in table.cases} == {"bf16", "fp8", "mxfp4"}
+    for case in table.cases:
+        assert case.tokens.max() <= MAX_TOKENS
+        weights = (active_experts(case) * 3 * case.hidden * case.inter / case.moe_tp
+                   * DTYPE_BYTES[case.weight_dtype])
+        assert (weights >= L2_MULTIPLE * H100.l2_bytes).all()
+
+
+def test_the_measured_h100_bf16_experts_stream_at_most_of_hbm_peak() -> None:
+    """vLLM 0.24's Triton fused MoE on H100, weights beyond L2: 0.7-1 of HBM peak."""
+    table = read_table(path=next(TABLES.glob("h100_sxm/moe/vllm/*/moe_perf.parquet")))
+    result = fit_moe(table=table, constants=default_calibration().kernel("H100-SXM"),
+                     leave_out=False)["expert_bandwidth_efficiency"]
+    assert 0.7 < result.values["expert_bandwidth_efficiency"] < 1.0
+    assert result.in_sample["latency"].median_ape < 0.15
+
+
+def test_an_engine_expert_scale_replaces_its_weight_stream_scale_for_experts() -> None:
+    base = default_calibration()
+    plain = base.with_runtime(runtime="sglang", gpu="H100-SXM", memory_efficiency_scale=0.5)
+    own = plain.with_runtime(runtime="sglang", gpu="H100-SXM", expert_bandwidth_scale=0.8)
+    expert = base.kernel("H100-SXM").expert_bandwidth_efficiency
+    for cal, scale in ((plain, 0.5), (own, 0.8)):
+        k = get_runtime("sglang").calibration_for(calibration=cal, gpu="H100-SXM").kernel("H100-SXM")
+        assert k.expert_bandwidth_efficiency == pytest.approx(min(expert * scale, 0.98))
+        assert k.memory_efficiency_max == pytest.approx(
+            min(base.kernel("H100-SXM").memory_efficiency_max * 0.5, 0.98))
+
+
+def test_blackwell_tables_time_no_triton_kernel_so_no_gpu_constant_is_fitted_on_them() -> None:
+    """vLLM 0.24's Blackwell rows are FlashInfer kernels only, not the Triton path of the
+    release the GPU's constants describe."""
+    table = read_table(path=next(TABLES.glob("b200_sxm/moe/vllm/*/moe_perf.parquet")))
+    assert table.cases == ()
+
+
+def test_the_non_gated_shapes_are_those_tensorrt_llm_times_with_its_non_gated_kernel() -> None:
+    import pandas as pd
+
+    from energylens.calibration.fit_moe import NON_GATED_SHAPES
+
+    table = pd.read_parquet(next(TABLES.glob("h100_sxm/moe/trtllm/*/moe_perf.parquet")))
+    nongated = table[table["kernel_source"].astype(str).str.contains("nongated")]
+    shapes = {tuple(int(v) for v in row) for row in nongated[
+        ["hidden_size", "inter_size", "topk", "num_experts"]].drop_duplicates().to_numpy()}
+    assert shapes == NON_GATED_SHAPES
+    vllm = read_table(path=next(TABLES.glob("h100_sxm/moe/vllm/*/moe_perf.parquet")))
+    assert not {(c.hidden, c.inter, c.top_k, c.experts) for c in vllm.cases} & NON_GATED_SHAPES
