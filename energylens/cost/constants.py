@@ -32,8 +32,8 @@ class KernelConstants:
     # Fused attention's fixed time per work tile, one (sequence, KV head) pair, amortised
     # over the SMs: page-table walk, prologue, split-KV reduction (0 = none, assumed).
     attention_tile_s: float = 0.0
-    # HBM fraction of BF16 fused-MoE GEMMs' large streams (fitted on AIConfigurator's vLLM
-    # MoE tables where a GPU has one: calibration/fit_moe.py)
+    # HBM fraction of BF16 fused-MoE GEMMs' large streams (assumed; calibration/fit_moe.py
+    # fits it on AIConfigurator's vLLM MoE tables and reports it, not yet applied)
     expert_bandwidth_efficiency: float = 0.80
     vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
     roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time
