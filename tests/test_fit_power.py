@@ -107,3 +107,21 @@ def test_calibrate_takes_the_applied_constants_as_measured() -> None:
         assert prov["kernels/H100-SXM"][name]["kind"] == "measured"
     for name in set(entry["measured"]) - set(APPLIED):  # left to the serving fit
         assert getattr(kernels["H100-SXM"], name) == getattr(KernelConstants(), name)
+
+
+def test_static_power_is_measured_never_fitted_on_serving_rows() -> None:
+    """Steady-state serving rows cannot tell static from busy power (fitted, static ended at
+    a bound on B200 and H100): the serving fit leaves it out, and the shipped H100 value is
+    the measured board power with a CUDA context and nothing running."""
+    import yaml
+
+    from energylens.calibration.fit_serving import serving_params
+
+    assert "static_power_w" in APPLIED
+    for gpu in ("H100-SXM", "B200"):
+        assert "static_power_w" not in {p.name for p in serving_params(gpu)}
+    measured = fit_power(folder=RUNS / "h100-sxm", gpu_name="H100-SXM").values["static_power_w"]
+    shipped = Path(__file__).resolve().parents[1] / "energylens" / "data" / "calibration.yaml"
+    entry = yaml.safe_load(shipped.read_text("utf-8"))["kernels"]["H100-SXM"]["static_power_w"]
+    assert entry["kind"] == "measured"
+    assert float(entry["value"]) == pytest.approx(measured, rel=1e-5)

@@ -37,10 +37,14 @@ from energylens.hardware import GPU, load_gpu
 #: Constants this fit identifies (KernelConstants field names).
 POWER_CONSTANTS = ("static_power_w", "energy_per_hbm_byte_j", "energy_per_tensor_flop_j",
                    "energy_per_vector_flop_j", "voltage_floor")
-#: The measured constants ``energylens calibrate`` gives the GPU. The others (static, per
-#: tensor FLOP, per HBM byte) are fitted on serving rows with the engine's busy power, which
-#: the measurements would double-count; calibrate reports their fitted / measured ratio.
-APPLIED = ("energy_per_vector_flop_j", "voltage_floor")
+#: The measured constants ``energylens calibrate`` gives the GPU. Static power is the
+#: board with a CUDA context and nothing running, exactly what the serving model charges
+#: every GPU for its wall time; the serving rows cannot tell it from the busy power (GPUs
+#: of a steady-state engine wait for a few percent of a step), so they never fit it. The
+#: others (per tensor FLOP, per HBM byte) are fitted on serving rows with the engine's
+#: busy power, which the measurements would double-count; calibrate reports their fitted /
+#: measured ratio.
+APPLIED = ("static_power_w", "energy_per_vector_flop_j", "voltage_floor")
 #: A row counts as at the full clock within this many MHz of the board's maximum.
 FULL_CLOCK_TOLERANCE_MHZ = 20.0
 GEMM_8192 = "_8192x8192x8192"

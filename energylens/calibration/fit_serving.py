@@ -3,10 +3,13 @@
 The latency constants of the GPU's kernels come from the Vidur fit and stay fixed here.
 What the ML.ENERGY rows add: the engine's time per step and per running sequence
 (scheduling, sampling, input preparation: CPU work the GPU waits for), and the power
-constants (static power paid by every GPU for the whole wall time, busy power while
-kernels run, energy per tensor FLOP and per HBM byte, and the extra power of a GPU while
-its communication kernels run). Residuals are log errors of energy per output token and
-of the median inter-token latency. Each model is held out in turn (leave-one-model-out).
+constants (busy power while kernels run, energy per tensor FLOP and per HBM byte, and the
+extra power of a GPU while its communication kernels run). Static power, paid by every GPU
+for the whole wall time, is not fitted: steady-state rows leave GPUs idle for a few percent
+of a step, so they cannot tell it from the busy power (fitted, it ended at a bound of its
+range on B200 and H100). It is the GPU's measured idle power with a CUDA context
+(``fit_power``), or its relative's (``transfer``). Residuals are log errors of energy per
+output token and of the median inter-token latency. Each model is held out in turn (leave-one-model-out).
 """
 
 from __future__ import annotations
@@ -44,13 +47,10 @@ FLOP_SHARE = "tensor_power_share"
 def serving_params(gpu_name: str) -> tuple[Param, ...]:
     """Fitted constants and their physical ranges for ``gpu_name``."""
     gpu = load_gpu(gpu_name)
-    idle = gpu.idle_power_w
     return (
         Param(f"{RUNTIME_PREFIX}step_overhead_s", 1.0e-3, 1.0e-5, 20.0e-3, log=True),
         Param(f"{RUNTIME_PREFIX}per_sequence_overhead_s", 10.0e-6, 1.0e-7, 200.0e-6, log=True),
         Param(f"{RUNTIME_PREFIX}ep_moe_layer_overhead_s", 20.0e-6, 1.0e-7, 500.0e-6, log=True),
-        # Idle with a CUDA context: datasheet-ish idle to idle + 80 W (arXiv 2605.23918).
-        Param("static_power_w", idle + 30.0, idle * 0.85, idle + 80.0),
         Param("busy_power_w", 150.0, 0.0, 0.6 * gpu.tdp_w),
         # Fitted as the share of the power headroom (TDP - static - busy) that a GEMM at
         # the Vidur-measured rate (peak x gemm_efficiency_max) draws for its FLOPs; < 1 so
@@ -119,11 +119,11 @@ def materialise(calibration: Calibration, gpu_name: str,
         return dict(values)
     gpu = load_gpu(gpu_name)
     k = calibration.kernel(gpu.name)
-    static = values.get("static_power_w", k.static_power_w)
     busy = values.get("busy_power_w", k.busy_power_w)
     rate = gpu.peak_flops_per_s("bf16") * k.gemm_efficiency_max
     out = {n: v for n, v in values.items() if n != FLOP_SHARE}
-    out["energy_per_tensor_flop_j"] = values[FLOP_SHARE] * max(gpu.tdp_w - static - busy, 1.0) / rate
+    headroom = max(gpu.tdp_w - k.static_power_w - busy, 1.0)
+    out["energy_per_tensor_flop_j"] = values[FLOP_SHARE] * headroom / rate
     return out
 
 

@@ -197,8 +197,9 @@ def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) ->
         runtimes={k: v for k, v in calibration.runtimes.items() if k.split("/")[1] != gpu.name})
     borrowed = borrowed_calibration(calibration=stripped, chain=chain)
     if gpu.name in calibration.kernels:
+        # power constants come from serving rows or NVML runs, never from kernel tables
         serving = {"energy_per_tensor_flop_j" if p.name == FLOP_SHARE else p.name
-                   for p in serving_params(gpu.name)}
+                   for p in serving_params(gpu.name)} | {"static_power_w"}
         own = calibration.kernel(gpu.name)
         borrowed = borrowed.with_kernel(gpu.name, **{
             f.name: getattr(own, f.name) for f in fields(own) if f.name not in serving})

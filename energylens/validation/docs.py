@@ -393,12 +393,14 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "vLLM's expert parallelism: attention tensor-parallel over all n GPUs, experts split n "
         "ways (`Deployment(tp=1, ep=n, num_gpus=n)`).",
         "- B200 kernel latency curves are borrowed from the H100 fit (no per-op B200 profile "
-        "in the data); B200 engine and power constants are fitted on its ML.ENERGY rows.",
+        "in the data); B200 engine and power constants are fitted on its ML.ENERGY rows, "
+        "except static power (idle with a CUDA context), which serving rows cannot tell from "
+        "busy power: measured on H100 and H200 (NVML, `docs/power.md`), borrowed by B200.",
         "- GPUs with no data of their own (H200, H100 PCIe, A100 power and engine constants, "
         "L40S, MI300X) borrow every constant they lack from a measured relative, recorded as "
         "`assumed` in the calibration file: unchanged for latency curves, engine overheads and "
-        "links; static power scaled by idle power, busy power by TDP, energy per FLOP by TDP "
-        "per peak FLOP/s (`energylens/calibration/transfer.py`). No number above tests them.",
+        "links; static and busy power scaled by TDP, energy per FLOP by TDP per peak FLOP/s "
+        "(`energylens/calibration/transfer.py`). No number above tests them.",
         "",
         "## Workload energy regression (Wilkins et al. 2024)",
         "",
