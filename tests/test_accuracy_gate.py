@@ -60,7 +60,9 @@ KNOWN_MISSES: dict[str, float] = {
     # that cannot tell it from busy power: H100 MoE -> dense energy 11.6 -> 9.0 % (met),
     # gpu-count 9.5 -> 8.6, task 15.4 -> 14.9, dense -> MoE 15.1 -> 14.5; B200 gpu-count
     # 22.9 -> 23.5, precision 13.3 -> 14.0, dense -> MoE 15.6 -> 16.0 (within the limits).
-    "Small-kernel per-op latency, Vidur H100: attn_rope": 0.167,
+    # With static power no longer fitted, the eighth session's rope fix (2(q+k) bytes)
+    # lands: Vidur attn_rope H100 held-out 15.2 -> 10.4 % (met, removed; A100 9.9 %); B200
+    # MoE -> dense energy 14.3 -> 15.1 %, the other folds within 0.3 points.
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
     "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.171,
     "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.167,

@@ -133,3 +133,17 @@ def test_serving_memory_uses_the_mean_context():
     p = predict(model="qwen3-8b", gpu="H100",
                 workload=Workload(kind="serving", batch=64, input_tokens=256, output_tokens=8000))
     assert p.feasible
+
+
+def test_rope_writes_q_and_k_back_in_place():
+    """Rotary embeddings rotate q and k in one kernel and write both back: Llama-3.1-8B
+    (32 query heads, 8 KV heads of 128) moves 2 x (4,096 + 1,024) elements per token, not
+    2 x 4,096 + 1,024 (q read and written, k only read)."""
+    _, kernels = _kernels("llama-3.1-8b", frozenset())
+    rope = kernels["rope"]
+    assert {t.name for t in rope.writes} >= {"QR", "K"}
+    phase = {"b": 1.0, "m": 1.0, "n": 1.0, "p": 1.0, "t": 1.0}
+    moved = sum(float(tensor_bytes(tensor=t, sizes={**rope.io_sizes[t.name], **phase},
+                                   weight_dtype="bf16", window=None))
+                for t in (*rope.reads, *rope.writes))
+    assert moved == 2 * (4096 + 1024) * 2

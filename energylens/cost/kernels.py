@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from energylens.model.spec import Einsum, LayerSpec, TensorRef, split_sizes
+from energylens.model.spec import IN_PLACE_FUNCTIONS, Einsum, LayerSpec, TensorRef, split_sizes
 
 CollectiveKind = Literal["all_reduce", "all_gather", "all_to_all"]
 TENSOR_PARALLEL_DIMS = ("tp", "etp")
@@ -144,6 +144,8 @@ def _make_kernel(*, layer: LayerSpec, members: list[str], sizes: dict[str, int],
         if op.persistent_output or outside or not consumers.get(op.output.name):
             writes.append(op.output)
             io_sizes[op.output.name] = local
+        if op.function in IN_PLACE_FUNCTIONS:  # the output is the first input updated;
+            writes.extend(t for t in op.inputs[1:] if t.name in reads)  # the rest too
     return Kernel(
         name="+".join(members) if len(members) > 1 else members[0],
         ops=ops,

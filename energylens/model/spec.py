@@ -36,6 +36,11 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "ssm_update": ("elementwise", 2.0),
 }
 
+#: Functions that update their inputs in place: the output is the first input updated, and
+#: the others are written back too. Rotary embeddings rotate q and k in one kernel and
+#: write both back (vLLM's ``rotary_embedding`` op takes query and key in place).
+IN_PLACE_FUNCTIONS = frozenset({"rope"})
+
 #: Recurrent-state tensors of the Mamba-2 mixer (read and written every step), and the size
 #: key under which a layer's sizes give their element bytes (the engine's SSM-state dtype;
 #: other activations are 16-bit).
