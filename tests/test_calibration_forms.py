@@ -147,3 +147,18 @@ def test_rope_writes_q_and_k_back_in_place():
                                    weight_dtype="bf16", window=None))
                 for t in (*rope.reads, *rope.writes))
     assert moved == 2 * (4096 + 1024) * 2
+
+
+def test_the_embedding_gather_reads_the_rows_it_writes():
+    """The head's embedding lookup reads one table row per token and writes it: Llama-3.1-8B
+    (hidden 4,096, bf16) moves 2 x 4,096 x 2 bytes per token, plus its 16-bit token id."""
+    graph = build_graph(get_model("llama-3.1-8b"))
+    group = graph.head_group
+    kernels = {k.name: k for k in compile_layer(layer=group.layer, sizes=group.sizes,
+                                                degrees={"tp": 1}, fusion=frozenset()).kernels}
+    embed = kernels["embed"]
+    phase = {"b": 1.0, "m": 1.0, "n": 1.0, "p": 1.0, "t": 1.0}
+    moved = sum(float(tensor_bytes(tensor=t, sizes={**embed.io_sizes[t.name], **phase},
+                                   weight_dtype="bf16", window=None))
+                for t in (*embed.reads, *embed.writes))
+    assert moved == 2 * 4096 * 2 + 2

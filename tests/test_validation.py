@@ -44,9 +44,9 @@ def test_vidur_mlp_predicts_every_row_and_every_modelled_op():
     assert len(report.rows) == _rows_in(PHI2)
     assert all(r.error is None for r in report.rows)
     for row in report.rows:
-        assert set(row.predicted) == {op for op in VIDUR_OPS if op in row.measured}
+        assert set(row.predicted) == set(row.measured)  # every op, the embedding gather too
         assert all(v > 0 for v in row.predicted.values())
-    assert "emb" in report.notes  # measured but not modelled: said, not dropped
+    assert not report.notes  # a measured metric no row predicts would be named here
     for op in GEMM_OPS:
         assert report.metrics[op].n == len(report.rows)
 

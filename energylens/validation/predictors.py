@@ -29,7 +29,7 @@ from energylens.measurements import bench_screen, inference_bench, mlenergy
 from energylens.measurements.bench_screen import SCREEN
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
-from energylens.measurements.vidur_ops import UNSUPPORTED_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.measurements.vidur_ops import HEAD_OPS, VIDUR_OPS, Geometry, op_latency_s
 from energylens.model.spec import LayerSpec, parse_einsum
 from energylens.model.zoo import get_model
 from energylens.predict import predict
@@ -152,7 +152,7 @@ def _vidur_mlp(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
                 raise SpecError(f"{geometry.n_head} heads do not split over TP {geometry.tp}")
             constants = cal.kernel(spec.name)
             tokens = np.array([rows[i].input["num_tokens"] for i in index], dtype=float)
-            ops = [op for op in VIDUR_OPS if op in rows[index[0]].measured]
+            ops = [op for op in (*VIDUR_OPS, *HEAD_OPS) if op in rows[index[0]].measured]
             times = {op: np.atleast_1d(op_latency_s(op=op, geometry=geometry, num_tokens=tokens,
                                                     gpu=spec, constants=constants)) * 1e3
                      for op in ops}
@@ -297,7 +297,6 @@ PREDICTORS: dict[str, Callable[..., list[RowResult]]] = {
     "llmcompass-matmul": _llmcompass_matmul,
     "llm-inference-bench": _llm_inference_bench,
 }
-_NOTES = {"vidur-mlp": UNSUPPORTED_OPS}
 
 
 def validate(*, format: str, path: str | Path, gpu: str | None = None,
@@ -306,6 +305,7 @@ def validate(*, format: str, path: str | Path, gpu: str | None = None,
     measurements = load_measurements(format=format, path=path, gpu=gpu)
     cal = resolve_calibration(calibration)
     rows = PREDICTORS[format](measurements.rows, gpu=gpu, cal=cal, topology=topology)
-    present = {m for r in measurements.rows for m in r.measured}
-    notes = {m: why for m, why in _NOTES.get(format, {}).items() if m in present}
+    present = dict.fromkeys(m for r in measurements.rows for m in r.measured)
+    predicted = {m for r in rows for m in r.predicted}
+    notes = {m: "measured, predicted for no row" for m in present if m not in predicted}
     return ValidationReport(format=format, file=str(path), rows=rows, notes=notes)
