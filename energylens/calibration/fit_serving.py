@@ -7,9 +7,10 @@ constants (busy power while kernels run, energy per tensor FLOP and per HBM byte
 extra power of a GPU while its communication kernels run). Static power, paid by every GPU
 for the whole wall time, is not fitted: steady-state rows leave GPUs idle for a few percent
 of a step, so they cannot tell it from the busy power (fitted, it ended at a bound of its
-range on B200 and H100). It is the GPU's measured idle power with a CUDA context
-(``fit_power``), or its relative's (``transfer``). Residuals are log errors of energy per
-output token and of the median inter-token latency. Each model is held out in turn (leave-one-model-out).
+range on B200, and on H100 in one regime fold). It is the GPU's measured idle power with a
+CUDA context (``fit_power``), or its relative's (``transfer``). Residuals are log errors of
+energy per output token and of the median inter-token latency. Each model is held out in
+turn (leave-one-model-out).
 """
 
 from __future__ import annotations
