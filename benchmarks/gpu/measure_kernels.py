@@ -12,6 +12,8 @@ Writes to ``DIR``:
 - ``power.csv``: one row per sustained kernel (>= 2 s under NVML's energy counter): mean
   board power, energy per call, time per call, FLOPs and DRAM bytes per call (counted
   from the shapes), SM clock and temperature during the window. Idle rows bracket the run.
+- ``power_gemm.csv``: as ``power.csv`` for GEMMs of M = 1 ... 4,096 over decode and prefill
+  shapes, each with a spin gap of 1.5x its time (full clock) and a few back to back.
 - ``gemm.csv``: bf16 and fp8 (per-tensor scaled, ``torch._scaled_mm``) GEMM time per call
   over the (N, K) of Llama-3.1-8B/70B and a Qwen3-30B-A3B expert, M = 1 ... 8,192
   (CUDA-graph replays over weight copies that together exceed L2, median of 5).
@@ -543,11 +545,58 @@ def extra_power_runs(nv: Nvml, out: Path, seconds: float) -> None:
     log(f"idle after: {r['power_w']:.1f} W")
 
 
+def gemm_duty_runs(nv: Nvml, out: Path, seconds: float) -> None:
+    """GEMMs of the shapes decode and prefill steps run, M = 1 ... 4,096, each followed by
+    a one-block spin of 1.5x its own time so the board stays under its limit at the full
+    clock (``power_gemm.csv``): their energy per call against FLOPs and bytes, held-out
+    rows for ``fit_power``. A few run back to back too (held by the limit)."""
+    rows: list[dict] = []
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        write_csv(out / "power_gemm.csv", rows)
+    r = idle(nv, 3.0)
+    r.update(kernel="idle_with_context", note="CUDA context held, nothing running")
+    add(r)
+    shapes = [(BF16, m, 28672, 4096) for m in (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)]
+    shapes += [(BF16, m, 4096, 14336) for m in (1, 16, 64, 256, 1024)]
+    shapes += [(BF16, m, 1280, 8192) for m in (16, 256)]
+    shapes += [(FP8, m, 28672, 4096) for m in (16, 64, 256, 1024, 4096)]
+    back_to_back = {(BF16, 64, 28672, 4096), (BF16, 256, 28672, 4096), (BF16, 1024, 28672, 4096)}
+    for dtype, m, n, k in shapes:
+        label = "bf16" if dtype == BF16 else "fp8"
+        name = f"gemm_{label}_{m}x{n}x{k}"
+        try:
+            fn, ws = gemm_fn(m, n, k, dtype)
+            box = [0]
+            t = event_time_s(fn)
+            for gap in ([0] if (dtype, m, n, k) in back_to_back else []) + [int(1.5 * t * 1.98e9)]:
+                def call(fn=fn, box=box, gap=gap) -> None:
+                    box[0] += 1
+                    fn(box[0])
+                    if gap:
+                        torch.cuda._sleep(gap)
+                r = sustained(nv, call, seconds=seconds)
+                nbytes = (2.0 if dtype == BF16 else 1.0) * (n * k + m * k) + 2.0 * m * n
+                r.update(kernel=name, flops_per_call=2.0 * m * n * k, dram_bytes_per_call=nbytes,
+                         gap_cycles=gap, note="weights cycled past L2; gap = torch.cuda._sleep cycles")
+                add(r)
+                log(f"{name} gap {gap}: {r['power_w']:.0f} W, {r['time_per_call_s'] * 1e6:.1f} us/call, "
+                    f"SM {r['sm_clock_mhz']:.0f} MHz")
+            del ws, fn
+        except Exception as exc:  # noqa: BLE001 - keep the other shapes
+            add({"kernel": name, "error": str(exc).splitlines()[0][:160]})
+        torch.cuda.empty_cache()
+    r = idle(nv, 3.0)
+    r.update(kernel="idle_after", note="CUDA context held, after the loaded runs (warm board)")
+    add(r)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--power-seconds", type=float, default=2.0)
-    ap.add_argument("--only", default="device,power,duty,gemm,attention,memcopy")
+    ap.add_argument("--only", default="device,power,duty,gemm_duty,gemm,attention,memcopy")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not torch.cuda.is_available() or nvml is None:
@@ -560,6 +609,7 @@ def main() -> int:
     sections = (("device", lambda: device_info(nv, args.out)),
                 ("power", lambda: power_runs(nv, args.out, args.power_seconds)),
                 ("duty", lambda: extra_power_runs(nv, args.out, args.power_seconds)),
+                ("gemm_duty", lambda: gemm_duty_runs(nv, args.out, args.power_seconds)),
                 ("gemm", lambda: gemm_sweep(args.out)),
                 ("attention", lambda: attention_sweep(args.out)),
                 ("memcopy", lambda: memcopy_sweep(args.out)))
