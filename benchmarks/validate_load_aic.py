@@ -2,6 +2,7 @@
 per engine and GPU (issue 12 validation).
 
 Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--json RESULT]
+       python benchmarks/validate_load_aic.py --prompt-load [--rows CSV]
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
        python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
 Predicts every row of the shipped measurement CSV
@@ -17,6 +18,13 @@ median and spread per (engine, GPU, client concurrency). A fixed front-end laten
 make the ratio fall as the prefill grows; queueing of prefills keeps it a function of the
 concurrency. The rule ratio = a + b x concurrency is fitted on the vLLM H100 rows (medians
 per concurrency) and its TTFT error printed on every other (engine, GPU), held out.
+
+``--prompt-load``: per campaign, the prompt work each row reports as a share of what its
+deployment can do: measured requests per second (clients / (TTFT + (output - 1) x TPOT))
+times the model's prefill time of one prompt alone (per replica, rows without attention
+DP). A saturated engine approaches 1; a row well above it served its prompts faster than
+one prompt at a time can be computed (prefix-cache hits, shared prompts), which a
+measurement of the engine-free step can confirm (docs/load.md).
 
 ``--campaigns``: TPOT error per measurement campaign (engine, GPU, model, the engine build
 named in the provenance and the month measured). One model on one GPU and engine measured
@@ -65,8 +73,11 @@ def _converted(silicon: Path) -> dict[str, object]:
 
 
 def _campaign(provenance: str) -> str:
-    """The engine build and month a row's provenance names (``1.2.0rc6.post3 2026-02``)."""
+    """The engine build and month a row's provenance names (``1.2.0rc6.post3 2026-02``), or
+    the build folder of a gap-analysis source file."""
     fields = dict(part.strip().split("=", 1) for part in provenance.split(";") if "=" in part)
+    if "source_file" in fields:  # gap-analysis rows: .../<gpu>/<engine>/<build>/<model>.csv
+        return f"{Path(fields['source_file']).parent.name} gap-analysis"
     build = fields.get("image", "").rsplit(":", 1)[-1]
     if not build:  # db-dump rows name the image as a bare last field
         build = provenance.rsplit(";", 1)[-1].strip().rsplit(":", 1)[-1]
@@ -147,6 +158,41 @@ def prefill_ratio(rows: Path) -> None:
         print(f"| {engine} | {gpu}{held} | {len(errors)} | {statistics.mean(errors):.1f} % |")
 
 
+def prompt_load(rows: Path) -> None:
+    """The largest prompt load per campaign, and its rows above 1.3."""
+    alone: dict[tuple[object, ...], float] = {}
+    loads: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for row in load_user_csv(rows).rows:
+        v = row.values
+        if int(float(v.get("attention_dp") or 1)) != 1 or int(float(v.get("dp") or 1)) != 1:
+            continue
+        if not {"ttft_s", "tpot_s"} <= set(row.measured):
+            continue
+        try:
+            case = row_case(row)
+        except (EnergyLensError, UnsupportedRow):
+            continue
+        single = replace(case.workload, kind="batch", batch=1.0, output_tokens=2.0,
+                         concurrency=None, request_rate=None, num_requests=None)
+        key = (case.model.name, case.gpu, case.deployment, single)
+        if key not in alone:
+            try:
+                alone[key] = predict(model=case.model, gpu=case.gpu,
+                                     deployment=case.deployment, workload=single).ttft_s
+            except EnergyLensError:
+                alone[key] = float("nan")
+        e2e = row.measured["ttft_s"] + (float(v["output_tokens"]) - 1) * row.measured["tpot_s"]
+        campaign = _campaign(str(row.columns.get("provenance", "")))
+        loads[(str(v["runtime"]), str(row.columns["gpu"]), case.model.name, campaign)].append(
+            float(v["concurrency"]) / e2e * alone[key])
+    print("| engine | GPU | model | campaign | rows | largest prompt load | rows above 1.3 |")
+    print("|---|---|---|---|---|---|---|")
+    for (engine, gpu, model, campaign), values in sorted(
+            loads.items(), key=lambda kv: -max(kv[1])):
+        print(f"| {engine} | {gpu} | {model} | {campaign} | {len(values)} | {max(values):.2f} "
+              f"| {sum(x > 1.3 for x in values)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     source = parser.add_mutually_exclusive_group()
@@ -155,11 +201,16 @@ def main() -> None:
     source.add_argument("--json", type=Path, help="a saved 'validate measurements --json' result")
     parser.add_argument("--prefill-ratio", action="store_true",
                         help="measured TTFT over one request's prefill, per concurrency")
+    parser.add_argument("--prompt-load", action="store_true",
+                        help="per campaign, the prompt work rows report over their capacity")
     parser.add_argument("--campaigns", action="store_true",
                         help="TPOT error per measurement campaign instead of per engine/GPU")
     args = parser.parse_args()
     if args.prefill_ratio:
         prefill_ratio(args.rows)
+        return
+    if args.prompt_load:
+        prompt_load(args.rows)
         return
     if args.json:
         result = json.loads(args.json.read_text())
