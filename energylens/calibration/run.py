@@ -109,6 +109,7 @@ class CalibrationData:
     nccl_tests: list[Path] = field(default_factory=list)
     # this project's NVML power runs, ``<gpu>/<run>/power*.csv`` (fit_power)
     power_tables: list[Path] = field(default_factory=list)
+    stream_tables: list[Path] = field(default_factory=list)  # energylens-gpu GEMM times
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
@@ -117,7 +118,8 @@ class CalibrationData:
                        *self.decode_attention_tables, *self.context_attention_tables,
                        *self.moe_tables,
                        *self.runtime_kernels,
-                       *self.llm_inference_bench, *self.nccl_tests, *self.power_tables})
+                       *self.llm_inference_bench, *self.nccl_tests, *self.power_tables,
+                       *self.stream_tables})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -145,6 +147,7 @@ def discover(root: Path) -> CalibrationData:
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
         power_tables=sorted((root / "energylens-gpu").glob("*/*/power*.csv")),
+        stream_tables=sorted((root / "energylens-gpu").glob("*/*/gemm.csv")),
     )
 
 
@@ -244,6 +247,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     prov: dict[str, dict[str, dict[str, Any]]] = {}
     fits: dict[str, dict[str, Any]] = {}
 
+    _fit_memory_streams(folders=sorted({p.parents[1] for p in data.stream_tables}), fits=fits,
+                        log=log)
     by_gpu: dict[str, list[Path]] = {}
     for path in data.vidur_mlp:
         by_gpu.setdefault(vidur_gpu(path), []).append(path)
@@ -355,6 +360,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
     _compare_measured_power(fits, calibration, log)
+    _compare_measured_memory(fits, calibration)
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
@@ -471,6 +477,47 @@ def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
         {k: _entry(v, kind="measured", note=f"NVML board energy, {fit_id} "
                    f"({len(result.identified_by[k])} rows: {', '.join(result.identified_by[k][:3])}...)")
          for k, v in values.items()})
+
+
+def _fit_memory_streams(*, folders: list[Path], fits: dict[str, dict[str, Any]],
+                        log: Callable[[str], None]) -> None:
+    """The HBM streaming curve of each GPU this project measured (``fit_memory``), reported
+    in ``fits`` beside the calibration's own values (:func:`_compare_measured_memory`), not
+    applied: held in H100's Vidur fit it moved the serving regime folds the wrong way
+    (docs/kernels-h200.md)."""
+    from energylens.calibration.fit_memory import fit_memory
+    from energylens.calibration.fit_power import folder_gpu
+
+    for folder in folders:
+        gpu = folder_gpu(folder)
+        try:
+            result = fit_memory(folder=folder, gpu_name=gpu)
+        except CalibrationDataError as exc:
+            log(f"memory {gpu}: {exc}")
+            continue
+        fit_id = f"energylens-gpu-memory/{gpu}"
+        fits[fit_id] = {"data": [_rel(f) for f in result.files], "fit": fit_id,
+                        "measured": {k: float(f"{v:.6g}") for k, v in result.values.items()},
+                        "rms_log_residual": round(result.rms_log_residual, 4),
+                        "n_points": len(result.rows), "identified_by": result.rows,
+                        "applied": False}
+        if result.at_bound:
+            fits[fit_id]["at_bound"] = result.at_bound
+        log(f"memory {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.values.items())
+            + f" on {len(result.rows)} weight-streaming GEMMs (rms log {result.rms_log_residual:.3f};"
+            " reported, not applied)")
+
+
+def _compare_measured_memory(fits: dict[str, dict[str, Any]], calibration: Calibration) -> None:
+    """Per GPU with a measured streaming curve: the calibration's value over the measured
+    one (in ``fits``)."""
+    for fit_id, entry in fits.items():
+        if not fit_id.startswith("energylens-gpu-memory/"):
+            continue
+        constants = calibration.kernel(fit_id.split("/", 1)[1])
+        entry["calibrated_over_measured"] = {
+            name: float(f"{getattr(constants, name) / value:.4g}")
+            for name, value in entry["measured"].items()}
 
 
 def _compare_measured_power(fits: dict[str, dict[str, Any]], calibration: Calibration,

@@ -98,6 +98,24 @@ def _fit_table(report: AccuracyReport, fit: str, metrics: list[str], held_key: s
     return lines
 
 
+def _measured_fit(node: dict[str, Any]) -> list[str]:
+    """A fit on this project's own measurements: its values, what the calibration took."""
+    applied = node.get("applied")
+    taken = (", ".join(applied) or "none") if isinstance(applied, list) else \
+        ("all" if applied else "none (reported)")
+    lines = [f"Measured on {len(node.get('data', []))} file(s) of this project; applied: {taken}.",
+             "", "| constant | measured | calibration / measured |", "|---|---|---|"]
+    ratios = {**node.get("fitted_over_measured", {}), **node.get("calibrated_over_measured", {})}
+    for name, value in node["measured"].items():
+        ratio = ratios.get(name)
+        lines.append(f"| {name} | {value:.4g} | {'-' if ratio is None else f'{ratio:.3g}'} |")
+    held = node.get("held_out_kernels")
+    if held:
+        lines += ["", f"Held-out kernels' board power: {_pct(held['power_mape'])} MAPE "
+                  f"({held['n']} kernels)."]
+    return [*lines, ""]
+
+
 def _regime_rows(report: AccuracyReport) -> list[str]:
     """Every leave-one-regime-out fold, worst first (by its worse of energy and ITL)."""
     rows = []
@@ -340,7 +358,11 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         held_key = next((k for k in node if k.startswith("leave_one") and not k.endswith("group")),
                         None)
         metrics = sorted(node.get("in_sample", {}))
-        out += [f"### `{fit}`", "", f"Fitted on {len(node.get('data', []))} file(s), "
+        out += [f"### `{fit}`", ""]
+        if "measured" in node:  # this project's own measurements (fit_power, fit_memory)
+            out += _measured_fit(node)
+            continue
+        out += [f"Fitted on {len(node.get('data', []))} file(s), "
                 f"{node.get('n_points', 0)} points; rms log residual "
                 f"{node.get('rms_log_residual', float('nan')):.3f}"
                 + (f"; at a bound: {', '.join(node['at_bound'])}" if node.get("at_bound") else "")
