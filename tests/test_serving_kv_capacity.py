@@ -79,15 +79,16 @@ def test_no_measured_ml_energy_configuration_is_refused() -> None:
 
 def test_a_share_of_free_memory_leaves_the_kv_that_share_of_what_the_weights_leave() -> None:
     """TensorRT-LLM's free_gpu_memory_fraction (0.9) is a share of the memory the weights
-    leave, vLLM's gpu_memory_utilization (0.9) one of the whole HBM: with 60 GB of weights
-    on an 85.52 GB H100 the KV space is about 0.9 x 25.5 = 23 GB against 0.9 x 85.52 - 60
-    = 17 GB (activations and reserve aside)."""
+    leave, vLLM's gpu_memory_utilization (0.9) one of the whole HBM: with 35.3 GB of weights
+    (Llama-3.1-70B at TP4) on an 85.52 GB H100 the KV space is about 0.9 x 50.2 = 45 GB
+    against 0.9 x 85.52 - 35.3 = 41.7 GB (activations and reserve aside). (At TP2 vLLM's
+    default share would not hold the weights and its start-up pass: raised, below.)"""
     model, gpu = get_model("llama-3.1-70b"), load_gpu("H100")
     free_kv = {}
     for name in ("vllm", "trtllm"):
         runtime = get_runtime(name)
         use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
-                         degrees=Deployment(tp=2).degrees(model), pp=1, weight_dtype="bf16",
+                         degrees=Deployment(tp=4).degrees(model), pp=1, weight_dtype="bf16",
                          kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
         fixed = use.weights_bytes + use.activation_bytes + use.reserve_bytes
         free_kv[name] = float(use.usable_bytes - fixed)
@@ -115,3 +116,40 @@ def test_sglangs_static_share_holds_the_weights_and_the_kv_pool_only() -> None:
     assert kv_space == pytest.approx(0.88 * 85.5208e9 - float(use.weights_bytes))
     assert 4.0e9 < kv_space < 5.2e9
     assert use.activation_bytes + use.reserve_bytes > 2.0e9  # they would have halved it
+
+
+def _use(runtime: str, model: str, gpu: str, tp: int):
+    spec = get_model(model)
+    return memory_use(graph=build_graph(spec), gpu=load_gpu(gpu), runtime=get_runtime(runtime),
+                      degrees=Deployment(tp=tp, runtime=runtime).degrees(spec), pp=1,
+                      weight_dtype=spec.weight_dtype, kv_dtype="bf16", sequences=1.0,
+                      context_tokens=1024.0, step_tokens=1024.0)
+
+
+def test_a_share_that_cannot_hold_the_weights_is_raised_as_far_as_the_board_allows() -> None:
+    """SGLang's default --mem-fraction-static (0.88 assumed) of a 192 GB B200 is 169 GB;
+    DeepSeek-R1's FP8 weights over 4 GPUs are a little more (AIConfigurator measured the
+    run): the engine only starts with the share raised, so the share is the whole board
+    less what lives outside it, and the deployment predicts. Over 2 GPUs the weights alone
+    pass the board: infeasible, naming them."""
+    sglang = get_runtime("sglang")
+    four = _use("sglang", "deepseek-r1", "B200", 4)
+    share = four.capacity_bytes * sglang.memory_utilization
+    assert four.weights_bytes > share and four.usable_bytes == four.capacity_bytes
+    assert four.fits
+    two = _use("sglang", "deepseek-r1", "B200", 2)
+    assert two.weights_bytes > two.capacity_bytes and not two.fits
+    assert "weights" in (two.shortfall(gpu_name="B200") or "")
+
+
+def test_vllm_raises_its_share_only_when_start_up_needs_more() -> None:
+    """vLLM's 0.9 of an 80 GB H100 holds Llama-3.1-8B with room (the default stands), not
+    Llama-3.1-70B's 70.6 GB per GPU at TP2 plus its profiling pass and reserve (raised to
+    the board: a small KV pool), and nothing holds the 70B's 141 GB on one GPU."""
+    vllm = get_runtime("vllm")
+    small = _use("vllm", "llama-3.1-8b", "H100", 1)
+    assert small.usable_bytes == pytest.approx(small.capacity_bytes * vllm.memory_utilization)
+    tight = _use("vllm", "llama-3.1-70b", "H100", 2)
+    assert tight.weights_bytes < tight.capacity_bytes * vllm.memory_utilization
+    assert tight.usable_bytes == tight.capacity_bytes and tight.fits
+    assert not _use("vllm", "llama-3.1-70b", "H100", 1).fits

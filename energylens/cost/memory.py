@@ -144,7 +144,14 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     ``context_tokens``, with ``step_tokens`` tokens in one forward pass (capped at the
     runtime's prefill chunk). Under data-parallel attention (``degrees["adp"]``) each
     attention rank holds its share of the sequences and tokens, and its own copy of the
-    attention and dense weights (the degrees already split only the experts over them)."""
+    attention and dense weights (the degrees already split only the experts over them).
+
+    The runtime's memory share is its default (``memory_utilization``), except where that
+    share cannot hold what the engine loads before it serves (the weights; under an
+    ``hbm`` share also its start-up pass's activations and reserve): such an engine refuses
+    to start until its user raises the share, so the share is taken as raised to the whole
+    board. A deployment is then infeasible only when the board cannot hold the weights and
+    the working set (issue 10: no measured configuration is refused)."""
     weights = 0.0
     kv: Size = 0.0
     state: Size = 0.0
@@ -167,14 +174,22 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     activations = np.minimum(step_tokens / ranks, runtime.prefill_chunk_tokens) * per_token
     capacity = gpu.hbm_capacity_bytes
+    outside = activations + runtime.reserve_bytes
+    share = capacity * runtime.memory_utilization
     if runtime.memory_share_of == "free":  # a share of what weights and activations leave
-        fixed = weights + activations + runtime.reserve_bytes
+        fixed = weights + outside
         usable = fixed + runtime.memory_utilization * np.maximum(capacity - fixed, 0.0)
     elif runtime.memory_share_of == "static":  # weights and KV within the share
-        share = capacity * runtime.memory_utilization
-        usable = share + np.minimum(activations + runtime.reserve_bytes, capacity - share)
-    else:
-        usable = capacity * runtime.memory_utilization
+        # weights beyond the default share: the engine does not start until its user
+        # raises the share (--mem-fraction-static); raised, the share is what the board
+        # leaves outside it
+        usable = np.where(weights > share, capacity, share + np.minimum(outside, capacity - share))
+    else:  # everything within the share; likewise raised (--gpu-memory-utilization) where
+        # the weights and the activations of the engine's start-up profiling pass (a full
+        # prefill chunk) and its reserve exceed it
+        startup = weights + runtime.prefill_chunk_tokens * per_token + runtime.reserve_bytes
+        usable = np.where(startup > share, capacity, share)
+    usable = float(usable) if np.ndim(usable) == 0 else np.asarray(usable, dtype=float)
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
                      capacity_bytes=capacity, usable_bytes=usable)
