@@ -117,6 +117,33 @@ def test_runtime_all_reduce_replaces_nccl_latency_for_small_messages_only():
     assert b.tpot_s < a.tpot_s
 
 
+
+def test_tp_decode_pays_a_fixed_all_reduce_latency_per_layer_that_more_gpus_do_not_shrink():
+    """A batch-1 decode step of Llama-3.1-70B (80 layers, two all-reduces each: attention
+    output and MLP down projection, 16 KB messages) pays each all-reduce's fixed latency:
+    the runtime's own all-reduce, latency + per-hop latency x log2(n). At TP8 that is at
+    least 160 x (latency + 3 x per hop), and the exposed communication grows with the GPU
+    count while the step shrinks (issue 10: costs that do not shrink with more GPUs)."""
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.step import SequenceGroup, step_cost
+    from energylens.predict import step_context
+
+    calibration = default_calibration()
+    model, gpu = get_model("llama-3.1-70b"), load_gpu("H100")
+    decode = [SequenceGroup(sequences=1, new_tokens=1, context=1024)]
+    comm, step = {}, {}
+    for tp in (1, 2, 4, 8):
+        ctx = step_context(model=model, gpu=gpu, deployment=Deployment(tp=tp),
+                           calibration=calibration)
+        cost = step_cost(ctx=ctx, seqs=decode, pipelined=True)
+        comm[tp], step[tp] = float(cost.communication_s), float(cost.latency_s)
+    runtime = calibration.runtime(runtime="vllm", gpu=gpu.name)
+    per_call = runtime.allreduce_latency_s + 3 * runtime.allreduce_latency_per_hop_s
+    assert runtime.allreduce_latency_s > 0
+    assert 2 * 80 * per_call <= comm[8] <= 1.5 * 2 * 80 * per_call
+    assert comm[1] == 0.0 < comm[2] <= comm[4] <= comm[8]
+    assert step[8] < step[4] < step[2] < step[1]
+
 def test_serving_median_itl_never_exceeds_the_mean_step():
     for batch, out in ((8, 2000), (64, 400), (512, 300)):
         p = predict(model="llama-3.1-8b", gpu="H100",
