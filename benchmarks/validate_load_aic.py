@@ -106,29 +106,36 @@ def campaigns(result: dict[str, Any]) -> None:
 FIT_ON = ("vllm", "h100_sxm")
 
 
+def _alone(row: Any, cache: dict[tuple[object, ...], float]) -> tuple[Any, float] | None:
+    """The row's case and the model's TTFT of one of its prompts alone (batch 1, the same
+    deployment; cached per deployment and prompt), or None when the row is not readable."""
+    try:
+        case = row_case(row)
+    except (EnergyLensError, UnsupportedRow):
+        return None
+    single = replace(case.workload, kind="batch", batch=1.0, output_tokens=2.0,
+                     concurrency=None, request_rate=None, num_requests=None)
+    key = (case.model.name, case.gpu, case.deployment, single)
+    if key not in cache:
+        try:
+            cache[key] = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
+                                 workload=single).ttft_s
+        except EnergyLensError:
+            cache[key] = float("nan")
+    return case, cache[key]
+
+
 def _alone_ttft(rows: Path) -> list[tuple[str, str, int, float, float]]:
     """(engine, GPU, concurrency, measured TTFT, TTFT of one request alone) per row."""
-    alone: dict[tuple[object, ...], float] = {}
+    cache: dict[tuple[object, ...], float] = {}
     out = []
     for row in load_user_csv(rows).rows:
-        if "ttft_s" not in row.measured:
+        found = _alone(row, cache) if "ttft_s" in row.measured else None
+        if found is None:
             continue
-        try:
-            case = row_case(row)
-        except (EnergyLensError, UnsupportedRow):
-            continue
-        single = replace(case.workload, kind="batch", batch=1.0, output_tokens=2.0,
-                         concurrency=None, request_rate=None)
-        key = (case.model.name, case.gpu, case.deployment, single)
-        if key not in alone:
-            try:
-                alone[key] = predict(model=case.model, gpu=case.gpu,
-                                     deployment=case.deployment, workload=single).ttft_s
-            except EnergyLensError:
-                alone[key] = float("nan")
         v = row.values
         out.append((str(v["runtime"]), str(row.columns["gpu"]), int(v["concurrency"]),
-                    row.measured["ttft_s"], alone[key]))
+                    row.measured["ttft_s"], found[1]))
     return out
 
 
@@ -160,31 +167,20 @@ def prefill_ratio(rows: Path) -> None:
 
 def prompt_load(rows: Path) -> None:
     """The largest prompt load per campaign, and its rows above 1.3."""
-    alone: dict[tuple[object, ...], float] = {}
+    cache: dict[tuple[object, ...], float] = {}
     loads: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     for row in load_user_csv(rows).rows:
         v = row.values
         if int(float(v.get("attention_dp") or 1)) != 1 or int(float(v.get("dp") or 1)) != 1:
             continue
-        if not {"ttft_s", "tpot_s"} <= set(row.measured):
+        found = _alone(row, cache) if {"ttft_s", "tpot_s"} <= set(row.measured) else None
+        if found is None:
             continue
-        try:
-            case = row_case(row)
-        except (EnergyLensError, UnsupportedRow):
-            continue
-        single = replace(case.workload, kind="batch", batch=1.0, output_tokens=2.0,
-                         concurrency=None, request_rate=None, num_requests=None)
-        key = (case.model.name, case.gpu, case.deployment, single)
-        if key not in alone:
-            try:
-                alone[key] = predict(model=case.model, gpu=case.gpu,
-                                     deployment=case.deployment, workload=single).ttft_s
-            except EnergyLensError:
-                alone[key] = float("nan")
+        case, alone = found
         e2e = row.measured["ttft_s"] + (float(v["output_tokens"]) - 1) * row.measured["tpot_s"]
         campaign = _campaign(str(row.columns.get("provenance", "")))
         loads[(str(v["runtime"]), str(row.columns["gpu"]), case.model.name, campaign)].append(
-            float(v["concurrency"]) / e2e * alone[key])
+            float(v["concurrency"]) / e2e * alone)
     print("| engine | GPU | model | campaign | rows | largest prompt load | rows above 1.3 |")
     print("|---|---|---|---|---|---|---|")
     for (engine, gpu, model, campaign), values in sorted(
