@@ -294,6 +294,28 @@ def test_launch_command_carries_the_parallel_layout() -> None:
     assert any("dtype: fp8" in text for _, text in trt.files)
 
 
+
+def test_launch_command_raises_the_memory_share_the_prediction_raised() -> None:
+    """On a GPU, a deployment whose weights the engine's default share cannot hold starts
+    with the share raised to what the prediction priced (SGLang, DeepSeek-R1 FP8 over 4
+    B200: the board less activations and reserve, 0.985), and says so; one that fits keeps
+    the default (and without a GPU the command cannot know: the default)."""
+    from energylens.hardware import load_gpu
+
+    work = Workload(batch=1, input_tokens=512, output_tokens=128)
+    tight = Deployment(tp=4, runtime="sglang")
+    model = get_model("deepseek-r1")
+    command = launch_command(model=model, deployment=tight, workload=work, gpu=load_gpu("B200"))
+    share = float(command.argv[command.argv.index("--mem-fraction-static") + 1])
+    assert get_runtime("sglang").memory_utilization < share < 1.0
+    assert any("memory share" in note for note in command.notes)
+    plain = launch_command(model=model, deployment=tight, workload=work)
+    assert plain.argv[plain.argv.index("--mem-fraction-static") + 1] == "0.88"
+    roomy = launch_command(model=get_model(DENSE), deployment=Deployment(), workload=work,
+                           gpu=load_gpu("H100"))
+    assert roomy.argv[roomy.argv.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert not any("memory share" in note for note in roomy.notes)
+
 def test_launch_command_refuses_what_the_engine_cannot_run() -> None:
     with pytest.raises(ConfigError, match="fp8"):
         launch_command(model=get_model(DENSE), deployment=Deployment(runtime="llama.cpp",

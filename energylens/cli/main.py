@@ -158,11 +158,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,
                   workload: Workload) -> int:
     """``predict --launch-command``: the launch script (a warning if it does not fit)."""
+    from energylens.hardware import load_gpu
     from energylens.model.zoo import get_model
     from energylens.runtime.launch import launch_command
 
     command = launch_command(model=get_model(args.model), deployment=deployment,
-                             workload=workload)
+                             workload=workload, gpu=load_gpu(args.gpu))
     if args.json:
         print(json.dumps({**result.as_dict(), "launch_command": command.line(),
                           "launch_script": command.script()}))

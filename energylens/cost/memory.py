@@ -7,6 +7,7 @@ recurrent mixer such as Mamba-2) are a constant size per sequence.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
@@ -193,3 +194,16 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
                      capacity_bytes=capacity, usable_bytes=usable)
+
+
+def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:
+    """The value of the runtime's memory-share flag that ``use`` (one configuration) was
+    priced with: its default, or where :func:`memory_use` raised it (the default could not
+    hold what the engine loads at start-up), the whole board less what lives outside the
+    share (``static``) or the whole board (``hbm``), rounded down to a thousandth."""
+    if runtime.memory_share_of == "free" or float(use.usable_bytes) < use.capacity_bytes \
+            or runtime.memory_utilization >= 1.0:
+        return runtime.memory_utilization
+    outside = float(use.activation_bytes) + use.reserve_bytes
+    share = 1.0 - outside / use.capacity_bytes if runtime.memory_share_of == "static" else 1.0
+    return math.floor(share * 1000.0) / 1000.0

@@ -19,6 +19,7 @@ from energylens.runtime.registry import get_runtime
 
 if TYPE_CHECKING:  # runtime modules import this one while energylens.deployment imports them
     from energylens.deployment import Deployment
+    from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
     from energylens.workloads.workload import Workload
 
@@ -39,6 +40,9 @@ class LaunchSpec:
     max_num_seqs: int | None  # sequences one scheduler runs at once (a replica's attention
     # rank); None: the engine's own default (an open loop of the load kind)
     max_model_len: int  # prompt + output tokens of one sequence
+    #: the memory share to set where the runtime's default cannot hold the weights at
+    #: start-up (None: the default)
+    memory_share: float | None = None
 
     @property
     def quantize(self) -> bool:
@@ -89,14 +93,38 @@ class LaunchCommand:
         return "\n".join(lines) + "\n"
 
 
-def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workload) -> LaunchSpec:
-    """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime)."""
-    get_runtime(deployment.runtime).check(deployment=deployment, model=model)
+def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workload,
+                gpu: GPU | None = None) -> LaunchSpec:
+    """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime); on
+    ``gpu`` (when given) with the memory share the prediction priced."""
+    runtime = get_runtime(deployment.runtime)
+    runtime.check(deployment=deployment, model=model)
+    weight_dtype = deployment.weight_dtype or model.weight_dtype
+    share = None if gpu is None else _start_up_share(model=model, deployment=deployment,
+                                                     gpu=gpu, weight_dtype=weight_dtype)
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
-        deployment=deployment, weight_dtype=deployment.weight_dtype or model.weight_dtype,
+        deployment=deployment, weight_dtype=weight_dtype,
         max_num_seqs=_running_cap(deployment=deployment, workload=workload),
-        max_model_len=_longest_request(workload))
+        max_model_len=_longest_request(workload),
+        memory_share=None if share == runtime.memory_utilization else share)
+
+
+def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
+                    weight_dtype: str) -> float:
+    """The memory share the engine starts with on ``gpu`` (``cost.memory.engine_share``):
+    its default, or the raised one where that cannot hold the weights."""
+    from energylens.cost.memory import engine_share, memory_use
+    from energylens.model.families import build_graph
+
+    runtime = get_runtime(deployment.runtime)
+    kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model,
+                                                      version=deployment.runtime_version)
+    use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
+                     degrees=deployment.degrees(model), pp=deployment.pp,
+                     weight_dtype=weight_dtype, kv_dtype=kv_dtype, sequences=1.0,
+                     context_tokens=1.0, step_tokens=float(runtime.prefill_chunk_tokens))
+    return engine_share(runtime=runtime, use=use)
 
 
 def _longest_request(workload: Workload) -> int:
@@ -125,16 +153,22 @@ def _running_cap(*, deployment: Deployment, workload: Workload) -> int | None:
     return max(1, math.ceil(workload.batch / ranks))
 
 
-def launch_command(*, model: ModelConfig, deployment: Deployment,
-                   workload: Workload) -> LaunchCommand:
-    """The command that starts ``deployment`` on its runtime.
+def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Workload,
+                   gpu: GPU | None = None) -> LaunchCommand:
+    """The command that starts ``deployment`` on its runtime (on ``gpu``, when given: with
+    the memory share raised where the engine's default cannot hold the weights).
 
     Raises:
         ConfigError: the runtime cannot run the deployment (the reason, one line).
     """
-    spec = launch_spec(model=model, deployment=deployment, workload=workload)
+    spec = launch_spec(model=model, deployment=deployment, workload=workload, gpu=gpu)
     runtime = get_runtime(deployment.runtime)
     command = runtime.launch(spec=spec)
+    if spec.memory_share is not None:
+        command = replace(command, notes=(*command.notes, (
+            f"memory share {spec.memory_share:g}, not the engine's default "
+            f"{runtime.memory_utilization:g}: the default cannot hold the weights on "
+            f"{gpu.name if gpu is not None else 'this GPU'} (the prediction priced it raised)")))
     moe = model.moe
     priced = runtime.sharded_model(model=model, attention_tp=deployment.attention_tp,
                                    ep=deployment.ep).moe
@@ -173,6 +207,7 @@ def write_front_launch(*, results: Path, model: ModelConfig, fixed: dict[str, An
     import pandas as pd
 
     from energylens.errors import ConfigError
+    from energylens.hardware import load_gpu
 
     path = results / "pareto.csv"
     if not path.is_file():
@@ -189,7 +224,9 @@ def write_front_launch(*, results: Path, model: ModelConfig, fixed: dict[str, An
         params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
         try:
             command = launch_command(model=model, deployment=deployment_of(params),
-                                     workload=workload_of(params))
+                                     workload=workload_of(params),
+                                     gpu=load_gpu(str(params["gpu"])) if "gpu" in params
+                                     else None)
         except ConfigError:
             cells.append("")
             continue

@@ -49,7 +49,8 @@ class SGLang(RuntimeProfile):
         if max_running is not None:
             argv += [f("--max-running-requests"), str(max_running)]
         argv += [f("--context-length"), str(spec.max_model_len),
-                 f("--mem-fraction-static"), f"{self.memory_utilization:g}",
+                 f("--mem-fraction-static"),
+                 f"{spec.memory_share or self.memory_utilization:g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,
                              gpus_per_server=d.total_gpus // servers, notes=tuple(notes))

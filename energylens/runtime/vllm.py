@@ -52,7 +52,8 @@ class VLLM(RuntimeProfile):
         if spec.max_num_seqs is not None:
             argv += [f("--max-num-seqs"), str(spec.max_num_seqs)]
         argv += [f("--max-model-len"), str(spec.max_model_len),
-                 f("--gpu-memory-utilization"), f"{self.memory_utilization:g}",
+                 f("--gpu-memory-utilization"),
+                 f"{spec.memory_share or self.memory_utilization:g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,
                              gpus_per_server=d.total_gpus // servers, notes=tuple(notes))
