@@ -592,19 +592,27 @@ def gemm_duty_runs(nv: Nvml, out: Path, seconds: float) -> None:
     add(r)
 
 
+def open_gpu(out: Path) -> Nvml | None:
+    """Create ``out``, seed torch and open NVML on GPU 0; None (after an error line) where
+    there is no CUDA GPU or no nvidia-ml-py."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not torch.cuda.is_available() or nvml is None:
+        print("error: needs a CUDA GPU and nvidia-ml-py", file=sys.stderr)
+        return None
+    torch.manual_seed(0)
+    return Nvml()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--power-seconds", type=float, default=2.0)
     ap.add_argument("--only", default="device,power,duty,gemm_duty,gemm,attention,memcopy")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available() or nvml is None:
-        print("error: needs a CUDA GPU and nvidia-ml-py", file=sys.stderr)
+    nv = open_gpu(args.out)
+    if nv is None:
         return 2
-    torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
-    nv = Nvml()
     only = args.only.split(",")
     sections = (("device", lambda: device_info(nv, args.out)),
                 ("power", lambda: power_runs(nv, args.out, args.power_seconds)),

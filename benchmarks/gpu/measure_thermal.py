@@ -26,7 +26,18 @@ import time
 from pathlib import Path
 
 import torch
-from measure_kernels import BF16, DEV, Nvml, device_info, gemm_fn, log, nvml, sustained, write_csv
+from measure_kernels import (
+    BF16,
+    DEV,
+    Nvml,
+    device_info,
+    gemm_fn,
+    log,
+    nvml,
+    open_gpu,
+    sustained,
+    write_csv,
+)
 
 NVML_FI_DEV_MEMORY_TEMP = 82  # nvml.h field id: HBM temperature
 
@@ -153,12 +164,9 @@ def main() -> int:
     ap.add_argument("--load-seconds", type=float, default=120.0)
     ap.add_argument("--cool-seconds", type=float, default=60.0)
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available() or nvml is None:
-        print("error: needs a CUDA GPU and nvidia-ml-py", file=sys.stderr)
+    nv = open_gpu(args.out)
+    if nv is None:
         return 2
-    torch.manual_seed(0)
-    nv = Nvml()
     device_info(nv, args.out)
     thermal(nv, args.out, args.load_seconds, args.cool_seconds)
     gemm_power(nv, args.out)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # runtime modules import this one while energylens.deployment
     from energylens.deployment import Deployment
     from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
+    from energylens.runtime.profile import RuntimeProfile
     from energylens.workloads.workload import Workload
 
 #: First port of the servers a script starts (replica i listens on PORT + i).
@@ -101,7 +102,8 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     runtime.check(deployment=deployment, model=model)
     weight_dtype = deployment.weight_dtype or model.weight_dtype
     share = None if gpu is None else _start_up_share(model=model, deployment=deployment,
-                                                     gpu=gpu, weight_dtype=weight_dtype)
+                                                     gpu=gpu, weight_dtype=weight_dtype,
+                                                     runtime=runtime)
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=weight_dtype,
@@ -111,13 +113,12 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
 
 
 def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
-                    weight_dtype: str) -> float:
-    """The memory share the engine starts with on ``gpu`` (``cost.memory.engine_share``):
+                    weight_dtype: str, runtime: RuntimeProfile) -> float:
+    """The memory share ``runtime`` starts with on ``gpu`` (``cost.memory.engine_share``):
     its default, or the raised one where that cannot hold the weights."""
     from energylens.cost.memory import engine_share, memory_use
     from energylens.model.families import build_graph
 
-    runtime = get_runtime(deployment.runtime)
     kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model,
                                                       version=deployment.runtime_version)
     use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
