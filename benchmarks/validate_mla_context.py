@@ -1,7 +1,7 @@
 """The cost model's price of MLA prompt attention against TensorRT-LLM's measured kernel.
 
 Usage: python benchmarks/validate_mla_context.py [--kv-dtype bfloat16|fp8] [--min-isl N]
-       [--runtime trtllm] [--csv OUT.csv]
+       [--min-heads N] [--runtime trtllm] [--csv OUT.csv]
 
 AIConfigurator times TensorRT-LLM's MLA context (prefill) attention alone
 (``data/measurements/aiconfigurator/kernels/<gpu>/mla/trtllm/1.3.0rc20/context_mla_perf
@@ -10,13 +10,16 @@ prefix, ``latency`` in ms; DeepSeek-V3's head dimensions, 192 for ``q k^T`` and 
 ``a v``). Each row is priced as a prediction prices a DeepSeek-V3 prompt on that GPU: the
 prompt (decompressed) form of the model's MLA layer at tensor parallelism 128 /
 ``num_heads`` (``energylens/data/families/attention_mla_prompt.yaml``), its fused
-attention kernel ``qk+soft+av`` (the kernel the table times) and, reported apart, the
+attention kernel ``qk+soft+av`` (the kernel the table times; with the GPU's
+``prompt_attention_*`` constants where calibrate fitted them: on H100 and H200 on these
+rows, 16-128 heads and prompts of >= 128 tokens, so in-sample there) and, reported apart, the
 ``kv_b`` / ``v_b`` decompression GEMMs the same form runs over the prompt's latent (the
 table does not say whether the engine's op includes them). Prints, per GPU, MAPE and
 median error of the attention kernel, its predicted / measured ratio per prompt length,
 and the share of the dense BF16 peak the measured kernel reaches at the longest prompts
 (FLOPs: batch x isl (isl + 1) / 2 causal pairs x heads x (192 + 128) x 2) against the
-model's. Validation only: nothing is fitted to these rows.
+model's. Default rows: a bf16 KV cache, 16-128 heads per GPU (tensor parallelism <= 8),
+prompts of >= 128 tokens.
 """
 
 from __future__ import annotations
@@ -45,12 +48,13 @@ HEADS = 128  # DeepSeek-V3's query heads: num_heads per GPU = HEADS / tensor par
 ATTENTION = "qk+soft+av"
 
 
-def price_table(*, folder: str, kv_dtype: str, min_isl: int, runtime: str) -> pd.DataFrame:
+def price_table(*, folder: str, kv_dtype: str, min_isl: int, min_heads: int,
+                runtime: str) -> pd.DataFrame:
     """One row per measured shape: measured and predicted seconds, per kernel."""
     table = pd.read_parquet(next((TABLES / folder / "mla" / "trtllm").glob(
         "*/context_mla_perf.parquet")))
     table = table[(table.kv_cache_dtype == kv_dtype) & (table.isl >= min_isl)
-                  & (HEADS % table.num_heads == 0)]
+                  & (table.num_heads >= min_heads) & (HEADS % table.num_heads == 0)]
     gpu = load_gpu(GPUS[folder])
     model = get_model(MODEL)
     group = next(g for g in build_graph(model).groups if g.prompt_attention is not None)
@@ -65,11 +69,12 @@ def price_table(*, folder: str, kv_dtype: str, min_isl: int, runtime: str) -> pd
         prompt = compile_layer(layer=group.prompt_attention, sizes=group.sizes,
                                degrees=dict(ctx.degrees), fusion=ctx.fusion)
         kernels = [k for k in prompt.kernels if k.touches_context]
+        constants = ctx.constants.for_prompt_attention()
         for shape in shapes.itertuples():
             phase = {"b": float(shape.batch_size), "m": float(shape.isl),
                      "p": float(shape.isl), "n": 1.0, "t": 1.0}
             priced = {k.name: float(kernel_cost(
-                kernel=k, phase=phase, window=group.window, gpu=gpu, constants=ctx.constants,
+                kernel=k, phase=phase, window=group.window, gpu=gpu, constants=constants,
                 clock=ctx.clock, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                 compute_slowdown=1.0).latency_s) for k in kernels}
             rows.append({"gpu": gpu.name, "heads": int(heads), "batch": int(shape.batch_size),
@@ -106,11 +111,13 @@ def main() -> int:
     parser.add_argument("--kv-dtype", default="bfloat16", choices=("bfloat16", "fp8"))
     parser.add_argument("--min-isl", type=int, default=128,
                         help="leave out shorter prompts (default 128)")
+    parser.add_argument("--min-heads", type=int, default=16,
+                        help="leave out fewer query heads per GPU (default 16: TP <= 8)")
     parser.add_argument("--runtime", default="trtllm", help="runtime whose kernel scales price it")
     parser.add_argument("--csv", type=Path, help="also write every priced row here")
     args = parser.parse_args()
     frame = pd.concat([price_table(folder=folder, kv_dtype=args.kv_dtype, min_isl=args.min_isl,
-                                   runtime=args.runtime)
+                                   min_heads=args.min_heads, runtime=args.runtime)
                        for folder in GPUS if (TABLES / folder / "mla").is_dir()])
     report(frame)
     if args.csv:

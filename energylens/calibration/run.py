@@ -89,6 +89,13 @@ MOE_NOT_APPLIED = (
     "16.3 % (past its gate); the built-in shares stay until the small-stream efficiency "
     "(memory_half_bytes, at its bound on H100) describes the split shapes")
 
+#: Why an MLA prompt-attention fit that ends at a bound is reported, not applied.
+MLA_PROMPT_AT_BOUND = (
+    "the efficiency ends at its 0.95 bound (Blackwell: the measured kernel is faster than "
+    "the model can price it while the softmax's vector time is added to the tensor time, "
+    "where FlashAttention-style kernels overlap them): not identified, so the GPU keeps "
+    "what its relative's fit gives it")
+
 
 @dataclass
 class CalibrationData:
@@ -102,6 +109,7 @@ class CalibrationData:
     decode_attention_tables: list[Path] = field(default_factory=list)
     context_attention_tables: list[Path] = field(default_factory=list)
     moe_tables: list[Path] = field(default_factory=list)
+    mla_prompt_tables: list[Path] = field(default_factory=list)
     # serving runtimes (energylens.calibration.fit_runtime)
     runtime_kernels: list[Path] = field(default_factory=list)
     llm_inference_bench: list[Path] = field(default_factory=list)
@@ -116,7 +124,7 @@ class CalibrationData:
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
                        *self.custom_allreduce, *self.gemm_tables,
                        *self.decode_attention_tables, *self.context_attention_tables,
-                       *self.moe_tables,
+                       *self.moe_tables, *self.mla_prompt_tables,
                        *self.runtime_kernels,
                        *self.llm_inference_bench, *self.nccl_tests, *self.power_tables,
                        *self.stream_tables})
@@ -143,6 +151,8 @@ def discover(root: Path) -> CalibrationData:
             "*/attention/vllm/*/context_attention_perf.parquet")),
         moe_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/moe/vllm/*/moe_perf.parquet")),
+        mla_prompt_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/mla/trtllm/*/context_mla_perf.parquet")),
         runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
@@ -298,6 +308,13 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.moe_tables:
         _fit_moe(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out, log=log)
+
+    if data.mla_prompt_tables and not (data.decode_attention_tables
+                                       or data.context_attention_tables or data.moe_tables):
+        borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    for path in data.mla_prompt_tables:
+        _fit_mla_prompt(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out,
+                        log=log)
 
     for path in data.custom_allreduce:
         _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
@@ -608,6 +625,35 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
         fits[fit_id]["why_not_applied"] = MOE_NOT_APPLIED
 
 
+def _fit_mla_prompt(*, path: Path, kernels: dict[str, KernelConstants],
+                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                    leave_out: bool, log: Callable[[str], None]) -> None:
+    """MLA's prompt-form attention efficiency and ramp of one GPU from TensorRT-LLM's MLA
+    context table: applied where both are identified (neither at a bound of its range)."""
+    from energylens.calibration.fit_mla_prompt import fit_mla_prompt, read_table
+
+    table = read_table(path=path)
+    if table.gpu not in kernels:
+        return  # no kernel constants to price the kernel with (no data, no relative)
+    result = fit_mla_prompt(table=table, constants=kernels[table.gpu], leave_out=leave_out)
+    fit_id = f"aiconfigurator-mla-prompt/{table.gpu}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
+    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+    applied = not result.at_bound
+    log(f"kernels {table.gpu}: prompt_attention_efficiency_max = "
+        f"{result.values['prompt_attention_efficiency_max']:.3f}, prompt_attention_m_half = "
+        f"{result.values['prompt_attention_m_half']:.0f} on {result.n_points} MLA context rows"
+        + ("" if applied else " (at a bound of its range: reported, not applied)"))
+    fits[fit_id]["applied"] = applied
+    if not applied:
+        fits[fit_id]["why_not_applied"] = MLA_PROMPT_AT_BOUND
+        return
+    kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
+    prov.setdefault(f"kernels/{table.gpu}", {}).update(
+        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+         for k, v in result.values.items()})
+
+
 def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
                           prov: dict[str, dict[str, dict[str, Any]]],
                           fits: dict[str, dict[str, Any]], leave_out: bool,
@@ -633,9 +679,11 @@ def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
 
 def unidentified_constants(fits: dict[str, dict[str, Any]]) -> list[str]:
     """``fit/constant`` of every constant that ended at a bound of its range in a fit on
-    all the data (the regime folds are reported, not judged, here)."""
+    all the data (the regime folds are reported, not judged, here; a fit reported and not
+    applied sets no constant)."""
     return [f"{fit_id}/{name}" for fit_id, report in sorted(fits.items())
-            if not fit_id.startswith("regimes/") for name in report.get("at_bound", [])]
+            if not fit_id.startswith("regimes/") and report.get("applied", True)
+            for name in report.get("at_bound", [])]
 
 
 def to_yaml(outcome: Outcome) -> str:

@@ -26,6 +26,11 @@ class KernelConstants:
     # without cached prefix (m = p; per sequence and KV head: batch and KV heads are the
     # GEMM's batch). Decode (m = 1) has attention_tile_s instead. 0 = no ramp (as before).
     attention_m_half: float = 0.0
+    # MLA's prompt (decompressed) attention, a multi-head kernel with 192/128-wide heads:
+    # its own efficiency and ramp in the form above (calibration/fit_mla_prompt.py fits
+    # them on TensorRT-LLM's MLA context table); 0 = priced as the grouped-query kernel.
+    prompt_attention_efficiency_max: float = 0.0
+    prompt_attention_m_half: float = 0.0
     memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
     memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
     kv_bandwidth_efficiency: float = 0.80  # fraction of HBM peak fused attention reaches on KV
@@ -70,6 +75,15 @@ class KernelConstants:
     # (1 = the same share of peak, the smaller weights read in proportionally less time).
     fp8_expert_bandwidth_ratio: float = 1.0
     fp4_expert_bandwidth_ratio: float = 1.0
+
+
+    def for_prompt_attention(self) -> KernelConstants:
+        """The constants MLA's prompt-form attention is priced with: its own efficiency and
+        ramp where they are set (> 0), the grouped-query kernel's otherwise."""
+        if self.prompt_attention_efficiency_max <= 0.0:
+            return self
+        return replace(self, attention_efficiency_max=self.prompt_attention_efficiency_max,
+                       attention_m_half=self.prompt_attention_m_half)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -146,7 +146,7 @@ def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, S
             if not kernel.touches_context:
                 continue
             cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
-                               constants=ctx.constants, clock=ctx.clock,
+                               constants=ctx.constants.for_prompt_attention(), clock=ctx.clock,
                                weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                compute_slowdown=1.0)
             total = {f: total[f] + getattr(cost, f) for f in fields}
