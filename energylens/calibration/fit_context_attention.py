@@ -35,7 +35,7 @@ import numpy as np
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
 from energylens.calibration.fit_kv_attention import fused_attention_s
-from energylens.calibration.fitting import FitResult, fit_kernel_table
+from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
 from energylens.cost.constants import KernelConstants
 from energylens.hardware import GPU, load_gpu
 
@@ -111,22 +111,17 @@ def _values(x: np.ndarray) -> dict[str, float]:
 
 def _best(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
           constants: KernelConstants) -> dict[str, float]:
-    from scipy.optimize import least_squares
-
-    measured = np.log(table.latency_s[rows])
-
-    def residual(x: np.ndarray) -> np.ndarray:
-        priced = predicted_s(table=table, rows=rows, gpu=gpu,
-                             constants=replace(constants, **_values(x)))
-        return np.log(priced) - measured
-
     lower = [BOUNDS[0][0], np.log10(BOUNDS[1][0])]
     upper = [BOUNDS[0][1], np.log10(BOUNDS[1][1])]
     # The half-point starts half-way along its log range (about 140 rows), away from both
     # bounds and from its default, 0 (no ramp).
     start = [min(max(constants.attention_efficiency_max, lower[0]), upper[0]),
              (lower[1] + upper[1]) / 2.0]
-    return _values(least_squares(residual, start, bounds=(lower, upper), x_scale=[0.1, 1.0]).x)
+    return _values(least_squares_log(
+        price=lambda x: predicted_s(table=table, rows=rows, gpu=gpu,
+                                    constants=replace(constants, **_values(x))),
+        measured_s=table.latency_s[rows], start=start, lower=lower, upper=upper,
+        x_scale=[0.1, 1.0]))
 
 
 def fit_context_attention(*, table: ContextAttentionTable, constants: KernelConstants,

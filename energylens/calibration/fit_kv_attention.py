@@ -29,7 +29,7 @@ import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
-from energylens.calibration.fitting import FitResult, fit_kernel_table
+from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
@@ -121,19 +121,13 @@ def _values(x: np.ndarray) -> dict[str, float]:
 
 def _best(*, table: DecodeAttentionTable, rows: np.ndarray, gpu: GPU,
           constants: KernelConstants) -> dict[str, float]:
-    from scipy.optimize import least_squares
-
-    measured = np.log(table.latency_s[rows])
-
-    def residual(x: np.ndarray) -> np.ndarray:
-        priced = predicted_s(table=table, rows=rows, gpu=gpu,
-                             constants=replace(constants, **_values(x)))
-        return np.log(priced) - measured
-
     lower = [BOUNDS[0][0], BOUNDS[1][0] / _TILE_UNIT_S]
     upper = [BOUNDS[0][1], BOUNDS[1][1] / _TILE_UNIT_S]
-    start = [min(max(constants.kv_bandwidth_efficiency, lower[0]), upper[0]), 10.0]
-    return _values(least_squares(residual, start, bounds=(lower, upper), x_scale=[0.1, 10.0]).x)
+    return _values(least_squares_log(
+        price=lambda x: predicted_s(table=table, rows=rows, gpu=gpu,
+                                    constants=replace(constants, **_values(x))),
+        measured_s=table.latency_s[rows], lower=lower, upper=upper, x_scale=[0.1, 10.0],
+        start=[min(max(constants.kv_bandwidth_efficiency, lower[0]), upper[0]), 10.0]))
 
 
 def fit_kv_attention(*, table: DecodeAttentionTable, constants: KernelConstants,

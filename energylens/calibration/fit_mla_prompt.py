@@ -31,7 +31,7 @@ import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
-from energylens.calibration.fitting import FitResult, fit_kernel_table
+from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
@@ -132,19 +132,13 @@ def _values(x: np.ndarray) -> dict[str, float]:
 
 def _best(*, table: MlaPromptTable, rows: np.ndarray, gpu: GPU,
           constants: KernelConstants) -> dict[str, float]:
-    from scipy.optimize import least_squares
-
-    measured = np.log(table.latency_s[rows])
-
-    def residual(x: np.ndarray) -> np.ndarray:
-        priced = predicted_s(table=table, rows=rows, gpu=gpu,
-                             constants=replace(constants, **_values(x)))
-        return np.log(priced) - measured
-
     lower = [BOUNDS[0][0], np.log10(BOUNDS[1][0])]
     upper = [BOUNDS[0][1], np.log10(BOUNDS[1][1])]
-    start = [constants.attention_efficiency_max, (lower[1] + upper[1]) / 2.0]
-    return _values(least_squares(residual, start, bounds=(lower, upper), x_scale=[0.1, 1.0]).x)
+    return _values(least_squares_log(
+        price=lambda x: predicted_s(table=table, rows=rows, gpu=gpu,
+                                    constants=replace(constants, **_values(x))),
+        measured_s=table.latency_s[rows], lower=lower, upper=upper, x_scale=[0.1, 1.0],
+        start=[constants.attention_efficiency_max, (lower[1] + upper[1]) / 2.0]))
 
 
 def fit_mla_prompt(*, table: MlaPromptTable, constants: KernelConstants,

@@ -139,6 +139,20 @@ def rms_log_residual(predicted: list[np.ndarray], measured: list[np.ndarray]) ->
     return float(np.sqrt(np.mean(np.concatenate(residuals) ** 2)))
 
 
+def least_squares_log(*, price: Callable[[np.ndarray], np.ndarray], measured_s: np.ndarray,
+                      start: Sequence[float], lower: Sequence[float], upper: Sequence[float],
+                      x_scale: Sequence[float]) -> np.ndarray:
+    """The unknowns, within their bounds, whose ``price(x)`` best matches ``measured_s`` in
+    log time (least squares from ``start``)."""
+    measured = np.log(measured_s)
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        return np.log(price(x)) - measured
+
+    return np.asarray(least_squares(residual, list(start), bounds=(list(lower), list(upper)),
+                                    x_scale=list(x_scale)).x)
+
+
 def fit_kernel_table(*, latency_s: np.ndarray, best: Callable[[np.ndarray], dict[str, float]],
                      price: Callable[[np.ndarray, dict[str, float]], np.ndarray],
                      split_by: np.ndarray, at_bound: Callable[[dict[str, float]], list[str]],

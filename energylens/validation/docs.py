@@ -443,6 +443,9 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "AIConfigurator's measured serving rows at client concurrency 1-1,024, per engine and "
         "GPU: [load.md](load.md#error-on-published-measurements-under-load) "
         "(`python benchmarks/validate_load_aic.py`).",
+        "- MLA prompt attention against TensorRT-LLM's measured kernel on H100, H200, B200 and "
+        "GB200, per prompt length: [kernels-h200.md](kernels-h200.md) "
+        "(`python benchmarks/validate_mla_context.py`).",
         "- Few-shot calibration to your own measurements (`calibrate --from`, `validate "
         "measurements --k-shot`): the K = 0, 1, 3, 5 curves per dataset in "
         "[k-shot.md](k-shot.md); the measurement CSV in [measurements.md](measurements.md).",
