@@ -19,7 +19,12 @@ Rows used: gated experts (:data:`NON_GATED_SHAPES` left out), the ``balanced`` r
 power-law rows need the draws of the collector), at most :data:`MAX_TOKENS` tokens (the
 memory-bound decode regime the constant describes), whose expert weights are at least
 :data:`L2_MULTIPLE` times the GPU's L2 (AIConfigurator repeats one op: smaller weights stay
-in L2 and stream faster than any served layer's), timed through vLLM's Triton fused-MoE
+in L2 and stream faster than any served layer's) and whose weights, read once by the
+experts the balanced routing reaches, would not need more than the GPU's HBM peak in the
+measured time (144-186 decode rows per GPU do, up to 1.7x the peak on H100 and H200 and
+3.8x on L40S, all of shapes with 128-512 experts: DeepSeek-V3's in FP8, 512- and 128-expert
+ones in BF16; the collector's routing there reaches fewer experts than its columns say),
+timed through vLLM's Triton fused-MoE
 kernels (:data:`KERNEL_FAMILY`; per shape the fastest of them): the GPU's kernel constants
 describe the vLLM release of its serving fit (0.11 for ML.ENERGY), whose default MoE path is
 Triton on every GPU. The Blackwell tables time only the FlashInfer (CUTLASS, TensorRT-LLM-gen)
@@ -104,6 +109,7 @@ class MoeTable:
     path: Path
     gpu: str
     cases: tuple[MoeCase, ...]
+    faster_than_hbm: int = 0  # rows left out: their weights would stream above HBM peak
 
 
 @cache
@@ -135,9 +141,10 @@ def case_latency_s(*, case: MoeCase, gpu: GPU, constants: KernelConstants) -> np
     return total
 
 
-def read_table(*, path: Path) -> MoeTable:
-    """The balanced, memory-bound, larger-than-L2 Triton rows of ``path``, the fastest
-    kernel per shape."""
+def read_table(*, path: Path, max_tokens: int = MAX_TOKENS) -> MoeTable:
+    """The balanced, larger-than-L2, no-faster-than-HBM Triton rows of ``path`` with at most
+    ``max_tokens`` tokens (the default: the memory-bound decode rows the fit uses), the
+    fastest kernel per shape."""
     import pandas as pd
 
     gpu = load_gpu(table_gpu(path))
@@ -149,14 +156,16 @@ def read_table(*, path: Path) -> MoeTable:
     frame["weight_dtype"] = frame["moe_dtype"].astype(str).map(TABLE_DTYPES)
     frame = frame[(frame["distribution"] == "balanced") & frame["weight_dtype"].notna()
                   & frame["kernel_source"].astype(str).str.contains(KERNEL_FAMILY)
-                  & (frame["num_tokens"] <= MAX_TOKENS) & (frame["latency"] > 0)
+                  & (frame["num_tokens"] <= max_tokens) & (frame["latency"] > 0)
                   & (frame["num_experts"] % frame["moe_ep_size"] == 0)
                   & (frame["inter_size"] % frame["moe_tp_size"] == 0)]
     active = np.minimum(frame["num_experts"] / frame["moe_ep_size"],
                         frame["num_tokens"] * frame["topk"] / frame["moe_ep_size"])
     weight_bytes = (active * 3 * frame["hidden_size"] * frame["inter_size"]
                     / frame["moe_tp_size"] * frame["weight_dtype"].map(DTYPE_BYTES).astype(float))
-    frame = frame[weight_bytes >= L2_MULTIPLE * gpu.l2_bytes]
+    possible = weight_bytes / (frame["latency"] * 1e-3) <= gpu.hbm_bandwidth_bytes_per_s
+    faster_than_hbm = int((~possible & (weight_bytes >= L2_MULTIPLE * gpu.l2_bytes)).sum())
+    frame = frame[(weight_bytes >= L2_MULTIPLE * gpu.l2_bytes) & possible]
     gated = np.array([(int(h), int(i), int(k), int(e)) not in NON_GATED_SHAPES for h, i, k, e in
                       zip(frame["hidden_size"], frame["inter_size"], frame["topk"],
                           frame["num_experts"], strict=True)], dtype=bool)
@@ -170,7 +179,7 @@ def read_table(*, path: Path) -> MoeTable:
                              moe_tp=moe_tp, ep=ep, weight_dtype=str(dtype),
                              tokens=rows["num_tokens"].to_numpy(dtype=float),
                              measured_s=rows["latency"].to_numpy(dtype=float) * 1e-3))
-    return MoeTable(path=path, gpu=gpu.name, cases=tuple(cases))
+    return MoeTable(path=path, gpu=gpu.name, cases=tuple(cases), faster_than_hbm=faster_than_hbm)
 
 
 def _fit_one(*, name: str, cases: list[MoeCase], gpu: GPU,
