@@ -35,7 +35,7 @@ import numpy as np
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
 from energylens.calibration.fit_kv_attention import fused_attention_s
-from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
+from energylens.calibration.fitting import FitResult, fit_efficiency_ramp
 from energylens.cost.constants import KernelConstants
 from energylens.hardware import GPU, load_gpu
 
@@ -104,47 +104,15 @@ def predicted_s(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
         gpu=gpu, constants=constants)
 
 
-def _values(x: np.ndarray) -> dict[str, float]:
-    """The constants from the solver's unknowns: the efficiency, log10 of the half-point."""
-    return {FIELDS[0]: float(x[0]), FIELDS[1]: float(10.0 ** x[1])}
-
-
-def _best(*, table: ContextAttentionTable, rows: np.ndarray, gpu: GPU,
-          constants: KernelConstants) -> dict[str, float]:
-    lower = [BOUNDS[0][0], np.log10(BOUNDS[1][0])]
-    upper = [BOUNDS[0][1], np.log10(BOUNDS[1][1])]
-    # The half-point starts half-way along its log range (about 140 rows), away from both
-    # bounds and from its default, 0 (no ramp).
-    start = [min(max(constants.attention_efficiency_max, lower[0]), upper[0]),
-             (lower[1] + upper[1]) / 2.0]
-    return _values(least_squares_log(
-        price=lambda x: predicted_s(table=table, rows=rows, gpu=gpu,
-                                    constants=replace(constants, **_values(x))),
-        measured_s=table.latency_s[rows], start=start, lower=lower, upper=upper,
-        x_scale=[0.1, 1.0]))
-
-
 def fit_context_attention(*, table: ContextAttentionTable, constants: KernelConstants,
                           leave_out: bool = True) -> FitResult:
     """``attention_efficiency_max`` and ``attention_m_half`` of the table's GPU, given its
     other kernel constants."""
     gpu = load_gpu(table.gpu)
-
-    def at_bound(values: dict[str, float]) -> list[str]:
-        return [name for name, (low, high) in zip(FIELDS, BOUNDS, strict=True)
-                if _near_bound(name=name, value=values[name], low=low, high=high)]
-
-    return fit_kernel_table(
-        latency_s=table.latency_s, split_by=table.heads, at_bound=at_bound,
-        best=lambda rows: _best(table=table, rows=rows, gpu=gpu, constants=constants),
+    return fit_efficiency_ramp(
+        fields=FIELDS, bounds=BOUNDS, start_efficiency=constants.attention_efficiency_max,
+        latency_s=table.latency_s, split_by=table.heads, fitted_on=[str(table.path)],
         price=lambda rows, values: predicted_s(table=table, rows=rows, gpu=gpu,
                                                constants=replace(constants, **values)),
-        fitted_on=[str(table.path)], leave_out=leave_out)
+        leave_out=leave_out)
 
-
-def _near_bound(*, name: str, value: float, low: float, high: float) -> bool:
-    """Whether ``value`` ended within 0.1 % of its range (the half-point's log range) of a
-    bound."""
-    if name == FIELDS[1]:
-        value, low, high = np.log10(value), np.log10(low), np.log10(high)
-    return bool(min(abs(value - low), abs(value - high)) < 1e-3 * (high - low))

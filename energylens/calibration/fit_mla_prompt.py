@@ -31,7 +31,7 @@ import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
-from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
+from energylens.calibration.fitting import FitResult, fit_efficiency_ramp
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
@@ -125,37 +125,14 @@ def predicted_s(*, table: MlaPromptTable, rows: np.ndarray, gpu: GPU,
     return out
 
 
-def _values(x: np.ndarray) -> dict[str, float]:
-    """The constants from the solver's unknowns: the efficiency, log10 of the half-point."""
-    return {FIELDS[0]: float(x[0]), FIELDS[1]: float(10.0 ** x[1])}
-
-
-def _best(*, table: MlaPromptTable, rows: np.ndarray, gpu: GPU,
-          constants: KernelConstants) -> dict[str, float]:
-    lower = [BOUNDS[0][0], np.log10(BOUNDS[1][0])]
-    upper = [BOUNDS[0][1], np.log10(BOUNDS[1][1])]
-    return _values(least_squares_log(
-        price=lambda x: predicted_s(table=table, rows=rows, gpu=gpu,
-                                    constants=replace(constants, **_values(x))),
-        measured_s=table.latency_s[rows], lower=lower, upper=upper, x_scale=[0.1, 1.0],
-        start=[constants.attention_efficiency_max, (lower[1] + upper[1]) / 2.0]))
-
-
 def fit_mla_prompt(*, table: MlaPromptTable, constants: KernelConstants,
                    leave_out: bool = True) -> FitResult:
     """``prompt_attention_efficiency_max`` and ``prompt_attention_m_half`` of the table's
     GPU, given its other kernel constants."""
     gpu = load_gpu(table.gpu)
-
-    def at_bound(values: dict[str, float]) -> list[str]:
-        bounds = {FIELDS[0]: BOUNDS[0], FIELDS[1]: (np.log10(BOUNDS[1][0]), np.log10(BOUNDS[1][1]))}
-        scaled = {FIELDS[0]: values[FIELDS[0]], FIELDS[1]: np.log10(values[FIELDS[1]])}
-        return [name for name, (low, high) in bounds.items()
-                if min(abs(scaled[name] - low), abs(scaled[name] - high)) < 1e-3 * (high - low)]
-
-    return fit_kernel_table(
-        latency_s=table.latency_s, split_by=table.heads, at_bound=at_bound,
-        best=lambda rows: _best(table=table, rows=rows, gpu=gpu, constants=constants),
+    return fit_efficiency_ramp(
+        fields=FIELDS, bounds=BOUNDS, start_efficiency=constants.attention_efficiency_max,
+        latency_s=table.latency_s, split_by=table.heads, fitted_on=[str(table.path)],
         price=lambda rows, values: predicted_s(table=table, rows=rows, gpu=gpu,
                                                constants=replace(constants, **values)),
-        fitted_on=[str(table.path)], leave_out=leave_out)
+        leave_out=leave_out)

@@ -176,3 +176,34 @@ def fit_kernel_table(*, latency_s: np.ndarray, best: Callable[[np.ndarray], dict
             held[~fold] = price(~fold, best(fold))
         result.leave_out = {"latency": ErrorStats.of(held, latency_s)}
     return result
+
+
+def fit_efficiency_ramp(*, fields: tuple[str, str],
+                        bounds: tuple[tuple[float, float], tuple[float, float]],
+                        start_efficiency: float, latency_s: np.ndarray, split_by: np.ndarray,
+                        price: Callable[[np.ndarray, dict[str, float]], np.ndarray],
+                        fitted_on: list[str], leave_out: bool = True) -> FitResult:
+    """A kernel table's efficiency (``fields[0]``, a share of a peak) and the half-point of
+    its ramp (``fields[1]``, solved for in log10, started half-way along its log range, away
+    from both bounds and from 0, no ramp): :func:`fit_kernel_table` with ``price(rows,
+    values)``. A constant within 0.1 % of its (log) range of a bound is at it."""
+    log_bounds = ((bounds[0][0], bounds[0][1]), (np.log10(bounds[1][0]), np.log10(bounds[1][1])))
+    lower = [low for low, _ in log_bounds]
+    upper = [high for _, high in log_bounds]
+
+    def values(x: np.ndarray) -> dict[str, float]:
+        return {fields[0]: float(x[0]), fields[1]: float(10.0 ** x[1])}
+
+    def best(rows: np.ndarray) -> dict[str, float]:
+        start = [min(max(start_efficiency, lower[0]), upper[0]), (lower[1] + upper[1]) / 2.0]
+        return values(least_squares_log(price=lambda x: price(rows, values(x)),
+                                        measured_s=latency_s[rows], start=start, lower=lower,
+                                        upper=upper, x_scale=[0.1, 1.0]))
+
+    def at_bound(found: dict[str, float]) -> list[str]:
+        scaled = (found[fields[0]], np.log10(found[fields[1]]))
+        return [name for name, value, (low, high) in zip(fields, scaled, log_bounds, strict=True)
+                if min(abs(value - low), abs(value - high)) < 1e-3 * (high - low)]
+
+    return fit_kernel_table(latency_s=latency_s, split_by=split_by, at_bound=at_bound,
+                            best=best, price=price, fitted_on=fitted_on, leave_out=leave_out)
