@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from energylens.cost.constants import KernelConstants
 from energylens.cost.kernels import Kernel
 from energylens.cost.work import (
+    ACTIVATION_QUANTISED_DTYPES,
     ACTIVE_EXPERTS,
     COMPUTE_DTYPE,
     EXPERT_WEIGHT_RANK,
@@ -50,6 +51,17 @@ def launch_floor_s(*, kernel: Kernel, constants: KernelConstants) -> float:
     klass = vector_class(kernel)
     return constants.kernel_overhead_s if klass is None else float(
         getattr(constants, f"{klass}_overhead_s"))
+
+
+def quantised_activation_dtype(*, weight_dtype: str, gpu: GPU) -> str | None:
+    """The dtype ``weight_dtype``'s linear layers quantise their activations to on ``gpu``
+    (W8A8 FP8/INT8, W4A4 NVFP4 where the GPU has that tensor-core rate), or None where they
+    read 16-bit activations (weight-only formats, and FP8/FP4 dequantised on GPUs without
+    those units)."""
+    if weight_dtype not in ACTIVATION_QUANTISED_DTYPES:
+        return None
+    compute = COMPUTE_DTYPE.get(weight_dtype, weight_dtype)
+    return weight_dtype if compute in gpu.dense_flops_per_s else None
 
 
 def flop_energy_scale(*, dtype: str, gpu: GPU) -> float:

@@ -6,6 +6,12 @@ Collectives are derived from the sharding, never written by hand:
 - an output that keeps a split rank and feeds an op that is not split on it: all-gather;
 - an op that routes tokens onto an expert-parallel rank (``ep``) absent from its inputs:
   all-to-all dispatch; the op that brings them back: all-to-all combine.
+
+Linear layers of a W8A8/W4A4 checkpoint read quantised activations: unless the kernel that
+made the input quantises it on the way out (fusion ``quant`` for a norm or activation
+kernel, or a GEMM with the activation in its epilogue; ``epilogue_quant`` for the output
+of an attention kernel or of a plain GEMM), a quantisation kernel runs before the GEMM
+(:func:`compile_layer`'s ``activation_dtype``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,20 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from energylens.model.spec import IN_PLACE_FUNCTIONS, Einsum, LayerSpec, TensorRef, split_sizes
+from energylens.cost.work import (
+    EXPERT_WEIGHT_RANK,
+    UNQUANTISED_WEIGHTS,
+    gemm_ranks,
+    quantised_tensor,
+)
+from energylens.model.spec import (
+    FUNCTION_FLOPS_PER_ELEMENT,
+    IN_PLACE_FUNCTIONS,
+    Einsum,
+    LayerSpec,
+    TensorRef,
+    split_sizes,
+)
 
 CollectiveKind = Literal["all_reduce", "all_gather", "all_to_all"]
 TENSOR_PARALLEL_DIMS = ("tp", "etp")
@@ -98,8 +117,12 @@ def fusion_groups(*, layer: LayerSpec, enabled: frozenset[str]) -> list[list[str
 
 
 def compile_layer(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str, int],
-                  fusion: frozenset[str]) -> CompiledLayer:
-    """Group ops into kernels and derive the collectives that the sharding implies."""
+                  fusion: frozenset[str], activation_dtype: str | None = None) -> CompiledLayer:
+    """Group ops into kernels and derive the collectives that the sharding implies.
+
+    ``activation_dtype``: the dtype the linear layers' GEMMs quantise their activations to
+    (None: they read 16-bit activations); the quantisation kernels the fusion leaves
+    standalone run before their GEMMs."""
     groups = fusion_groups(layer=layer, enabled=fusion)
     group_of = {name: i for i, g in enumerate(groups) for name in g}
     consumers: dict[str, list[str]] = {}
@@ -108,12 +131,21 @@ def compile_layer(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str,
             consumers.setdefault(tensor.name, []).append(op.name)
     kernels: list[Kernel] = []
     kernel_of: dict[str, int] = {}
+    quantised: set[str] = set()
     for op in layer.ops:
         if op.name in kernel_of:
             continue
         members = groups[group_of[op.name]] if op.name in group_of else [op.name]
         kernel = _make_kernel(layer=layer, members=members, sizes=sizes, degrees=degrees,
                               consumers=consumers)
+        if activation_dtype is not None:
+            for tensor, local in _unfused_quantisations(layer=layer, kernel=kernel,
+                                                        kernels=kernels, kernel_of=kernel_of,
+                                                        fusion=fusion):
+                if tensor.name not in quantised:
+                    quantised.add(tensor.name)
+                    kernels.append(_quantisation_kernel(tensor=tensor, local=local,
+                                                        dtype=activation_dtype))
         for name in members:
             kernel_of[name] = len(kernels)
         kernels.append(kernel)
@@ -155,6 +187,54 @@ def _make_kernel(*, layer: LayerSpec, members: list[str], sizes: dict[str, int],
         io_sizes=io_sizes,
         is_expert=any("x" in op.output.ranks and "t" in op.output.ranks for op in ops),
     )
+
+
+def quantises_activation(op: Einsum) -> bool:
+    """Whether ``op`` is a linear layer whose GEMM reads quantised activations under a
+    W8A8/W4A4 checkpoint: a contraction with a quantised weight, no expert rank (fused MoE
+    kernels quantise inside, and their kernel tables time them so) and no batch rank
+    (batched GEMMs such as MLA's absorbed projections run in 16 bits)."""
+    weight = next((t for t in op.inputs if t.name.startswith("W")), None)
+    return (op.kind == "contraction" and weight is not None
+            and weight.name not in UNQUANTISED_WEIGHTS
+            and EXPERT_WEIGHT_RANK not in weight.ranks and not gemm_ranks(op).batch)
+
+
+def _unfused_quantisations(*, layer: LayerSpec, kernel: Kernel, kernels: list[Kernel],
+                           kernel_of: dict[str, int], fusion: frozenset[str],
+                           ) -> list[tuple[TensorRef, dict[str, int]]]:
+    """Activations ``kernel``'s linear layers read that no earlier kernel quantised on its
+    way out, with their local sizes. A kernel with a vector op (norm, activation, add) can
+    quantise its output under ``quant``; attention kernels (their softmax is a vector op
+    but the output leaves through the MMA epilogue) and plain GEMMs under
+    ``epilogue_quant``. An input made outside the layer comes from the previous layer's
+    residual add or norm (a vector kernel)."""
+    producer = {op.output.name: op.name for op in layer.ops}
+    out = []
+    for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
+        if not quantises_activation(op):
+            continue
+        for tensor in op.inputs:
+            if tensor.name.startswith("W") or tensor not in kernel.reads:
+                continue
+            made_by = producer.get(tensor.name)
+            maker = None if made_by is None else kernels[kernel_of[made_by]]
+            vector = maker is None or not maker.touches_context and any(
+                op.kind != "contraction" for op in maker.ops)
+            if ("quant" if vector else "epilogue_quant") not in fusion:
+                out.append((tensor, local))
+    return out
+
+
+def _quantisation_kernel(*, tensor: TensorRef, local: dict[str, int], dtype: str) -> Kernel:
+    """One dynamic-quantisation kernel: reads ``tensor`` in 16 bits, writes it in ``dtype``."""
+    kind, flops = FUNCTION_FLOPS_PER_ELEMENT["quant"]
+    out = quantised_tensor(tensor, dtype)
+    op = Einsum(name=f"quant_{tensor.name}", output=out, inputs=(tensor,), kind=kind,
+                function="quant", flops_per_element=flops)
+    return Kernel(name=op.name, ops=(op,), op_sizes=(dict(local),), reads=(tensor,),
+                  writes=(out,), io_sizes={tensor.name: dict(local), out.name: dict(local)},
+                  is_expert=False)
 
 
 def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],

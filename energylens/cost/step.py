@@ -35,6 +35,7 @@ from energylens.cost.constants import (
     LinkConstants,
     RuntimeConstants,
 )
+from energylens.cost.kernel_plan import quantised_activation_dtype
 from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, attention_rank_sequences, expert_load_at
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
@@ -103,6 +104,11 @@ class StepContext:
         return self.calibration.runtime(runtime=self.runtime.name, gpu=self.gpu.name)
 
     @property
+    def activation_dtype(self) -> str | None:
+        """The dtype the linear layers quantise their activations to (None: 16-bit)."""
+        return quantised_activation_dtype(weight_dtype=self.weight_dtype, gpu=self.gpu)
+
+    @property
     def attention_ranks(self) -> int:
         """Data-parallel attention ranks of one replica (1 without attention DP)."""
         return dict(self.degrees).get("adp", 1)
@@ -115,9 +121,9 @@ class StepContext:
 
 @lru_cache(maxsize=4096)
 def _compiled(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
-              fusion: frozenset[str]) -> CompiledLayer:
+              fusion: frozenset[str], activation_dtype: str | None) -> CompiledLayer:
     return compile_layer(layer=group.layer, sizes=group.sizes, degrees=dict(degrees),
-                         fusion=fusion)
+                         fusion=fusion, activation_dtype=activation_dtype)
 
 
 @lru_cache(maxsize=4096)
@@ -204,7 +210,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
 
     ``shared`` holds the costs of kernels that read no expert rank (the same on every EP
     rank): filled by the first pass over a layer, reused by the second."""
-    compiled = _compiled(group, ctx.degrees, ctx.fusion)
+    compiled = _compiled(group, ctx.degrees, ctx.fusion, ctx.activation_dtype)
     merged, local, attention = _phase_sizes(ctx=ctx, group=group, seqs=seqs,
                                             critical=critical)
     degrees = dict(ctx.degrees)

@@ -103,8 +103,25 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
 
 
 def activation_element_bytes(*, tensor: TensorRef, kv_dtype: str, cache: bool) -> float:
-    """Bytes per element of non-weight ``tensor``: the KV dtype for the cache, else bf16."""
-    return DTYPE_BYTES[kv_dtype] if cache or tensor.name in KV_TENSORS else ACTIVATION_BYTES
+    """Bytes per element of non-weight ``tensor``: the KV dtype for the cache, the dtype
+    of a quantised activation (:func:`quantised_tensor`), else bf16."""
+    if cache or tensor.name in KV_TENSORS:
+        return DTYPE_BYTES[kv_dtype]
+    _, mark, dtype = tensor.name.partition(QUANTISED_MARK)
+    return DTYPE_BYTES[dtype] if mark else ACTIVATION_BYTES
+
+
+#: Separates an activation's name from the dtype it was quantised to (``N:fp8``); no name
+#: in a layer spec contains it.
+QUANTISED_MARK = ":"
+#: Storage dtypes whose GEMMs read quantised activations where the GPU computes in them
+#: (W8A8 and W4A4): every other format keeps 16-bit activations (weight-only).
+ACTIVATION_QUANTISED_DTYPES = ("fp8", "int8", "nvfp4")
+
+
+def quantised_tensor(tensor: TensorRef, dtype: str) -> TensorRef:
+    """``tensor`` quantised to ``dtype`` (an FP8/INT8/FP4 GEMM's input)."""
+    return TensorRef(name=f"{tensor.name}{QUANTISED_MARK}{dtype}", ranks=tensor.ranks)
 
 
 #: Weights a quantised checkpoint keeps in 16 bits: the LM head and the MoE router. Their

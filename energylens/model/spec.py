@@ -30,6 +30,9 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "dispatch": ("gather", 0.0),
     "combine": ("gather", 1.0),
     "topk": ("reduction", 2.0),
+    # dynamic activation quantisation before an FP8/INT8/FP4 GEMM: |x|, the row's (or
+    # block's) max and the scaled cast (assumed 3 per element)
+    "quant": ("reduction", 3.0),
     # Mamba-2: causal depthwise convolution of width 4 (2 FLOP per tap) and its SiLU (4);
     # the state update S * decay + sum of x (x) B (2 per state element)
     "conv": ("elementwise", 12.0),
