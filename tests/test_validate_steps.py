@@ -16,6 +16,7 @@ from energylens.cost.step import SequenceGroup, step_cost
 from energylens.errors import MeasurementError
 from energylens.hardware import load_gpu
 from energylens.measurements.energylens_gpu import load_step_files
+from energylens.validation.script_kernels import script_overhead
 from energylens.validation.steps import price_step, steps_context, validate_steps
 
 DATA = Path(__file__).resolve().parents[1] / "data/measurements/energylens-gpu"
@@ -64,10 +65,12 @@ def test_predicted_energy_is_the_sum_of_the_steps_parts():
     cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=8.0, new_tokens=1.0,
                                                   context=1024.0)])
     static_w = cal.kernel("H100-SXM").static_power_w
-    assert price.latency_s == pytest.approx(float(cost.latency_s))
+    extra_s, extra_compute_j, extra_memory_j = script_overhead(ctx=ctx, tokens=8.0)
+    assert price.latency_s == pytest.approx(float(cost.latency_s) + extra_s)
     assert price.energy_j == pytest.approx(float(cost.compute_energy_j + cost.memory_energy_j
                                                  + cost.communication_energy_j)
-                                           + static_w * float(cost.latency_s))
+                                           + extra_compute_j + extra_memory_j
+                                           + static_w * (float(cost.latency_s) + extra_s))
     assert price.energy_j == pytest.approx(price.compute_energy_j + price.memory_energy_j
                                            + price.communication_energy_j
                                            + price.static_energy_j)
@@ -75,7 +78,8 @@ def test_predicted_energy_is_the_sum_of_the_steps_parts():
     prefill = price_step(ctx=ctx, phase="prefill", batch=1, tokens=2048, context=0)
     direct = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=1.0, new_tokens=2048.0,
                                                     context=2048.0)])
-    assert prefill.latency_s == pytest.approx(float(direct.latency_s))
+    assert prefill.latency_s == pytest.approx(
+        float(direct.latency_s) + script_overhead(ctx=ctx, tokens=2048.0)[0])
 
 
 def test_the_report_prices_each_row_as_price_step_does():

@@ -7,10 +7,12 @@ priced by :func:`energylens.cost.step.step_cost` in the step context a predictio
 (:func:`energylens.predict.step_context`, one GPU, the row's weight dtype, a bf16 KV
 cache): a decode step is ``batch`` sequences of ``tokens`` new tokens over ``context``
 cached ones, a prefill step ``batch`` sequences of ``tokens`` new tokens over ``context +
-tokens`` (the prompt sees itself). No engine overhead is added (the measured steps have
-none). The step's energy is its compute, memory and communication energy plus the GPU's
-calibrated static power over its predicted time; its board power is that energy over that
-time.
+tokens`` (the prompt sees itself). To that step the price adds the kernels the script
+runs and an engine's layer does not (:mod:`energylens.validation.script_kernels`: eager
+RMSNorm passes, SiLU apart from its multiply, FP8 pads). No engine overhead is added (the
+measured steps have none). The step's energy is its compute, memory and communication
+energy plus the GPU's calibrated static power over its predicted time; its board power is
+that energy over that time.
 
 Measured: ``step_time_s`` (median graph replay), ``energy_per_call_j`` and ``power_w``
 (NVML energy over back-to-back replays). Rows are grouped by (GPU, weight dtype, phase),
@@ -36,6 +38,7 @@ from energylens.hardware import GPU, load_gpu
 from energylens.measurements.energylens_gpu import StepFile, StepTime, load_step_files
 from energylens.model import ModelConfig, get_model
 from energylens.predict import calibration_for_gpu, step_context
+from energylens.validation.script_kernels import script_overhead
 
 #: The model ``measure_decode_step.py`` builds (its shapes, random weights).
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -206,7 +209,8 @@ def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepCont
 
 def price_step(*, ctx: StepContext, phase: str, batch: int, tokens: int,
                context: int) -> StepPrice:
-    """The cost model's price of one engine-free step (see the module docstring)."""
+    """The cost model's price of one engine-free step and the script's own extra kernels
+    (see the module docstring)."""
     if phase == "decode":
         group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
                               context=float(context))
@@ -214,9 +218,11 @@ def price_step(*, ctx: StepContext, phase: str, batch: int, tokens: int,
         group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
                               context=float(context + tokens))
     cost = step_cost(ctx=ctx, seqs=[group])
-    latency = float(cost.latency_s)
-    return StepPrice(latency_s=latency, compute_energy_j=float(cost.compute_energy_j),
-                     memory_energy_j=float(cost.memory_energy_j),
+    extra_s, extra_compute_j, extra_memory_j = script_overhead(ctx=ctx, tokens=batch * tokens)
+    latency = float(cost.latency_s) + extra_s
+    return StepPrice(latency_s=latency,
+                     compute_energy_j=float(cost.compute_energy_j) + extra_compute_j,
+                     memory_energy_j=float(cost.memory_energy_j) + extra_memory_j,
                      communication_energy_j=float(cost.communication_energy_j),
                      static_energy_j=ctx.constants.static_power_w * latency)
 
