@@ -86,29 +86,49 @@ def test_the_measured_h100_prefill_attention_fit_is_inside_its_bounds():
     assert result.leave_out["latency"].mape < 1.2 * result.in_sample["latency"].mape + 0.02
 
 
-#: The H100 price of the fused causal attention kernel (32 query / 8 KV heads, dim 128) with
-#: uncalibrated constants, computed by the code before ``attention_m_half`` existed:
-#: (batch, new tokens, keys) -> seconds. Prefill, decode and a chunk over a prefix.
-BEFORE = {(1.0, 512.0, 512.0): 1.0758488355667684e-05,
-          (1.0, 4096.0, 4096.0): 0.0003934081456409654,
-          (8.0, 2048.0, 2048.0): 0.0007845547537534263,
-          (1.0, 1.0, 1024.0): 5.944972940481103e-06,
-          (32.0, 1.0, 16384.0): 0.0008064100655249936,
-          (4.0, 256.0, 4096.0): 0.0001950446606471001}
+#: No power drawn: no kernel is throttled, so compute times are the unclocked ones.
+UNTHROTTLED = KernelConstants(static_power_w=0.0, busy_power_w=0.0,
+                              energy_per_tensor_flop_j=0.0, energy_per_vector_flop_j=0.0,
+                              energy_per_hbm_byte_j=0.0)
 
 
-def test_uncalibrated_attention_is_priced_as_before_the_half_point():
-    """Default constants (no ramp): the scalar and the array path give the old prices."""
-    assert KernelConstants().attention_m_half == 0.0
-    kernel, gpu = _kernel(), load_gpu("h100")
-    for (b, m, p), seconds in BEFORE.items():
-        cost = kernel_cost(kernel=kernel, phase={"b": b, "m": m, "p": p}, window=None, gpu=gpu,
-                           constants=KernelConstants(), clock=CLOCK, weight_dtype="bf16")
-        assert cost.latency_s == pytest.approx(seconds, rel=1e-12)
-    b, m, p = (np.array(v) for v in zip(*BEFORE, strict=True))
-    cost = kernel_cost(kernel=kernel, phase={"b": b, "m": m, "p": p}, window=None, gpu=gpu,
-                       constants=KernelConstants(), clock=CLOCK, weight_dtype="bf16")
-    np.testing.assert_allclose(cost.latency_s, list(BEFORE.values()), rtol=1e-12)
+def _compute_s(kernel, phase: dict, vector_efficiency: float) -> float:
+    constants = replace(UNTHROTTLED, vector_efficiency=vector_efficiency)
+    return float(kernel_cost(kernel=kernel, phase=phase, window=None, gpu=load_gpu("h100"),
+                             constants=constants, clock=CLOCK, weight_dtype="bf16").compute_s)
+
+
+@pytest.mark.parametrize("phase", [{"b": 1.0, "m": 4096.0, "p": 4096.0},
+                                   {"b": 8.0, "m": 512.0, "p": 2048.0},
+                                   {"b": 32.0, "m": 1.0, "p": 8192.0}])
+def test_fused_attention_runs_its_softmax_under_the_mmas(phase):
+    """A fused attention kernel's compute time is the slower of its MMAs and its softmax:
+    with the softmax nearly free it is the MMAs' time; with the softmax dominant it scales
+    as 1 / vector efficiency; in between, the larger of the two, never their sum."""
+    kernel = _kernel()
+    tensor_s = _compute_s(kernel, phase, 1e6)
+    assert _compute_s(kernel, phase, 1e7) == pytest.approx(tensor_s, rel=1e-12)
+    slow = 1e-5
+    vector_at = _compute_s(kernel, phase, slow) * slow  # vector seconds x efficiency
+    assert _compute_s(kernel, phase, slow / 2) == pytest.approx(2 * vector_at / slow, rel=1e-9)
+    for efficiency in (0.02, 0.05, 0.25, 1.0):
+        expected = max(tensor_s, vector_at / efficiency)
+        assert _compute_s(kernel, phase, efficiency) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_gemm_with_a_vector_epilogue_still_adds_the_two():
+    """The gate/up GEMM with SiLU x mul in its epilogue (fusion ``act``) is no attention
+    kernel: its vector time adds to its tensor time."""
+    layer = parse_layer(name="mlp", parts=[family_part("mlp_gated")], norm="rmsnorm")
+    compiled = compile_layer(layer=layer, sizes={"d": 4096, "f": 14336}, degrees={},
+                             fusion=frozenset({"gate_up", "act"}))
+    kernel = next(k for k in compiled.kernels if k.name == "gate+up+act")
+    phase = {"b": 1.0, "m": 4096.0}
+    tensor_s = _compute_s(kernel, phase, 1e6)
+    for efficiency in (0.05, 0.25):
+        vector_s = (_compute_s(kernel, phase, 1e-5) - tensor_s) * 1e-5 / efficiency
+        assert _compute_s(kernel, phase, efficiency) == pytest.approx(tensor_s + vector_s,
+                                                                        rel=1e-6)
 
 
 def test_the_half_point_slows_prefill_only_and_counts_keys():

@@ -321,7 +321,8 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
     nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
                            kv_dtype=kv_dtype)
-    work = _Work(compute_s=(tensor_time + vector_time) * compute_slowdown,
+    work = _Work(compute_s=_compute_s(plan=plan, tensor_s=tensor_time, vector_s=vector_time)
+                 * compute_slowdown,
                  memory_s=_memory_s(plan=plan, kernel=kernel, phase=phase, nbytes=nbytes,
                                     gpu=gpu, constants=constants),
                  flop_energy_j=(tensor_energy_flops * constants.energy_per_tensor_flop_j
@@ -348,6 +349,17 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         flops=tensor_flops + vector_flops,
         bytes=nbytes,
     )
+
+
+def _compute_s(*, plan: KernelPlan, tensor_s: Size, vector_s: Size) -> Size:
+    """A kernel's compute time from its tensor-core and vector work: a fused attention
+    kernel runs its softmax while other warps run the MMAs (FlashAttention-2's warp
+    specialisation, FlashAttention-3's ping-pong scheduling; Dao 2023, Shah et al. 2024),
+    so it takes the slower of the two; any other kernel runs them one after another."""
+    if not plan.fused_attention:
+        return tensor_s + vector_s
+    return max(tensor_s, vector_s) if _scalar(tensor_s, vector_s) else np.maximum(tensor_s,
+                                                                                   vector_s)
 
 
 def _kernel_bytes(*, plan: KernelPlan, phase: dict[str, Size], window: float | None,
@@ -450,7 +462,8 @@ def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Si
         tensor_time = tensor_time + flops / (first.peak_flops_per_s * eff)
     nbytes = _kernel_bytes(plan=plan, phase=phase, window=window, weight_dtype=weight_dtype,
                            kv_dtype=kv_dtype)
-    work_compute_s = (tensor_time + vector_time) * compute_slowdown
+    work_compute_s = _compute_s(plan=plan, tensor_s=tensor_time,
+                                vector_s=vector_time) * compute_slowdown
     work_memory_s = _memory_s(plan=plan, kernel=kernel, phase=phase, nbytes=nbytes, gpu=gpu,
                               constants=constants)
     flop_energy_j = (tensor_energy_flops * constants.energy_per_tensor_flop_j
