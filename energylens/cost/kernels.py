@@ -189,7 +189,7 @@ def _make_kernel(*, layer: LayerSpec, members: list[str], sizes: dict[str, int],
     )
 
 
-def quantises_activation(op: Einsum) -> bool:
+def _quantises_activation(op: Einsum) -> bool:
     """Whether ``op`` is a linear layer whose GEMM reads quantised activations under a
     W8A8/W4A4 checkpoint: a contraction with a quantised weight, no expert rank (fused MoE
     kernels quantise inside, and their kernel tables time them so) and no batch rank
@@ -212,7 +212,7 @@ def _unfused_quantisations(*, layer: LayerSpec, kernel: Kernel, kernels: list[Ke
     producer = {op.output.name: op.name for op in layer.ops}
     out = []
     for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
-        if not quantises_activation(op):
+        if not _quantises_activation(op):
             continue
         for tensor in op.inputs:
             if tensor.name.startswith("W") or tensor not in kernel.reads:
@@ -220,7 +220,7 @@ def _unfused_quantisations(*, layer: LayerSpec, kernel: Kernel, kernels: list[Ke
             made_by = producer.get(tensor.name)
             maker = None if made_by is None else kernels[kernel_of[made_by]]
             vector = maker is None or not maker.touches_context and any(
-                op.kind != "contraction" for op in maker.ops)
+                made.kind != "contraction" for made in maker.ops)
             if ("quant" if vector else "epilogue_quant") not in fusion:
                 out.append((tensor, local))
     return out
