@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from energylens.cost.moe import Routing
+from energylens.cost.speculative import Speculation
 from energylens.errors import ConfigError, SpecError, UnknownGPUError
 from energylens.hardware import load_gpu
 from energylens.model.config import ModelConfig
@@ -69,6 +70,8 @@ class Deployment:
     moe_tp: int | None = None  # tensor-parallel split of each expert (explicit layout)
     max_num_seqs: int | None = None  # running requests one scheduler admits, per attention
     # rank (vLLM --max-num-seqs, TensorRT-LLM --max_batch_size; None: the server's default)
+    speculative_tokens: int = 0  # draft tokens per decode step (MTP / EAGLE head; 0: none)
+    draft_acceptance: float | None = None  # each draft's acceptance (None: the default)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "ep", "attention_dp"):
@@ -86,6 +89,9 @@ class Deployment:
             if self.moe_tp is not None and self.ep * self.moe_tp != moe_gpus:
                 raise ConfigError(f"ep x moe_tp = {self.ep * self.moe_tp} != tp x attention_dp "
                                   f"= {moe_gpus} (the MoE layer spans the attention ranks' GPUs)")
+        if self.draft_acceptance is not None and self.speculative_tokens == 0:
+            raise ConfigError("draft_acceptance needs speculative_tokens >= 1")
+        _ = self.speculation  # one-line error: a negative count, an acceptance outside [0, 1]
         if self.dp is not None and self.dp < 1:
             raise ConfigError(f"dp must be >= 1, got {self.dp}")
         if self.num_gpus is not None and self.num_gpus < 1:
@@ -106,6 +112,16 @@ class Deployment:
         if self.weight_dtype is not None and self.weight_dtype not in WEIGHT_DTYPES:
             raise ConfigError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, "
                               f"got {self.weight_dtype}")
+
+    @property
+    def speculation(self) -> Speculation | None:
+        """Speculative decoding, or None where each step decodes one token."""
+        if self.speculative_tokens == 0:
+            return None
+        if self.draft_acceptance is None:
+            return Speculation(draft_tokens=self.speculative_tokens)
+        return Speculation(draft_tokens=self.speculative_tokens,
+                           acceptance=self.draft_acceptance)
 
     @property
     def explicit_moe_layout(self) -> bool:

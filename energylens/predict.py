@@ -121,4 +121,5 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         overlap_sms=deployment.overlap_sms,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),
         routing=deployment.routing, pp=deployment.pp, runtime=runtime,
+        speculation=deployment.speculation,
     )

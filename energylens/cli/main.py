@@ -85,6 +85,13 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="running requests one scheduler admits, per attention rank (vLLM "
                         "--max-num-seqs, TensorRT-LLM --max_batch_size; default: the "
                         "runtime server's)")
+    p.add_argument("--speculative-tokens", type=int, default=0, metavar="K",
+                   help="draft tokens per decode step from a one-layer draft head (MTP, "
+                        "EAGLE; TensorRT-LLM num_nextn_predict_layers, vLLM/SGLang "
+                        "num_speculative_tokens; default 0: none)")
+    p.add_argument("--draft-acceptance", type=float, default=None, metavar="A",
+                   help="probability each draft is kept once the ones before it were "
+                        "(default 0.85: DeepSeek-V3's published MTP acceptance)")
     p.add_argument("--batch", type=_positive_int, default=1, help="sequences per batch")
     p.add_argument("--input-tokens", type=_positive_int, default=512, help="prompt tokens per request")
     p.add_argument("--output-tokens", type=_positive_int, default=128,
@@ -132,7 +139,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             overlap_sms=args.overlap_sms, freq_mhz=args.freq_mhz,
                             routing=routing, runtime=args.runtime,
                             runtime_version=args.runtime_version,
-                            max_num_seqs=args.max_num_seqs)
+                            max_num_seqs=args.max_num_seqs,
+                            speculative_tokens=args.speculative_tokens,
+                            draft_acceptance=args.draft_acceptance)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(

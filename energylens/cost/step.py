@@ -15,7 +15,7 @@ which kernels share SMs, not just how fast they run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import cast
@@ -39,6 +39,7 @@ from energylens.cost.kernel_plan import quantised_activation_dtype
 from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
 from energylens.cost.moe import Routing, attention_rank_sequences, expert_load_at
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
+from energylens.cost.speculative import Speculation
 from energylens.cost.work import ACTIVATION_BYTES, ACTIVE_EXPERTS, Size, tensor_bytes
 from energylens.hardware import GPU
 from energylens.model.families import LayerGroup, ModelGraph
@@ -52,6 +53,9 @@ class SequenceGroup:
     sequences: Size
     new_tokens: float
     context: Size
+    #: Decode tokens checked in one pass (speculative decoding's drafts): attention keeps
+    #: its decode form (MLA's absorbed latent), not the prompt form of ``new_tokens`` > 1.
+    verifying: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +96,12 @@ class StepContext:
     routing: Routing
     pp: int
     runtime: RuntimeProfile
+    speculation: Speculation | None = None  # speculative decoding (None: one token a step)
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Mean tokens a decoding sequence gains per step (1 without speculation)."""
+        return 1.0 if self.speculation is None else self.speculation.tokens_per_step
 
     @property
     def constants(self) -> KernelConstants:
@@ -234,7 +244,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                    constants=constants, clock=ctx.clock,
                                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                    compute_slowdown=slowdown if index in overlapping else 1.0)
-                if context and group.prompt_attention is not None:
+                if (context and group.prompt_attention is not None
+                        and not seqs[position].verifying):
                     cost = _with_prompt_form(ctx=ctx, group=group, phase=phase, absorbed=cost,
                                              first=index == first_context)
                 if same_on_every_rank and shared is not None:
@@ -390,8 +401,7 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
     step is still pp stage times)."""
     batch = sum(s.sequences for s in seqs)
     micro = np.maximum(1.0, np.minimum(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
-    micro_seqs = [SequenceGroup(sequences=s.sequences / micro, new_tokens=s.new_tokens,
-                                context=s.context) for s in seqs]
+    micro_seqs = [replace(s, sequences=s.sequences / micro) for s in seqs]
     total = _head_cost(ctx=ctx, seqs=micro_seqs)
     for group in ctx.graph.groups:
         total = total + _group_cost(ctx=ctx, group=group, seqs=micro_seqs)
@@ -405,6 +415,27 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
                     memory_energy_j=total.memory_energy_j * micro,
                     communication_energy_j=total.communication_energy_j * micro,
                     communication_s=total.communication_s * micro / stages + rounds * send)
+
+
+def decode_step_cost(*, ctx: StepContext, seqs: list[SequenceGroup],
+                     pipelined: bool = False) -> StepCost:
+    """A step in which every group decodes, per token each sequence gains.
+
+    Without speculation that is :func:`step_cost`. With it (``ctx.speculation``), the
+    draft head (one decoder layer like the model's last and the LM head) runs
+    ``draft_tokens`` times on one token per sequence, then the model checks ``draft_tokens
+    + 1`` tokens per sequence in one pass (decode-form attention), and the step's time and
+    energy are shared over the ``tokens_per_decode_step`` tokens each sequence gains."""
+    spec = ctx.speculation
+    if spec is None or spec.draft_tokens == 0:
+        return step_cost(ctx=ctx, seqs=seqs, pipelined=pipelined)
+    drafts = spec.draft_tokens
+    checked = [replace(s, new_tokens=s.new_tokens + drafts, context=s.context + drafts,
+                       verifying=True) for s in seqs]
+    draft = (_group_cost(ctx=ctx, group=ctx.graph.draft_group, seqs=seqs)
+             + _head_cost(ctx=ctx, seqs=seqs))
+    total = step_cost(ctx=ctx, seqs=checked, pipelined=pipelined) + draft.scaled(float(drafts))
+    return total.scaled(1.0 / spec.tokens_per_step)
 
 
 def engine_cost(*, ctx: StepContext, sequences: Size) -> StepCost:

@@ -39,6 +39,9 @@ COUNTS = ("num_gpus", "tp", "pp", "ep", "dp", "moe_tp")
 #: --max-num-seqs, TensorRT-LLM --max_batch_size, SGLang --max-running-requests / dp).
 #: AIConfigurator's ``batch_size`` is not it (clients per rank; docs/load.md).
 SEQUENCE_CAP = "max_num_seqs"
+#: Speculative decoding: draft tokens per step (MTP / EAGLE head; blank or 0: none) and
+#: each draft's acceptance (blank: energylens.cost.speculative.DEFAULT_ACCEPTANCE).
+SPECULATION = ("speculative_tokens", "draft_acceptance")
 RUNTIME_COLUMNS = ("runtime", "engine", "framework", "backend")
 TEXTS = ("runtime_version", "dtype", "kv_dtype", "workload")
 NUMBERS = ("freq_mhz", "batch", "concurrency", "request_rate", "input_tokens", "output_tokens")
@@ -51,8 +54,8 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
-KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, *RUNTIME_COLUMNS, *TEXTS,
-         *NUMBERS, *RUN_COUNTS, *METRICS)
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, *SPECULATION,
+         *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.
 RUNTIME_SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm",
@@ -152,7 +155,9 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
-        elif column in NUMBERS or column in METRICS:
+        elif column == "speculative_tokens":
+            values[column] = 0 if raw == "0" else _count(path, column, raw, number)
+        elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
         elif column in RUNTIME_COLUMNS:
             values[column] = _runtime(raw)
@@ -244,7 +249,9 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
               "runtime_version": _release(v["runtime_version"]),
               "weight_dtype": _dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
               "kv_dtype": _dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"), "freq_mhz": v["freq_mhz"],
-              "max_num_seqs": v[SEQUENCE_CAP]}
+              "max_num_seqs": v[SEQUENCE_CAP],
+              "speculative_tokens": v["speculative_tokens"] or 0,
+              "draft_acceptance": v["draft_acceptance"]}
     if attention_dp is not None and attention_dp != 1:
         if attention_dp == 0:  # enabled, size not given: every GPU of a replica is a rank
             attention_dp, tp = n // (pp * (dp or 1)), 1

@@ -10,7 +10,7 @@ mixers, attention, dense MLPs and MoE, counted from its layer pattern.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from importlib import resources
 from typing import Any
@@ -61,6 +61,12 @@ class ModelGraph:
         cached by group identity, so a fresh group per step would recompile the head)."""
         return LayerGroup(name="head", layer=self.head, count=1.0, window=None,
                           sizes=self.head_sizes, is_moe=False)
+
+    @cached_property
+    def draft_group(self) -> LayerGroup:
+        """One decoder layer like the model's last: the draft head of speculative decoding
+        (a multi-token-prediction module or an EAGLE head; the LM head is ``head``'s)."""
+        return replace(self.groups[-1], name="draft", count=1.0)
 
 
 @cache

@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # runtime modules import this one while energylens.deployment
 
 #: First port of the servers a script starts (replica i listens on PORT + i).
 PORT = 8000
+#: What a command with speculative decoding assumes of the checkpoint (every engine's
+#: flags here run the model's own multi-token-prediction module as the draft head).
+MTP_NOTE = ("drafts from the checkpoint's multi-token-prediction module (DeepSeek-V3/R1 "
+            "style); a model without one needs an EAGLE draft head")
 #: Torch dtype names the engines' ``--dtype`` flags take.
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 

@@ -125,6 +125,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "prior_per_sequence_overhead_s": float,
     "uneven_head_sharding": bool,
     "redundant_expert_slots": bool,
+    "speculative_decoding": bool,
     "launch_program": str,
     "launch_flags": lambda v: tuple(str(x) for x in v),
 }
@@ -176,6 +177,7 @@ class RuntimeProfile:
     # does not divide them (DeepSpeed AutoTP) instead of refusing the layout
     redundant_expert_slots: bool  # an EP degree that does not divide the experts runs
     # ceil(E / ep) expert slots per rank (a load balancer's redundant experts)
+    speculative_decoding: bool  # drafts from a one-layer head (MTP / EAGLE) at ``version``
     launch_program: str  # the command that starts a server (``vllm serve``)
     launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]
@@ -198,6 +200,10 @@ class RuntimeProfile:
         if kv is not None and kv not in self.kv_dtypes:
             raise ConfigError(f"{self.display_name} {self.version} has no {kv} KV cache "
                               f"(it stores {', '.join(sorted(self.kv_dtypes))})")
+        if deployment.speculative_tokens and not self.speculative_decoding:
+            raise ConfigError(f"{self.display_name} {self.version} has no speculative decoding "
+                              "from a draft head (speculative_tokens = "
+                              f"{deployment.speculative_tokens})")
         degrees = {"tp": deployment.tp, "pp": deployment.pp, "ep": deployment.ep,
                    "attention_dp": deployment.attention_dp,
                    # with one attention rank an expert split is the tp x ep layout's own

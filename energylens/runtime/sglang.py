@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from energylens.runtime.launch import PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
+from energylens.runtime.launch import MTP_NOTE, PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
@@ -48,6 +48,12 @@ class SGLang(RuntimeProfile):
             argv += [f("--kv-cache-dtype"), "fp8_e4m3"]
         if max_running is not None:
             argv += [f("--max-running-requests"), str(max_running)]
+        if d.speculative_tokens:  # SGLang runs an MTP module as its EAGLE draft
+            argv += [f("--speculative-algorithm"), "EAGLE",
+                     f("--speculative-num-steps"), str(d.speculative_tokens),
+                     f("--speculative-eagle-topk"), "1",
+                     f("--speculative-num-draft-tokens"), str(d.speculative_tokens + 1)]
+            notes.append(MTP_NOTE)
         argv += [f("--context-length"), str(spec.max_model_len),
                  f("--mem-fraction-static"),
                  f"{spec.memory_share or self.memory_utilization:g}",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from energylens.errors import ConfigError
-from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
+from energylens.runtime.launch import MTP_NOTE, PORT, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
@@ -50,6 +50,10 @@ class TensorRTLLM(RuntimeProfile):
             options += "enable_attention_dp: true\n"
         if d.kv_dtype == "fp8":
             options += "kv_cache_config:\n  dtype: fp8\n"
+        if d.speculative_tokens:
+            options += ("speculative_config:\n  decoding_type: MTP\n"
+                        f"  num_nextn_predict_layers: {d.speculative_tokens}\n")
+            notes.append(MTP_NOTE)
         files: tuple[tuple[str, str], ...] = ()
         if options:
             files = ((EXTRA_OPTIONS, options),)

@@ -6,9 +6,10 @@ base class's; what is its own is the launch command.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from energylens.runtime.launch import PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
+from energylens.runtime.launch import MTP_NOTE, PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
@@ -51,6 +52,10 @@ class VLLM(RuntimeProfile):
             argv += [f("--kv-cache-dtype"), "fp8"]
         if spec.max_num_seqs is not None:
             argv += [f("--max-num-seqs"), str(spec.max_num_seqs)]
+        if d.speculative_tokens:
+            argv += [f("--speculative-config"), json.dumps(
+                {"method": "deepseek_mtp", "num_speculative_tokens": d.speculative_tokens})]
+            notes.append(MTP_NOTE)
         argv += [f("--max-model-len"), str(spec.max_model_len),
                  f("--gpu-memory-utilization"),
                  f"{spec.memory_share or self.memory_utilization:g}",

@@ -92,6 +92,11 @@ def _fraction(value: Any) -> str | None:
     return None if ok else "a fraction of the boost clock in (0, 1]"
 
 
+def _probability(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
+    return None if ok else "a probability in [0, 1]"
+
+
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "true or false"
 
@@ -128,6 +133,8 @@ PARAMS: dict[str, ValueCheck] = {
     "attention_dp": _positive_int,  # data-parallel attention ranks (MoE over all of them)
     "moe_tp": _positive_int,  # ways each expert is split under that layout
     "max_num_seqs": _positive_int,  # running requests one scheduler admits (per rank)
+    "speculative_tokens": _non_negative_int,  # drafts per decode step (MTP / EAGLE head)
+    "draft_acceptance": _probability,  # each draft's acceptance (default: the published one)
     "batch": _positive_number,
     "input_tokens": _positive_number,
     "output_tokens": _positive_number,
@@ -264,6 +271,10 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
         dp=_int_or_none(params.get("dp")),
         attention_dp=int(params.get("attention_dp", 1)), moe_tp=_int_or_none(params.get("moe_tp")),
         max_num_seqs=_int_or_none(params.get("max_num_seqs")),
+        speculative_tokens=int(params.get("speculative_tokens", 0)),
+        draft_acceptance=(None if params.get("draft_acceptance") is None
+                          or not int(params.get("speculative_tokens", 0))
+                          else float(params["draft_acceptance"])),
         weight_dtype=params.get("dtype"),
         fusion=fusion,
         overlap_sms=int(params.get("overlap_sms", 0)),

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from energylens.cost.memory import MemoryUse
-from energylens.cost.step import SequenceGroup, StepCost, engine_cost, step_cost
+from energylens.cost.step import (
+    SequenceGroup,
+    StepCost,
+    decode_step_cost,
+    engine_cost,
+    step_cost,
+)
 from energylens.cost.work import Size
 from energylens.workloads.capacity import kv_capped
 from energylens.workloads.registry import MemoryDemand, Placement, register
@@ -115,9 +121,11 @@ class StaticBatch:
         steps = max(int(round(s_out)) - 1, 0)  # the first token comes out of the prefill
         edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
         contexts = ((edges[:-1] + edges[1:]) / 2).reshape((-1,) + (1,) * np.ndim(sequences))
-        decode_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=1.0,
-                                                             context=contexts)], pipelined=True)
-        per_step = _mean_over_points(decode_cost, points_ndim=contexts.ndim) + engine
+        # per token a sequence gains (a speculative step yields several)
+        decode_cost = decode_step_cost(ctx=ctx, seqs=[SequenceGroup(
+            sequences=sequences, new_tokens=1.0, context=contexts)], pipelined=True)
+        per_step = (_mean_over_points(decode_cost, points_ndim=contexts.ndim)
+                    + engine.scaled(1.0 / ctx.tokens_per_decode_step))
         tpot = value(per_step.latency_s)
         static_w = ctx.constants.static_power_w
         replicas, gpus = placement.replicas * 1.0, placement.gpus

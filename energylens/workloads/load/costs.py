@@ -24,6 +24,10 @@ Under data-parallel attention every attention rank schedules its own requests
 waiting for all of them. A table of ``ranks`` ranks prices each step as every rank running
 the same batch (``ranks`` times the sequences, spread one share per rank): its time is the
 replica's step, its energy each rank's share.
+
+Under speculative decoding (``StepContext.speculation``) a scheduler step yields one token
+per decoding sequence: ``D`` and the engine's time are the share of an engine step (drafts
+and the check of every draft) per token a sequence gains on average.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 from energylens.cost.step import (
     SequenceGroup,
     StepContext,
+    decode_step_cost,
     engine_cost,
     pipeline_send_s,
     step_cost,
@@ -62,13 +67,16 @@ def _geometric_axis(top: int) -> np.ndarray:
     return np.array(sorted(p for p in points if p <= top), dtype=float)
 
 
-def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int) -> np.ndarray:
+def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int,
+           decode: bool = False) -> np.ndarray:
     """(fields, points) array of one vectorised step price: one virtual engine's step
     through every stage (the whole model at one stage's degrees, and ``ctx.pp`` sends of
     the step's activations from stage to stage, the last one back to the first), with
-    each of ``ranks`` attention ranks running ``groups`` (energy: one rank's share)."""
+    each of ``ranks`` attention ranks running ``groups`` (energy: one rank's share).
+    ``decode``: the groups decode, priced per token each gains (speculative decoding)."""
     groups = [replace(g, sequences=g.sequences * ranks) for g in groups]
-    cost = step_cost(ctx=replace(ctx, pp=1), seqs=groups)
+    price = decode_step_cost if decode else step_cost
+    cost = price(ctx=replace(ctx, pp=1), seqs=groups)
     tokens = sum(g.sequences * g.new_tokens for g in groups)
     sends = ctx.pp * pipeline_send_s(ctx=ctx, tokens=tokens) if ctx.pp > 1 else 0.0
     values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
@@ -111,7 +119,8 @@ class StepTable:
         contexts = np.unique(np.round(np.linspace(1.0, max(max_context, 2), CONTEXT_POINTS)))
         d_axis = _geometric_axis(max_decode)
         decode = np.stack([_price(ctx, [SequenceGroup(sequences=d, new_tokens=1.0,
-                                                      context=contexts)], ranks).T
+                                                      context=contexts)], ranks,
+                                  decode=True).T
                            for d in d_axis])
         t_axis = _geometric_axis(budget + max_decode)
         merged = _fill_integers(t_axis, np.stack([
@@ -126,12 +135,16 @@ class StepTable:
         idle_s, per_seq_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                         sequences=1.0)
         stage = replace(ctx, pp=1)  # a virtual engine's busy GPUs: one stage's share
+        # a step of the scheduler yields one token per decoding sequence: under speculative
+        # decoding the share of an engine step that does
+        share = 1.0 / ctx.tokens_per_decode_step
         return cls(decode=_fill_integers(d_axis, decode, max_decode), merged=merged,
                    chunk=_fill_integers(n_axis, chunk, budget),
                    contexts=[float(c) for c in contexts], cached=[float(c) for c in cached],
-                   engine_idle_s=float(idle_s), engine_busy_s_per_sequence=float(per_seq_s),
+                   engine_idle_s=float(idle_s) * share,
+                   engine_busy_s_per_sequence=float(per_seq_s) * share,
                    engine_busy_j_per_sequence=float(
-                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j) / ranks)
+                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j) / ranks * share)
 
     def latency_lists(self) -> tuple[list[list[float]], list[float], list[list[float]]]:
         """The latency tables as Python lists (the scheduler's fast path)."""
