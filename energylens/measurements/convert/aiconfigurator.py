@@ -52,6 +52,26 @@ a full rack's allotment), the load AIConfigurator's generator gives k workers ea
 to its batch. Those rows are written with ``dp`` = k replicas (``num_gpus`` k times the
 layout's). No row run without Dynamo has a concurrency above its batch. Assumed from
 that arithmetic (the generator's rule is not published beside the rows).
+
+Speculative decoding: the rows do not record it, but three TensorRT-LLM DeepSeek-R1
+campaigns (:data:`MTP_CAMPAIGNS`: model, GPU, release, measurement date) show it. At the
+same layout, concurrency and lengths their TPOT is 0.43-0.87 times (median 0.59-0.67) that
+of DeepSeek-V3 on the same release, while every other campaign of R1 repeats V3's TPOT to
+the last digit (R1 and V3 share one architecture); B200 1.2.0rc6.post3 against
+1.2.0rc6.post2 (a patch release): TPOT 1.15-2.32 times faster (median 1.44-1.70), the gain
+largest at 4 clients and shrinking with load, and TTFT not lower, as a draft head that
+adds a pass per step does. A speedup above 2 (2.32 at 4 clients, 1,024 / 8,192 tokens,
+FP8 on 8 B200) needs at least two drafts per step; written with ``speculative_tokens`` 3,
+the multi-token-prediction depth of TensorRT-LLM's published DeepSeek-R1 latency recipe
+(``num_nextn_predict_layers: 3``; recalled, kind assumed). Which rows, and the depth, are
+set from these pairs, not from the validation error. The acceptance of each draft is not
+DeepSeek's published 0.85 for natural text: the runs' prompts are random tokens. It is
+fitted (:data:`MTP_ACCEPTANCE`): the value at which the model's TPOT on the B200 campaigns'
+120 rows (two releases, FP8 and NVFP4, 4-256 clients, TP 4-8 and attention DP 4-8) has a
+median log error of zero, 0.668; the H200 campaign (41 rows) held out comes out at 13.3 %
+TPOT MAPE with it (24.9 % at 0.85), and fitted alone gives 0.605 (B200 then 15.5 %). R1's
+GB200 campaign (2025-11-17) has no V3 or earlier release to compare with and is left as
+recorded.
 """
 
 from __future__ import annotations
@@ -78,6 +98,19 @@ _DYNAMO = re.compile(r"image=nvcr\.io/nvidia/ai-dynamo/")
 #: a ModelOpt checkpoint). ``None`` stands for any model.
 MODELOPT_CHECKPOINTS: frozenset[tuple[str | None, str]] = frozenset(
     {(None, "nvfp4"), ("Qwen/Qwen3-32B", "fp8")})
+#: Campaigns run with multi-token prediction (module docstring): (``model_path``,
+#: ``system``, ``backend_version``, the ``measured=`` date of the provenance).
+MTP_CAMPAIGNS: frozenset[tuple[str, str, str, str]] = frozenset({
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", "1.1.0rc2.post2", "2026-01-14"),
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", "1.2.0rc6.post3", "2026-02-05"),
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", "1.2.0rc6.post3", "2026-02-06"),
+    ("deepseek-ai/DeepSeek-R1", "h200_sxm", "1.1.0rc2.post2", "2026-01-14")})
+#: Draft tokens per step of those campaigns (module docstring).
+MTP_DRAFT_TOKENS = 3
+#: Acceptance of each draft in those campaigns, fitted on the B200 ones' TPOT (kind:
+#: fitted; H200's held out: module docstring).
+MTP_ACCEPTANCE = 0.67
+_MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 #: Requests per client in a run ("runs of 10 x concurrency requests": ../shared SOURCES.md).
 RUN_REQUESTS_PER_CLIENT = 10
 
@@ -154,7 +187,7 @@ def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     out = Converted(rows=[])
-    skipped = unstated = no_load = squared = fp8_kv = replicated = wide = 0
+    skipped = unstated = no_load = squared = fp8_kv = replicated = wide = speculative = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -191,6 +224,12 @@ def convert(path: Path, options: Options) -> Converted:
             "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
             "id": row["id"], "max_batch_size": row["batch_size"],
             "provenance": row["silicon_data_source"]}
+        measured = _MEASURED.search(row["silicon_data_source"])
+        if measured and (row["model_path"], row["system"], row["backend_version"],
+                         measured.group(1)) in MTP_CAMPAIGNS:
+            converted["speculative_tokens"] = MTP_DRAFT_TOKENS
+            converted["draft_acceptance"] = MTP_ACCEPTANCE
+            speculative += 1
         fp8_kv += converted["kv_dtype"] is not None
         if options.load_as_serving:
             converted.update(workload="serving", batch=concurrency)
@@ -221,6 +260,11 @@ def convert(path: Path, options: Options) -> Converted:
         out.notes.append(f"{fp8_kv} row(s) written with kv_dtype {MODELOPT_KV_DTYPE}: a Model "
                          "Optimizer checkpoint on an engine that follows its KV declaration "
                          "(see the converter's docstring)")
+    if speculative:
+        out.notes.append(f"{speculative} row(s) of TensorRT-LLM DeepSeek-R1 campaigns written with "
+                         f"speculative_tokens {MTP_DRAFT_TOKENS}, draft_acceptance {MTP_ACCEPTANCE}: "
+                         "their TPOT shows multi-token prediction (see the converter's "
+                         "docstring)")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
