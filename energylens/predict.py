@@ -68,7 +68,8 @@ def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload:
     memory = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                         degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                         kv_dtype=ctx.kv_dtype, sequences=demand.sequences,
-                        context_tokens=demand.context_tokens, step_tokens=demand.step_tokens)
+                        context_tokens=demand.context_tokens, step_tokens=demand.step_tokens,
+                        draft_layers=ctx.draft_layers)
     placement = Placement(ctx=ctx, model=model, replicas=cast(int, replicas),
                           gpus=cast(int, gpus), sequences=cast(float, sequences),
                           max_num_seqs=max_num_seqs)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from energylens.calibration.file import default_calibration
+from energylens.cost.memory import memory_use
 from energylens.cost.speculative import Speculation
 from energylens.cost.step import (
     SequenceGroup,
@@ -93,7 +94,8 @@ def test_every_kind_prices_decode_per_token_gained() -> None:
                       workload=Workload(kind="serving", batch=1, **common))
     assert batch.tpot_s < 0.7 * plain.tpot_s
     assert load.load["tpot_p50_s"] == pytest.approx(batch.tpot_s, rel=1e-2)
-    assert batch.ttft_s == pytest.approx(plain.ttft_s, rel=1e-9)  # drafts start after it
+    # the draft head reads the prompt once (one layer of 32, and the LM head for one row)
+    assert plain.ttft_s < batch.ttft_s < plain.ttft_s * (1 + 2 / 32)
     # steady state at one running sequence: its median step is a decode step (mid-output
     # context, where the static batch averages over the output)
     assert serving.tpot_s == pytest.approx(batch.tpot_s, rel=0.05)
@@ -158,3 +160,18 @@ def test_a_runtime_without_draft_heads_refuses_speculation() -> None:
         predict(model=LLAMA, gpu="H100",
                 deployment=Deployment(runtime="lmdeploy", speculative_tokens=2),
                 workload=Workload(kind="batch", batch=1))
+
+
+def test_the_draft_head_holds_one_layer_of_weights_and_cache() -> None:
+    """Llama-3.1-8B's last layer, hand-counted: q/k/v 4096 x (4096 + 2 x 1024), o 4096 x
+    4096, gate/up/down 3 x 4096 x 14336 = 218.1 M bf16 weights (436.2 MB); its cache adds a
+    33rd layer's K and V to every token (32 -> 33 layers of 2 x 1024 x 2 bytes)."""
+    ctx = _ctx()
+    args = {"graph": ctx.graph, "gpu": ctx.gpu, "runtime": ctx.runtime,
+            "degrees": dict(ctx.degrees), "pp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+            "sequences": 1.0, "context_tokens": 1000.0, "step_tokens": 1.0}
+    plain, drafted = memory_use(**args), memory_use(**args, draft_layers=1)
+    layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    assert drafted.weights_bytes - plain.weights_bytes == pytest.approx(2 * layer, rel=1e-9)
+    assert drafted.kv_cache_bytes == pytest.approx(plain.kv_cache_bytes * 33 / 32, rel=1e-9)
+    assert _ctx(drafts=2).draft_layers == 1 and _ctx().draft_layers == 0

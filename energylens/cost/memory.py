@@ -140,7 +140,7 @@ def _layer_bytes(group: LayerGroup, degrees: tuple[tuple[str, int], ...], weight
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
                pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
                context_tokens: float,
-               step_tokens: Size) -> MemoryUse:
+               step_tokens: Size, draft_layers: int = 0) -> MemoryUse:
     """Memory of one GPU of a replica holding ``sequences`` sequences of up to
     ``context_tokens``, with ``step_tokens`` tokens in one forward pass (capped at the
     runtime's prefill chunk). Under data-parallel attention (``degrees["adp"]``) each
@@ -152,17 +152,22 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     ``hbm`` share also its start-up pass's activations and reserve): such an engine refuses
     to start until its user raises the share, so the share is taken as raised to the whole
     board. A deployment is then infeasible only when the board cannot hold the weights and
-    the working set (issue 10: no measured configuration is refused)."""
+    the working set (issue 10: no measured configuration is refused). ``draft_layers``: a
+    speculative-decoding draft head's decoder layers (each like the model's last), with
+    their weights and their own cache of every token."""
     weights = 0.0
     kv: Size = 0.0
     state: Size = 0.0
     split = tuple(sorted(degrees.items()))
-    for group in graph.groups:
+    layers = [(group, group.count) for group in graph.groups]
+    if draft_layers:
+        layers.append((graph.draft_group, float(draft_layers)))
+    for group, count in layers:
         layer_weights, layer_kv, layer_state = _layer_bytes(group, split, weight_dtype, kv_dtype)
-        weights += group.count * layer_weights
+        weights += count * layer_weights
         kept = min(context_tokens, group.window) if group.window else context_tokens
-        kv += group.count * sequences * kept * layer_kv
-        state += group.count * sequences * layer_state
+        kv += count * sequences * kept * layer_kv
+        state += count * sequences * layer_state
     ranks = degrees.get("adp", 1)
     weights /= pp
     kv /= pp * ranks

@@ -104,6 +104,11 @@ class StepContext:
         return 1.0 if self.speculation is None else self.speculation.tokens_per_step
 
     @property
+    def draft_layers(self) -> int:
+        """Decoder layers of the speculative-decoding draft head (0 without drafts)."""
+        return 1 if self.speculation is not None and self.speculation.draft_tokens else 0
+
+    @property
     def constants(self) -> KernelConstants:
         """Kernel constants of this GPU."""
         return self.calibration.kernel(self.gpu.name)
@@ -405,6 +410,10 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
     total = _head_cost(ctx=ctx, seqs=micro_seqs)
     for group in ctx.graph.groups:
         total = total + _group_cost(ctx=ctx, group=group, seqs=micro_seqs)
+    prompts = [s for s in micro_seqs if s.new_tokens > 1 and not s.verifying]
+    if ctx.draft_layers and prompts:  # the draft head reads the prompt too (its own cache)
+        total = total + _group_cost(ctx=ctx, group=ctx.graph.draft_group, seqs=prompts) \
+            + _head_cost(ctx=ctx, seqs=prompts)
     stages = float(ctx.pp)
     send = pipeline_send_s(ctx=ctx, tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
     # Stage time = a micro-batch's whole-model time / pp; fill + drain = micro + pp - 1 stages.

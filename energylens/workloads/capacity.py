@@ -43,7 +43,8 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
         trial = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                            degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                            kv_dtype=ctx.kv_dtype, sequences=need.sequences,
-                           context_tokens=need.context_tokens, step_tokens=need.step_tokens)
+                           context_tokens=need.context_tokens, step_tokens=need.step_tokens,
+                           draft_layers=ctx.draft_layers)
         fits = np.asarray(trial.fits)
         take = ~done & (fits | (held <= 1.0))  # one sequence that does not fit: its memory
         capped_batch = value(np.where(take, held, capped_batch))

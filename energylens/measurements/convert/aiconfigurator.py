@@ -68,8 +68,8 @@ set from these pairs, not from the validation error. The acceptance of each draf
 DeepSeek's published 0.85 for natural text: the runs' prompts are random tokens. It is
 fitted (:data:`MTP_ACCEPTANCE`): the value at which the model's TPOT on the B200 campaigns'
 120 rows (two releases, FP8 and NVFP4, 4-256 clients, TP 4-8 and attention DP 4-8) has a
-median log error of zero, 0.670; the H200 campaign (41 rows) held out comes out at 13.9 %
-TPOT MAPE with it (24.9 % at 0.85), and fitted alone gives 0.607 (B200 then 15.3 %;
+median log error of zero, 0.670; the H200 campaign (41 rows) held out comes out at 13.8 %
+TPOT MAPE with it (24.9 % at 0.85), and fitted alone gives 0.611 (B200 then 15.1 %;
 ``benchmarks/fit_mtp_acceptance.py`` reruns both folds). R1's
 GB200 campaign (2025-11-17) has no V3 or earlier release to compare with and is left as
 recorded.

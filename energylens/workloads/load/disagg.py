@@ -77,7 +77,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
     budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs)
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                        sequences=1.0, context_tokens=float(longest), step_tokens=float(budget))
+                        sequences=1.0, context_tokens=float(longest), step_tokens=float(budget),
+                        draft_layers=ctx.draft_layers)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(kv_pool_tokens(ctx, budget=budget),
                                            longest + 2 * BLOCK_TOKENS),
@@ -96,7 +97,7 @@ def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
     per_gpu = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                          degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                          kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=1.0,
-                         step_tokens=1.0).kv_cache_bytes
+                         step_tokens=1.0, draft_layers=ctx.draft_layers).kv_cache_bytes
     ranks = ctx.replica_gpus
     together = ctx.replica_gpus + decode.ctx.replica_gpus
     same_node = ctx.gpu.name == decode.ctx.gpu.name and together <= ctx.gpu.gpus_per_node

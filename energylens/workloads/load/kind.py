@@ -108,7 +108,8 @@ def _memory(ctx: StepContext, *, sequences: float, context_tokens: float,
     return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                       degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                       kv_dtype=ctx.kv_dtype, sequences=sequences,
-                      context_tokens=context_tokens, step_tokens=step_tokens)
+                      context_tokens=context_tokens, step_tokens=step_tokens,
+                      draft_layers=ctx.draft_layers)
 
 
 def kv_bytes_per_token(ctx: StepContext) -> float:
