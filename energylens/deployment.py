@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from energylens.cost.moe import Routing
-from energylens.cost.speculative import Speculation
+from energylens.cost.speculative import DEFAULT_ACCEPTANCE, Speculation
 from energylens.errors import ConfigError, SpecError, UnknownGPUError
 from energylens.hardware import load_gpu
 from energylens.model.config import ModelConfig
@@ -118,10 +118,9 @@ class Deployment:
         """Speculative decoding, or None where each step decodes one token."""
         if self.speculative_tokens == 0:
             return None
-        if self.draft_acceptance is None:
-            return Speculation(draft_tokens=self.speculative_tokens)
         return Speculation(draft_tokens=self.speculative_tokens,
-                           acceptance=self.draft_acceptance)
+                           acceptance=(DEFAULT_ACCEPTANCE if self.draft_acceptance is None
+                                       else self.draft_acceptance))
 
     @property
     def explicit_moe_layout(self) -> bool:
