@@ -326,7 +326,8 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
 
     table = Table(title="Serving runtimes (--runtime)")
     for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
-                   "prompts scheduled", "KV auto", "EP layout", "own all-reduce up to"):
+                   "prompts scheduled", "KV auto", "EP layout", "own all-reduce up to",
+                   "draft heads"):
         table.add_column(column)
     for name in runtime_names():
         r = get_runtime(name)
@@ -335,7 +336,8 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
                       str(r.prefill_chunk_tokens), r.prefill_scheduling, r.auto_kv_dtype,
                       r.expert_parallel_layout,
                       f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
-                      if r.custom_allreduce_max_bytes else "-")
+                      if r.custom_allreduce_max_bytes else "-",
+                      "yes" if r.speculative_decoding else "-")
     console().print(table)
     return 0
 
