@@ -175,3 +175,18 @@ def test_the_draft_head_holds_one_layer_of_weights_and_cache() -> None:
     assert drafted.weights_bytes - plain.weights_bytes == pytest.approx(2 * layer, rel=1e-9)
     assert drafted.kv_cache_bytes == pytest.approx(plain.kv_cache_bytes * 33 / 32, rel=1e-9)
     assert _ctx(drafts=2).draft_layers == 1 and _ctx().draft_layers == 0
+
+
+def test_predict_says_how_many_tokens_a_step_yields(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table view names the speculation it priced (k = 2, a = 0.5: 1.75 tokens); a bad
+    acceptance is one line and exit code 2."""
+    from energylens.cli import main
+
+    assert main(["predict", "--model", LLAMA, "--gpu", "h100", "--speculative-tokens", "2",
+                 "--draft-acceptance", "0.5"]) == 0
+    assert "2 drafts per step, each kept with probability 0.5: 1.75 tokens per step" in \
+        capsys.readouterr().out
+    assert main(["predict", "--model", LLAMA, "--gpu", "h100", "--speculative-tokens", "2",
+                 "--draft-acceptance", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "within [0, 1]" in err and len(err.splitlines()) == 1

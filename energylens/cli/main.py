@@ -160,6 +160,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         found = resolve(args.model)
         if found.weight_dtype is not None:
             console().print(f"model: {found.describe()}", highlight=False)
+    speculation = deployment.speculation
+    if speculation is not None:
+        console().print(f"speculative decoding: {speculation.draft_tokens} drafts per step, "
+                        f"each kept with probability {speculation.acceptance:g}: "
+                        f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
+                        "are per token gained)", highlight=False)
     print_prediction(result, console=console())
     return 0
 
