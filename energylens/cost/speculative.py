@@ -37,6 +37,11 @@ class Speculation:
             raise ConfigError(f"draft acceptance must be within [0, 1], got {self.acceptance}")
 
     @property
+    def draft_layers(self) -> int:
+        """Decoder layers of the draft head (one; none without drafts)."""
+        return 1 if self.draft_tokens else 0
+
+    @property
     def tokens_per_step(self) -> float:
         """Mean tokens a sequence gains per step: 1 + a + ... + a^k."""
         return float(sum(self.acceptance ** i for i in range(self.draft_tokens + 1)))

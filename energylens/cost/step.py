@@ -106,7 +106,7 @@ class StepContext:
     @property
     def draft_layers(self) -> int:
         """Decoder layers of the speculative-decoding draft head (0 without drafts)."""
-        return 1 if self.speculation is not None and self.speculation.draft_tokens else 0
+        return 0 if self.speculation is None else self.speculation.draft_layers
 
     @property
     def constants(self) -> KernelConstants:

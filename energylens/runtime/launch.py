@@ -129,7 +129,8 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
                      degrees=deployment.degrees(model), pp=deployment.pp,
                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, sequences=1.0,
                      context_tokens=1.0, step_tokens=float(runtime.prefill_chunk_tokens),
-                     draft_layers=1 if deployment.speculative_tokens else 0)
+                     draft_layers=(0 if deployment.speculation is None
+                                   else deployment.speculation.draft_layers))
     return engine_share(runtime=runtime, use=use)
 
 
