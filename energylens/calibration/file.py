@@ -176,14 +176,43 @@ def load_calibration(path: str | Path, *, overlay: bool = True) -> Calibration:
     return parse_calibration(data=data, source=str(path), folder=path.parent, overlay=overlay)
 
 
+#: ``Calibration.source`` of the shipped file.
+SHIPPED_SOURCE = f"energylens/data/{SHIPPED}"
+
+
+@cache
+def _shipped_document() -> dict[str, Any] | None:
+    """The shipped calibration file's YAML document, read once (None if there is none)."""
+    shipped = resources.files("energylens.data").joinpath(SHIPPED)
+    if not shipped.is_file():
+        return None
+    data = safe_load(shipped.read_text())
+    return data if isinstance(data, dict) else None
+
+
 @cache
 def default_calibration() -> Calibration:
     """The calibration shipped with the package (built-in defaults if there is none)."""
-    shipped = resources.files("energylens.data").joinpath(SHIPPED)
-    if not shipped.is_file():
+    data = _shipped_document()
+    if data is None:
         return Calibration()
-    return parse_calibration(data=safe_load(shipped.read_text()),
-                             source=f"energylens/data/{SHIPPED}")
+    return parse_calibration(data=data, source=SHIPPED_SOURCE)
+
+
+def calibration_fits(calibration: Calibration) -> dict[str, Any]:
+    """The ``fits`` section (what each fit saw, its errors, the regime folds) of the file
+    ``calibration`` was read from: the shipped one, or a file ``energylens calibrate``
+    wrote; empty for built-in defaults, overlays and files without one."""
+    if calibration.source == SHIPPED_SOURCE:
+        data = _shipped_document()
+    else:
+        path = Path(calibration.source)
+        try:
+            data = safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            data = None
+    fits = data.get("fits") if isinstance(data, dict) else None
+    return fits if isinstance(fits, dict) else {}
 
 
 def resolve_calibration(calibration: Calibration | str | Path | None) -> Calibration:

@@ -7,7 +7,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
@@ -23,6 +23,9 @@ from energylens.workloads.load.cli import (
     pool_prediction,
     write_plot,
 )
+
+if TYPE_CHECKING:
+    from energylens.validation.expected_error import ExpectedError
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -150,8 +153,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     write_plot(args, workload=workload, deployment=deployment)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
+    expected = _expected_error(args, deployment=deployment, workload=workload)
     if args.json:
-        print(json.dumps(result.as_dict()))
+        print(json.dumps({**result.as_dict(),
+                          "expected_error": None if expected is None else expected.as_dict()}))
         return 0
 
     from energylens.cli.tables import print_prediction
@@ -167,7 +172,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
                         "are per token gained)", highlight=False)
     print_prediction(result, console=console())
+    if expected is not None:
+        console().print(expected.line(), highlight=False)
     return 0
+
+
+def _expected_error(args: argparse.Namespace, *, deployment: Deployment,
+                    workload: Workload) -> ExpectedError | None:
+    """The held-out error of predictions like this one (None without regime folds)."""
+    from energylens.calibration.file import resolve_calibration
+    from energylens.hardware import load_gpu
+    from energylens.model.zoo import get_model
+    from energylens.validation.expected_error import expected_error
+
+    return expected_error(model=get_model(args.model), gpu=load_gpu(args.gpu),
+                          deployment=deployment, workload=workload,
+                          calibration=resolve_calibration(args.calibration))
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,

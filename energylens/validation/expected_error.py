@@ -1,0 +1,134 @@
+"""How far off a prediction is likely to be: the held-out error of comparable predictions.
+
+``energylens calibrate`` refits the serving constants with whole regimes of ML.ENERGY's
+measurements left out and predicts them (``energylens.calibration.regimes``): more GPUs
+than it was fitted on, FP8 where it saw BF16, long outputs where it saw chat, a model
+family it never saw, a GPU with no serving rows of its own. A prediction falls in some of
+those held-out regimes; the worst held-out MAPE among them, per metric, is what it should
+expect. Those folds exist for the GPUs with serving rows (H100, B200); any other GPU's
+serving constants are borrowed from a relative, which the ``gpu-generation`` fold measures
+(B200 predicted from H100's constants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from energylens.calibration.file import calibration_fits
+from energylens.cost.constants import Calibration
+from energylens.deployment import Deployment
+from energylens.hardware import GPU
+from energylens.model.config import ModelConfig
+from energylens.workloads import Workload
+
+#: Key prefix of the regime folds in a calibration file's ``fits`` section.
+FOLDS_PREFIX = "regimes/mlenergy/"
+#: Fold metric -> the prediction field it validates (ML.ENERGY's median inter-token
+#: latency is compared with the predicted TPOT).
+METRICS = {"energy_per_token_joules": "energy_per_output_token_j", "median_itl_ms": "tpot_s"}
+#: Weight precisions of the folds' training side ("fit BF16"): 16-bit weights.
+SIXTEEN_BIT = frozenset({"bf16", "bfloat16", "fp16", "float16"})
+#: The task fold fits on ML.ENERGY's chat rows (477-token prompts, assumed; mean outputs
+#: 388-1,464 tokens, measured) and predicts reasoning (outputs of 1,560-11,861) and
+#: fill-in-the-middle (2,048-token prompts): a workload beyond chat's lengths falls in it.
+LONG_OUTPUT_TOKENS = 1_500
+LONG_PROMPT_TOKENS = 1_024
+FAMILY_FOLDS = {"dense": "family: fit MoE, predict dense",
+                "moe": "family: fit dense, predict MoE",
+                "hybrid": "family: fit transformers, predict hybrid Mamba-2"}
+GPU_COUNT_FOLD = "gpu-count: fit 1-2 GPUs, predict 4-8"
+PRECISION_FOLD = "precision: fit BF16, predict FP8/MXFP4"
+TASK_FOLD = "task: fit chat, predict reasoning/FIM"
+GENERATION_REGIME = "gpu-generation"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldOutError:
+    """The held-out MAPE (a share) of one predicted field in the fold that bounds it."""
+
+    field: str
+    mape: float
+    fold: str
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpectedError:
+    """The worst held-out error per field over the folds a prediction falls in."""
+
+    errors: tuple[HeldOutError, ...]
+    folds: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form: per field its MAPE (a share), fold and row count; the folds looked at."""
+        return {**{e.field: {"mape": e.mape, "fold": e.fold, "rows": e.rows}
+                   for e in self.errors},
+                "folds": list(self.folds), "notes": list(self.notes)}
+
+    def line(self) -> str:
+        """One line for the table view."""
+        names = {"energy_per_output_token_j": "energy per output token", "tpot_s": "TPOT"}
+        parts = ", ".join(f"{names[e.field]} {100 * e.mape:.1f} %" for e in self.errors)
+        worst = sorted({e.fold for e in self.errors})
+        text = (f"expected error (held-out MAPE of comparable predictions): {parts} "
+                f"(worst fold: {'; '.join(worst)}; docs/accuracy.md)")
+        return " ".join([text, *self.notes])
+
+
+def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Workload,
+                   calibration: Calibration) -> ExpectedError | None:
+    """The held-out error a prediction of ``model`` on ``gpu`` should expect, from the
+    regime folds in ``calibration``'s file; None where the file has none (built-in
+    defaults, an overlay, a file written without them)."""
+    fits = calibration_fits(calibration)
+    by_gpu = {key[len(FOLDS_PREFIX):]: entry for key, entry in fits.items()
+              if key.startswith(FOLDS_PREFIX) and isinstance(entry, dict)}
+    if not by_gpu:
+        return None
+    if gpu.name in by_gpu:
+        folds = {f"{gpu.name} {name}": by_gpu[gpu.name].get(name)
+                 for name in _regimes(model=model, deployment=deployment, workload=workload)}
+    else:  # serving constants borrowed from a relative: as the gpu-generation fold did
+        folds = {f"{name_gpu} {name}": entry for name_gpu, entries in sorted(by_gpu.items())
+                 for name, entry in entries.items()
+                 if isinstance(entry, dict) and entry.get("regime") == GENERATION_REGIME}
+    errors = [worst for field in METRICS.values()
+              if (worst := _worst(folds=folds, field=field)) is not None]
+    if not errors:
+        return None
+    notes: list[str] = []
+    if deployment.runtime != "vllm":
+        notes.append(f"The folds are vLLM serving rows; {deployment.runtime}'s engine "
+                     "constants are checked in docs/load.md.")
+    return ExpectedError(errors=tuple(errors), folds=tuple(folds), notes=tuple(notes))
+
+
+def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) -> list[str]:
+    """The folds whose held-out side this prediction belongs to."""
+    kind = "hybrid" if model.hybrid is not None else "moe" if model.moe is not None else "dense"
+    names = [FAMILY_FOLDS[kind]]
+    if deployment.total_gpus / deployment.replicas >= 4:
+        names.append(GPU_COUNT_FOLD)
+    dtype = (deployment.weight_dtype or model.weight_dtype or "bf16").lower()
+    if dtype not in SIXTEEN_BIT:
+        names.append(PRECISION_FOLD)
+    if (workload.output_tokens > LONG_OUTPUT_TOKENS
+            or workload.input_tokens > LONG_PROMPT_TOKENS):
+        names.append(TASK_FOLD)
+    return names
+
+
+def _worst(*, folds: dict[str, Any], field: str) -> HeldOutError | None:
+    metric = next(m for m, f in METRICS.items() if f == field)
+    found = [HeldOutError(field=field, mape=float(entry["errors"][metric]["mape"]), fold=name,
+                          rows=int(entry["errors"][metric].get("n", 0)))
+             for name, entry in folds.items()
+             if isinstance(entry, dict)
+             and isinstance(entry.get("errors", {}).get(metric), dict)
+             and entry["errors"][metric].get("mape") is not None]
+    return max(found, key=lambda e: e.mape, default=None)
+
+
+__all__ = ["ExpectedError", "HeldOutError", "expected_error"]

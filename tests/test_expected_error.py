@@ -1,0 +1,130 @@
+"""The expected error a prediction reports: the worst held-out fold it falls in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from energylens.calibration.file import calibration_fits, default_calibration
+from energylens.cost.constants import Calibration
+from energylens.deployment import Deployment
+from energylens.hardware import load_gpu
+from energylens.model.zoo import get_model
+from energylens.validation.expected_error import expected_error
+from energylens.workloads import Workload
+
+
+def _fold(regime: str, energy: float, itl: float, rows: int = 10) -> dict[str, object]:
+    return {"regime": regime, "errors": {
+        "energy_per_token_joules": {"mape": energy, "n": rows},
+        "median_itl_ms": {"mape": itl, "n": rows}}}
+
+
+@pytest.fixture
+def calibration(tmp_path: Path) -> Calibration:
+    """A calibration file whose H100 folds carry hand-chosen errors, one per regime."""
+    folds = {
+        "gpu-count: fit 1-2 GPUs, predict 4-8": _fold("gpu-count", 0.30, 0.05, rows=31),
+        "precision: fit BF16, predict FP8/MXFP4": _fold("precision", 0.10, 0.20),
+        "task: fit chat, predict reasoning/FIM": _fold("task", 0.12, 0.25),
+        "family: fit dense, predict MoE": _fold("family", 0.07, 0.08),
+        "family: fit MoE, predict dense": _fold("family", 0.03, 0.04),
+        "family: fit transformers, predict hybrid Mamba-2": _fold("family", 0.40, 0.50),
+    }
+    generation = {"gpu-generation: fit H100-SXM, predict B200": _fold("gpu-generation", 0.17,
+                                                                       0.14, rows=95)}
+    path = tmp_path / "calibration.yaml"
+    path.write_text(yaml.safe_dump({"fits": {"regimes/mlenergy/H100-SXM": folds,
+                                             "regimes/mlenergy/B200": generation}}))
+    return Calibration(source=str(path))
+
+
+def _expect(calibration: Calibration, *, model: str, gpu: str = "H100",
+            deployment: Deployment | None = None, workload: Workload | None = None):
+    return expected_error(model=get_model(model), gpu=load_gpu(gpu),
+                          deployment=deployment or Deployment(),
+                          workload=workload or Workload(), calibration=calibration)
+
+
+def _by_field(found) -> dict[str, tuple[float, str]]:
+    return {e.field: (e.mape, e.fold) for e in found.errors}
+
+
+def test_dense_one_gpu_chat_is_judged_by_its_family_fold_only(calibration: Calibration) -> None:
+    found = _expect(calibration, model="llama-3.1-8b")
+    assert found.folds == ("H100-SXM family: fit MoE, predict dense",)
+    assert _by_field(found) == {
+        "energy_per_output_token_j": (0.03, "H100-SXM family: fit MoE, predict dense"),
+        "tpot_s": (0.04, "H100-SXM family: fit MoE, predict dense")}
+
+
+def test_each_field_takes_the_worst_fold_the_prediction_falls_in(
+        calibration: Calibration) -> None:
+    # MoE on 8 GPUs in FP8 with long outputs: family, gpu-count, precision and task folds.
+    found = _expect(calibration, model="qwen3-30b-a3b",
+                    deployment=Deployment(num_gpus=8, ep=8, weight_dtype="fp8"),
+                    workload=Workload(output_tokens=4000))
+    assert len(found.folds) == 4
+    assert _by_field(found) == {
+        "energy_per_output_token_j": (0.30, "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8"),
+        "tpot_s": (0.25, "H100-SXM task: fit chat, predict reasoning/FIM")}
+    assert found.as_dict()["energy_per_output_token_j"]["rows"] == 31
+
+
+def test_gpu_count_is_per_replica_and_chat_lengths_stay_out_of_the_task_fold(
+        calibration: Calibration) -> None:
+    # 4 replicas of one GPU: each runs like the 1-GPU rows; 500 tokens out is chat-like.
+    found = _expect(calibration, model="llama-3.1-8b", deployment=Deployment(num_gpus=4, dp=4),
+                    workload=Workload(input_tokens=512, output_tokens=500))
+    assert found.folds == ("H100-SXM family: fit MoE, predict dense",)
+    two = _expect(calibration, model="llama-3.1-8b", deployment=Deployment(num_gpus=4, tp=4))
+    assert "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8" in two.folds
+
+
+def test_hybrid_models_are_judged_by_the_hybrid_fold(calibration: Calibration) -> None:
+    found = _expect(calibration, model="nemotron-nano-9b-v2")
+    assert _by_field(found)["tpot_s"] == (
+        0.50, "H100-SXM family: fit transformers, predict hybrid Mamba-2")
+
+
+def test_a_gpu_without_serving_folds_is_judged_by_the_generation_fold(
+        calibration: Calibration) -> None:
+    found = _expect(calibration, model="llama-3.1-8b", gpu="A100",
+                    deployment=Deployment(runtime="sglang"))
+    assert found.folds == ("B200 gpu-generation: fit H100-SXM, predict B200",)
+    assert _by_field(found)["energy_per_output_token_j"][0] == 0.17
+    assert any("sglang" in note for note in found.notes)  # the folds are vLLM rows
+
+
+def test_no_folds_no_claim(tmp_path: Path) -> None:
+    assert _expect(Calibration(), model="llama-3.1-8b") is None  # built-in defaults
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump({"kernels": {}}))
+    assert _expect(Calibration(source=str(path)), model="llama-3.1-8b") is None
+
+
+def test_the_shipped_calibration_reports_its_own_fold_errors() -> None:
+    shipped = default_calibration()
+    folds = calibration_fits(shipped)["regimes/mlenergy/H100-SXM"]
+    found = _expect(shipped, model="llama-3.1-8b")
+    fold = folds["family: fit MoE, predict dense"]["errors"]
+    assert _by_field(found) == {
+        "energy_per_output_token_j": (fold["energy_per_token_joules"]["mape"],
+                                      "H100-SXM family: fit MoE, predict dense"),
+        "tpot_s": (fold["median_itl_ms"]["mape"], "H100-SXM family: fit MoE, predict dense")}
+
+
+def test_predict_cli_prints_and_serialises_it() -> None:
+    command = [sys.executable, "-m", "energylens.cli", "predict", "--model", "llama-3.1-70b",
+               "--gpu", "H100", "--tp", "4"]
+    out = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert set(out["expected_error"]) >= {"energy_per_output_token_j", "tpot_s", "folds"}
+    assert "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8" in out["expected_error"]["folds"]
+    table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert "expected error (held-out MAPE" in table
