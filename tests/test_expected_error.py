@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -128,3 +129,31 @@ def test_predict_cli_prints_and_serialises_it() -> None:
     assert "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8" in out["expected_error"]["folds"]
     table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert "expected error (held-out MAPE" in table
+
+
+def test_study_report_gives_each_pareto_point_its_expected_error(tmp_path: Path) -> None:
+    from energylens.cli.main import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "knobs": {"tp": {"type": "ordinal", "values": [1, 4], "baseline": 1},
+                  "dtype": {"type": "categorical", "values": ["bf16", "fp8"], "baseline": "bf16"}},
+        "fixed": {"gpu": "B200", "batch": 16}}))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "expected-error-test", "space": "space.yaml", "model": "llama-3.1-8b",
+        "workload": {"kind": "batch", "input_tokens": 256, "output_tokens": 64},
+        "objectives": ["minimize energy_per_output_token_j", "minimize tpot_s"],
+        "engine": "grid", "results": "out"}))
+    assert main(["study", "run", str(study)]) == 0
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    folds = calibration_fits(default_calibration())["regimes/mlenergy/B200"]
+    for row in front.itertuples():
+        expected = [folds["family: fit MoE, predict dense"]]
+        if row.tp == 4:
+            expected.append(folds["gpu-count: fit 1-2 GPUs, predict 4-8"])
+        if row.dtype == "fp8":
+            expected.append(folds["precision: fit BF16, predict FP8/MXFP4"])
+        worst = max(f["errors"]["energy_per_token_joules"]["mape"] for f in expected)
+        assert row.expected_energy_error == pytest.approx(worst)
+        assert "B200" in row.expected_error_folds

@@ -185,6 +185,12 @@ def _with_launch(code: int, args: argparse.Namespace) -> int:
     if written:
         print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
               "launch_command column of pareto.csv)")
+    from energylens.study.front_accuracy import write_front_expected_error
+
+    if write_front_expected_error(results=config.results, problem=problem,
+                                  fixed=dict(config.space.fixed), knobs=tuple(config.space.names)):
+        print(f"expected errors: {config.results / 'pareto.csv'} (held-out MAPE per point: "
+              "expected_energy_error, expected_tpot_error)")
     from energylens.study.load_report import write_load_report
 
     for path in write_load_report(results=config.results, problem=problem, name=config.name,
