@@ -185,9 +185,11 @@ def _expected_error(args: argparse.Namespace, *, deployment: Deployment,
     from energylens.model.zoo import get_model
     from energylens.validation.expected_error import expected_error
 
-    return expected_error(model=get_model(args.model), gpu=load_gpu(args.gpu),
-                          deployment=deployment, workload=workload,
-                          calibration=resolve_calibration(args.calibration))
+    with warnings.catch_warnings():  # a config.json's approximations were reported already
+        warnings.simplefilter("ignore", ModelApproximationWarning)
+        model = get_model(args.model)
+    return expected_error(model=model, gpu=load_gpu(args.gpu), deployment=deployment,
+                          workload=workload, calibration=resolve_calibration(args.calibration))
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,
