@@ -28,7 +28,7 @@ from search.files import ResultsError, claim_results
 from search.frame import distinct_configurations
 from search.knobs import BoolKnob, CategoricalKnob, FloatKnob, IntKnob, Knob
 from search.outcome import completed_trials
-from search.problem import Problem, ProblemSchema
+from search.problem import FrontAnnotator, Problem, ProblemSchema
 from search.rank import rank_optimizations
 from search.report import write_report
 from search.runner import (
@@ -60,6 +60,7 @@ class Application:
         install_driver: How to install a missing database driver module (the command line).
         resume_command: How to continue an interrupted study; ``{study}`` is replaced.
         error_prefix: What error lines start with.
+        annotate_front: Adds columns to each written front (None: none).
     """
 
     problem_factory: ProblemFactory
@@ -67,6 +68,7 @@ class Application:
     install_driver: Callable[[str], str] = lambda module: f"pip install {module}"
     resume_command: str = "resume {study} --trials N"
     error_prefix: str = "error"
+    annotate_front: FrontAnnotator | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,12 +129,12 @@ def cmd_run(
         config = overrides.apply(load_study(study_path, schema=app.schema))
         problem = app.problem_factory(config)
         if config.writes_parquet:
-            return _run_grid(config, problem, overrides.shard_of(), force)
+            return _run_grid(config, problem, overrides.shard_of(), force, app)
         config.budget()  # a grid too large to run whole is refused before anything is created
         refuse_existing(config)
         _claim(config, force)
         study = run_study(config=config, problem=problem, progress=True)
-        _finish(config, study)
+        _finish(config, study, app)
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
@@ -150,7 +152,7 @@ def cmd_resume(study_path: str | Path, *, app: Application, overrides: Overrides
     try:
         config = overrides.apply(load_study(study_path, schema=app.schema))
         if config.writes_parquet:  # a rerun continues after the last complete chunk
-            return _run_grid(config, app.problem_factory(config), overrides.shard_of(), force)
+            return _run_grid(config, app.problem_factory(config), overrides.shard_of(), force, app)
         if overrides.trials is None:
             raise StudyError("--trials: expected the total number of completed trials to reach")
         problem = app.problem_factory(config)
@@ -161,7 +163,7 @@ def cmd_resume(study_path: str | Path, *, app: Application, overrides: Overrides
             open_study(config=config)  # missing study or other definition: refused before writing
             _claim(config, force)
             study = resume_study(config=config, problem=problem, n_trials=overrides.trials, progress=True)
-        _finish(config, study)
+        _finish(config, study, app)
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
@@ -177,11 +179,11 @@ def cmd_report(
         config = overrides.apply(load_study(study_path, schema=app.schema))
         if config.writes_parquet or (has_grid_results(config) and not completed_in_storage(config)):
             _claim(config, force)
-            _print_grid(config, write_grid_report(config=config))
+            _print_grid(config, write_grid_report(config=config, annotate=app.annotate_front))
             return 0
         study = open_study(config=config)
         _claim(config, force)
-        _finish(config, study)
+        _finish(config, study, app)
     except USER_ERRORS as exc:
         return _fail(exc, app)
     return 0
@@ -235,7 +237,7 @@ def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides
     return 0
 
 
-def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool) -> int:
+def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool, app: Application) -> int:
     """Run (or continue) one shard of an exhaustive grid; report once every shard is done.
     Ctrl-C stops after the chunk in flight (exit 130; a rerun continues after it)."""
     _claim(config, force)
@@ -253,7 +255,7 @@ def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool) 
         f"{config.name}: shard {shard}: {state.evaluated:,} of {state.size:,} configurations "
         f"evaluated, {state.feasible:,} feasible, in {exhaustive_folder(config) / shard.folder_name}"
     )
-    report = write_grid_report(config=config)
+    report = write_grid_report(config=config, annotate=app.annotate_front)
     if report.missing:
         console.print(f"shards still to run: {', '.join(report.missing)}; then: study report")
         return 0
@@ -307,8 +309,8 @@ def _interrupted(config: StudyConfig | None, app: Application) -> int:
     return INTERRUPTED
 
 
-def _finish(config: StudyConfig, study: optuna.Study) -> None:
-    report = write_report(config=config, study=study)
+def _finish(config: StudyConfig, study: optuna.Study, app: Application) -> None:
+    report = write_report(config=config, study=study, annotate=app.annotate_front)
     trials, front = report.trials, report.front  # exactly what pareto.csv holds
     columns = [*config.space.names, *(o.metric for o in config.objectives)]
     feasible = trials[trials["feasible"]]

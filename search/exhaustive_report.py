@@ -29,7 +29,7 @@ from search.exhaustive import (
 from search.files import ResultsError, write_atomic
 from search.frame import metric_columns
 from search.plots import plot_pareto, plotted_columns, write_pareto_html
-from search.problem import REASON_COLUMN
+from search.problem import REASON_COLUMN, FrontAnnotator
 
 PLOT_SAMPLE = 20_000
 """Evaluated points drawn behind the front."""
@@ -85,9 +85,9 @@ def shard_states(config: StudyConfig) -> list[ShardState]:
     return [s for s in states if s is not None]
 
 
-def write_grid_report(*, config: StudyConfig) -> GridReport:
-    """Merge the shards' fronts and write ``pareto.csv``, ``pareto.png`` and, with plotly,
-    ``pareto.html`` into ``config.results``.
+def write_grid_report(*, config: StudyConfig, annotate: FrontAnnotator | None = None) -> GridReport:
+    """Merge the shards' fronts and write ``pareto.csv`` (with the columns ``annotate``
+    adds), ``pareto.png`` and, with plotly, ``pareto.html`` into ``config.results``.
 
     Raises:
         ResultsError: see :func:`shard_states`.
@@ -95,6 +95,8 @@ def write_grid_report(*, config: StudyConfig) -> GridReport:
     states = shard_states(config)
     front = merge_fronts(config, [s.front for s in states])
     front = _ordered(config, front)
+    if annotate is not None:
+        front = annotate(config, front)
     folder = config.results
     write_atomic(folder / "pareto.csv", lambda f: front.to_csv(f, index=False))
     sample = _sample(config, [exhaustive_folder(config) / s.shard.folder_name for s in states])

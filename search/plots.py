@@ -14,6 +14,7 @@ from matplotlib.ticker import FuncFormatter
 from search.config import StudyConfig
 from search.files import atomic_path, write_atomic
 from search.pareto import REFERENCE_MARGIN
+from search.problem import ERROR_PREFIX
 
 LOG_AXIS_DECADES = 1.0
 """An axis whose positive values span more than this many decades is drawn in log scale
@@ -82,6 +83,10 @@ def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFr
         drawstyle = "steps-post" if x is None or x.direction == "minimize" else "steps-pre"
         ax.plot(line[xcol], line[ycol], drawstyle=drawstyle, c="tab:red", lw=1.5)
         ax.scatter(line[xcol], line[ycol], s=30, c="tab:red", zorder=3, label="feasible front")
+        xerr, yerr = (_error_bar(line, column) for column in (xcol, ycol))
+        if xerr is not None or yerr is not None:
+            ax.errorbar(line[xcol], line[ycol], xerr=xerr, yerr=yerr, fmt="none", ecolor="tab:red",
+                        alpha=0.5, capsize=2, label="expected error of the front's points")
     elsewhere = []
     for constraint in config.constraints:
         if constraint.metric == ycol:
@@ -100,6 +105,17 @@ def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFr
                  fontsize="medium")
     ax.legend(loc="best", fontsize="small")
     return fig
+
+
+def _error_bar(front: pd.DataFrame, column: str) -> np.ndarray | None:
+    """Absolute error bar of ``column`` at each front point from its relative expected
+    error column (:data:`ERROR_PREFIX` + column; missing values draw none), or None."""
+    relative = front.get(ERROR_PREFIX + column)
+    if relative is None:
+        return None
+    share = pd.to_numeric(relative, errors="coerce").to_numpy(dtype=float)
+    bars = np.abs(front[column].to_numpy(dtype=float)) * share
+    return None if np.isnan(bars).all() else np.nan_to_num(bars)
 
 
 def _plotly_js() -> Path | None:

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
+
+#: Adds columns to a front before ``pareto.csv`` and the Pareto plots are written (an
+#: application's own, e.g. each point's expected error; columns named
+#: :data:`ERROR_PREFIX` + metric get error bars on the plot).
+FrontAnnotator = Callable[["StudyConfig", pd.DataFrame], pd.DataFrame]
+#: A front column ``expected_error_<metric>`` holds the relative error (a share) to expect
+#: of that metric at each point.
+ERROR_PREFIX = "expected_error_"
 
 
 @dataclass

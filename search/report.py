@@ -18,6 +18,7 @@ from search.files import write_atomic
 from search.frame import front_frame, trials_frame
 from search.pareto import bounds, hypervolume_history
 from search.plots import plot_hypervolume, plot_pareto, write_pareto_html
+from search.problem import FrontAnnotator
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,16 +43,20 @@ class Report:
         return [p for p in paths if p is not None]
 
 
-def write_report(*, config: StudyConfig, study: optuna.Study) -> Report:
+def write_report(*, config: StudyConfig, study: optuna.Study,
+                 annotate: FrontAnnotator | None = None) -> Report:
     """Write ``pareto.csv``, ``trials.csv``, ``pareto.png``, ``hypervolume.png`` and, when
     plotly is installed, ``pareto.html`` into ``config.results``.
 
-    ``pareto.csv`` holds the feasible non-dominated configurations only (each once); the
-    hypervolume uses the box of all feasible points (see :mod:`search.pareto`).
+    ``pareto.csv`` holds the feasible non-dominated configurations only (each once), with
+    the columns ``annotate`` adds; the hypervolume uses the box of all feasible points (see
+    :mod:`search.pareto`).
     """
     folder = config.results
     trials = trials_frame(config=config, study=study)
     front = front_frame(config=config, trials=trials)
+    if annotate is not None:
+        front = annotate(config, front)
     write_atomic(folder / "trials.csv", lambda f: trials.to_csv(f, index=False))
     write_atomic(folder / "pareto.csv", lambda f: front.to_csv(f, index=False))
     plot_pareto(config=config, trials=trials, front=front, path=folder / "pareto.png")

@@ -136,3 +136,22 @@ def test_front_lists_each_configuration_once_despite_float_noise(tmp_path) -> No
     ).assign(feasible=True, infeasible_reason="")
     front = front_frame(config=config, trials=trials)
     assert front["number"].tolist() == [0, 2]
+
+
+def test_expected_error_columns_become_error_bars_scaled_by_each_point(tmp_path) -> None:
+    from matplotlib.container import ErrorbarContainer
+
+    from search.problem import ERROR_PREFIX
+
+    config, trials, front = frames(tmp_path, [1.0, 2.0, 5.0, 9.0], [0.04, 0.01, 0.02, 0.08])
+    plain = pareto_figure(config=config, trials=trials, front=front).axes[0]
+    assert not [c for c in plain.containers if isinstance(c, ErrorbarContainer)]
+    front = front.assign(**{ERROR_PREFIX + "latency_s": [0.10, 0.25]})
+    ax = pareto_figure(config=config, trials=trials, front=front).axes[0]
+    (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert bars.has_yerr and not bars.has_xerr
+    segments = bars.lines[2][0].get_segments()  # one vertical segment per front point
+    line = front.sort_values("energy_per_token_j")
+    for (lo, hi), y, share in zip(segments, line["latency_s"], line[ERROR_PREFIX + "latency_s"],
+                                  strict=True):
+        assert (lo[1], hi[1]) == pytest.approx((y * (1 - share), y * (1 + share)))

@@ -39,19 +39,19 @@ class _EngineNames:
 
 def study_problem(config: StudyConfig) -> DeploymentProblem:
     """The objective of a study file (its model, workload, routing and cost table)."""
-    from energylens.study.objective import problem_from_study
+    from energylens.study.objective import study_problem as of_study
 
-    return problem_from_study(problem=config.problem, source=config.source,
-                              params=(*config.space.names, *config.space.fixed))
+    return of_study(config)
 
 
 def _app() -> Application:
+    from energylens.study.front_accuracy import annotate_front
     from energylens.study.objective import SCHEMA
     from search.commands import Application
 
     return Application(problem_factory=study_problem, schema=SCHEMA, install_driver=install_driver,
                        resume_command="energylens study resume {study} --trials N",
-                       error_prefix="energylens: error")
+                       error_prefix="energylens: error", annotate_front=annotate_front)
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
@@ -185,12 +185,6 @@ def _with_launch(code: int, args: argparse.Namespace) -> int:
     if written:
         print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
               "launch_command column of pareto.csv)")
-    from energylens.study.front_accuracy import write_front_expected_error
-
-    if write_front_expected_error(results=config.results, problem=problem,
-                                  fixed=dict(config.space.fixed), knobs=tuple(config.space.names)):
-        print(f"expected errors: {config.results / 'pareto.csv'} (held-out MAPE per point: "
-              "expected_energy_error, expected_tpot_error)")
     from energylens.study.load_report import write_load_report
 
     for path in write_load_report(results=config.results, problem=problem, name=config.name,

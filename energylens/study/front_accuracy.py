@@ -1,31 +1,41 @@
-"""The error to expect of each Pareto point, as columns of a study's ``pareto.csv``.
+"""The error to expect of each Pareto point, as columns of a study's front.
 
-Two points of a front whose energies differ by less than the error either should expect
-are not told apart by the model; the columns say how far each can be trusted
+Two points of a front whose metrics differ by less than the error either should expect are
+not told apart by the model; the columns say how far each can be trusted
 (:func:`energylens.validation.expected_error.expected_error`: the worst held-out regime
-fold the point falls in).
+fold the point falls in). ``search`` writes them into ``pareto.csv`` and draws them as
+error bars on the Pareto plot (:data:`search.problem.ERROR_PREFIX` columns).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energylens.calibration.file import resolve_calibration
 from energylens.errors import ConfigError
 from energylens.hardware import load_gpu
+from energylens.model.hf import ModelApproximationWarning
 from energylens.study.objective import (
     DeploymentProblem,
     deployment_from_params,
+    study_problem,
     workload_from_params,
 )
-from energylens.validation.expected_error import ExpectedError, expected_error
+from energylens.validation.expected_error import METRICS, ExpectedError, expected_error
 from energylens.workloads.load.study import pools_from_params
+from search.problem import ERROR_PREFIX
 
-#: Columns written: held-out MAPE (a share) of energy per output token and of TPOT, and
-#: the folds they come from.
-COLUMNS = ("expected_energy_error", "expected_tpot_error", "expected_error_folds")
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from search.config import StudyConfig
+
+#: The prediction fields with an expected error; their columns are ERROR_PREFIX + field.
+FIELDS = tuple(METRICS.values())
+#: Column naming the folds the errors come from.
+FOLDS_COLUMN = "expected_error_folds"
 
 
 def point_expected_error(*, problem: DeploymentProblem,
@@ -42,34 +52,31 @@ def point_expected_error(*, problem: DeploymentProblem,
                           calibration=resolve_calibration(problem.calibration))
 
 
-def write_front_expected_error(*, results: Path, problem: DeploymentProblem,
-                               fixed: dict[str, Any], knobs: tuple[str, ...]) -> int:
-    """Add :data:`COLUMNS` to ``results/pareto.csv``; the number of points given one."""
-    import pandas as pd
-
-    path = results / "pareto.csv"
-    if not path.is_file():
-        return 0
-    front = pd.read_csv(path)
-    cells: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
+    """``front`` with an expected-error column per field of :data:`FIELDS` (a share; empty
+    where the point has none) and :data:`FOLDS_COLUMN` (a ``search`` front annotator)."""
+    if front.empty:
+        return front
+    knobs, fixed = tuple(config.space.names), dict(config.space.fixed)
+    with warnings.catch_warnings():  # a config.json's approximations were reported already
+        warnings.simplefilter("ignore", ModelApproximationWarning)
+        problem = study_problem(config)
+    cells: dict[str, list[Any]] = {name: [] for name in (*FIELDS, FOLDS_COLUMN)}
     for row in front.to_dict("records"):
         params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
         try:
             found = point_expected_error(problem=problem, params=params)
         except ConfigError:
             found = None
-        fields = {} if found is None else {e.field: e for e in found.errors}
-        energy, tpot = fields.get("energy_per_output_token_j"), fields.get("tpot_s")
-        cells["expected_energy_error"].append(None if energy is None else energy.mape)
-        cells["expected_tpot_error"].append(None if tpot is None else tpot.mape)
-        cells["expected_error_folds"].append(
-            "" if found is None else "; ".join(sorted({e.fold for e in found.errors})))
-    for name, values in cells.items():
-        front[name] = values
-    tmp = path.with_suffix(".csv.tmp")
-    front.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return sum(value is not None for value in cells["expected_energy_error"])
+        errors = {} if found is None else {e.field: e for e in found.errors}
+        for field in FIELDS:
+            cells[field].append(errors[field].mape if field in errors else None)
+        cells[FOLDS_COLUMN].append("; ".join(sorted({e.fold for e in errors.values()})))
+    out = front.copy()
+    for field in FIELDS:
+        out[ERROR_PREFIX + field] = cells[field]
+    out[FOLDS_COLUMN] = cells[FOLDS_COLUMN]
+    return out
 
 
-__all__ = ["COLUMNS", "point_expected_error", "write_front_expected_error"]
+__all__ = ["FIELDS", "FOLDS_COLUMN", "annotate_front", "point_expected_error"]

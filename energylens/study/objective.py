@@ -22,7 +22,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -44,6 +44,9 @@ from energylens.workloads.load.metrics import study_metrics
 from energylens.workloads.load.study import LOAD_KEYS, MODES, load_values, pools_from_params
 from search._schema import suggest
 from search.problem import Evaluation, ProblemSchema, ValueCheck
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
 
 WORKLOAD_KEYS = ("kind", "batch", "input_tokens", "output_tokens", "trace", "moe_skew",
                  *LOAD_KEYS)
@@ -434,3 +437,9 @@ def problem_from_study(*, problem: Mapping[str, Any], source: Path,
         gpu_cost_per_hour=_costs(problem.get("gpu_cost_per_hour", {}), source),
         calibration=None if calibration is None else _calibration(source, calibration),
     )
+
+
+def study_problem(config: StudyConfig) -> DeploymentProblem:
+    """The objective of a loaded study file (its model, workload, routing and cost table)."""
+    return problem_from_study(problem=config.problem, source=config.source,
+                              params=(*config.space.names, *config.space.fixed))
