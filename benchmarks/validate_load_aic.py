@@ -5,6 +5,7 @@ Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--j
        python benchmarks/validate_load_aic.py --prompt-load [--rows CSV]
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
        python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
+       python benchmarks/validate_load_aic.py --write-accuracy [--json RESULT]
 Predicts every row of the shipped measurement CSV
 ``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
@@ -25,6 +26,11 @@ times the model's prefill time of one prompt alone (per replica, rows without at
 DP). A saturated engine approaches 1; a row well above it served its prompts faster than
 one prompt at a time can be computed (prefix-cache hits, shared prompts), which a
 measurement of the engine-free step can confirm (docs/load.md).
+
+``--write-accuracy``: the MAPE table (per engine and GPU, per engine, all rows) as
+``energylens/data/accuracy/aiconfigurator_load.yaml``, which ``predict`` reads to state
+the TTFT and TPOT error to expect of a ``load`` prediction
+(``energylens.validation.expected_error``).
 
 ``--campaigns``: TPOT error per measurement campaign (engine, GPU, model, the engine build
 named in the provenance and the month measured). One model on one GPU and engine measured
@@ -51,8 +57,9 @@ from energylens.errors import EnergyLensError
 from energylens.measurements.user_csv import UnsupportedRow, load_user_csv, row_case
 from energylens.predict import predict
 
-ROWS = (Path(__file__).resolve().parents[1] / "data" / "measurements" / "aiconfigurator"
-        / "silicon_sample_agg.csv")
+REPO = Path(__file__).resolve().parents[1]
+ROWS = REPO / "data" / "measurements" / "aiconfigurator" / "silicon_sample_agg.csv"
+ACCURACY = REPO / "energylens" / "data" / "accuracy" / "aiconfigurator_load.yaml"
 
 
 def _validate(rows: Path) -> dict[str, object]:
@@ -189,6 +196,43 @@ def prompt_load(rows: Path) -> None:
               f"| {sum(x > 1.3 for x in values)} |")
 
 
+def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, source: Path) -> None:
+    """The MAPE (a share) of TTFT and TPOT per (engine, GPU), per engine and over all rows,
+    as the YAML file ``expected_error`` reads (GPU names as ``energylens gpus`` lists them)."""
+    import datetime
+
+    import yaml
+
+    from energylens.hardware import load_gpu
+
+    def entry(rows: list[dict[str, list[float]]]) -> dict[str, float]:
+        ttft = [e for group in rows for e in group["ttft_s"]]
+        tpot = [e for group in rows for e in group["tpot_s"]]
+        return {"rows": len(ttft), "ttft_s": round(statistics.mean(ttft) / 100, 4),
+                "tpot_s": round(statistics.mean(tpot) / 100, 4)}
+
+    engines = sorted({engine for engine, _ in errors})
+    document = {
+        "generated_by": "python benchmarks/validate_load_aic.py --write-accuracy",
+        "date": datetime.date.today().isoformat(),
+        "source": str(source.resolve().relative_to(REPO)) if source.resolve().is_relative_to(REPO)
+        else str(source),
+        "what": "MAPE (a share) of the load kind's mean TTFT and TPOT on AIConfigurator's measured "
+                "aggregated serving rows (closed loops of client concurrency 1-1024, fixed "
+                "lengths), predicted with the shipped calibration, which was not fitted on them "
+                "(except the draft acceptance of three TensorRT-LLM DeepSeek-R1 campaigns, "
+                "docs/load.md)",
+        "groups": [{"runtime": engine, "gpu": load_gpu(gpu).name, **entry([group])}
+                   for (engine, gpu), group in sorted(errors.items())],
+        "runtimes": {engine: entry([g for (e, _), g in errors.items() if e == engine])
+                     for engine in engines},
+        "all": entry(list(errors.values())),
+    }
+    ACCURACY.parent.mkdir(parents=True, exist_ok=True)
+    ACCURACY.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    print(f"wrote {ACCURACY}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     source = parser.add_mutually_exclusive_group()
@@ -201,6 +245,8 @@ def main() -> None:
                         help="per campaign, the prompt work rows report over their capacity")
     parser.add_argument("--campaigns", action="store_true",
                         help="TPOT error per measurement campaign instead of per engine/GPU")
+    parser.add_argument("--write-accuracy", action="store_true",
+                        help=f"write the MAPE table to {ACCURACY.relative_to(REPO)}")
     args = parser.parse_args()
     if args.prefill_ratio:
         prefill_ratio(args.rows)
@@ -239,6 +285,8 @@ def main() -> None:
     if every:
         print(f"| all | | {len(every['ttft_s'])} | {statistics.mean(every['ttft_s']):.1f} % | "
               f"| {statistics.mean(every['tpot_s']):.1f} % | |")
+    if args.write_accuracy:
+        write_accuracy(errors, source=args.silicon or args.rows)
     print("\nleft out:")
     for reason, count in left_out.most_common():
         print(f"- {count} rows: {reason}")

@@ -162,3 +162,41 @@ def test_study_report_gives_each_pareto_point_its_expected_error(tmp_path: Path)
         assert "B200" in row.expected_error_folds
     assert main(["study", "report", str(study)]) == 0  # a rewritten report keeps them
     assert "expected_error_tpot_s" in pd.read_csv(tmp_path / "out" / "pareto.csv").columns
+
+
+def _load_table() -> dict:
+    from importlib import resources
+
+    return yaml.safe_load(resources.files("energylens.data").joinpath(
+        "accuracy/aiconfigurator_load.yaml").read_text())
+
+
+def test_a_load_prediction_adds_ttft_and_tpot_under_load_of_its_runtime_and_gpu(
+        calibration: Calibration) -> None:
+    table = _load_table()
+    group = next(g for g in table["groups"] if (g["runtime"], g["gpu"]) == ("trtllm", "H100-SXM"))
+    found = _expect(calibration, model="llama-3.1-8b",
+                    deployment=Deployment(runtime="trtllm"),
+                    workload=Workload(kind="load", concurrency=8))
+    fields = _by_field(found)
+    assert fields["ttft_s"] == (group["ttft_s"], "AIConfigurator serving rows under load "
+                                                 "(trtllm on H100-SXM)")
+    # TPOT: the worse of the family fold's (0.04 in the fixture) and the one under load
+    assert fields["tpot_s"][0] == max(0.04, group["tpot_s"])
+    assert fields["energy_per_output_token_j"][0] == 0.03  # energy: the folds only
+    assert any("AIConfigurator" in fold for fold in found.folds)
+    assert not found.notes  # the runtime was checked under load: no pointer needed
+    # a static batch of the same deployment has no TTFT claim
+    assert "ttft_s" not in _by_field(_expect(calibration, model="llama-3.1-8b",
+                                             deployment=Deployment(runtime="trtllm")))
+
+
+def test_a_gpu_the_load_rows_lack_takes_its_runtimes_figure_over_every_gpu(
+        calibration: Calibration) -> None:
+    table = _load_table()
+    assert not any(g["gpu"] == "A100-80GB-SXM" for g in table["groups"])
+    found = _expect(calibration, model="llama-3.1-8b", gpu="A100",
+                    workload=Workload(kind="load", concurrency=8))
+    assert _by_field(found)["ttft_s"] == (
+        table["runtimes"]["vllm"]["ttft_s"],
+        "AIConfigurator serving rows under load (vllm, every GPU measured)")

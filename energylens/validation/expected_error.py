@@ -7,12 +7,16 @@ family it never saw, a GPU with no serving rows of its own. A prediction falls i
 those held-out regimes; the worst held-out MAPE among them, per metric, is what it should
 expect. Those folds exist for the GPUs with serving rows (H100, B200); any other GPU's
 serving constants are borrowed from a relative, which the ``gpu-generation`` fold measures
-(B200 predicted from H100's constants).
+(B200 predicted from H100's constants). A prediction under load (``load`` workload) adds
+the TTFT and TPOT errors of its runtime on AIConfigurator's measured serving rows (its GPU's
+when measured, else the runtime's over every GPU), which no constant was fitted on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from energylens.calibration.file import calibration_fits
@@ -21,6 +25,7 @@ from energylens.deployment import Deployment
 from energylens.hardware import GPU
 from energylens.model.config import ModelConfig
 from energylens.workloads import Workload
+from energylens.yamlfile import safe_load
 
 #: Key prefix of the regime folds in a calibration file's ``fits`` section.
 FOLDS_PREFIX = "regimes/mlenergy/"
@@ -41,6 +46,9 @@ GPU_COUNT_FOLD = "gpu-count: fit 1-2 GPUs, predict 4-8"
 PRECISION_FOLD = "precision: fit BF16, predict FP8/MXFP4"
 TASK_FOLD = "task: fit chat, predict reasoning/FIM"
 GENERATION_REGIME = "gpu-generation"
+#: TTFT and TPOT under load, per (runtime, GPU), measured against AIConfigurator's serving
+#: rows (written by ``benchmarks/validate_load_aic.py --write-accuracy``).
+LOAD_ACCURACY = "accuracy/aiconfigurator_load.yaml"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,11 +77,14 @@ class ExpectedError:
 
     def line(self) -> str:
         """One line for the table view."""
-        names = {"energy_per_output_token_j": "energy per output token", "tpot_s": "TPOT"}
+        names = {"energy_per_output_token_j": "energy per output token", "tpot_s": "TPOT",
+                 "ttft_s": "TTFT"}
         parts = ", ".join(f"{names[e.field]} {100 * e.mape:.1f} %" for e in self.errors)
         worst = sorted({e.fold for e in self.errors})
+        docs = "docs/accuracy.md, docs/load.md" if any(
+            e.field == "ttft_s" for e in self.errors) else "docs/accuracy.md"
         text = (f"expected error (held-out MAPE of comparable predictions): {parts} "
-                f"(worst fold: {'; '.join(worst)}; docs/accuracy.md)")
+                f"(worst fold: {'; '.join(worst)}; {docs})")
         return " ".join([text, *self.notes])
 
 
@@ -96,13 +107,17 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
                  if isinstance(entry, dict) and entry.get("regime") == GENERATION_REGIME}
     errors = [worst for field in METRICS.values()
               if (worst := _worst(folds=folds, field=field)) is not None]
+    looked_at = tuple(folds)
+    if workload.kind == "load":
+        errors = _with_load(errors, runtime=deployment.runtime, gpu=gpu.name)
+        looked_at += tuple(sorted({e.fold for e in errors} - set(folds)))
     if not errors:
         return None
     notes: list[str] = []
-    if deployment.runtime != "vllm":
+    if deployment.runtime != "vllm" and not any(e.field == "ttft_s" for e in errors):
         notes.append(f"The folds are vLLM serving rows; {deployment.runtime}'s engine "
-                     "constants are checked in docs/load.md.")
-    return ExpectedError(errors=tuple(errors), folds=tuple(folds), notes=tuple(notes))
+                     "constants are checked under load in docs/load.md.")
+    return ExpectedError(errors=tuple(errors), folds=looked_at, notes=tuple(notes))
 
 
 def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) -> list[str]:
@@ -118,6 +133,35 @@ def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) 
             or workload.input_tokens > LONG_PROMPT_TOKENS):
         names.append(TASK_FOLD)
     return names
+
+
+@cache
+def _load_accuracy() -> dict[str, Any]:
+    """The shipped table of TTFT/TPOT errors under load (empty if there is none)."""
+    found = resources.files("energylens.data").joinpath(LOAD_ACCURACY)
+    data = safe_load(found.read_text()) if found.is_file() else None
+    return data if isinstance(data, dict) else {}
+
+
+def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str) -> list[HeldOutError]:
+    """``errors`` with the TTFT error under load and the TPOT error the worse of the fold's
+    and the one under load, from the runtime's rows on ``gpu`` (or on every GPU)."""
+    table = _load_accuracy()
+    group = next((g for g in table.get("groups", [])
+                  if g.get("runtime") == runtime and g.get("gpu") == gpu), None)
+    where = f"{runtime} on {gpu}"
+    if group is None:
+        group, where = table.get("runtimes", {}).get(runtime), f"{runtime}, every GPU measured"
+    if not isinstance(group, dict):
+        return errors
+    basis = f"AIConfigurator serving rows under load ({where})"
+    rows = int(group.get("rows", 0))
+    out = [e for e in errors if e.field != "tpot_s"]
+    out.append(HeldOutError(field="ttft_s", mape=float(group["ttft_s"]), fold=basis, rows=rows))
+    under_load = HeldOutError(field="tpot_s", mape=float(group["tpot_s"]), fold=basis, rows=rows)
+    fold = next((e for e in errors if e.field == "tpot_s"), None)
+    out.append(under_load if fold is None or under_load.mape >= fold.mape else fold)
+    return out
 
 
 def _worst(*, folds: dict[str, Any], field: str) -> HeldOutError | None:
