@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
     from search.config import StudyConfig
 
-#: The prediction fields with an expected error; their columns are ERROR_PREFIX + field.
-FIELDS = tuple(METRICS.values())
+#: The prediction fields with an expected error (TTFT: under load only); their columns are
+#: ERROR_PREFIX + field, written when some point has a value.
+FIELDS = (*METRICS.values(), "ttft_s")
 #: Column naming the folds the errors come from.
 FOLDS_COLUMN = "expected_error_folds"
 
@@ -53,8 +54,9 @@ def point_expected_error(*, problem: DeploymentProblem,
 
 
 def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
-    """``front`` with an expected-error column per field of :data:`FIELDS` (a share; empty
-    where the point has none) and :data:`FOLDS_COLUMN` (a ``search`` front annotator)."""
+    """``front`` with an expected-error column per field of :data:`FIELDS` that some point
+    has (a share; empty where a point has none) and :data:`FOLDS_COLUMN` (a ``search``
+    front annotator)."""
     if front.empty:
         return front
     knobs, fixed = tuple(config.space.names), dict(config.space.fixed)
@@ -74,7 +76,8 @@ def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
         cells[FOLDS_COLUMN].append("; ".join(sorted({e.fold for e in errors.values()})))
     out = front.copy()
     for field in FIELDS:
-        out[ERROR_PREFIX + field] = cells[field]
+        if any(value is not None for value in cells[field]):
+            out[ERROR_PREFIX + field] = cells[field]
     out[FOLDS_COLUMN] = cells[FOLDS_COLUMN]
     return out
 
