@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -205,12 +205,23 @@ def calibration_fits(calibration: Calibration) -> dict[str, Any]:
     wrote; empty for built-in defaults, overlays and files without one."""
     if calibration.source == SHIPPED_SOURCE:
         data = _shipped_document()
-    else:
-        path = Path(calibration.source)
-        try:
-            data = safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            data = None
+        fits = data.get("fits") if isinstance(data, dict) else None
+        return fits if isinstance(fits, dict) else {}
+    path = Path(calibration.source)
+    try:
+        stamp = path.stat().st_mtime_ns if path.is_file() else None
+    except OSError:
+        stamp = None
+    return {} if stamp is None else _file_fits(str(path.resolve()), stamp)
+
+
+@lru_cache(maxsize=8)
+def _file_fits(path: str, stamp: int) -> dict[str, Any]:
+    """The ``fits`` section of a calibration file, read once per path and modification."""
+    try:
+        data = safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
     fits = data.get("fits") if isinstance(data, dict) else None
     return fits if isinstance(fits, dict) else {}
 
