@@ -178,9 +178,12 @@ def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.Da
     data += [_points(points, xcol, ycol, hover(points), mode="markers", name=name, marker={"size": 6})
              for name, points in groups]
     line = front.sort_values(xcol)
+    bars = {f"error_{axis}": {"type": "data", "array": err.tolist(), "visible": True}
+            for axis, column in (("x", xcol), ("y", ycol))
+            if (err := _error_bar(line, column)) is not None}
     data.append(_points(line, xcol, ycol, hover(line.assign(infeasible_reason="")),
                         mode="lines+markers", name="feasible front",
-                        line={"color": "red", "shape": "hv"}))
+                        line={"color": "red", "shape": "hv"}, **bars))
     shapes, notes = [], []
     for constraint in config.constraints:
         axis = "y" if constraint.metric == ycol else "x" if constraint.metric == xcol else None
