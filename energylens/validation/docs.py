@@ -339,6 +339,13 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "",
         *_regime_rows(report),
         "",
+        "`energylens predict` states the error to expect of each prediction from these folds: "
+        "per metric the worst fold whose held-out side the prediction falls in (its model "
+        "family's always; gpu-count at 4 or more GPUs per replica; precision below 16-bit "
+        "weights; task for outputs over 1,500 or prompts over 1,024 tokens; gpu-generation "
+        "for a GPU with no serving rows of its own), and study reports carry it per Pareto "
+        "point (`energylens/validation/expected_error.py`).",
+        "",
         "## Fitted constants",
         "",
         *_constants(report),
