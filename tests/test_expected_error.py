@@ -39,9 +39,16 @@ def calibration(tmp_path: Path) -> Calibration:
     }
     generation = {"gpu-generation: fit H100-SXM, predict B200": _fold("gpu-generation", 0.17,
                                                                        0.14, rows=95)}
+    bench = {  # LLM-Inference-Bench entries as calibrate writes them
+        "llm-inference-bench/vllm/H100-SXM": {
+            "in_sample": {"latency_s": {"mape": 0.22, "n": 369}},
+            "notes": ["vllm: predicted with its shipped constants, not fitted here"]},
+        "llm-inference-bench/trtllm/A100-80GB-SXM": {
+            "in_sample": {"latency_s": {"mape": 0.147, "n": 256}},
+            "leave_one_model_out": {"latency_s": {"mape": 0.153, "n": 256}}}}
     path = tmp_path / "calibration.yaml"
     path.write_text(yaml.safe_dump({"fits": {"regimes/mlenergy/H100-SXM": folds,
-                                             "regimes/mlenergy/B200": generation}}))
+                                             "regimes/mlenergy/B200": generation, **bench}}))
     return Calibration(source=str(path))
 
 
@@ -49,7 +56,7 @@ def _expect(calibration: Calibration, *, model: str, gpu: str = "H100",
             deployment: Deployment | None = None, workload: Workload | None = None):
     return expected_error(model=get_model(model), gpu=load_gpu(gpu),
                           deployment=deployment or Deployment(),
-                          workload=workload or Workload(), calibration=calibration)
+                          workload=workload or Workload(kind="serving"), calibration=calibration)
 
 
 def _by_field(found) -> dict[str, tuple[float, str]]:
@@ -69,7 +76,7 @@ def test_each_field_takes_the_worst_fold_the_prediction_falls_in(
     # MoE on 8 GPUs in FP8 with long outputs: family, gpu-count, precision and task folds.
     found = _expect(calibration, model="qwen3-30b-a3b",
                     deployment=Deployment(num_gpus=8, ep=8, weight_dtype="fp8"),
-                    workload=Workload(output_tokens=4000))
+                    workload=Workload(kind="serving", output_tokens=4000))
     assert len(found.folds) == 4
     assert _by_field(found) == {
         "energy_per_output_token_j": (0.30, "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8"),
@@ -81,7 +88,7 @@ def test_gpu_count_is_per_replica_and_chat_lengths_stay_out_of_the_task_fold(
         calibration: Calibration) -> None:
     # 4 replicas of one GPU: each runs like the 1-GPU rows; 500 tokens out is chat-like.
     found = _expect(calibration, model="llama-3.1-8b", deployment=Deployment(num_gpus=4, dp=4),
-                    workload=Workload(input_tokens=512, output_tokens=500))
+                    workload=Workload(kind="serving", input_tokens=512, output_tokens=500))
     assert found.folds == ("H100-SXM family: fit MoE, predict dense",)
     two = _expect(calibration, model="llama-3.1-8b", deployment=Deployment(num_gpus=4, tp=4))
     assert "H100-SXM gpu-count: fit 1-2 GPUs, predict 4-8" in two.folds
@@ -189,7 +196,8 @@ def test_a_load_prediction_adds_ttft_and_tpot_under_load_of_its_runtime_and_gpu(
     assert not found.notes  # the runtime was checked under load: no pointer needed
     # a static batch of the same deployment has no TTFT claim
     assert "ttft_s" not in _by_field(_expect(calibration, model="llama-3.1-8b",
-                                             deployment=Deployment(runtime="trtllm")))
+                                             deployment=Deployment(runtime="trtllm"),
+                                             workload=Workload(kind="batch")))
 
 
 def test_a_gpu_the_load_rows_lack_takes_its_runtimes_figure_over_every_gpu(
@@ -201,3 +209,23 @@ def test_a_gpu_the_load_rows_lack_takes_its_runtimes_figure_over_every_gpu(
     assert _by_field(found)["ttft_s"] == (
         table["runtimes"]["vllm"]["ttft_s"],
         "AIConfigurator serving rows under load (vllm, every GPU measured)")
+
+
+def test_static_batches_add_the_benchs_latency_error_of_their_runtime_and_gpu(
+        calibration: Calibration) -> None:
+    found = _expect(calibration, model="llama-3.1-8b", workload=Workload(kind="batch"))
+    assert _by_field(found)["static_batch_latency_s"] == (
+        0.22, "LLM-Inference-Bench static batches (vllm on H100-SXM, not fitted on)")
+    # steady-state serving on a GPU with folds: the folds are the comparable measurement
+    serving = _expect(calibration, model="llama-3.1-8b")
+    assert "static_batch_latency_s" not in _by_field(serving)
+    # a GPU without folds: the bench is its only measurement, whatever the workload
+    # (held out by model where calibrate fitted the runtime on the bench)
+    a100 = _expect(calibration, model="llama-3.1-8b", gpu="A100",
+                   deployment=Deployment(runtime="trtllm"), workload=Workload(kind="serving"))
+    assert _by_field(a100)["static_batch_latency_s"] == (
+        0.153, "LLM-Inference-Bench static batches (trtllm on A100-80GB-SXM, held out by model)")
+    # no bench rows of this runtime on this GPU: no claim
+    assert "static_batch_latency_s" not in _by_field(_expect(
+        calibration, model="llama-3.1-8b", deployment=Deployment(runtime="sglang"),
+        workload=Workload(kind="batch")))

@@ -343,7 +343,9 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "per metric the worst fold whose held-out side the prediction falls in (its model "
         "family's always; gpu-count at 4 or more GPUs per replica; precision below 16-bit "
         "weights; task for outputs over 1,500 or prompts over 1,024 tokens; gpu-generation "
-        "for a GPU with no serving rows of its own), and study reports carry it per Pareto "
+        "for a GPU with no serving rows of its own; static batches, and GPUs without folds, "
+        "add their runtime's LLM-Inference-Bench latency error on that GPU; a load adds "
+        "TTFT and TPOT on AIConfigurator's rows), and study reports carry it per Pareto "
         "point (`energylens/validation/expected_error.py`).",
         "",
         "## Fitted constants",

@@ -9,7 +9,10 @@ expect. Those folds exist for the GPUs with serving rows (H100, B200); any other
 serving constants are borrowed from a relative, which the ``gpu-generation`` fold measures
 (B200 predicted from H100's constants). A prediction under load (``load`` workload) adds
 the TTFT and TPOT errors of its runtime on AIConfigurator's measured serving rows (its GPU's
-when measured, else the runtime's over every GPU), which no constant was fitted on.
+when measured, else the runtime's over every GPU), which no constant was fitted on. A
+static batch, and any prediction on a GPU without regime folds, adds the end-to-end latency
+error of its runtime's static batches on its GPU in LLM-Inference-Bench, where the bench
+ran them (held out by model where calibrate fitted the runtime there).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ GPU_COUNT_FOLD = "gpu-count: fit 1-2 GPUs, predict 4-8"
 PRECISION_FOLD = "precision: fit BF16, predict FP8/MXFP4"
 TASK_FOLD = "task: fit chat, predict reasoning/FIM"
 GENERATION_REGIME = "gpu-generation"
+#: Key prefix of calibrate's LLM-Inference-Bench fits (static batches per runtime and GPU),
+#: and the field their end-to-end latency error is reported as.
+BENCH_PREFIX = "llm-inference-bench/"
+STATIC_BATCH_FIELD = "static_batch_latency_s"
 #: TTFT and TPOT under load, per (runtime, GPU), measured against AIConfigurator's serving
 #: rows (written by ``benchmarks/validate_load_aic.py --write-accuracy``).
 LOAD_ACCURACY = "accuracy/aiconfigurator_load.yaml"
@@ -78,7 +85,7 @@ class ExpectedError:
     def line(self) -> str:
         """One line for the table view."""
         names = {"energy_per_output_token_j": "energy per output token", "tpot_s": "TPOT",
-                 "ttft_s": "TTFT"}
+                 "ttft_s": "TTFT", STATIC_BATCH_FIELD: "static-batch latency"}
         parts = ", ".join(f"{names[e.field]} {100 * e.mape:.1f} %" for e in self.errors)
         worst = sorted({e.fold for e in self.errors})
         docs = "docs/accuracy.md, docs/load.md" if any(
@@ -108,6 +115,11 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
     errors = [worst for field in METRICS.values()
               if (worst := _worst(folds=folds, field=field)) is not None]
     looked_at = tuple(folds)
+    if workload.kind == "batch" or gpu.name not in by_gpu:
+        bench = _bench_error(fits=fits, runtime=deployment.runtime, gpu=gpu.name)
+        if bench is not None:
+            errors.append(bench)
+            looked_at += (bench.fold,)
     if workload.kind == "load":
         errors = _with_load(errors, runtime=deployment.runtime, gpu=gpu.name)
         looked_at += tuple(sorted({e.fold for e in errors} - set(folds)))
@@ -133,6 +145,27 @@ def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) 
             or workload.input_tokens > LONG_PROMPT_TOKENS):
         names.append(TASK_FOLD)
     return names
+
+
+def _bench_error(*, fits: dict[str, Any], runtime: str, gpu: str) -> HeldOutError | None:
+    """End-to-end latency error of ``runtime``'s static batches on ``gpu`` in
+    LLM-Inference-Bench (``calibrate``'s ``llm-inference-bench/<runtime>/<gpu>`` entry: held
+    out by model where the runtime was fitted there; its own rows where it was not)."""
+    entry = fits.get(f"{BENCH_PREFIX}{runtime}/{gpu}")
+    if not isinstance(entry, dict):
+        return None
+    held = entry.get("leave_one_model_out", {}).get("latency_s")
+    if isinstance(held, dict):
+        found, how = held, "held out by model"
+    else:
+        unfitted = any("not fitted" in str(note) for note in entry.get("notes", []))
+        found, how = (entry.get("in_sample", {}).get("latency_s"),
+                      "not fitted on" if unfitted else "in-sample")
+    if not isinstance(found, dict) or found.get("mape") is None:
+        return None
+    return HeldOutError(field=STATIC_BATCH_FIELD, mape=float(found["mape"]),
+                        rows=int(found.get("n", 0)),
+                        fold=f"LLM-Inference-Bench static batches ({runtime} on {gpu}, {how})")
 
 
 @cache
