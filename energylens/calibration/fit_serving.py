@@ -76,9 +76,10 @@ class ServingRow:
 
 def fitted_rows(rows: list[ServingRow]) -> list[ServingRow]:
     """The rows a fit may use: transformer rows of GPU-paced runs in tensor-parallel
-    attention layouts. Only predicted: hybrid Mamba-2 rows (their prefill path is not
-    modelled), host-bound runs, and data-parallel attention rows (vLLM 0.11's DP + EP runs
-    far below what its kernels allow: throughput flat in the batch, ITL not monotonic)."""
+    attention layouts. Only predicted: hybrid Mamba-2 rows (kept out so that the family fold
+    predicts a family no fit has seen), host-bound runs, and data-parallel attention rows
+    (vLLM 0.11's DP + EP runs far below what its kernels allow: throughput flat in the
+    batch, ITL not monotonic)."""
     return [r for r in rows if model_kind(r) != "hybrid" and not r.host_bound
             and r.case.deployment.attention_dp == 1]
 
@@ -234,8 +235,8 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
     hybrid = sum(model_kind(r) == "hybrid" for r in feasible)
     notes = [f"{skipped} row(s) of {gpu} not modelled (reason per row in `energylens validate`)",
              f"{len(rows) - len(feasible)} row(s) infeasible in the memory model, not fitted",
-             f"{hybrid} row(s) of hybrid Mamba-2 models never fitted (their prefill path is not "
-             f"modelled; the family fold predicts them)",
+             f"{hybrid} row(s) of hybrid Mamba-2 models never fitted (the family fold "
+             f"predicts them unseen)",
              f"{len(feasible) - len(kept) - hybrid} row(s) of host-bound runs or "
              f"data-parallel attention layouts never fitted"]
     rows = kept

@@ -243,7 +243,7 @@ def _regressions() -> list[str]:
 
 #: ML.ENERGY row groups predicted but never fitted, and why (energylens/calibration/fit_serving.py).
 UNFITTED_GROUPS = {
-    "hybrid": "hybrid Mamba-2 models (their prefill path is not modelled)",
+    "hybrid": "hybrid Mamba-2 models (kept out of every fit: the family fold predicts them unseen)",
     "host-bound": "runs the host paced (energylens/measurements/mlenergy_screen.py)",
     "dp-attention": "vLLM data-parallel attention + EP (throughput flat in the batch)",
 }
