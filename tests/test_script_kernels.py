@@ -47,3 +47,49 @@ def test_a_step_price_is_the_model_step_plus_the_script_kernels() -> None:
     assert price.latency_s == pytest.approx(float(model.latency_s) + extra_s, rel=1e-12)
     floor = min(ctx.constants.elementwise_overhead_s, ctx.constants.activation_overhead_s)
     assert extra_s >= 32 * 15 * floor
+
+
+def _run_folder(path, rows: list[tuple[str, int, int, int, float]]) -> None:
+    import json
+
+    path.mkdir(parents=True)
+    (path / "device.json").write_text(json.dumps({"name": "NVIDIA H100 80GB HBM3"}))
+    lines = ["dtype,layer,m,n,k,time_s,weight_bytes"]
+    lines += [f"{d},x,{m},{n},{k},{t},1" for d, m, n, k, t in rows]
+    (path / "gemm.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_the_scripts_fp8_gemms_are_priced_at_the_measured_cublas_ratio(tmp_path) -> None:
+    from energylens.measurements.energylens_gpu import StepFile
+    from energylens.validation.steps import file_calibration, script_fp8_ratio
+
+    gpu = load_gpu("H100")
+    peak = gpu.dense_flops_per_s["fp8"] / gpu.dense_flops_per_s["bf16"]  # 2 on H100
+    # FP8 at 1.8x and 1.6x BF16's speed on compute-bound shapes: ratios 0.9 and 0.8, median
+    # 0.85; the m = 8 shape is memory-bound and a shape timed in one dtype has no pair.
+    _run_folder(tmp_path / "h100-sxm" / "kernels", [
+        ("bf16", 4096, 4096, 4096, 1.8e-3), ("fp8", 4096, 4096, 4096, 1.0e-3),
+        ("bf16", 8192, 4096, 4096, 3.2e-3), ("fp8", 8192, 4096, 4096, 2.0e-3),
+        ("bf16", 8, 4096, 4096, 2.0e-5), ("fp8", 8, 4096, 4096, 1.0e-5),
+        ("fp8", 2048, 2048, 2048, 1.0e-6)])
+    steps = tmp_path / "h100-sxm" / "steps" / "steps_fp8.csv"
+    steps.parent.mkdir()
+    file = StepFile(path=steps, device_name=None, folder_gpu="h100-sxm", weight_dtype="fp8",
+                    steps=(), idle_power_w=(), failed=0)
+    ratio = script_fp8_ratio(file=file, gpu=gpu)
+    assert ratio == pytest.approx(((1.8 / 1.0) / peak + (3.2 / 2.0) / peak) / 2)
+    cal = default_calibration()
+    assert file_calibration(file=file, gpu=gpu, calibration=cal).kernel(
+        gpu.name).fp8_gemm_efficiency_ratio == pytest.approx(ratio)
+    # a BF16 file, or no GEMM tables beside it: the shipped ratio
+    bf16 = StepFile(path=steps.with_name("steps_bf16.csv"), device_name=None,
+                    folder_gpu="h100-sxm", weight_dtype="bf16", steps=(), idle_power_w=(),
+                    failed=0)
+    shipped = cal.kernel(gpu.name).fp8_gemm_efficiency_ratio
+    assert file_calibration(file=bf16, gpu=gpu, calibration=cal).kernel(
+        gpu.name).fp8_gemm_efficiency_ratio == shipped
+    lone = tmp_path / "other" / "steps" / "steps_fp8.csv"
+    lone.parent.mkdir(parents=True)
+    assert script_fp8_ratio(file=StepFile(path=lone, device_name=None, folder_gpu="other",
+                                          weight_dtype="fp8", steps=(), idle_power_w=(),
+                                          failed=0), gpu=gpu) is None

@@ -17,7 +17,7 @@ from energylens.errors import MeasurementError
 from energylens.hardware import load_gpu
 from energylens.measurements.energylens_gpu import load_step_files
 from energylens.validation.script_kernels import script_overhead
-from energylens.validation.steps import price_step, steps_context, validate_steps
+from energylens.validation.steps import file_calibration, price_step, steps_context, validate_steps
 
 DATA = Path(__file__).resolve().parents[1] / "data/measurements/energylens-gpu"
 H100_RUN = DATA / "h100-sxm/2026-11-27-b"
@@ -86,7 +86,10 @@ def test_the_report_prices_each_row_as_price_step_does():
     report = validate_steps(path=H100_RUN / "steps_fp8.csv")
     row = next(r for r in report.rows if r.phase == "decode" and r.batch == 64
                and r.context == 4096)
-    ctx = steps_context(gpu=H100, dtype="fp8", calibration=default_calibration())
+    # the FP8 file's GEMMs at the cuBLAS ratio measured beside it (file_calibration)
+    (file,) = load_step_files(path=H100_RUN / "steps_fp8.csv")
+    ctx = steps_context(gpu=H100, dtype="fp8", calibration=file_calibration(
+        file=file, gpu=H100, calibration=default_calibration()))
     assert row.predicted == price_step(ctx=ctx, phase="decode", batch=64, tokens=1, context=4096)
     assert row.errors["energy"] == pytest.approx(row.predicted.energy_j / row.measured_energy_j - 1)
 

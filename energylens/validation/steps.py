@@ -30,12 +30,19 @@ from typing import Any
 import numpy as np
 
 from energylens.calibration.file import resolve_calibration
+from energylens.calibration.fit_precision import COMPUTE_BOUND_DIM
 from energylens.cost.constants import Calibration
 from energylens.cost.step import SequenceGroup, StepContext, step_cost
 from energylens.deployment import Deployment
 from energylens.errors import EnergyLensError, MeasurementError
 from energylens.hardware import GPU, load_gpu
-from energylens.measurements.energylens_gpu import StepFile, StepTime, load_step_files
+from energylens.measurements.energylens_gpu import (
+    GEMM_FILE,
+    StepFile,
+    StepTime,
+    load_kernel_run,
+    load_step_files,
+)
 from energylens.model import ModelConfig, get_model
 from energylens.predict import calibration_for_gpu, step_context
 from energylens.validation.script_kernels import script_overhead
@@ -198,6 +205,43 @@ def priceable_steps(file: StepFile, *, unpriced: dict[str, str]) -> list[StepTim
     return kept
 
 
+def script_fp8_ratio(*, file: StepFile, gpu: GPU) -> float | None:
+    """The share of its FP8 peak a cuBLAS FP8 GEMM (``torch._scaled_mm``, what the script's
+    FP8 linear layers run) reaches relative to BF16's of its own, measured by this project
+    on the same GPU: the GEMM tables (``gemm.csv``) of the run folders beside the steps
+    file's, median over the shapes timed in both dtypes with every dimension at least
+    ``COMPUTE_BOUND_DIM`` (as ``calibrate`` reads the engines' tables); None without any.
+
+    The shipped ratio describes an engine's FP8 linear layer (AIConfigurator's vLLM tables);
+    the script is priced with the kernel it ran, as its other kernels are."""
+    if "fp8" not in gpu.dense_flops_per_s or "bf16" not in gpu.dense_flops_per_s:
+        return None
+    peak_ratio = gpu.dense_flops_per_s["fp8"] / gpu.dense_flops_per_s["bf16"]
+    ratios: list[float] = []
+    for folder in sorted(p for p in file.path.parent.parent.iterdir() if p.is_dir()):
+        if not (folder / GEMM_FILE).is_file():
+            continue
+        try:
+            run = load_kernel_run(path=folder)
+        except MeasurementError:
+            continue
+        bf16 = {(g.m, g.n, g.k): g.time_s for g in run.gemm if g.dtype == "bf16"}
+        ratios += [bf16[(g.m, g.n, g.k)] / g.time_s / peak_ratio for g in run.gemm
+                   if g.dtype == "fp8" and min(g.m, g.n, g.k) >= COMPUTE_BOUND_DIM
+                   and (g.m, g.n, g.k) in bf16]
+    return float(np.median(ratios)) if ratios else None
+
+
+def file_calibration(*, file: StepFile, gpu: GPU, calibration: Calibration) -> Calibration:
+    """``calibration`` as the file's steps are priced with: an FP8 file's GEMMs at the
+    measured cuBLAS ratio (:func:`script_fp8_ratio`) where this project measured one."""
+    ratio = script_fp8_ratio(file=file, gpu=gpu) if file.weight_dtype == "fp8" else None
+    resolved = calibration_for_gpu(calibration, gpu)
+    if ratio is None:
+        return resolved
+    return resolved.with_kernel(gpu.name, fp8_gemm_efficiency_ratio=ratio)
+
+
 def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
     """The step context the rows of one (GPU, weight dtype) file are priced in: one GPU,
     ``dtype`` weights, a bf16 KV cache, the fusions the script ran (:data:`FUSIONS`)."""
@@ -252,7 +296,8 @@ def validate_steps(*, path: str | Path, gpu: str | None = None,
     unpriced: dict[str, str] = {}
     for file in files:
         spec = resolve_gpu(file=file, gpu=gpu)
-        ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=cal)
+        ctx = steps_context(gpu=spec, dtype=file.weight_dtype,
+                            calibration=file_calibration(file=file, gpu=spec, calibration=cal))
         idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
                               static_power_w=ctx.constants.static_power_w))
         for step in priceable_steps(file, unpriced=unpriced):

@@ -30,6 +30,7 @@ from energylens.validation.steps import (
     IdleCheck,
     StepReport,
     StepRow,
+    file_calibration,
     group_errors,
     price_step,
     priceable_steps,
@@ -106,15 +107,16 @@ def k_shot_steps(*, path: str | Path, k: int, seed: int = 0, gpu: str | None = N
         steps = priceable_steps(file, unpriced=unpriced)
         key = f"{spec.name}/{file.weight_dtype}"
         chosen: list[int] = []
-        tuned = cal
+        base = file_calibration(file=file, gpu=spec, calibration=cal)
+        tuned = base
         if k > 0 and steps:
             rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
             chosen = spread_pick(np.array([_features(s) for s in steps]), k, rng)
             pricer = _Pricer(gpu=spec, dtype=file.weight_dtype)
-            fit = fit_overlay(rows=[pricer.fit_row(steps[i]) for i in chosen], base=cal)
+            fit = fit_overlay(rows=[pricer.fit_row(steps[i]) for i in chosen], base=base)
             overlays[key] = dict(fit.overlay.factors)
             if fit.overlay.factors:
-                tuned = apply_overlay(cal, fit.overlay)
+                tuned = apply_overlay(base, fit.overlay)
         ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=tuned)
         idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
                               static_power_w=ctx.constants.static_power_w))
