@@ -229,3 +229,17 @@ def test_static_batches_add_the_benchs_latency_error_of_their_runtime_and_gpu(
     assert "static_batch_latency_s" not in _by_field(_expect(
         calibration, model="llama-3.1-8b", deployment=Deployment(runtime="sglang"),
         workload=Workload(kind="batch")))
+
+
+def test_accuracy_doc_lists_the_load_table_against_issue_12s_targets() -> None:
+    from energylens.validation.docs import LOAD_TARGETS, _load_rows
+
+    table = _load_table()
+    lines = _load_rows()
+    for group in table["groups"]:
+        row = next(line for line in lines
+                   if line.startswith(f"| {group['runtime']} | {group['gpu']} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3] == f"{100 * group['ttft_s']:.1f} %"
+        assert cells[4] == ("yes" if group["ttft_s"] <= LOAD_TARGETS["ttft_s"] else "no")
+        assert cells[6] == ("yes" if group["tpot_s"] <= LOAD_TARGETS["tpot_s"] else "no")

@@ -312,6 +312,46 @@ def _input_sensitivity(report: AccuracyReport) -> list[str]:
     return lines
 
 
+#: Targets of TTFT and TPOT under load (issue 12), as MAPE shares.
+LOAD_TARGETS = {"ttft_s": 0.15, "tpot_s": 0.08}
+
+
+def _load_rows() -> list[str]:
+    """The load kind's TTFT/TPOT MAPE per (engine, GPU) from the shipped table
+    (``benchmarks/validate_load_aic.py --write-accuracy``; simulating the 2,530 rows takes
+    minutes, so ``validate --all`` reads the table instead of rerunning it)."""
+    from importlib import resources
+
+    from energylens.validation.expected_error import LOAD_ACCURACY
+    from energylens.yamlfile import safe_load
+
+    found = resources.files("energylens.data").joinpath(LOAD_ACCURACY)
+    table = safe_load(found.read_text()) if found.is_file() else None
+    if not isinstance(table, dict) or not table.get("groups"):
+        return [f"No table (`energylens/data/{LOAD_ACCURACY}`): run `python "
+                "benchmarks/validate_load_aic.py --write-accuracy`."]
+
+    def met(value: float, metric: str) -> str:
+        return "yes" if value <= LOAD_TARGETS[metric] else "no"
+
+    what = str(table.get("what", "")).replace(" (a share)", "")
+    lines = [f"{what}. Written {table.get('date', '?')} by "
+             f"`{table.get('generated_by', '?')}` from `{table.get('source', '?')}` "
+             f"(`energylens/data/{LOAD_ACCURACY}`; details and the diagnosis of the misses in "
+             f"`docs/load.md`). Targets: TTFT <= {100 * LOAD_TARGETS['ttft_s']:.0f} %, TPOT <= "
+             f"{100 * LOAD_TARGETS['tpot_s']:.0f} % MAPE.", "",
+             "| engine | GPU | rows | TTFT MAPE | met | TPOT MAPE | met |", "|---|---|---|---|---|---|---|"]
+    rows = [(g["runtime"], g["gpu"], g) for g in table["groups"]]
+    rows += [(engine, "all", g) for engine, g in table.get("runtimes", {}).items()]
+    if isinstance(table.get("all"), dict):
+        rows.append(("all", "all", table["all"]))
+    for engine, gpu, g in rows:
+        lines.append(f"| {engine} | {gpu} | {g['rows']} | {_pct(g['ttft_s'])} | "
+                     f"{met(g['ttft_s'], 'ttft_s')} | {_pct(g['tpot_s'])} | "
+                     f"{met(g['tpot_s'], 'tpot_s')} |")
+    return lines
+
+
 def render(report: AccuracyReport, plots: list[str]) -> str:
     """The Markdown text of ``accuracy.md``."""
     out = [
@@ -347,6 +387,10 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "add their runtime's LLM-Inference-Bench latency error on that GPU; a load adds "
         "TTFT and TPOT on AIConfigurator's rows), and study reports carry it per Pareto "
         "point (`energylens/validation/expected_error.py`).",
+        "",
+        "## Serving under load: AIConfigurator's measured rows, per engine and GPU",
+        "",
+        *_load_rows(),
         "",
         "## Fitted constants",
         "",
