@@ -211,10 +211,15 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
         return {"rows": len(ttft), "ttft_s": round(statistics.mean(ttft) / 100, 4),
                 "tpot_s": round(statistics.mean(tpot) / 100, 4)}
 
+    import hashlib
+
     engines = sorted({engine for engine, _ in errors})
+    calibration = REPO / "energylens" / "data" / "calibration.yaml"
     document = {
         "generated_by": "python benchmarks/validate_load_aic.py --write-accuracy",
         "date": datetime.date.today().isoformat(),
+        # the shipped calibration the rows were predicted with (tests hold the two together)
+        "calibration_sha256": hashlib.sha256(calibration.read_bytes()).hexdigest(),
         "source": str(source.resolve().relative_to(REPO)) if source.resolve().is_relative_to(REPO)
         else str(source),
         "what": "MAPE (a share) of the load kind's mean TTFT and TPOT on AIConfigurator's measured "

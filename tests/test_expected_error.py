@@ -243,3 +243,13 @@ def test_accuracy_doc_lists_the_load_table_against_issue_12s_targets() -> None:
         assert cells[3] == f"{100 * group['ttft_s']:.1f} %"
         assert cells[4] == ("yes" if group["ttft_s"] <= LOAD_TARGETS["ttft_s"] else "no")
         assert cells[6] == ("yes" if group["tpot_s"] <= LOAD_TARGETS["tpot_s"] else "no")
+
+
+def test_the_load_table_was_written_with_the_shipped_calibration() -> None:
+    """Recalibrating without rerunning `benchmarks/validate_load_aic.py --write-accuracy`
+    would leave predict and docs/accuracy.md quoting errors of another calibration."""
+    import hashlib
+    from importlib import resources
+
+    shipped = resources.files("energylens.data").joinpath("calibration.yaml").read_bytes()
+    assert _load_table()["calibration_sha256"] == hashlib.sha256(shipped).hexdigest()
