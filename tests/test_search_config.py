@@ -214,3 +214,18 @@ def test_storage_paths_start_from_the_study_file(tmp_path) -> None:
     assert load_study(write_toy_study(folder, storage=url)).storage == url
     absolute = f"sqlite:///{tmp_path}/x.db"  # sqlite:////tmp/... : already absolute
     assert load_study(write_toy_study(folder, storage=absolute)).storage == absolute
+
+
+def test_an_applications_front_annotator_adds_columns_to_every_written_front(tmp_path) -> None:
+    seen: list[int] = []
+
+    def annotate(config, front: pd.DataFrame) -> pd.DataFrame:
+        seen.append(len(front))
+        return front.assign(note=[f"point {i}" for i in range(len(front))])
+
+    app = Application(problem_factory=toy_problem, annotate_front=annotate)
+    path = write_toy_study(tmp_path, population_size=10, seed=0)
+    assert cmd_run(path, app=app, overrides=Overrides(trials=20)) == 0
+    front = pd.read_csv(tmp_path / "results" / "toy" / "pareto.csv")
+    assert len(front) == seen[-1] and list(front["note"]) == [f"point {i}" for i in range(len(front))]
+    assert cmd_report(path, app=app) == 0 and len(seen) == 2  # a rewritten report annotates again
