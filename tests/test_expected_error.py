@@ -168,6 +168,9 @@ def test_study_report_gives_each_pareto_point_its_expected_error(tmp_path: Path)
             assert getattr(row, f"expected_error_{field}") == pytest.approx(worst)
         assert "B200" in row.expected_error_folds
     assert "expected_error_ttft_s" not in front.columns  # a static batch: no TTFT claim
+    # a request's energy is its share of the run's: the same relative error as per token
+    assert (front["expected_error_energy_per_request_j"]
+            == front["expected_error_energy_per_output_token_j"]).all()
     assert main(["study", "report", str(study)]) == 0  # a rewritten report keeps them
     assert "expected_error_tpot_s" in pd.read_csv(tmp_path / "out" / "pareto.csv").columns
 

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 FIELDS = (*METRICS.values(), "ttft_s")
 #: Column naming the folds the errors come from.
 FOLDS_COLUMN = "expected_error_folds"
+#: Metrics whose relative error is a validated field's: ML.ENERGY's energy per output token
+#: is the run's energy over its output tokens, so a request's energy (its share of the run)
+#: carries the same relative error.
+SAME_ERROR = {"energy_per_request_j": "energy_per_output_token_j"}
 
 
 def point_expected_error(*, problem: DeploymentProblem,
@@ -78,8 +82,11 @@ def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
     for field in FIELDS:
         if any(value is not None for value in cells[field]):
             out[ERROR_PREFIX + field] = cells[field]
+    for metric, field in SAME_ERROR.items():
+        if metric in front.columns and ERROR_PREFIX + field in out.columns:
+            out[ERROR_PREFIX + metric] = out[ERROR_PREFIX + field]
     out[FOLDS_COLUMN] = cells[FOLDS_COLUMN]
     return out
 
 
-__all__ = ["FIELDS", "FOLDS_COLUMN", "annotate_front", "point_expected_error"]
+__all__ = ["FIELDS", "FOLDS_COLUMN", "SAME_ERROR", "annotate_front", "point_expected_error"]
