@@ -15,16 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from energylens.calibration.file import resolve_calibration
 from energylens.errors import ConfigError
-from energylens.hardware import load_gpu
+from energylens.hardware import UnknownGPUError
 from energylens.model.hf import ModelApproximationWarning
-from energylens.study.objective import (
-    DeploymentProblem,
-    deployment_from_params,
-    study_problem,
-    workload_from_params,
-)
+from energylens.study.objective import DeploymentProblem, study_problem
 from energylens.validation.expected_error import METRICS, ExpectedError, expected_error
-from energylens.workloads.load.study import pools_from_params
 from search.problem import ERROR_PREFIX
 
 if TYPE_CHECKING:
@@ -45,16 +39,11 @@ SAME_ERROR = {"energy_per_request_j": "energy_per_output_token_j"}
 
 def point_expected_error(*, problem: DeploymentProblem,
                          params: Mapping[str, Any]) -> ExpectedError | None:
-    """The expected error of one configuration of ``problem`` (None if it has none)."""
-    gpu = load_gpu(str(params.get("gpu", "H100")))
-    deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
-                                        routing=problem.routing)
-    pools = pools_from_params(params=params, base=deployment)
-    if pools is not None:
-        gpu = load_gpu(pools[1].gpu)  # priced at the decode pool's GPU, as the trial was
+    """The expected error of one configuration of ``problem`` (None if it has none), at the
+    GPU its trial was priced at."""
+    gpu, deployment, workload, _ = problem.setup(params)
     return expected_error(model=problem.model, gpu=gpu, deployment=deployment,
-                          workload=workload_from_params(params=params, base=problem.workload),
-                          calibration=resolve_calibration(problem.calibration))
+                          workload=workload, calibration=resolve_calibration(problem.calibration))
 
 
 def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
@@ -72,7 +61,7 @@ def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
         params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
         try:
             found = point_expected_error(problem=problem, params=params)
-        except ConfigError:
+        except (ConfigError, UnknownGPUError):
             found = None
         errors = {} if found is None else {e.field: e for e in found.errors}
         for field in FIELDS:

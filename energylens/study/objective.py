@@ -38,7 +38,7 @@ from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load import LoadPrediction
-from energylens.workloads.load.disagg import predict_disaggregated
+from energylens.workloads.load.disagg import Pool, predict_disaggregated
 from energylens.workloads.load.metrics import STUDY_METRICS as LOAD_METRICS
 from energylens.workloads.load.metrics import study_metrics
 from energylens.workloads.load.study import LOAD_KEYS, MODES, load_values, pools_from_params
@@ -176,19 +176,27 @@ class DeploymentProblem:
     gpu_cost_per_hour: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None
 
+    def setup(self, params: Mapping[str, Any]) -> tuple[GPU, Deployment, Workload,
+                                                         tuple[Pool, Pool] | None]:
+        """What one configuration runs: the GPU it is priced at (a disaggregated one's decode
+        pool's), its deployment, workload and pools (None when colocated). Raises
+        ConfigError / UnknownGPUError for one that cannot run."""
+        gpu = load_gpu(str(params.get("gpu", "H100")))
+        deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
+                                            routing=self.routing)
+        if deployment.overlap_sms >= gpu.sm_count:
+            raise ConfigError(f"overlap_sms = {deployment.overlap_sms} leaves no SM for compute "
+                              f"on {gpu.name} ({gpu.sm_count} SMs)")
+        workload = workload_from_params(params=params, base=self.workload)
+        pools = pools_from_params(params=params, base=deployment)
+        if pools is not None:
+            gpu = load_gpu(pools[1].gpu)  # priced at the decode pool's GPU
+        return gpu, deployment, workload, pools
+
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
         """Metrics of one configuration, or the reason it cannot run."""
         try:
-            gpu = load_gpu(str(params.get("gpu", "H100")))
-            deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
-                                                routing=self.routing)
-            if deployment.overlap_sms >= gpu.sm_count:
-                raise ConfigError(f"overlap_sms = {deployment.overlap_sms} leaves no SM for compute "
-                                  f"on {gpu.name} ({gpu.sm_count} SMs)")
-            workload = workload_from_params(params=params, base=self.workload)
-            pools = pools_from_params(params=params, base=deployment)
-            if pools is not None:
-                gpu = load_gpu(pools[1].gpu)  # priced at the decode pool's GPU
+            gpu, deployment, workload, pools = self.setup(params)
             result = predict(model=self.model, gpu=gpu, deployment=deployment, workload=workload,
                              calibration=self.calibration) if pools is None else \
                 predict_disaggregated(model=self.model, workload=workload, prefill=pools[0],

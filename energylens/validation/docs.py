@@ -320,14 +320,10 @@ def _load_rows() -> list[str]:
     """The load kind's TTFT/TPOT MAPE per (engine, GPU) from the shipped table
     (``benchmarks/validate_load_aic.py --write-accuracy``; simulating the 2,530 rows takes
     minutes, so ``validate --all`` reads the table instead of rerunning it)."""
-    from importlib import resources
+    from energylens.validation.expected_error import LOAD_ACCURACY, load_accuracy_table
 
-    from energylens.validation.expected_error import LOAD_ACCURACY
-    from energylens.yamlfile import safe_load
-
-    found = resources.files("energylens.data").joinpath(LOAD_ACCURACY)
-    table = safe_load(found.read_text()) if found.is_file() else None
-    if not isinstance(table, dict) or not table.get("groups"):
+    table = load_accuracy_table()
+    if not table.get("groups"):
         return [f"No table (`energylens/data/{LOAD_ACCURACY}`): run `python "
                 "benchmarks/validate_load_aic.py --write-accuracy`."]
 

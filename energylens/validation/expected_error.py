@@ -169,7 +169,7 @@ def _bench_error(*, fits: dict[str, Any], runtime: str, gpu: str) -> HeldOutErro
 
 
 @cache
-def _load_accuracy() -> dict[str, Any]:
+def load_accuracy_table() -> dict[str, Any]:
     """The shipped table of TTFT/TPOT errors under load (empty if there is none)."""
     found = resources.files("energylens.data").joinpath(LOAD_ACCURACY)
     data = safe_load(found.read_text()) if found.is_file() else None
@@ -179,7 +179,7 @@ def _load_accuracy() -> dict[str, Any]:
 def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str) -> list[HeldOutError]:
     """``errors`` with the TTFT error under load and the TPOT error the worse of the fold's
     and the one under load, from the runtime's rows on ``gpu`` (or on every GPU)."""
-    table = _load_accuracy()
+    table = load_accuracy_table()
     group = next((g for g in table.get("groups", [])
                   if g.get("runtime") == runtime and g.get("gpu") == gpu), None)
     where = f"{runtime} on {gpu}"
@@ -208,4 +208,4 @@ def _worst(*, folds: dict[str, Any], field: str) -> HeldOutError | None:
     return max(found, key=lambda e: e.mape, default=None)
 
 
-__all__ = ["ExpectedError", "HeldOutError", "expected_error"]
+__all__ = ["ExpectedError", "HeldOutError", "expected_error", "load_accuracy_table"]
