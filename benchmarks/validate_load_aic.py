@@ -200,6 +200,7 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
     """The MAPE (a share) of TTFT and TPOT per (engine, GPU), per engine and over all rows,
     as the YAML file ``expected_error`` reads (GPU names as ``energylens gpus`` lists them)."""
     import datetime
+    import hashlib
 
     import yaml
 
@@ -210,8 +211,6 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
         tpot = [e for group in rows for e in group["tpot_s"]]
         return {"rows": len(ttft), "ttft_s": round(statistics.mean(ttft) / 100, 4),
                 "tpot_s": round(statistics.mean(tpot) / 100, 4)}
-
-    import hashlib
 
     engines = sorted({engine for engine, _ in errors})
     calibration = REPO / "energylens" / "data" / "calibration.yaml"

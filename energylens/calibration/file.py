@@ -204,9 +204,7 @@ def calibration_fits(calibration: Calibration) -> dict[str, Any]:
     ``calibration`` was read from: the shipped one, or a file ``energylens calibrate``
     wrote; empty for built-in defaults, overlays and files without one."""
     if calibration.source == SHIPPED_SOURCE:
-        data = _shipped_document()
-        fits = data.get("fits") if isinstance(data, dict) else None
-        return fits if isinstance(fits, dict) else {}
+        return _fits_of(_shipped_document())
     path = Path(calibration.source)
     try:
         stamp = path.stat().st_mtime_ns if path.is_file() else None
@@ -219,10 +217,14 @@ def calibration_fits(calibration: Calibration) -> dict[str, Any]:
 def _file_fits(path: str, stamp: int) -> dict[str, Any]:
     """The ``fits`` section of a calibration file, read once per path and modification."""
     try:
-        data = safe_load(Path(path).read_text(encoding="utf-8"))
+        return _fits_of(safe_load(Path(path).read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
-    fits = data.get("fits") if isinstance(data, dict) else None
+
+
+def _fits_of(document: Any) -> dict[str, Any]:
+    """A calibration document's ``fits`` section ({} when it has none)."""
+    fits = document.get("fits") if isinstance(document, dict) else None
     return fits if isinstance(fits, dict) else {}
 
 
