@@ -14,7 +14,7 @@ from energylens.cli.main import main
 from energylens.measurements import user_csv
 from energylens.measurements.convert import Options, converters, to_csv
 from energylens.measurements.user_csv import load_user_csv
-from energylens.validation.kshot import k_shot, validate_measured
+from energylens.validation.kshot import fit_rows, k_shot, validate_measured
 from energylens.validation.predictors import validate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,10 +239,11 @@ def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) ->
     report = k_shot(measurements, k=2, group_by=["gpu"], seed=0,
                     calibration=default_calibration())
     groups = group_errors(report, group_by=["gpu"], metric="ttft_s")
-    assert {k: (rows, predicted, len(ape)) for k, (rows, predicted, ape) in groups.items()} == {
-        "gpu=H100": (5, 5, 3), "gpu=A100": (5, 5, 3)}
+    assert {k: (rows, predicted, screened, len(ape))
+            for k, (rows, predicted, screened, ape) in groups.items()} == {
+        "gpu=H100": (5, 5, 0, 3), "gpu=A100": (5, 5, 0, 3)}
     text = render([(DATASETS[0], 2, 0, groups)], [DATASETS[0]], seeds=1)
-    assert "| gpu=A100 | 5 | 5 |" in text
+    assert "| gpu=A100 | 5 | 5 | 0 |" in text
 
 
 def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path: Path) -> None:
@@ -393,3 +394,36 @@ def test_llm_inference_bench_deepspeed_rows_are_habanas_fork_not_mii(tmp_path: P
     outcomes = validate_measured(converted, calibration=default_calibration()).rows
     assert {o.row.values["runtime"] for o in outcomes} == {"deepspeed-habana"}
     assert all(o.error is None for o in outcomes)
+
+
+def test_rows_faster_than_reading_the_weights_are_screened_not_scored(tmp_path: Path) -> None:
+    """Llama-3.1-8B in BF16 on one H100: 8.03e9 x 2 bytes read 128 times at 3.35 TB/s is
+    0.614 s, one pass 4.8 ms; rows below that did not run as described."""
+    header = f"{HEADER},speculative_tokens,e2e_s,tpot_s\n"
+    rows = ("llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,,0.10,\n"     # e2e below 128 passes
+            "llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,,0.70,\n"     # above: kept
+            "llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,,,0.001\n"    # TPOT below one pass
+            "llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,3,,0.001\n")  # speculative: kept
+    measurements = load_user_csv(_write(tmp_path, header + rows))
+    report = validate_measured(measurements, calibration=default_calibration())
+    screened = [o.screened for o in report.rows]
+    assert screened[0] is not None and "0.614 s" in screened[0]
+    assert screened[2] is not None and "tpot_s" in screened[2] and "0.00479 s" in screened[2]
+    assert screened[1] is None and screened[3] is None
+    metrics = report.metrics
+    assert metrics["e2e_s"]["n"] == 1 and metrics["tpot_s"]["n"] == 1
+    assert metrics["e2e_s[impossible]"]["n"] == 1 and metrics["e2e_s[with impossible]"]["n"] == 2
+    assert report.as_dict()["rows"][0]["screened"] == screened[0]
+    assert "screened" not in report.as_dict()["rows"][1]
+    _, skipped = fit_rows(measurements)
+    assert [number for number, _ in skipped] == [1, 3]
+
+
+def test_k_shot_never_fits_on_a_screened_row(tmp_path: Path) -> None:
+    text = (f"{HEADER},e2e_s\n" + "".join(
+        f"llama-3.1-8b,H100,1,1,vllm,batch,{b},128,128,{t}\n"
+        for b, t in ((1, 0.01), (2, 0.02), (4, 0.03), (8, 1.2), (16, 1.4), (32, 1.9))))
+    report = k_shot(load_user_csv(_write(tmp_path, text)), k=5, group_by=["gpu"], seed=0,
+                    calibration=default_calibration())
+    assert [o.fitted_on for o in report.rows] == [False, False, False, True, True, True]
+    assert all(o.screened is not None for o in report.rows[:3])

@@ -14,6 +14,10 @@ parameters, >= 12 GB in BF16, against <= 0.1 GB of L2). A row below this floor d
 as described (in the bench: 6-7B models at 2,048 tokens in 0.04-3.4 s on H100 and GH200, and
 one Qwen2-72B row at 1,024 tokens in 0.96 s): it is still predicted
 and listed, but excluded from fitting and from the headline MAPE.
+
+The same floor screens the rows of a measurement CSV (:func:`user_row_impossible`): a
+mean time per output token below one pass, or an end-to-end time below ``output_tokens``
+passes, unless the row ran speculative decoding (several tokens per pass).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from energylens.cost.work import DTYPE_BYTES
 from energylens.errors import EnergyLensError
 from energylens.hardware import load_gpu
+from energylens.model.config import ModelConfig
 from energylens.model.params import parameter_count
 from energylens.model.zoo import get_model
 
@@ -31,7 +36,7 @@ from energylens.model.zoo import get_model
 SCREEN = "impossible"
 
 
-def decode_floor_s(*, output_tokens: int, weight_bytes_per_gpu: float,
+def decode_floor_s(*, output_tokens: float, weight_bytes_per_gpu: float,
                    hbm_bandwidth_bytes_per_s: float) -> float:
     """Least time (s) of ``output_tokens`` passes each reading the weights once."""
     return output_tokens * weight_bytes_per_gpu / hbm_bandwidth_bytes_per_s
@@ -65,3 +70,35 @@ def impossible(values: Mapping[str, Any], *, latency_s: float) -> str | None:
         return None
     return (f"{SCREEN}: measured {latency_s:.3g} s, below the {floor:.3g} s of reading the "
             "weights once per token at peak memory bandwidth")
+
+
+#: Measured metrics of the measurement CSV each bounded below by passes over the weights:
+#: the metric and how many passes it holds (``None``: the row's output tokens).
+PER_PASS_METRICS: dict[str, int | None] = {"tpot_s": 1, "itl_s": 1, "tpot_p50_s": 1,
+                                           "itl_p50_s": 1, "e2e_s": None, "e2e_p50_s": None}
+
+
+def user_row_impossible(*, config: ModelConfig, gpu: str, num_gpus: int, weight_dtype: str | None,
+                        output_tokens: float, speculative_tokens: int,
+                        measured: Mapping[str, float]) -> str | None:
+    """Why a measurement-CSV row cannot have run as described, or None: a per-token or
+    end-to-end time below reading ``config``'s active weights (in ``weight_dtype``, else
+    its checkpoint's) over all ``num_gpus`` GPUs once per pass at peak bandwidth. Rows
+    with speculative decoding are never screened (a pass may yield several tokens)."""
+    if speculative_tokens > 0:
+        return None
+    _, active = parameter_count(config)
+    weight_bytes = active * DTYPE_BYTES[weight_dtype or config.weight_dtype] / num_gpus
+    bandwidth = load_gpu(gpu).hbm_bandwidth_bytes_per_s
+    for metric, passes in PER_PASS_METRICS.items():
+        if metric not in measured:
+            continue
+        count = float(output_tokens if passes is None else passes)
+        floor = decode_floor_s(output_tokens=count, weight_bytes_per_gpu=weight_bytes,
+                               hbm_bandwidth_bytes_per_s=bandwidth)
+        if measured[metric] < floor:
+            passes_read = "once" if count == 1 else f"{count:g} times"
+            return (f"{SCREEN}: measured {metric} {measured[metric]:.3g} s, below the "
+                    f"{floor:.3g} s of reading the weights {passes_read} at peak memory "
+                    "bandwidth")
+    return None

@@ -21,7 +21,9 @@ import numpy as np
 from energylens.calibration.overlay import FitRow, Overlay, apply_overlay, fit_overlay
 from energylens.cost.constants import Calibration
 from energylens.errors import EnergyLensError, MeasurementError
+from energylens.measurements.bench_screen import SCREEN, user_row_impossible
 from energylens.measurements.user_csv import (
+    Case,
     UnsupportedRow,
     UserMeasurements,
     UserRow,
@@ -33,19 +35,24 @@ from energylens.predict import predict
 
 @dataclass
 class RowOutcome:
-    """One row: its columns, what was predicted, why not, and whether it was fitted on."""
+    """One row: its columns, what was predicted, why not, whether it was fitted on, and
+    why it is screened (faster than reading the weights allows: predicted, never fitted on
+    nor counted in the headline error)."""
 
     row: UserRow
     predicted: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     fitted_on: bool | None = None  # None outside k-shot validation
+    screened: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (``screened`` only on a screened row)."""
         out: dict[str, Any] = {"input": self.row.as_input(), "predicted": self.predicted,
                                "error": self.error}
         if self.fitted_on is not None:
             out["fitted_on"] = self.fitted_on
+        if self.screened is not None:
+            out["screened"] = self.screened
         return out
 
 
@@ -58,20 +65,37 @@ class MeasuredReport:
 
     @property
     def metrics(self) -> dict[str, dict[str, float | int | None]]:
-        """MAPE and count per measured metric over predicted rows not fitted on."""
-        ape: dict[str, list[float]] = defaultdict(list)
-        for outcome in self.rows:
-            if outcome.error is not None or outcome.fitted_on:
-                continue
-            for name, measured in outcome.row.measured.items():
-                if name in outcome.predicted:
-                    ape[name].append(abs(outcome.predicted[name] / measured - 1.0))
-        return {name: {"mape": round(float(np.mean(v)), 6), "n": len(v)}
-                for name, v in ape.items()}
+        """MAPE and count per measured metric over predicted rows not fitted on; screened
+        rows apart, as ``<metric>[impossible]``, and with the others as ``<metric>[with
+        impossible]`` (the convention of ``validate --all``)."""
+        scored = [o for o in self.rows if o.error is None and not o.fitted_on]
+        out = _mape([o for o in scored if o.screened is None])
+        screened = [o for o in scored if o.screened is not None]
+        if screened:
+            out.update({f"{name}[{SCREEN}]": v for name, v in _mape(screened).items()})
+            out.update({f"{name}[with {SCREEN}]": v for name, v in _mape(scored).items()})
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` object."""
         return {"rows": [r.as_dict() for r in self.rows], "metrics": self.metrics}
+
+
+def _mape(outcomes: list[RowOutcome]) -> dict[str, dict[str, float | int | None]]:
+    ape: dict[str, list[float]] = defaultdict(list)
+    for outcome in outcomes:
+        for name, measured in outcome.row.measured.items():
+            if name in outcome.predicted:
+                ape[name].append(abs(outcome.predicted[name] / measured - 1.0))
+    return {name: {"mape": round(float(np.mean(v)), 6), "n": len(v)} for name, v in ape.items()}
+
+
+def screen(row: UserRow, case: Case) -> str | None:
+    """Why ``row`` cannot have run as described (:func:`user_row_impossible`), or None."""
+    return user_row_impossible(
+        config=case.model, gpu=case.gpu, num_gpus=int(row.values["num_gpus"]),
+        weight_dtype=case.deployment.weight_dtype, output_tokens=case.workload.output_tokens,
+        speculative_tokens=case.deployment.speculative_tokens, measured=row.measured)
 
 
 def _predictor(row: UserRow) -> Any:
@@ -105,6 +129,7 @@ def _outcome(row: UserRow, calibration: Calibration) -> RowOutcome:
         outcome.error = f"infeasible: {result.infeasible_reason}"
     else:
         outcome.predicted = predicted_metrics(result, case.workload)
+        outcome.screened = screen(row, case)
     return outcome
 
 
@@ -160,8 +185,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
         groups[group_key(outcome.row, group_by)].append(i)
     for key in sorted(groups):
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])  # one stream per group
-        usable = [i for i in groups[key] if outcomes.rows[i].error is None
-                  and any(m in outcomes.rows[i].predicted for m in outcomes.rows[i].row.measured)]
+        usable = [i for i in groups[key] if _fittable(outcomes.rows[i])]
         if not usable:
             continue
         chosen = [usable[j] for j in spread_pick(
@@ -178,19 +202,30 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
     return outcomes
 
 
+def _fittable(outcome: RowOutcome) -> bool:
+    """Predicted, not screened, and with a measured metric the prediction carries."""
+    return (outcome.error is None and outcome.screened is None
+            and any(m in outcome.predicted for m in outcome.row.measured))
+
+
 def _fit_row(outcome: RowOutcome) -> FitRow:
     run, case = _predictor(outcome.row)
     return FitRow(gpu=case.gpu, measured=dict(outcome.row.measured), predict=run)
 
 
 def fit_rows(measurements: UserMeasurements) -> tuple[list[FitRow], list[tuple[int, str]]]:
-    """The rows an overlay can be fitted on, and (row number, reason) for the others."""
+    """The rows an overlay can be fitted on, and (row number, reason) for the others
+    (unsupported, or screened as impossible)."""
     rows, skipped = [], []
     for row in measurements.rows:
         try:
             run, case = _predictor(row)
         except UnsupportedRow as exc:
             skipped.append((row.number, str(exc)))
+            continue
+        reason = screen(row, case)
+        if reason is not None:
+            skipped.append((row.number, reason))
             continue
         rows.append(FitRow(gpu=case.gpu, measured=dict(row.measured), predict=run))
     return rows, skipped
