@@ -384,6 +384,11 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "TTFT and TPOT on AIConfigurator's rows), and study reports carry it per Pareto "
         "point (`energylens/validation/expected_error.py`).",
         "",
+        "Which held-out rows carry each fold over the target, what it would take to meet it "
+        "and why that is not done: [regime-folds.md](regime-folds.md) (`python "
+        "benchmarks/regime_fold_rows.py` prints each fold's rows per model, GPU count, "
+        "precision and task with their signed errors).",
+        "",
         "## Serving under load: AIConfigurator's measured rows, per engine and GPU",
         "",
         *_load_rows(),
