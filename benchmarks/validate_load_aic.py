@@ -6,6 +6,7 @@ Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--j
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
        python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
        python benchmarks/validate_load_aic.py --write-accuracy [--json RESULT]
+       python benchmarks/validate_load_aic.py --unrecorded-kv-dtype fp8 [--json OUT] [--campaigns]
 Predicts every row of the shipped measurement CSV
 ``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
@@ -27,6 +28,13 @@ DP). A saturated engine approaches 1; a row well above it served its prompts fas
 one prompt at a time can be computed (prefix-cache hits, shared prompts), which a
 measurement of the engine-free step can confirm (docs/load.md).
 
+``--unrecorded-kv-dtype fp8``: the rows do not record their KV-cache precision; the
+converter leaves it to the engine's default (16 bits, or the checkpoint's where the engine
+follows it). This reading predicts every row of an 8-bit or narrower checkpoint with no
+recorded KV precision with an FP8 cache instead (``--save``: write the result as JSON
+for ``--json`` and ``--campaigns``), so the two readings can be compared per campaign.
+Diagnostic only: the accuracy table is written from the rows as recorded.
+
 ``--write-accuracy``: the MAPE table (per engine and GPU, per engine, all rows) as
 ``energylens/data/accuracy/aiconfigurator_load.yaml``, which ``predict`` reads to state
 the TTFT and TPOT error to expect of a ``load`` prediction
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import statistics
@@ -92,21 +101,44 @@ def _campaign(provenance: str) -> str:
 
 
 def campaigns(result: dict[str, Any]) -> None:
-    """TPOT MAPE and median signed error per (engine, GPU, model, campaign)."""
-    errors: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    """TPOT and TTFT MAPE and median signed error per (engine, GPU, model, campaign)."""
+    errors: dict[tuple[str, str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for row in result["rows"]:
         measured, predicted = row["input"], row["predicted"]
         if predicted:
             key = (measured["runtime"], measured["gpu"], measured["model"],
                    _campaign(str(measured.get("provenance", ""))))
-            errors[key].append((predicted["tpot_s"] / measured["tpot_s"] - 1) * 100)
+            errors[key].append(((predicted["tpot_s"] / measured["tpot_s"] - 1) * 100,
+                                (predicted["ttft_s"] / measured["ttft_s"] - 1) * 100))
     print("| engine | GPU | model | campaign (build, month measured) | rows | TPOT MAPE | "
-          "TPOT median error |")
-    print("|---|---|---|---|---|---|---|")
-    for (engine, gpu, model, campaign), signed in sorted(errors.items()):
-        print(f"| {engine} | {gpu} | {model} | {campaign} | {len(signed)} | "
-              f"{statistics.mean(abs(e) for e in signed):.1f} % | "
-              f"{statistics.median(signed):+.1f} % |")
+          "TPOT median error | TTFT MAPE | TTFT median error |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (engine, gpu, model, campaign), pairs in sorted(errors.items()):
+        tpot, ttft = ([p[i] for p in pairs] for i in (0, 1))
+        print(f"| {engine} | {gpu} | {model} | {campaign} | {len(pairs)} | "
+              f"{statistics.mean(abs(e) for e in tpot):.1f} % | {statistics.median(tpot):+.1f} % | "
+              f"{statistics.mean(abs(e) for e in ttft):.1f} % | {statistics.median(ttft):+.1f} % |")
+
+
+#: Checkpoint precisions of 8 bits or fewer, whose unrecorded KV cache may be FP8.
+NARROW_CHECKPOINTS = ("fp8", "fp4", "int4")
+
+
+def with_kv_dtype(rows: Path, kv_dtype: str, folder: Path) -> Path:
+    """A copy of the measurement CSV ``rows`` in which every row of a narrow checkpoint
+    without a recorded KV precision has ``kv_dtype``."""
+    with rows.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, table = list(reader.fieldnames or []), list(reader)
+    out = folder / f"kv-{kv_dtype}.csv"
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for row in table:
+            if row.get("dtype") in NARROW_CHECKPOINTS and not row.get("kv_dtype"):
+                row = {**row, "kv_dtype": kv_dtype}
+            writer.writerow(row)
+    return out
 
 
 #: The subset the concurrency rule is fitted on; every other (engine, GPU) is held out.
@@ -249,6 +281,10 @@ def main() -> None:
                         help="per campaign, the prompt work rows report over their capacity")
     parser.add_argument("--campaigns", action="store_true",
                         help="TPOT error per measurement campaign instead of per engine/GPU")
+    parser.add_argument("--unrecorded-kv-dtype", choices=("fp8",),
+                        help="read rows of 8-bit or narrower checkpoints with no recorded KV "
+                             "precision as running this KV cache (diagnostic)")
+    parser.add_argument("--save", type=Path, help="write the validation result as JSON")
     parser.add_argument("--write-accuracy", action="store_true",
                         help=f"write the MAPE table to {ACCURACY.relative_to(REPO)}")
     args = parser.parse_args()
@@ -258,10 +294,17 @@ def main() -> None:
     if args.prompt_load:
         prompt_load(args.rows)
         return
+    if args.unrecorded_kv_dtype and (args.json or args.silicon or args.write_accuracy):
+        parser.error("--unrecorded-kv-dtype reads --rows and is never written as the accuracy")
     if args.json:
         result = json.loads(args.json.read_text())
+    elif args.unrecorded_kv_dtype:
+        with tempfile.TemporaryDirectory() as folder:
+            result = _validate(with_kv_dtype(args.rows, args.unrecorded_kv_dtype, Path(folder)))
     else:
         result = _converted(args.silicon) if args.silicon else _validate(args.rows)
+    if args.save:
+        args.save.write_text(json.dumps(result))
     if args.campaigns:
         campaigns(result)
         return
