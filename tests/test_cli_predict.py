@@ -110,3 +110,27 @@ def test_bad_knob_values_are_refused_not_ignored(capsys, extra, fragment):
     code = main(["predict", "--model", "qwen3-30b-a3b", "--gpu", "h100", *extra])
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and err.count("\n") == 1
+
+
+def test_a_kv_capped_running_batch_is_said_with_the_json_numbers(capsys):
+    """Llama-3.1-70B BF16 on 2 H100 (TP2): ~141 GB of weights leave room for far fewer than
+    1,024 sequences of 2,048 + 1,024 tokens; the table says how many run, as the JSON does,
+    and what holds more. An FP8 cache holds twice the tokens and is not suggested again."""
+    base = ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
+            "serving", "--batch", "1024", "--input-tokens", "2048", "--output-tokens", "1024"]
+    assert main([*base, "--json"]) == 0
+    running = json.loads(capsys.readouterr().out)["running_batch"]
+    assert 1 <= running < 1024
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert f"KV cache full: {running:,.0f} of the 1,024 sequences per replica" in out
+    assert "--kv-dtype fp8" in out
+    assert main([*base, "--kv-dtype", "fp8", "--json"]) == 0
+    running_fp8 = json.loads(capsys.readouterr().out)["running_batch"]
+    assert running_fp8 == pytest.approx(2 * running, rel=0.15)  # KV bytes halve
+    assert main([*base, "--kv-dtype", "fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache full" in out and "--kv-dtype fp8" not in out
+    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2",
+                 "--workload", "serving", "--batch", "8"]) == 0
+    assert "KV cache full" not in capsys.readouterr().out

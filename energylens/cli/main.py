@@ -159,7 +159,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                           "expected_error": None if expected is None else expected.as_dict()}))
         return 0
 
-    from energylens.cli.tables import print_prediction
+    from energylens.cli.tables import capacity_note, print_prediction
 
     if args.dtype is None and not args.model.lower().endswith(".json"):
         found = resolve(args.model)
@@ -172,6 +172,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
                         "are per token gained)", highlight=False)
     print_prediction(result, console=console())
+    note = capacity_note(result=result, workload=workload, deployment=deployment)
+    if note is not None:
+        console().print(note, highlight=False)
     if expected is not None:
         console().print(expected.line(), highlight=False)
     return 0

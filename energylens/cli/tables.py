@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
     from rich.console import Console
 
+    from energylens.deployment import Deployment
     from energylens.predict import Prediction
+    from energylens.workloads import Workload
 
 
 def console() -> Console:
@@ -57,6 +59,28 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
 
     if isinstance(result, LoadPrediction):
         print_load(result.load, console=console)
+
+
+def capacity_note(*, result: Prediction, workload: Workload,
+                  deployment: Deployment) -> str | None:
+    """A line saying that the KV cache, not the workload, sets how many sequences run
+    (serving: a running batch capped below the one asked; load: preempted requests), with
+    what holds more; None otherwise."""
+    if not result.feasible:
+        return None
+    remedy = ("more GPUs per replica or shorter requests hold more" if deployment.kv_dtype == "fp8"
+              else "an 8-bit KV cache (--kv-dtype fp8), more GPUs per replica or shorter "
+                   "requests hold more")
+    if result.workload == "serving" and result.running_batch is not None:
+        asked = workload.batch / deployment.replicas
+        if result.running_batch < asked - 0.5:
+            return (f"KV cache full: {result.running_batch:,.0f} of the {asked:,.0f} sequences "
+                    f"per replica run at once; {remedy}")
+    load = getattr(result, "load", None)
+    if isinstance(load, Mapping) and int(load.get("preemptions", 0)) > 0:
+        return (f"KV cache full: {int(load['preemptions']):,} preemptions, mean queue "
+                f"{float(load['mean_queue_length']):,.1f} requests; {remedy}")
+    return None
 
 
 def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> None:
