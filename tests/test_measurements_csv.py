@@ -427,3 +427,18 @@ def test_k_shot_never_fits_on_a_screened_row(tmp_path: Path) -> None:
                     calibration=default_calibration())
     assert [o.fitted_on for o in report.rows] == [False, False, False, True, True, True]
     assert all(o.screened is not None for o in report.rows[:3])
+
+
+def test_a_row_the_kv_cache_decided_carries_a_note(tmp_path: Path) -> None:
+    """Llama-3.1-70B BF16 on 2 H100 cannot hold 1,024 sequences of 2,048 + 1,024 tokens:
+    the row says so (its KV precision matters); 8 sequences fit and carry no note."""
+    text = (f"{HEADER},tpot_s\n"
+            "llama-3.1-70b,H100,2,2,vllm,serving,1024,2048,1024,0.05\n"
+            "llama-3.1-70b,H100,2,2,vllm,serving,8,2048,1024,0.02\n")
+    report = validate_measured(load_user_csv(_write(tmp_path, text)),
+                               calibration=default_calibration())
+    capped, free = report.rows
+    assert capped.note is not None and capped.note.startswith("KV cache full: ")
+    assert "of the 1,024 sequences per replica" in capped.note
+    assert report.as_dict()["rows"][0]["note"] == capped.note
+    assert free.note is None and "note" not in report.as_dict()["rows"][1]

@@ -115,7 +115,7 @@ def validate_measurements(args: argparse.Namespace) -> int:
             meas, pred = row.measured.get(m), outcome.predicted.get(m)
             cells.append("" if meas is None else f"{meas:.4g} / -" if pred is None
                          else f"{meas:.4g} / {pred:.4g} / {100 * (pred / meas - 1):+.0f}%")
-        cells.append(outcome.error or outcome.screened or "")
+        cells.append(outcome.error or outcome.screened or outcome.note or "")
         table.add_row(*cells)
     console.print(table)
     return 0

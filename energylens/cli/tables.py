@@ -63,24 +63,15 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
 
 def capacity_note(*, result: Prediction, workload: Workload,
                   deployment: Deployment) -> str | None:
-    """A line saying that the KV cache, not the workload, sets how many sequences run
-    (serving: a running batch capped below the one asked; load: preempted requests), with
-    what holds more; None otherwise."""
-    if not result.feasible:
+    """:func:`~energylens.workloads.capacity.kv_cache_limit` with what holds more; None
+    when the KV cache decided nothing."""
+    from energylens.workloads.capacity import kv_cache_limit
+
+    limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
+    if limit is None:
         return None
-    remedy = ("more GPUs per replica or shorter requests hold more" if deployment.kv_dtype == "fp8"
-              else "an 8-bit KV cache (--kv-dtype fp8), more GPUs per replica or shorter "
-                   "requests hold more")
-    if result.workload == "serving" and result.running_batch is not None:
-        asked = workload.batch / deployment.replicas
-        if result.running_batch < asked - 0.5:
-            return (f"KV cache full: {result.running_batch:,.0f} of the {asked:,.0f} sequences "
-                    f"per replica run at once; {remedy}")
-    load = getattr(result, "load", None)
-    if isinstance(load, Mapping) and int(load.get("preemptions", 0)) > 0:
-        return (f"KV cache full: {int(load['preemptions']):,} preemptions, mean queue "
-                f"{float(load['mean_queue_length']):,.1f} requests; {remedy}")
-    return None
+    narrower = "" if deployment.kv_dtype == "fp8" else "an 8-bit KV cache (--kv-dtype fp8), "
+    return f"{limit}; {narrower}more GPUs per replica or shorter requests hold more"
 
 
 def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> None:

@@ -31,19 +31,22 @@ from energylens.measurements.user_csv import (
     row_case,
 )
 from energylens.predict import predict
+from energylens.workloads.capacity import kv_cache_limit
 
 
 @dataclass
 class RowOutcome:
     """One row: its columns, what was predicted, why not, whether it was fitted on, and
     why it is screened (faster than reading the weights allows: predicted, never fitted on
-    nor counted in the headline error)."""
+    nor counted in the headline error), and what the KV cache decided in the prediction
+    (``note``: a row whose unrecorded KV precision may matter)."""
 
     row: UserRow
     predicted: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     fitted_on: bool | None = None  # None outside k-shot validation
     screened: str | None = None
+    note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``screened`` only on a screened row)."""
@@ -53,6 +56,8 @@ class RowOutcome:
             out["fitted_on"] = self.fitted_on
         if self.screened is not None:
             out["screened"] = self.screened
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
 
@@ -130,6 +135,8 @@ def _outcome(row: UserRow, calibration: Calibration) -> RowOutcome:
     else:
         outcome.predicted = predicted_metrics(result, case.workload)
         outcome.screened = screen(row, case)
+        outcome.note = kv_cache_limit(result=result, workload=case.workload,
+                                      deployment=case.deployment)
     return outcome
 
 

@@ -4,16 +4,20 @@ fixed slots) instead of refusing the deployment."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.work import Size
 from energylens.workloads.registry import MemoryDemand, Placement
-from energylens.workloads.result import value
+from energylens.workloads.result import Prediction, value
+
+if TYPE_CHECKING:
+    from energylens.deployment import Deployment
+    from energylens.workloads.workload import Workload
 
 
 def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size], MemoryDemand],
@@ -55,3 +59,22 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
         done = done | fits | (held <= 1.0)
         held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
     return capped_batch, capped
+
+
+def kv_cache_limit(*, result: Prediction, workload: Workload,
+                   deployment: Deployment) -> str | None:
+    """What the KV cache, rather than the workload, decided in ``result``: a serving batch
+    capped below the one asked per replica, or a load run that preempted requests; None
+    when it decided nothing (or the deployment does not fit)."""
+    if not result.feasible:
+        return None
+    if result.workload == "serving" and result.running_batch is not None:
+        asked = workload.batch / deployment.replicas
+        if result.running_batch < asked - 0.5:
+            return (f"KV cache full: {result.running_batch:,.0f} of the {asked:,.0f} "
+                    "sequences per replica run at once")
+    load = getattr(result, "load", None)
+    if isinstance(load, Mapping) and int(load.get("preemptions", 0)) > 0:
+        return (f"KV cache full: {int(load['preemptions']):,} preemptions, mean queue "
+                f"{float(load['mean_queue_length']):,.1f} requests")
+    return None
