@@ -134,3 +134,15 @@ def test_a_kv_capped_running_batch_is_said_with_the_json_numbers(capsys):
     assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2",
                  "--workload", "serving", "--batch", "8"]) == 0
     assert "KV cache full" not in capsys.readouterr().out
+
+
+def test_a_static_batch_larger_than_the_kv_cache_is_said_to_run_in_waves(capsys):
+    base = ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
+            "batch", "--batch", "512", "--input-tokens", "2048", "--output-tokens", "1024"]
+    assert main([*base, "--json"]) == 0
+    cap = json.loads(capsys.readouterr().out)["running_batch"]
+    assert 1 <= cap < 512
+    assert main(base) == 0
+    waves = -(-512 // int(cap))  # ceil
+    assert (f"KV cache full: the 512 sequences per replica run in {waves} waves of at most "
+            f"{cap:,.0f}") in capsys.readouterr().out

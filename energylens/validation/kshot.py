@@ -49,7 +49,7 @@ class RowOutcome:
     note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form (``screened`` only on a screened row)."""
+        """JSON form (``screened`` and ``note`` only where set)."""
         out: dict[str, Any] = {"input": self.row.as_input(), "predicted": self.predicted,
                                "error": self.error}
         if self.fitted_on is not None:

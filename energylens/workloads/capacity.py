@@ -4,6 +4,7 @@ fixed slots) instead of refusing the deployment."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -64,14 +65,19 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
 def kv_cache_limit(*, result: Prediction, workload: Workload,
                    deployment: Deployment) -> str | None:
     """What the KV cache, rather than the workload, decided in ``result``: a serving batch
-    capped below the one asked per replica, or a load run that preempted requests; None
-    when it decided nothing (or the deployment does not fit)."""
+    capped below the one asked per replica, a static batch run in waves, or a load run
+    that preempted requests; None when it decided nothing (or the deployment does not
+    fit)."""
     if not result.feasible:
         return None
-    if result.workload == "serving" and result.running_batch is not None:
+    if result.workload in ("serving", "batch") and result.running_batch is not None:
         asked = workload.batch / deployment.replicas
-        if result.running_batch < asked - 0.5:
-            return (f"KV cache full: {result.running_batch:,.0f} of the {asked:,.0f} "
+        running = result.running_batch
+        if running < asked - 0.5:
+            if result.workload == "batch":
+                return (f"KV cache full: the {asked:,.0f} sequences per replica run in "
+                        f"{math.ceil(asked / running - 1e-9)} waves of at most {running:,.0f}")
+            return (f"KV cache full: {running:,.0f} of the {asked:,.0f} "
                     "sequences per replica run at once")
     load = getattr(result, "load", None)
     if isinstance(load, Mapping) and int(load.get("preemptions", 0)) > 0:
