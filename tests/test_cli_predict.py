@@ -112,37 +112,38 @@ def test_bad_knob_values_are_refused_not_ignored(capsys, extra, fragment):
     assert code == 2 and fragment in err and err.count("\n") == 1
 
 
+def _llama70b_tp2(workload: str, batch: int, *extra: str) -> list[str]:
+    return ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
+            workload, "--batch", str(batch), "--input-tokens", "2048", "--output-tokens", "1024",
+            *extra]
+
+
+def _json_and_table(capsys, args: list[str]) -> tuple[float, str]:
+    """The running batch of ``args --json`` and the table ``args`` prints."""
+    assert main([*args, "--json"]) == 0
+    running = json.loads(capsys.readouterr().out)["running_batch"]
+    assert main(args) == 0
+    return running, capsys.readouterr().out
+
+
 def test_a_kv_capped_running_batch_is_said_with_the_json_numbers(capsys):
     """Llama-3.1-70B BF16 on 2 H100 (TP2): ~141 GB of weights leave room for far fewer than
     1,024 sequences of 2,048 + 1,024 tokens; the table says how many run, as the JSON does,
     and what holds more. An FP8 cache holds twice the tokens and is not suggested again."""
-    base = ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
-            "serving", "--batch", "1024", "--input-tokens", "2048", "--output-tokens", "1024"]
-    assert main([*base, "--json"]) == 0
-    running = json.loads(capsys.readouterr().out)["running_batch"]
+    running, out = _json_and_table(capsys, _llama70b_tp2("serving", 1024))
     assert 1 <= running < 1024
-    assert main(base) == 0
-    out = capsys.readouterr().out
     assert f"KV cache full: {running:,.0f} of the 1,024 sequences per replica" in out
     assert "--kv-dtype fp8" in out
-    assert main([*base, "--kv-dtype", "fp8", "--json"]) == 0
-    running_fp8 = json.loads(capsys.readouterr().out)["running_batch"]
+    running_fp8, out = _json_and_table(capsys, _llama70b_tp2("serving", 1024, "--kv-dtype", "fp8"))
     assert running_fp8 == pytest.approx(2 * running, rel=0.15)  # KV bytes halve
-    assert main([*base, "--kv-dtype", "fp8"]) == 0
-    out = capsys.readouterr().out
     assert "KV cache full" in out and "--kv-dtype fp8" not in out
-    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2",
-                 "--workload", "serving", "--batch", "8"]) == 0
-    assert "KV cache full" not in capsys.readouterr().out
+    _, out = _json_and_table(capsys, _llama70b_tp2("serving", 8))
+    assert "KV cache full" not in out
 
 
 def test_a_static_batch_larger_than_the_kv_cache_is_said_to_run_in_waves(capsys):
-    base = ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
-            "batch", "--batch", "512", "--input-tokens", "2048", "--output-tokens", "1024"]
-    assert main([*base, "--json"]) == 0
-    cap = json.loads(capsys.readouterr().out)["running_batch"]
+    cap, out = _json_and_table(capsys, _llama70b_tp2("batch", 512))
     assert 1 <= cap < 512
-    assert main(base) == 0
     waves = -(-512 // int(cap))  # ceil
     assert (f"KV cache full: the 512 sequences per replica run in {waves} waves of at most "
-            f"{cap:,.0f}") in capsys.readouterr().out
+            f"{cap:,.0f}") in out

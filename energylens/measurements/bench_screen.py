@@ -22,8 +22,8 @@ passes, unless the row ran speculative decoding (several tokens per pass).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from energylens.cost.work import DTYPE_BYTES
 from energylens.errors import EnergyLensError
@@ -34,6 +34,22 @@ from energylens.model.zoo import get_model
 
 #: Name of the screened group in summaries and the reason attached to a screened row.
 SCREEN = "impossible"
+
+Row = TypeVar("Row")
+Stat = TypeVar("Stat")
+
+
+def screened_summary(rows: Sequence[Row], *, summary: Callable[[list[Row]], dict[str, Stat]],
+                     screened: Callable[[Row], bool]) -> dict[str, Stat]:
+    """``summary`` per metric over the rows not screened; where some are, beside each
+    metric ``<metric>[impossible]`` over those alone and ``<metric>[with impossible]``
+    over all (the convention of every validation summary)."""
+    out = summary([r for r in rows if not screened(r)])
+    apart = [r for r in rows if screened(r)]
+    if apart:
+        out.update({f"{name}[{SCREEN}]": v for name, v in summary(apart).items()})
+        out.update({f"{name}[with {SCREEN}]": v for name, v in summary(list(rows)).items()})
+    return out
 
 
 def decode_floor_s(*, output_tokens: float, weight_bytes_per_gpu: float,

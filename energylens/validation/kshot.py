@@ -21,7 +21,7 @@ import numpy as np
 from energylens.calibration.overlay import FitRow, Overlay, apply_overlay, fit_overlay
 from energylens.cost.constants import Calibration
 from energylens.errors import EnergyLensError, MeasurementError
-from energylens.measurements.bench_screen import SCREEN, user_row_impossible
+from energylens.measurements.bench_screen import screened_summary, user_row_impossible
 from energylens.measurements.user_csv import (
     Case,
     UnsupportedRow,
@@ -73,13 +73,8 @@ class MeasuredReport:
         """MAPE and count per measured metric over predicted rows not fitted on; screened
         rows apart, as ``<metric>[impossible]``, and with the others as ``<metric>[with
         impossible]`` (the convention of ``validate --all``)."""
-        scored = [o for o in self.rows if o.error is None and not o.fitted_on]
-        out = _mape([o for o in scored if o.screened is None])
-        screened = [o for o in scored if o.screened is not None]
-        if screened:
-            out.update({f"{name}[{SCREEN}]": v for name, v in _mape(screened).items()})
-            out.update({f"{name}[with {SCREEN}]": v for name, v in _mape(scored).items()})
-        return out
+        return screened_summary([o for o in self.rows if o.error is None and not o.fitted_on],
+                                summary=_mape, screened=lambda o: o.screened is not None)
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` object."""

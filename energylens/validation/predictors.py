@@ -26,7 +26,7 @@ from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
 from energylens.measurements import bench_screen, inference_bench, mlenergy
-from energylens.measurements.bench_screen import SCREEN
+from energylens.measurements.bench_screen import screened_summary
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import HEAD_OPS, VIDUR_OPS, Geometry, op_latency_s
@@ -101,13 +101,8 @@ def metric_errors(rows: list[RowResult],
     Screened rows (:mod:`energylens.measurements.bench_screen`) are left out of each
     metric and reported beside it: ``<metric>[impossible]`` over them alone and
     ``<metric>[with impossible]`` over every row."""
-    kept = [r for r in rows if r.error is None and (keep is None or keep(r))]
-    out = _ape_summary([r for r in kept if r.screened is None])
-    screened = [r for r in kept if r.screened is not None]
-    if screened:
-        out.update({f"{name}[{SCREEN}]": err for name, err in _ape_summary(screened).items()})
-        out.update({f"{name}[with {SCREEN}]": err for name, err in _ape_summary(kept).items()})
-    return out
+    return screened_summary([r for r in rows if r.error is None and (keep is None or keep(r))],
+                            summary=_ape_summary, screened=lambda r: r.screened is not None)
 
 
 def _ape_summary(rows: list[RowResult]) -> dict[str, MetricError]:
