@@ -53,10 +53,12 @@ def calibration(tmp_path: Path) -> Calibration:
 
 
 def _expect(calibration: Calibration, *, model: str, gpu: str = "H100",
-            deployment: Deployment | None = None, workload: Workload | None = None):
+            deployment: Deployment | None = None, workload: Workload | None = None,
+            kv_limited: bool = False):
     return expected_error(model=get_model(model), gpu=load_gpu(gpu),
                           deployment=deployment or Deployment(),
-                          workload=workload or Workload(kind="serving"), calibration=calibration)
+                          workload=workload or Workload(kind="serving"), calibration=calibration,
+                          kv_limited=kv_limited)
 
 
 def _by_field(found) -> dict[str, tuple[float, str]]:
@@ -175,6 +177,32 @@ def test_study_report_gives_each_pareto_point_its_expected_error(tmp_path: Path)
     assert "expected_error_tpot_s" in pd.read_csv(tmp_path / "out" / "pareto.csv").columns
 
 
+def test_a_load_studys_pareto_points_that_preempted_quote_the_kv_limited_rows(
+        tmp_path: Path) -> None:
+    """Llama-3.1-70B on 2 H100 preempts 64 clients of 3,072 tokens; on 8 it holds them:
+    only the 2-GPU point's TTFT carries the error of the rows a full KV cache decided."""
+    from energylens.cli.main import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "knobs": {"tp": {"type": "ordinal", "values": [2, 8], "baseline": 2}},
+        "fixed": {"gpu": "H100"}}))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "kv-limited-test", "space": "space.yaml", "model": "llama-3.1-70b",
+        "workload": {"kind": "load", "concurrency": 64, "num_requests": 128,
+                     "input_tokens": 2048, "output_tokens": 1024},
+        "objectives": ["minimize ttft_mean_s", "minimize num_gpus"],
+        "engine": "grid", "results": "out"}))
+    assert main(["study", "run", str(study)]) == 0
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv").set_index("tp")
+    table = _load_table()
+    group = next(g for g in table["groups"] if (g["runtime"], g["gpu"]) == ("vllm", "H100-SXM"))
+    assert front.loc[2, "preemptions"] > 0 and front.loc[8, "preemptions"] == 0
+    assert front.loc[2, "expected_error_ttft_s"] == pytest.approx(table["kv_limited"]["ttft_s"])
+    assert front.loc[8, "expected_error_ttft_s"] == pytest.approx(group["ttft_s"])
+
+
 def _load_table() -> dict:
     from importlib import resources
 
@@ -212,6 +240,35 @@ def test_a_gpu_the_load_rows_lack_takes_its_runtimes_figure_over_every_gpu(
     assert _by_field(found)["ttft_s"] == (
         table["runtimes"]["vllm"]["ttft_s"],
         "AIConfigurator serving rows under load (vllm, every GPU measured)")
+
+
+def test_a_load_run_the_kv_cache_decided_takes_the_error_of_such_rows(
+        calibration: Calibration, capsys) -> None:
+    """The measured rows whose predicted run the KV cache decided (queued or preempted
+    requests) are far worse than the rest; a prediction that is one of them says so."""
+    table = _load_table()
+    limited = table["kv_limited"]
+    assert limited["ttft_s"] > table["all"]["ttft_s"]
+    found = _expect(calibration, model="llama-3.1-8b", deployment=Deployment(runtime="trtllm"),
+                    workload=Workload(kind="load", concurrency=8), kv_limited=True)
+    fields = _by_field(found)
+    basis = ("AIConfigurator serving rows under load (the rows a full KV cache decided, every "
+             "engine and GPU)")
+    assert fields["ttft_s"] == (limited["ttft_s"], basis)
+    assert fields["tpot_s"][0] == max(0.04, limited["tpot_s"])
+    # the CLI passes it on: Llama-3.1-70B on 2 H100 cannot hold 64 clients of 3,072 tokens
+    from energylens.cli import main
+
+    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2",
+                 "--workload", "load", "--concurrency", "64", "--num-requests", "128",
+                 "--input-tokens", "2048", "--output-tokens", "1024", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["expected_error"]["ttft_s"]["mape"] == limited["ttft_s"]
+    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2",
+                 "--workload", "load", "--concurrency", "2", "--num-requests", "8",
+                 "--input-tokens", "2048", "--output-tokens", "1024", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["expected_error"]["ttft_s"]["mape"] != limited["ttft_s"]
 
 
 def test_static_batches_add_the_benchs_latency_error_of_their_runtime_and_gpu(

@@ -153,7 +153,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     write_plot(args, workload=workload, deployment=deployment)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
-    expected = _expected_error(args, deployment=deployment, workload=workload)
+    expected = _expected_error(args, deployment=deployment, workload=workload, result=result)
     if args.json:
         print(json.dumps({**result.as_dict(),
                           "expected_error": None if expected is None else expected.as_dict()}))
@@ -180,19 +180,23 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expected_error(args: argparse.Namespace, *, deployment: Deployment,
-                    workload: Workload) -> ExpectedError | None:
-    """The held-out error of predictions like this one (None without regime folds)."""
+def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workload: Workload,
+                    result: Any) -> ExpectedError | None:
+    """The held-out error of predictions like this one (None without regime folds); a load
+    run the KV cache decided takes the error of the measured rows it decided."""
     from energylens.calibration.file import resolve_calibration
     from energylens.hardware import load_gpu
     from energylens.model.zoo import get_model
     from energylens.validation.expected_error import expected_error
+    from energylens.workloads.capacity import kv_cache_limit
 
     with warnings.catch_warnings():  # a config.json's approximations were reported already
         warnings.simplefilter("ignore", ModelApproximationWarning)
         model = get_model(args.model)
+    limited = kv_cache_limit(result=result, workload=workload, deployment=deployment)
     return expected_error(model=model, gpu=load_gpu(args.gpu), deployment=deployment,
-                          workload=workload, calibration=resolve_calibration(args.calibration))
+                          workload=workload, calibration=resolve_calibration(args.calibration),
+                          kv_limited=limited is not None)
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,

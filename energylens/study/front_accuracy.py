@@ -37,13 +37,14 @@ FOLDS_COLUMN = "expected_error_folds"
 SAME_ERROR = {"energy_per_request_j": "energy_per_output_token_j"}
 
 
-def point_expected_error(*, problem: DeploymentProblem,
-                         params: Mapping[str, Any]) -> ExpectedError | None:
+def point_expected_error(*, problem: DeploymentProblem, params: Mapping[str, Any],
+                         kv_limited: bool = False) -> ExpectedError | None:
     """The expected error of one configuration of ``problem`` (None if it has none), at the
-    GPU its trial was priced at."""
+    GPU its trial was priced at; ``kv_limited``: its load run preempted requests."""
     gpu, deployment, workload, _ = problem.setup(params)
     return expected_error(model=problem.model, gpu=gpu, deployment=deployment,
-                          workload=workload, calibration=resolve_calibration(problem.calibration))
+                          workload=workload, calibration=resolve_calibration(problem.calibration),
+                          kv_limited=kv_limited)
 
 
 def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
@@ -60,7 +61,8 @@ def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
     for row in front.to_dict("records"):
         params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
         try:
-            found = point_expected_error(problem=problem, params=params)
+            found = point_expected_error(problem=problem, params=params,
+                                         kv_limited=float(row.get("preemptions") or 0) > 0)
         except (ConfigError, UnknownGPUError):
             found = None
         errors = {} if found is None else {e.field: e for e in found.errors}

@@ -74,6 +74,8 @@ def write_load_report(*, results: Path, problem: DeploymentProblem, name: str,
     trials = pd.read_csv(trials_csv)
     if "feasible" not in trials or not trials["feasible"].astype(bool).any():
         return []
+    # a knob the space fixes (the GPU of a one-GPU study) is not a column of trials.csv
+    trials = trials.assign(**{k: v for k, v in fixed.items() if k not in trials.columns})
     front = results / "load_front.png"
     write_front_plot(trials={name: trials}, path=front)
     written = [front]

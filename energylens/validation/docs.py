@@ -341,10 +341,16 @@ def _load_rows() -> list[str]:
     rows += [(engine, "all", g) for engine, g in table.get("runtimes", {}).items()]
     if isinstance(table.get("all"), dict):
         rows.append(("all", "all", table["all"]))
+    if isinstance(table.get("kv_limited"), dict):  # a subset of the rows above
+        rows.append(("rows a full KV cache decided in the model", "all", table["kv_limited"]))
     for engine, gpu, g in rows:
         lines.append(f"| {engine} | {gpu} | {g['rows']} | {_pct(g['ttft_s'])} | "
                      f"{met(g['ttft_s'], 'ttft_s')} | {_pct(g['tpot_s'])} | "
                      f"{met(g['tpot_s'], 'tpot_s')} |")
+    if isinstance(table.get("kv_limited"), dict):
+        lines += ["", "The last line is the rows whose predicted run queued or preempted requests "
+                  "for want of KV space (their KV precision is not recorded; docs/load.md); "
+                  "`energylens predict` quotes it for a load run of that kind."]
     return lines
 
 

@@ -96,10 +96,12 @@ class ExpectedError:
 
 
 def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Workload,
-                   calibration: Calibration) -> ExpectedError | None:
+                   calibration: Calibration, kv_limited: bool = False) -> ExpectedError | None:
     """The held-out error a prediction of ``model`` on ``gpu`` should expect, from the
     regime folds in ``calibration``'s file; None where the file has none (built-in
-    defaults, an overlay, a file written without them)."""
+    defaults, an overlay, a file written without them). ``kv_limited``: the prediction's
+    KV cache decided how many requests run (a load run that queued or preempted them), so
+    its TTFT and TPOT carry the error of the measured rows the KV cache decided."""
     fits = calibration_fits(calibration)
     by_gpu = {key[len(FOLDS_PREFIX):]: entry for key, entry in fits.items()
               if key.startswith(FOLDS_PREFIX) and isinstance(entry, dict)}
@@ -121,7 +123,8 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
             errors.append(bench)
             looked_at += (bench.fold,)
     if workload.kind == "load":
-        errors = _with_load(errors, runtime=deployment.runtime, gpu=gpu.name)
+        errors = _with_load(errors, runtime=deployment.runtime, gpu=gpu.name,
+                            kv_limited=kv_limited)
         looked_at += tuple(sorted({e.fold for e in errors} - set(folds)))
     if not errors:
         return None
@@ -176,15 +179,19 @@ def load_accuracy_table() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str) -> list[HeldOutError]:
+def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str,
+               kv_limited: bool) -> list[HeldOutError]:
     """``errors`` with the TTFT error under load and the TPOT error the worse of the fold's
-    and the one under load, from the runtime's rows on ``gpu`` (or on every GPU)."""
+    and the one under load, from the runtime's rows on ``gpu`` (or on every GPU), or from
+    the rows the KV cache decided when ``kv_limited`` (every runtime and GPU)."""
     table = load_accuracy_table()
     group = next((g for g in table.get("groups", [])
                   if g.get("runtime") == runtime and g.get("gpu") == gpu), None)
     where = f"{runtime} on {gpu}"
     if group is None:
         group, where = table.get("runtimes", {}).get(runtime), f"{runtime}, every GPU measured"
+    if kv_limited and isinstance(table.get("kv_limited"), dict):
+        group, where = table["kv_limited"], "the rows a full KV cache decided, every engine and GPU"
     if not isinstance(group, dict):
         return errors
     basis = f"AIConfigurator serving rows under load ({where})"

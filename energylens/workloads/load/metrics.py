@@ -239,6 +239,8 @@ STUDY_METRICS = {
     "slo_attainment": "share of requests meeting every SLO bound of the workload",
     "mean_running": "time-average running requests per replica under load",
     "mean_queue_length": "time-average waiting requests per replica under load",
+    "preemptions": "requests preempted for want of KV space during the run (0: the KV cache "
+                   "never decided)",
     "idle_share": "share of the run's energy spent idle (static power, no iteration)",
     "capacity_requests_per_s": "highest request rate with capacity_attainment of the "
                                "requests meeting every SLO bound [1/s]",

@@ -94,9 +94,9 @@ def front_points(frame: pd.DataFrame) -> pd.DataFrame:
 
     frame = frame[frame["feasible"].astype(bool)]
     mode = frame["mode"] if "mode" in frame else pd.Series("colocated", index=frame.index)
-    gpu = frame["gpu"].where(mode == "colocated",
-                             frame.get("prefill_gpu", frame["gpu"]) + "/"
-                             + frame.get("decode_gpu", frame["gpu"]))
+    named = frame["gpu"] if "gpu" in frame else pd.Series("GPU", index=frame.index)
+    gpu = named.where(mode == "colocated", frame.get("prefill_gpu", named) + "/"
+                      + frame.get("decode_gpu", named))
     return pd.DataFrame({"group": gpu + " " + mode, "per_user": 1.0 / frame["tpot_s"],
                          "per_gpu": frame["output_tokens_per_s_per_gpu"]})
 
