@@ -153,7 +153,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     write_plot(args, workload=workload, deployment=deployment)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
-    expected = _expected_error(args, deployment=deployment, workload=workload, result=result)
+    from energylens.workloads.capacity import kv_cache_limit
+
+    limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
+    expected = _expected_error(args, deployment=deployment, workload=workload,
+                               kv_limited=limit is not None)
     if args.json:
         print(json.dumps({**result.as_dict(),
                           "expected_error": None if expected is None else expected.as_dict()}))
@@ -172,31 +176,28 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
                         "are per token gained)", highlight=False)
     print_prediction(result, console=console())
-    note = capacity_note(result=result, workload=workload, deployment=deployment)
-    if note is not None:
-        console().print(note, highlight=False)
+    if limit is not None:
+        console().print(capacity_note(limit=limit, deployment=deployment), highlight=False)
     if expected is not None:
         console().print(expected.line(), highlight=False)
     return 0
 
 
 def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workload: Workload,
-                    result: Any) -> ExpectedError | None:
+                    kv_limited: bool) -> ExpectedError | None:
     """The held-out error of predictions like this one (None without regime folds); a load
-    run the KV cache decided takes the error of the measured rows it decided."""
+    run the KV cache decided (``kv_limited``) takes the error of the rows it decided."""
     from energylens.calibration.file import resolve_calibration
     from energylens.hardware import load_gpu
     from energylens.model.zoo import get_model
     from energylens.validation.expected_error import expected_error
-    from energylens.workloads.capacity import kv_cache_limit
 
     with warnings.catch_warnings():  # a config.json's approximations were reported already
         warnings.simplefilter("ignore", ModelApproximationWarning)
         model = get_model(args.model)
-    limited = kv_cache_limit(result=result, workload=workload, deployment=deployment)
     return expected_error(model=model, gpu=load_gpu(args.gpu), deployment=deployment,
                           workload=workload, calibration=resolve_calibration(args.calibration),
-                          kv_limited=limited is not None)
+                          kv_limited=kv_limited)
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,

@@ -11,7 +11,6 @@ if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
 
     from energylens.deployment import Deployment
     from energylens.predict import Prediction
-    from energylens.workloads import Workload
 
 
 def console() -> Console:
@@ -61,15 +60,9 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
         print_load(result.load, console=console)
 
 
-def capacity_note(*, result: Prediction, workload: Workload,
-                  deployment: Deployment) -> str | None:
-    """:func:`~energylens.workloads.capacity.kv_cache_limit` with what holds more; None
-    when the KV cache decided nothing."""
-    from energylens.workloads.capacity import kv_cache_limit
-
-    limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
-    if limit is None:
-        return None
+def capacity_note(*, limit: str, deployment: Deployment) -> str:
+    """``limit`` (:func:`~energylens.workloads.capacity.kv_cache_limit`: what the KV cache
+    decided) with what holds more."""
     narrower = "" if deployment.kv_dtype == "fp8" else "an 8-bit KV cache (--kv-dtype fp8), "
     return f"{limit}; {narrower}more GPUs per replica or shorter requests hold more"
 
