@@ -442,3 +442,17 @@ def test_a_row_the_kv_cache_decided_carries_a_note(tmp_path: Path) -> None:
     assert "of the 1,024 sequences per replica" in capped.note
     assert report.as_dict()["rows"][0]["note"] == capped.note
     assert free.note is None and "note" not in report.as_dict()["rows"][1]
+
+
+def test_the_table_view_names_the_screened_summaries_and_one_column_per_metric(
+        tmp_path: Path, capsys) -> None:
+    """"[impossible]" must print as text (rich would read it as markup) and the per-row
+    table keeps one column per measured metric."""
+    path = _write(tmp_path, f"{HEADER},e2e_s\n"
+                            "llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,0.10\n"
+                            "llama-3.1-8b,H100,1,1,vllm,batch,1,128,128,0.70\n")
+    assert main(["validate", "measurements", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "e2e_s[impossible]" in out and "e2e_s[with impossible]" in out
+    header = next(line for line in out.splitlines() if "workload" in line and "row" in line)
+    assert header.count("e2e_s") == 1

@@ -88,6 +88,7 @@ def validate_measurements(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     console = make_console()
@@ -97,14 +98,14 @@ def validate_measurements(args: argparse.Namespace) -> int:
     summary = Table(title=title)
     for column in ("metric", "MAPE", "rows"):
         summary.add_column(column, justify="left" if column == "metric" else "right")
-    for name, err in report.metrics.items():
-        summary.add_row(name, f"{100 * float(err['mape'] or 0):.1f} %", str(err["n"]))
+    for name, err in report.metrics.items():  # escaped: "[impossible]" is not markup
+        summary.add_row(escape(name), f"{100 * float(err['mape'] or 0):.1f} %", str(err["n"]))
     console.print(summary)
     for key, overlay in report.overlays.items():
         moved = ", ".join(f"{k} x{v:.3f}" for k, v in overlay.factors.items()) or "nothing moved"
         console.print(f"overlay {key}: {moved}", highlight=False)
     table = Table(title="rows (measured / predicted / error)")
-    metrics = list(report.metrics) or list(measurements.metrics)
+    metrics = [m for m in report.metrics if m in measurements.metrics] or list(measurements.metrics)
     for column in ("row", "model", "gpu", "workload", *metrics, "note"):
         table.add_column(column)
     for outcome in report.rows[: args.max_rows]:
@@ -115,7 +116,7 @@ def validate_measurements(args: argparse.Namespace) -> int:
             meas, pred = row.measured.get(m), outcome.predicted.get(m)
             cells.append("" if meas is None else f"{meas:.4g} / -" if pred is None
                          else f"{meas:.4g} / {pred:.4g} / {100 * (pred / meas - 1):+.0f}%")
-        cells.append(outcome.error or outcome.screened or outcome.note or "")
+        cells.append(escape(outcome.error or outcome.screened or outcome.note or ""))
         table.add_row(*cells)
     console.print(table)
     return 0
