@@ -28,7 +28,8 @@ from energylens.calibration.fit_serving import (
     predict_rows,
     serving_rows,
 )
-from energylens.calibration.regimes import FOLDS
+from energylens.calibration.regimes import FOLDS, generation_calibration
+from energylens.hardware import load_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "data" / "measurements" / "mlenergy" / "tasks"
@@ -58,19 +59,31 @@ def fold_rows(*, calibration_path: str | None, gpu: str) -> list[str]:
             continue
         test = [r for r in (fitted + hybrid if fold.regime == "family" else fitted)
                 if fold.test(r) and not r.host_bound and r.case.deployment.attention_dp == 1]
-        predicted = predict_rows(test, apply(calibration, gpu, entry["values"]))
-        errors = entry["errors"]
-        lines.append(f"{gpu} {fold.regime}: {fold.name} (energy {100 * errors[METRICS[0]]['mape']:.1f} %, "
-                     f"ITL {100 * errors[METRICS[1]]['mape']:.1f} % MAPE)")
-        groups: dict[str, list[list[float]]] = defaultdict(list)
-        for row, p in zip(test, predicted, strict=True):
-            if p is not None:
-                groups[_label(row)].append([p[m] / row.measured[m] - 1.0 for m in METRICS])
-        medians = {label: np.median(np.array(v), axis=0) for label, v in groups.items()}
-        for label in sorted(medians, key=lambda k: -abs(medians[k][0])):
-            energy, itl, power = (100 * x for x in medians[label])
-            lines.append(f"  {label:<62} {len(groups[label]):>3} rows  energy {energy:+6.1f} %  "
-                         f"ITL {itl:+6.1f} %  power {power:+6.1f} %")
+        lines += _report(title=f"{gpu} {fold.regime}: {fold.name}", entry=entry, rows=test,
+                         predicted=predict_rows(test, apply(calibration, gpu, entry["values"])))
+    for name, entry in folds.items():  # a GPU predicted from its relative's constants
+        if isinstance(entry, dict) and entry.get("regime") == "gpu-generation":
+            borrowed, _ = generation_calibration(gpu=load_gpu(gpu), calibration=calibration)
+            lines += _report(title=f"{gpu} {name}", entry=entry, rows=fitted,
+                             predicted=predict_rows(fitted, borrowed))
+    return lines
+
+
+def _report(*, title: str, entry: dict, rows: list[ServingRow],
+            predicted: list[dict[str, float] | None]) -> list[str]:
+    """A fold's header and a line per group of its held-out rows, largest energy error first."""
+    errors = entry["errors"]
+    lines = [f"{title} (energy {100 * errors[METRICS[0]]['mape']:.1f} %, "
+             f"ITL {100 * errors[METRICS[1]]['mape']:.1f} % MAPE)"]
+    groups: dict[str, list[list[float]]] = defaultdict(list)
+    for row, p in zip(rows, predicted, strict=True):
+        if p is not None:
+            groups[_label(row)].append([p[m] / row.measured[m] - 1.0 for m in METRICS])
+    medians = {label: np.median(np.array(v), axis=0) for label, v in groups.items()}
+    for label in sorted(medians, key=lambda k: -abs(medians[k][0])):
+        energy, itl, power = (100 * x for x in medians[label])
+        lines.append(f"  {label:<62} {len(groups[label]):>3} rows  energy {energy:+6.1f} %  "
+                     f"ITL {itl:+6.1f} %  power {power:+6.1f} %")
     return lines
 
 

@@ -181,9 +181,9 @@ def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[st
     return out
 
 
-def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) -> dict[str, Any]:
-    """``gpu``'s rows predicted with no constant fitted on its serving rows: those borrowed
-    down its ``borrows:`` chain, its kernel-table constants kept (the fold ``gpu-generation``)."""
+def generation_calibration(*, gpu: GPU, calibration: Calibration) -> tuple[Calibration, str]:
+    """``calibration`` with no constant fitted on ``gpu``'s serving rows: those borrowed
+    down its ``borrows:`` chain, its kernel-table constants kept; and the relative's name."""
     if gpu.borrows_from is None:
         raise ValueError(f"{gpu.name} declares no relative to borrow from")
     chain = [gpu]
@@ -203,13 +203,20 @@ def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) ->
         own = calibration.kernel(gpu.name)
         borrowed = borrowed.with_kernel(gpu.name, **{
             f.name: getattr(own, f.name) for f in fields(own) if f.name not in serving})
+    return borrowed, chain[-1].name
+
+
+def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) -> dict[str, Any]:
+    """``gpu``'s rows predicted with :func:`generation_calibration` (the fold
+    ``gpu-generation``)."""
+    borrowed, relative = generation_calibration(gpu=gpu, calibration=calibration)
     rows, _ = serving_rows(files=files, gpu_name=gpu.name)
     rows = fitted_rows(rows)  # the kind of rows the relative's constants were fitted on
     predicted = predict_rows(rows, borrowed)
-    fold = Fold("gpu-generation", f"fit {chain[-1].name}, predict {gpu.name}",
+    fold = Fold("gpu-generation", f"fit {relative}, predict {gpu.name}",
                 lambda r: False, lambda r: True, lambda r: gpu.name)
     return {f"{fold.regime}: {fold.name}": {
-        "regime": fold.regime, "train_rows": 0, "borrowed_from": chain[-1].name,
+        "regime": fold.regime, "train_rows": 0, "borrowed_from": relative,
         **_test_report(rows, predicted, fold),
         "infeasible_rows": sum(p is None for p in predicted)}}
 
