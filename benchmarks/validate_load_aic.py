@@ -6,7 +6,7 @@ Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--j
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
        python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
        python benchmarks/validate_load_aic.py --write-accuracy [--json RESULT]
-       python benchmarks/validate_load_aic.py --unrecorded-kv-dtype fp8 [--json OUT] [--campaigns]
+       python benchmarks/validate_load_aic.py --unrecorded-kv-dtype fp8 [--save OUT.json]
 Predicts every row of the shipped measurement CSV
 ``data/measurements/aiconfigurator/silicon_sample_agg.csv`` (AIConfigurator's aggregated
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
@@ -265,10 +265,10 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
         "runtimes": {engine: entry([g for (e, _), g in errors.items() if e == engine])
                      for engine in engines},
         "all": entry(list(errors.values())),
-        # rows whose predicted run the KV cache decided (queued or preempted requests):
-        # their TTFT hangs on a KV precision the rows do not record (docs/load.md)
-        "kv_limited": entry([kv_limited]),
     }
+    if kv_limited:  # rows whose predicted run the KV cache decided (queued or preempted
+        # requests): their TTFT hangs on a KV precision the rows do not record (docs/load.md)
+        document["kv_limited"] = entry([kv_limited])
     ACCURACY.parent.mkdir(parents=True, exist_ok=True)
     ACCURACY.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     print(f"wrote {ACCURACY}")
