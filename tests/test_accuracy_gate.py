@@ -71,14 +71,23 @@ KNOWN_MISSES: dict[str, float] = {
     # energy 15.0 -> 14.6 %, ITL 12.1 -> 11.8 %; every other fold within 0.1 points. Then
     # a fused attention's softmax priced under its MMAs (the slower of the two): every
     # fold within 0.1 points (B200 gpu-count energy 23.39 -> 23.5 %).
-    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.18,
-    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.171,
-    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.167,
+    # Eighteenth session (2026-11-28): the fused-MoE expert GEMMs' fixed time fitted on
+    # AIConfigurator's MoE tables at <= 8 tokens (H100 9.41 us, H200 9.26 us per expert GEMM;
+    # Blackwell block-FP8 experts 6.78 us, B200) and applied: H100 precision energy 16.5 ->
+    # 15.8 %, task 14.9 -> 14.4, dense -> MoE 14.5 -> 14.1 (ITL 10.3 -> 10.8), MoE -> dense
+    # 9.0 -> 8.4 (ITL 6.7 -> 7.5); B200 gpu-count 23.5 -> 23.1, precision 13.4 -> 12.4,
+    # MoE -> dense 14.6 -> 13.9, dense -> MoE 16.1 -> 15.7, gpu-generation 17.0 -> 17.2.
+    # (Without Blackwell's FP8 extra, the H100 floor alone took B200 gpu-count to 24.1 %
+    # through the EP-layer overhead its folds borrow from H100: not landed that way.)
+    # Six limits lowered to today's + 1.5.
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.173,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.159,
+    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.156,
     "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.117,
     "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.135,
     "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.236,
     "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: inter-token latency": 0.162,
-    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.144,
+    "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.139,
     "Regime-out B200 precision: fit BF16, predict FP8/MXFP4: inter-token latency": 0.139,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: energy per output token": 0.145,
     "Regime-out B200 task: fit chat, predict reasoning/FIM: inter-token latency": 0.17,
@@ -86,10 +95,10 @@ KNOWN_MISSES: dict[str, float] = {
     "Regime-out B200 family: fit dense, predict MoE: inter-token latency": 0.161,
     "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.152,
     "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.129,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.199,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.198,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.226,
     "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.184,
-    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.152,
+    "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.151,
 }
 
 

@@ -157,3 +157,94 @@ def test_no_kept_row_streams_its_weights_above_the_hbm_peak():
             weights = (active_experts(case) * 3 * case.hidden * case.inter / case.moe_tp
                        * DTYPE_BYTES[case.weight_dtype])
             assert np.all(weights / case.measured_s <= gpu.hbm_bandwidth_bytes_per_s * (1 + 1e-9))
+
+
+def test_an_expert_gemm_pays_the_extra_floor_and_a_dense_gemm_does_not() -> None:
+    from energylens.cost.kernel_plan import launch_floor_s
+    from energylens.cost.kernels import compile_layer
+    from energylens.model.families import family_part, parse_layer
+
+    constants = replace(KernelConstants(), kernel_overhead_s=5e-6, expert_extra_overhead_s=9e-6,
+                        fp8_expert_extra_overhead_s=3e-6)
+    layer = parse_layer(name="moe", parts=[family_part("moe")], norm="rmsnorm")
+    kernels = compile_layer(layer=layer, sizes={"d": 4096, "f": 2048, "x": 64},
+                            degrees={"etp": 1, "ep": 1}, fusion=frozenset({"gate_up"})).kernels
+    floors = {k.name: launch_floor_s(kernel=k, constants=constants) for k in kernels}
+    experts = [k.name for k in kernels
+               if k.is_expert and any(op.kind == "contraction" for op in k.ops)]
+    assert sorted(experts) == ["edown", "egate+eup"]
+    for name in experts:
+        assert floors[name] == pytest.approx(14e-6)
+        fp8 = next(k for k in kernels if k.name == name)
+        assert launch_floor_s(kernel=fp8, constants=constants,
+                              weight_dtype="fp8") == pytest.approx(17e-6)
+        assert launch_floor_s(kernel=fp8, constants=constants,
+                              weight_dtype="nvfp4") == pytest.approx(14e-6)
+    assert floors["router"] == pytest.approx(5e-6)  # the router's GEMM is a dense one
+    router = next(k for k in kernels if k.name == "router")
+    assert launch_floor_s(kernel=router, constants=constants,
+                          weight_dtype="fp8") == pytest.approx(5e-6)
+
+
+def test_the_floor_fit_recovers_the_extra_time_a_table_was_made_with() -> None:
+    from energylens.calibration.fit_moe import FLOOR_FIELD, fit_expert_floor, floor_helps
+
+    truth = replace(KernelConstants(), expert_extra_overhead_s=8e-6)
+    cases = _measured_with(truth, [_case(dtype=d, hidden=h, tokens=(1, 2, 4, 8))
+                                   for d in ("bf16", "fp8") for h in (2048, 4096, 7168)])
+    table = MoeTable(path=Path("synthetic"), gpu=H100.name, cases=tuple(cases))
+    result = fit_expert_floor(table=table, constants=KernelConstants())
+    assert result is not None
+    assert result.values[FLOOR_FIELD] == pytest.approx(8e-6, rel=1e-3)
+    assert floor_helps(result)  # no floor at all misses every row by the 16 us per op
+    # the FP8 experts' own extra, fitted on top of the general one on FP8 rows alone
+    fp8_truth = replace(truth, fp8_expert_extra_overhead_s=5e-6)
+    fp8_cases = _measured_with(fp8_truth, [_case(dtype="fp8", hidden=h, tokens=(1, 2, 4, 8))
+                                           for h in (2048, 4096, 7168)])
+    fp8 = fit_expert_floor(table=MoeTable(path=Path("synthetic"), gpu=H100.name,
+                                          cases=tuple(fp8_cases)),
+                           constants=truth, field="fp8_expert_extra_overhead_s")
+    assert fp8 is not None and floor_helps(fp8)
+    assert fp8.values["fp8_expert_extra_overhead_s"] == pytest.approx(5e-6, rel=1e-3)
+    mxfp4_only = MoeTable(path=Path("synthetic"), gpu=H100.name,
+                          cases=tuple(_measured_with(truth, [_case(dtype="mxfp4", hidden=4096)])))
+    assert fit_expert_floor(table=mxfp4_only, constants=KernelConstants()) is None
+
+
+def test_the_measured_hopper_moe_ops_at_decode_sizes_carry_an_extra_floor() -> None:
+    """vLLM 0.24's fused MoE on H100 at 1-8 tokens: the op takes ~1.3x the dense-GEMM floors
+    the model gave it; the fitted extra time per expert GEMM predicts each half of the hidden
+    sizes from the other better than none."""
+    from energylens.calibration.fit_moe import (
+        FLOOR_FIELD,
+        FLOOR_TOKENS,
+        fit_expert_floor,
+        floor_helps,
+    )
+
+    table = read_table(path=next(TABLES.glob("h100_sxm/moe/vllm/*/moe_perf.parquet")),
+                       max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0.0)
+    constants = replace(default_calibration().kernel("H100-SXM"), expert_extra_overhead_s=0.0)
+    result = fit_expert_floor(table=table, constants=constants)
+    assert result is not None and floor_helps(result)
+    assert 4e-6 < result.values[FLOOR_FIELD] < 20e-6 and not result.at_bound
+
+
+def test_a_gpu_whose_floor_was_not_applied_borrows_none_from_its_relative() -> None:
+    """B200 borrows its other constants from H100, but its own table's general floor was
+    not applied: its expert GEMMs keep a dense GEMM's floor, plus its own FP8 experts'
+    extra; B300 takes B200's FP8 extra (same tensor-core generation); H100's FP8 experts pay
+    what its BF16 ones do."""
+    import yaml
+
+    shipped = yaml.safe_load((Path(__file__).parents[1]
+                              / "energylens/data/calibration.yaml").read_text())["kernels"]
+    general, fp8 = "expert_extra_overhead_s", "fp8_expert_extra_overhead_s"
+    assert shipped["H100-SXM"][general]["kind"] == "fitted"
+    assert shipped["H100-SXM"][general]["value"] > 0
+    assert shipped["H100-SXM"][fp8]["value"] == 0.0
+    assert shipped["B200"][general]["value"] == 0.0
+    assert "worse than no floor" in shipped["B200"][general]["note"]
+    assert shipped["B200"][fp8]["kind"] == "fitted" and shipped["B200"][fp8]["value"] > 0
+    assert shipped["B300"][fp8]["value"] == shipped["B200"][fp8]["value"]
+    assert default_calibration().kernel("B200").expert_extra_overhead_s == 0.0

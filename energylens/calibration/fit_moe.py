@@ -35,6 +35,21 @@ GPUs are not fitted here, and their FlashInfer kernels enter as TensorRT-LLM's r
 ``energylens calibrate`` reports these fits without applying them yet
 (``energylens.calibration.run.MOE_NOT_APPLIED`` says why).
 
+Two more constants are fitted, and applied where they predict held-out rows better than
+none (:func:`floor_helps`): ``expert_extra_overhead_s``, the fixed time an expert GEMM of a
+fused MoE takes beyond a dense GEMM's (``kernel_overhead_s``: sorting the routed tokens into
+per-expert tiles, the tile scheduler's pass over the experts), and
+``fp8_expert_extra_overhead_s``, what block-scaled FP8 experts add on top (activations
+quantised to 128-wide groups before each grouped GEMM, the scales' loads). They are what is
+left at decode sizes (at most :data:`FLOOR_TOKENS` tokens, a few experts' tiles per rank)
+once the weights are streamed: AIConfigurator's tables time the whole op at one token 14-19
+us more than the model's dense-GEMM floors gave it on H100 and H200 (BF16 and FP8 alike),
+and on Blackwell ~11 us more on the FP8 path alone, which sixty MoE layers turn into up to
+a millisecond per decode step. Fitted in :data:`FLOOR_FIELDS` order on the rows of their
+experts of every size (small ones too: the floor is what they time), the fastest kernel vLLM
+can pick per shape (Triton on Hopper, FlashInfer on Blackwell); OpenAI's MXFP4 kernels
+(gpt-oss alone) run a floor of their own, 45-55 us more per op on Hopper, and are left out.
+
 Honesty: shapes are split in two halves by hidden size (alternate values); each half's fit
 predicts the other half, and that held-out error is reported beside the in-sample one.
 """
@@ -82,6 +97,19 @@ L2_MULTIPLE = 4.0
 #: ``moe`` family would price at 3/2 their bytes: AIConfigurator times exactly these with
 #: TensorRT-LLM's non-gated kernel (``moe_torch_flow_nongated``); vLLM's table does not say.
 NON_GATED_SHAPES = frozenset({(2048, 5120, 22, 512), (2688, 1856, 6, 128), (8192, 5120, 22, 512)})
+#: The fixed time of an expert GEMM beyond a dense GEMM's: the one fit that is applied.
+FLOOR_FIELD = "expert_extra_overhead_s"
+#: The launch-bound regime it is fitted in: at most this many tokens per op.
+FLOOR_TOKENS = 8
+#: What block-scaled FP8 expert GEMMs add on top of it (Blackwell's FlashInfer FP8 path).
+FP8_FLOOR_FIELD = "fp8_expert_extra_overhead_s"
+#: Each floor, fitted in this order, and the expert formats whose rows fit it (one fused-MoE
+#: path per format and GPU; OpenAI's MXFP4 kernels for gpt-oss alone, 3x the others' floor
+#: on Hopper, are left out).
+FLOOR_FIELDS = {FLOOR_FIELD: ("bf16", "fp8", "nvfp4"), FP8_FLOOR_FIELD: ("fp8",)}
+#: The error of the rows at a floor of 0, reported beside the fit's.
+WITHOUT_FLOOR = "latency_without_floor"
+BOUNDS[FLOOR_FIELD] = BOUNDS[FP8_FLOOR_FIELD] = (0.0, 60.0e-6)
 #: Kernels of the ``moe`` family the table's op does not run (router logits are its input).
 NOT_TIMED = ("router", "res2")
 _SHAPE = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
@@ -141,10 +169,12 @@ def case_latency_s(*, case: MoeCase, gpu: GPU, constants: KernelConstants) -> np
     return total
 
 
-def read_table(*, path: Path, max_tokens: int = MAX_TOKENS) -> MoeTable:
+def read_table(*, path: Path, max_tokens: int = MAX_TOKENS, family: str | None = KERNEL_FAMILY,
+               l2_multiple: float = L2_MULTIPLE) -> MoeTable:
     """The balanced, larger-than-L2, no-faster-than-HBM Triton rows of ``path`` with at most
-    ``max_tokens`` tokens (the default: the memory-bound decode rows the fit uses), the
-    fastest kernel per shape."""
+    ``max_tokens`` tokens (the default: the memory-bound decode rows the bandwidth fits use),
+    the fastest kernel per shape; ``family`` None keeps every kernel, ``l2_multiple`` 0 every
+    size (the floor fit's rows)."""
     import pandas as pd
 
     gpu = load_gpu(table_gpu(path))
@@ -155,7 +185,8 @@ def read_table(*, path: Path, max_tokens: int = MAX_TOKENS) -> MoeTable:
         raise CalibrationDataError(f"{path}: not a MoE kernel table ({exc})") from None
     frame["weight_dtype"] = frame["moe_dtype"].astype(str).map(TABLE_DTYPES)
     frame = frame[(frame["distribution"] == "balanced") & frame["weight_dtype"].notna()
-                  & frame["kernel_source"].astype(str).str.contains(KERNEL_FAMILY)
+                  & (frame["kernel_source"].astype(str).str.contains(family) if family
+                     else True)
                   & (frame["num_tokens"] <= max_tokens) & (frame["latency"] > 0)
                   & (frame["num_experts"] % frame["moe_ep_size"] == 0)
                   & (frame["inter_size"] % frame["moe_tp_size"] == 0)]
@@ -164,8 +195,8 @@ def read_table(*, path: Path, max_tokens: int = MAX_TOKENS) -> MoeTable:
     weight_bytes = (active * 3 * frame["hidden_size"] * frame["inter_size"]
                     / frame["moe_tp_size"] * frame["weight_dtype"].map(DTYPE_BYTES).astype(float))
     possible = weight_bytes / (frame["latency"] * 1e-3) <= gpu.hbm_bandwidth_bytes_per_s
-    faster_than_hbm = int((~possible & (weight_bytes >= L2_MULTIPLE * gpu.l2_bytes)).sum())
-    frame = frame[(weight_bytes >= L2_MULTIPLE * gpu.l2_bytes) & possible]
+    faster_than_hbm = int((~possible & (weight_bytes >= l2_multiple * gpu.l2_bytes)).sum())
+    frame = frame[(weight_bytes >= l2_multiple * gpu.l2_bytes) & possible]
     gated = np.array([(int(h), int(i), int(k), int(e)) not in NON_GATED_SHAPES for h, i, k, e in
                       zip(frame["hidden_size"], frame["inter_size"], frame["topk"],
                           frame["num_experts"], strict=True)], dtype=bool)
@@ -182,21 +213,83 @@ def read_table(*, path: Path, max_tokens: int = MAX_TOKENS) -> MoeTable:
     return MoeTable(path=path, gpu=gpu.name, cases=tuple(cases), faster_than_hbm=faster_than_hbm)
 
 
-def _fit_one(*, name: str, cases: list[MoeCase], gpu: GPU,
-             constants: KernelConstants) -> tuple[float, list[str]]:
+def _param(name: str, constants: KernelConstants) -> Param:
     low, high = BOUNDS[name]
-    if name != "expert_bandwidth_efficiency":  # the ratio's share of peak stays below 1
+    if name in FIELDS and name != "expert_bandwidth_efficiency":  # a share stays below 1
         high = high / constants.expert_bandwidth_efficiency
-    param = Param(name, min(max(float(getattr(constants, name)), low * 1.01), high * 0.99),
-                  low, high)
+    return Param(name, min(max(float(getattr(constants, name)), low * 1.01), high * 0.99),
+                 low, high)
+
+
+def _fit_one(*, names: tuple[str, ...], cases: list[MoeCase], gpu: GPU,
+             constants: KernelConstants) -> tuple[dict[str, float], list[str]]:
+    params = [_param(name, constants) for name in names]
 
     def residuals(values: dict[str, float]) -> np.ndarray:
         trial = replace(constants, **values)
         return np.concatenate([np.log(case_latency_s(case=c, gpu=gpu, constants=trial)
                                       / c.measured_s) for c in cases])
 
-    values, _, at_bound = fit_bounded(params=[param], residuals=residuals)
-    return values[name], at_bound
+    values, _, at_bound = fit_bounded(params=params, residuals=residuals)
+    return values, at_bound
+
+
+def _fitted(*, names: tuple[str, ...], cases: list[MoeCase], table: MoeTable, gpu: GPU,
+            constants: KernelConstants, leave_out: bool, note: str) -> FitResult:
+    """``names`` fitted on ``cases``, with their error in sample and, where the cases span
+    more than one hidden size, on each half of the hidden sizes fitted on the other."""
+    values, at_bound = _fit_one(names=names, cases=cases, gpu=gpu, constants=constants)
+    fitted_constants = replace(constants, **values)
+    measured = np.concatenate([c.measured_s for c in cases])
+    fitted = np.concatenate([case_latency_s(case=c, gpu=gpu, constants=fitted_constants)
+                             for c in cases])
+    result = FitResult(values=values,
+                       rms_log_residual=float(np.sqrt(np.mean(np.log(fitted / measured)**2))),
+                       in_sample={"latency": ErrorStats.of(fitted, measured)},
+                       fitted_on=[str(table.path)], n_points=int(measured.size),
+                       at_bound=at_bound, notes=[note])
+    hiddens = sorted({c.hidden for c in cases})
+    if leave_out and len(hiddens) > 1:
+        held = []
+        for half in (set(hiddens[::2]), set(hiddens[1::2])):
+            train = [c for c in cases if c.hidden in half]
+            test = [c for c in cases if c.hidden not in half]
+            other, _ = _fit_one(names=names, cases=train, gpu=gpu, constants=constants)
+            trial = replace(constants, **other)
+            held += [(case_latency_s(case=c, gpu=gpu, constants=trial), c.measured_s)
+                     for c in test]
+        result.leave_out["latency"] = ErrorStats.of(np.concatenate([p for p, _ in held]),
+                                                    np.concatenate([m for _, m in held]))
+    return result
+
+
+def fit_expert_floor(*, table: MoeTable, constants: KernelConstants, field: str = FLOOR_FIELD,
+                     leave_out: bool = True) -> FitResult | None:
+    """``field`` (a key of :data:`FLOOR_FIELDS`) on its experts' rows of ``table`` (read
+    with ``max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0``), on top of ``constants``;
+    None without such rows."""
+    cases = [c for c in table.cases if c.weight_dtype in FLOOR_FIELDS[field]]
+    if not cases:
+        return None
+    gpu = load_gpu(table.gpu)
+    dtypes = ", ".join(sorted({c.weight_dtype for c in cases}))
+    result = _fitted(names=(field,), cases=cases, table=table, gpu=gpu,
+                     constants=constants, leave_out=leave_out,
+                     note=f"{len(cases)} shapes of {dtypes} experts at <= {FLOOR_TOKENS} tokens")
+    without = replace(constants, **{field: 0.0})
+    result.in_sample[WITHOUT_FLOOR] = ErrorStats.of(
+        np.concatenate([case_latency_s(case=c, gpu=gpu, constants=without) for c in cases]),
+        np.concatenate([c.measured_s for c in cases]))
+    return result
+
+
+def floor_helps(result: FitResult) -> bool:
+    """Whether a fitted floor predicts the rows it was not fitted on (each hidden-size half
+    from the other) better than no floor at all: where one number does not describe the
+    GPU's MoE kernels (Blackwell's FP8 path pays 11 us per op more than its BF16 and NVFP4
+    ones), it is reported, not applied."""
+    held = result.leave_out.get("latency") or result.in_sample["latency"]
+    return held.mape < result.in_sample[WITHOUT_FLOOR].mape
 
 
 def fit_moe(*, table: MoeTable, constants: KernelConstants,
@@ -210,28 +303,9 @@ def fit_moe(*, table: MoeTable, constants: KernelConstants,
         if not cases or (name != "expert_bandwidth_efficiency"
                          and "expert_bandwidth_efficiency" not in results):
             continue
-        value, at_bound = _fit_one(name=name, cases=cases, gpu=gpu, constants=constants)
-        constants = replace(constants, **{name: value})
-        measured = np.concatenate([c.measured_s for c in cases])
-        fitted = np.concatenate([case_latency_s(case=c, gpu=gpu, constants=constants)
-                                 for c in cases])
-        result = FitResult(values={name: value},
-                           rms_log_residual=float(np.sqrt(np.mean(np.log(fitted / measured)**2))),
-                           in_sample={"latency": ErrorStats.of(fitted, measured)},
-                           fitted_on=[str(table.path)], n_points=int(measured.size),
-                           at_bound=at_bound,
-                           notes=[f"{len(cases)} shapes of {', '.join(dtypes)} experts"])
-        hiddens = sorted({c.hidden for c in cases})
-        if leave_out and len(hiddens) > 1:
-            held = []
-            for half in (set(hiddens[::2]), set(hiddens[1::2])):
-                train = [c for c in cases if c.hidden in half]
-                test = [c for c in cases if c.hidden not in half]
-                other, _ = _fit_one(name=name, cases=train, gpu=gpu, constants=constants)
-                trial = replace(constants, **{name: other})
-                held += [(case_latency_s(case=c, gpu=gpu, constants=trial), c.measured_s)
-                         for c in test]
-            result.leave_out["latency"] = ErrorStats.of(np.concatenate([p for p, _ in held]),
-                                                        np.concatenate([m for _, m in held]))
+        result = _fitted(names=(name,), cases=cases, table=table, gpu=gpu, constants=constants,
+                         leave_out=leave_out,
+                         note=f"{len(cases)} shapes of {', '.join(dtypes)} experts")
+        constants = replace(constants, **result.values)
         results[name] = result
     return results

@@ -38,7 +38,9 @@ from energylens.runtime import runtime_names
 FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "step_overhead": (("runtime", ("step_overhead_s", "per_sequence_overhead_s",
                                    "ep_moe_layer_overhead_s")),),
-    "kernel_overhead": (("kernel", ("kernel_overhead_s", "norm_overhead_s", "rope_overhead_s",
+    "kernel_overhead": (("kernel", ("kernel_overhead_s", "expert_extra_overhead_s",
+                                    "fp8_expert_extra_overhead_s", "norm_overhead_s",
+                                    "rope_overhead_s",
                                     "activation_overhead_s", "elementwise_overhead_s",
                                     "attention_tile_s")),),
     "compute_efficiency": (("kernel", ("gemm_efficiency_max", "attention_efficiency_max",

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -64,6 +64,9 @@ from energylens.errors import UnknownGPUError
 from energylens.hardware import load_gpu
 from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
 
+if TYPE_CHECKING:
+    from energylens.calibration.fit_moe import MoeTable
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Typed measurement logs the project may read but not redistribute (data/measurements/
 #: SOURCES.md, "Left out"): calibrate fits on them where this folder exists.
@@ -88,6 +91,13 @@ MOE_NOT_APPLIED = (
     "expert- and tensor-split shapes slower) and B200 gpu-count inter-token latency 15.4 -> "
     "16.3 % (past its gate); the built-in shares stay until the small-stream efficiency "
     "(memory_half_bytes, at its bound on H100) describes the split shapes")
+
+#: Why a fused-MoE expert floor is reported, not applied (``fit_moe.floor_helps``).
+FLOOR_NOT_APPLIED = (
+    "its rows, each half of the hidden sizes predicted from a fit on the other, come out "
+    "no closer than with no such floor: one number does not describe these kernels (on "
+    "Blackwell FlashInfer's block-FP8 path pays ~11 us per op more than its BF16 and NVFP4 "
+    "paths; on Hopper FP8 experts pay what BF16 ones do)")
 
 #: Why an MLA prompt-attention fit that ends at a bound is reported, not applied.
 MLA_PROMPT_AT_BOUND = (
@@ -606,13 +616,20 @@ def _fit_context_attention(*, path: Path, kernels: dict[str, KernelConstants],
 def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
              prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
              leave_out: bool, log: Callable[[str], None]) -> None:
-    """The fused-MoE HBM share of one GPU per expert precision from its kernel table:
-    fitted and reported, not applied (``MOE_NOT_APPLIED``)."""
-    from energylens.calibration.fit_moe import fit_moe, read_table
+    """The fixed time of one GPU's fused-MoE expert GEMMs from its kernel table (applied),
+    then the fused-MoE HBM share per expert precision: fitted and reported, not applied
+    (``MOE_NOT_APPLIED``)."""
+    from energylens.calibration.fit_moe import FLOOR_FIELDS, FLOOR_TOKENS, fit_moe, read_table
 
+    floor_table = read_table(path=path, max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0.0)
+    if floor_table.gpu not in kernels:
+        return  # no kernel constants to price the kernel with
+    for name in FLOOR_FIELDS:
+        _fit_expert_floor(table=floor_table, name=name, kernels=kernels, prov=prov,
+                          fits=fits, leave_out=leave_out, log=log)
     table = read_table(path=path)
-    if table.gpu not in kernels or not table.cases:
-        return  # no kernel constants to price the kernel with, or no usable rows
+    if not table.cases:
+        return  # no rows of the kernels the bandwidth shares describe
     for name, result in fit_moe(table=table, constants=kernels[table.gpu],
                                 leave_out=leave_out).items():
         value = result.values[name]
@@ -623,6 +640,42 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
         fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
         fits[fit_id]["applied"] = False
         fits[fit_id]["why_not_applied"] = MOE_NOT_APPLIED
+
+
+def _fit_expert_floor(*, table: MoeTable, name: str, kernels: dict[str, KernelConstants],
+                      prov: dict[str, dict[str, dict[str, Any]]],
+                      fits: dict[str, dict[str, Any]], leave_out: bool,
+                      log: Callable[[str], None]) -> None:
+    """One fused-MoE expert floor of ``table``'s GPU: applied where it predicts the rows it
+    was not fitted on better than none, else recorded as 0 (so that no relative's value is
+    borrowed in its place)."""
+    from energylens.calibration.fit_moe import fit_expert_floor, floor_helps
+
+    result = fit_expert_floor(table=table, constants=kernels[table.gpu], field=name,
+                              leave_out=leave_out)
+    if result is None:
+        return
+    value = result.values[name]
+    applied = floor_helps(result)
+    log(f"kernels {table.gpu}: {name} = {value * 1e6:.2f} us on {result.n_points} MoE rows"
+        + (" (at a bound of its range)" if result.at_bound else "")
+        + ("" if applied else " (not applied)"))
+    fit_id = f"aiconfigurator-moe/{table.gpu}/{name}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_hidden_half_out")
+    fits[fit_id]["values"] = {name: float(f"{value:.6g}")}
+    fits[fit_id]["applied"] = applied
+    own = prov.setdefault(f"kernels/{table.gpu}", {})
+    if applied:
+        kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
+        own[name] = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+        return
+    fits[fit_id]["why_not_applied"] = FLOOR_NOT_APPLIED
+    kernels[table.gpu] = replace(kernels[table.gpu], **{name: 0.0})
+    # chosen on this GPU's own table (no floor predicts its held-out rows better than the
+    # fitted one), so a relative's value is never borrowed in its place
+    own[name] = _entry(0.0, kind="fitted", fit_id=fit_id, report=fits[fit_id], note=(
+        f"none: the {value * 1e6:.2f} us fitted predicts its held-out rows worse than no "
+        "floor (why_not_applied)"))
 
 
 def _fit_mla_prompt(*, path: Path, kernels: dict[str, KernelConstants],

@@ -43,6 +43,13 @@ class KernelConstants:
     vector_efficiency: float = 0.25  # elementwise/softmax FLOPs, fraction of fp32 peak
     roofline_sharpness: float = 3.0  # p of the p-norm that joins compute and memory time
     kernel_overhead_s: float = 4.0e-6  # fixed time of one kernel (launch, prologue, tail)
+    # What an expert GEMM of a fused MoE adds to that (tokens sorted into per-expert tiles,
+    # the scheduler's pass over the experts, block-scale loads; 0: none, assumed;
+    # calibration/fit_moe.py fits it on AIConfigurator's vLLM MoE tables at decode sizes)
+    expert_extra_overhead_s: float = 0.0
+    # and what a block-scaled FP8 expert GEMM adds on top (activations quantised to 128-wide
+    # groups before each grouped GEMM, the scales' loads; 0 assumed, fitted the same way)
+    fp8_expert_extra_overhead_s: float = 0.0
     static_power_w: float = 100.0  # idle with a CUDA context, paid for the whole wall time
     busy_power_w: float = 150.0  # clocks and leakage while any kernel runs (at boost clock)
     energy_per_tensor_flop_j: float = 0.6e-12  # bf16 tensor-core FLOP (fp8 at half)

@@ -46,11 +46,18 @@ def vector_class(kernel: Kernel) -> str | None:
                  if op.function in VECTOR_CLASSES), ELEMENTWISE)
 
 
-def launch_floor_s(*, kernel: Kernel, constants: KernelConstants) -> float:
-    """Fixed time of ``kernel``: its class's floor for small memory-bound kernels."""
+def launch_floor_s(*, kernel: Kernel, constants: KernelConstants,
+                   weight_dtype: str | None = None) -> float:
+    """Fixed time of ``kernel``: its class's floor for small memory-bound kernels, a GEMM's
+    for contractions, and more for a fused MoE's expert GEMMs (more again with block-scaled
+    FP8 experts, ``weight_dtype`` fp8)."""
     klass = vector_class(kernel)
-    return constants.kernel_overhead_s if klass is None else float(
-        getattr(constants, f"{klass}_overhead_s"))
+    if klass is not None:
+        return float(getattr(constants, f"{klass}_overhead_s"))
+    if kernel.is_expert:
+        fp8 = constants.fp8_expert_extra_overhead_s if weight_dtype == "fp8" else 0.0
+        return constants.kernel_overhead_s + constants.expert_extra_overhead_s + fp8
+    return constants.kernel_overhead_s
 
 
 def quantised_activation_dtype(*, weight_dtype: str, gpu: GPU) -> str | None:
@@ -211,7 +218,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
         klass=klass,
         klass_bandwidth_efficiency=(0.0 if klass is None else
                                     float(getattr(constants, f"{klass}_bandwidth_efficiency"))),
-        floor_s=launch_floor_s(kernel=kernel, constants=constants),
+        floor_s=launch_floor_s(kernel=kernel, constants=constants, weight_dtype=weight_dtype),
         floor_sharpness=(1.0 if klass is None else
                          float(getattr(constants, f"{klass}_floor_sharpness"))),
         expert_bandwidth_efficiency=expert_bandwidth_efficiency(

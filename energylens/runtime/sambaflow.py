@@ -19,8 +19,9 @@ from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
 #: Kernel constants that are a per-kernel fixed time (zero on a dataflow pipeline).
-KERNEL_FLOORS = ("kernel_overhead_s", "norm_overhead_s", "rope_overhead_s",
-                 "activation_overhead_s", "elementwise_overhead_s", "attention_tile_s")
+KERNEL_FLOORS = ("kernel_overhead_s", "expert_extra_overhead_s", "fp8_expert_extra_overhead_s",
+                 "norm_overhead_s", "rope_overhead_s", "activation_overhead_s",
+                 "elementwise_overhead_s", "attention_tile_s")
 #: Link constants that are a per-collective fixed time (a latency, or the message size below
 #: which a collective cannot fill the link: a latency in bytes).
 LINK_FLOORS = ("latency_s", "latency_per_hop_s", "p2p_latency_s", "overlap_sync_s",
