@@ -97,7 +97,7 @@ L2_MULTIPLE = 4.0
 #: ``moe`` family would price at 3/2 their bytes: AIConfigurator times exactly these with
 #: TensorRT-LLM's non-gated kernel (``moe_torch_flow_nongated``); vLLM's table does not say.
 NON_GATED_SHAPES = frozenset({(2048, 5120, 22, 512), (2688, 1856, 6, 128), (8192, 5120, 22, 512)})
-#: The fixed time of an expert GEMM beyond a dense GEMM's: the one fit that is applied.
+#: The fixed time of an expert GEMM beyond a dense GEMM's (applied where it helps).
 FLOOR_FIELD = "expert_extra_overhead_s"
 #: The launch-bound regime it is fitted in: at most this many tokens per op.
 FLOOR_TOKENS = 8
@@ -221,24 +221,23 @@ def _param(name: str, constants: KernelConstants) -> Param:
                  low, high)
 
 
-def _fit_one(*, names: tuple[str, ...], cases: list[MoeCase], gpu: GPU,
+def _fit_one(*, name: str, cases: list[MoeCase], gpu: GPU,
              constants: KernelConstants) -> tuple[dict[str, float], list[str]]:
-    params = [_param(name, constants) for name in names]
 
     def residuals(values: dict[str, float]) -> np.ndarray:
         trial = replace(constants, **values)
         return np.concatenate([np.log(case_latency_s(case=c, gpu=gpu, constants=trial)
                                       / c.measured_s) for c in cases])
 
-    values, _, at_bound = fit_bounded(params=params, residuals=residuals)
+    values, _, at_bound = fit_bounded(params=[_param(name, constants)], residuals=residuals)
     return values, at_bound
 
 
-def _fitted(*, names: tuple[str, ...], cases: list[MoeCase], table: MoeTable, gpu: GPU,
+def _fitted(*, name: str, cases: list[MoeCase], table: MoeTable, gpu: GPU,
             constants: KernelConstants, leave_out: bool, note: str) -> FitResult:
-    """``names`` fitted on ``cases``, with their error in sample and, where the cases span
+    """``name`` fitted on ``cases``, with its error in sample and, where the cases span
     more than one hidden size, on each half of the hidden sizes fitted on the other."""
-    values, at_bound = _fit_one(names=names, cases=cases, gpu=gpu, constants=constants)
+    values, at_bound = _fit_one(name=name, cases=cases, gpu=gpu, constants=constants)
     fitted_constants = replace(constants, **values)
     measured = np.concatenate([c.measured_s for c in cases])
     fitted = np.concatenate([case_latency_s(case=c, gpu=gpu, constants=fitted_constants)
@@ -254,7 +253,7 @@ def _fitted(*, names: tuple[str, ...], cases: list[MoeCase], table: MoeTable, gp
         for half in (set(hiddens[::2]), set(hiddens[1::2])):
             train = [c for c in cases if c.hidden in half]
             test = [c for c in cases if c.hidden not in half]
-            other, _ = _fit_one(names=names, cases=train, gpu=gpu, constants=constants)
+            other, _ = _fit_one(name=name, cases=train, gpu=gpu, constants=constants)
             trial = replace(constants, **other)
             held += [(case_latency_s(case=c, gpu=gpu, constants=trial), c.measured_s)
                      for c in test]
@@ -273,7 +272,7 @@ def fit_expert_floor(*, table: MoeTable, constants: KernelConstants, field: str 
         return None
     gpu = load_gpu(table.gpu)
     dtypes = ", ".join(sorted({c.weight_dtype for c in cases}))
-    result = _fitted(names=(field,), cases=cases, table=table, gpu=gpu,
+    result = _fitted(name=field, cases=cases, table=table, gpu=gpu,
                      constants=constants, leave_out=leave_out,
                      note=f"{len(cases)} shapes of {dtypes} experts at <= {FLOOR_TOKENS} tokens")
     without = replace(constants, **{field: 0.0})
@@ -303,7 +302,7 @@ def fit_moe(*, table: MoeTable, constants: KernelConstants,
         if not cases or (name != "expert_bandwidth_efficiency"
                          and "expert_bandwidth_efficiency" not in results):
             continue
-        result = _fitted(names=(name,), cases=cases, table=table, gpu=gpu, constants=constants,
+        result = _fitted(name=name, cases=cases, table=table, gpu=gpu, constants=constants,
                          leave_out=leave_out,
                          note=f"{len(cases)} shapes of {', '.join(dtypes)} experts")
         constants = replace(constants, **result.values)
