@@ -617,9 +617,8 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
              prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
              leave_out: bool, log: Callable[[str], None]) -> None:
     """The fixed times of one GPU's fused-MoE expert GEMMs from its kernel table (applied
-    where they help),
-    then the fused-MoE HBM share per expert precision: fitted and reported, not applied
-    (``MOE_NOT_APPLIED``)."""
+    where they help), then the fused-MoE HBM share per expert precision: fitted and
+    reported, not applied (``MOE_NOT_APPLIED``)."""
     from energylens.calibration.fit_moe import FLOOR_FIELDS, FLOOR_TOKENS, fit_moe, read_table
 
     floor_table = read_table(path=path, max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0.0)
