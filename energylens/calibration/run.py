@@ -301,6 +301,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.gemm_tables:
         _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
     _fit_gemm_transfers(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits, log=log)
+    _report_gemm_curves(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits,
+                        leave_out=leave_out, log=log)
 
     if data.decode_attention_tables:
         # the decode-attention fit prices the kernel with each GPU's other kernel constants
@@ -472,6 +474,42 @@ def _fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstant
         prov.setdefault(f"kernels/{gpu.name}", {}).update(
             {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
              for k, v in result.values.items()})
+
+
+def _report_gemm_curves(*, tables: list[Path], kernels: dict[str, KernelConstants],
+                        prov: dict[str, dict[str, dict[str, Any]]],
+                        fits: dict[str, dict[str, Any]], leave_out: bool,
+                        log: Callable[[str], None]) -> None:
+    """The GEMM curve each GPU's own GEMM table gives, beside the error of the curve it
+    ships (its Vidur fit, or its relative's carried over): reported, not applied
+    (``fit_gemm_curves.NOT_APPLIED``)."""
+    from energylens.calibration.fit_custom_allreduce import table_gpu
+    from energylens.calibration.fit_gemm_curves import CURRENT, NOT_APPLIED, fit_gemm_curve
+    from energylens.hardware import default_database
+
+    by_gpu = {table_gpu(path): path for path in tables}
+    db = default_database()
+    shipped: dict[str, KernelConstants] = {}  # each GPU's constants as borrowing will fill them
+    for gpu in [*(g for g in db.gpus() if g.borrows_from is None), *db.borrow_order()]:
+        own = kernels.get(gpu.name, KernelConstants())
+        if gpu.borrows_from is not None:
+            own = replace(shipped[gpu.borrows_from], **{
+                field: getattr(own, field) for field in prov.get(f"kernels/{gpu.name}", {})})
+        shipped[gpu.name] = own
+        if gpu.name not in by_gpu:
+            continue
+        result = fit_gemm_curve(path=by_gpu[gpu.name], gpu=gpu, base=own, leave_out=leave_out)
+        if result is None:
+            continue
+        fit_id = f"aiconfigurator-gemm/{gpu.name}/curve"
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_n_half_out")
+        fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+        fits[fit_id]["applied"] = False
+        fits[fit_id]["why_not_applied"] = NOT_APPLIED
+        held = result.leave_out.get("latency") or result.in_sample["latency"]
+        log(f"kernels {gpu.name}: GEMM curve of its table on {result.n_points} shapes: shipped "
+            f"curve {100 * result.in_sample[CURRENT].mape:.1f} %, the table's "
+            f"{100 * held.mape:.1f} % held out (reported, not applied)")
 
 
 def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],

@@ -27,11 +27,11 @@ from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration, KernelConstants
 from energylens.cost.kernels import Kernel, compile_layer
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
+from energylens.cost.single_gemm import gemm_cost
 from energylens.cost.work import Size
 from energylens.hardware import GPU, load_gpu
 from energylens.measurements.energylens_gpu import KernelRun
 from energylens.model.families import family_part, parse_layer
-from energylens.model.spec import LayerSpec, parse_einsum
 from energylens.predict import calibration_for_gpu
 
 COMPUTE_BOUND = "compute-bound"
@@ -89,27 +89,12 @@ class KernelReport:
 
 
 @cache
-def _gemm_layer() -> LayerSpec:
-    return LayerSpec(name="gemm", ops=(parse_einsum(name="gemm", text="Y[m,n] = X[m,k] * W[k,n]"),))
-
-
-@cache
 def _attention_kernel(*, heads_q: int, heads_kv: int, head_dim: int) -> Kernel:
     layer = parse_layer(name="attention", parts=[family_part("attention")], norm="rmsnorm")
     sizes = {"d": heads_q * head_dim, "g": heads_kv, "r": heads_q // heads_kv, "e": head_dim}
     compiled = compile_layer(layer=layer, sizes=sizes, degrees={},
                              fusion=frozenset({"attention"}))
     return next(k for k in compiled.kernels if k.name == "qk+soft+av")
-
-
-def gemm_cost(*, m: int, n: int, k: int, dtype: str, gpu: GPU,
-              constants: KernelConstants) -> KernelCost:
-    """The cost model's price of one ``m x k`` by ``k x n`` GEMM with ``dtype`` weights."""
-    kernel = compile_layer(layer=_gemm_layer(), sizes={"m": m, "n": n, "k": k}, degrees={},
-                           fusion=frozenset()).kernels[0]
-    return kernel_cost(kernel=kernel, phase={}, window=None, gpu=gpu, constants=constants,
-                       clock=ClockState.at(gpu=gpu, freq_mhz=None, constants=constants),
-                       weight_dtype=dtype)
 
 
 def attention_cost(*, batch: int, q_len: int, kv_len: int, heads_q: int, heads_kv: int,
