@@ -8,12 +8,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+from energylens.calibration.fit_custom_allreduce import table_gpu
 from energylens.calibration.fit_gemm_curves import (
     CURRENT,
     fit_gemm_curve,
     read_gemm_table,
 )
+from energylens.calibration.run import discover
 from energylens.cost.constants import KernelConstants
 from energylens.cost.single_gemm import gemm_cost
 from energylens.hardware import load_gpu
@@ -117,3 +120,19 @@ def test_h100_and_h200_share_a_die_and_their_tables_say_so():
     assert h100.values["kernel_overhead_s"] == pytest.approx(h200.values["kernel_overhead_s"],
                                                               rel=0.15)
     assert 1.5e-6 < h100.values["kernel_overhead_s"] < 6e-6
+
+
+def test_calibrate_reports_every_table_and_ships_none_of_it():
+    """The shipped calibration holds one curve report per GPU with a vLLM GEMM table in the
+    repository, and no constant of the file cites one (reported, not applied)."""
+    doc = yaml.safe_load((ROOT / "energylens" / "data" / "calibration.yaml").read_text())
+    gpus = {table_gpu(path) for path in discover(ROOT / "data" / "measurements").gemm_tables}
+    assert {"H100-SXM", "H200-SXM", "A100-80GB-SXM", "B200"} <= gpus
+    for gpu in gpus:
+        report = doc["fits"][f"aiconfigurator-gemm/{gpu}/curve"]
+        assert report["applied"] is False and report["why_not_applied"]
+        assert report["leave_one_n_half_out"]["latency"]["mape"] < \
+            report["in_sample"][CURRENT]["mape"]
+    cited = {entry.get("fit") for constants in doc["kernels"].values()
+             for entry in constants.values()}
+    assert not any(str(fit).endswith("/curve") for fit in cited)
