@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from energylens.calibration import CalibrationDataError
+from energylens.calibration.fit_gemm_transfer import bf16_times
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, NO_ENERGY
 from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded
 from energylens.cost.constants import KernelConstants
@@ -70,15 +70,9 @@ class GemmTable:
 
 def read_gemm_table(*, path: Path, gpu: GPU) -> GemmTable:
     """The BF16 rows of ``path`` (median per shape) whose time HBM or compute sets."""
-    import pandas as pd
-
-    try:
-        frame = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise CalibrationDataError(f"{path}: not a GEMM table ({exc})") from None
-    times = frame[frame["gemm_dtype"] == "bfloat16"].groupby(["m", "n", "k"])["latency"].median()
+    times = bf16_times(path)
     m, n, k = (times.index.get_level_values(name).to_numpy(dtype=float) for name in "mnk")
-    latency_s = times.to_numpy(dtype=float) * 1e-3
+    latency_s = times.to_numpy(dtype=float)
     compute_s = 2.0 * m * n * k / gpu.peak_flops_per_s("bf16")
     memory_s = 2.0 * (m * k + n * k + m * n) / gpu.hbm_bandwidth_bytes_per_s
     keep = (2.0 * n * k >= gpu.l2_bytes) | (compute_s >= memory_s)

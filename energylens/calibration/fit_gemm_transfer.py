@@ -55,7 +55,8 @@ class MatchedShapes:
         return self.relative_s / (self.own_s * self.rate_ratio)
 
 
-def _bf16_times(path: Path):  # -> pandas.Series indexed by (m, n, k)
+def bf16_times(path: Path):  # -> pandas.Series indexed by (m, n, k)
+    """Median BF16 time (s) per (m, n, k) shape of a GEMM table."""
     import pandas as pd
 
     try:
@@ -71,8 +72,8 @@ def matched_shapes(*, path: Path, relative_path: Path, gpu: GPU,
     """Per side (``compute``, ``memory``): the shapes both tables time in BF16."""
     import pandas as pd
 
-    both = pd.concat([_bf16_times(path).rename("own"),
-                      _bf16_times(relative_path).rename("relative")], axis=1).dropna()
+    both = pd.concat([bf16_times(path).rename("own"),
+                      bf16_times(relative_path).rename("relative")], axis=1).dropna()
     m, n, k = (both.index.get_level_values(name).to_numpy(dtype=float) for name in "mnk")
     sides = {
         "compute": ((m >= COMPUTE_BOUND_DIM) & (n >= COMPUTE_BOUND_DIM) & (k >= COMPUTE_BOUND_DIM),
