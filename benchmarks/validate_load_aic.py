@@ -48,6 +48,15 @@ bound, not an accuracy). Where even one factor per (engine, GPU, model) leaves a
 above its target, no per-engine constant can meet it; the rest is shape within a model's
 campaigns (concurrency, lengths) and what the rows do not record.
 
+``--engine-time-bound``: how far engine constants could take each engine's TPOT MAPE:
+every row's predicted TPOT with, to first order, the shipped time per step and per running
+sequence (concurrency over the row's schedulers, capped at its ``max_batch_size``) taken out
+and three non-negative times put in: per step, per running sequence, and per decoder layer
+under tensor parallelism (TP > 1), chosen on a grid per engine to minimise its MAPE: in
+sample, and with each GPU and each model held out (chosen on the engine's other rows, scored
+on the held-out ones). First order: the shift ignores what a slower step does to queues and
+prompt interleaving.
+
 ``--campaigns``: TPOT error per measurement campaign (engine, GPU, model, the engine build
 named in the provenance and the month measured). One model on one GPU and engine measured
 in several campaigns shows where a campaign ran something the row does not record (docs/
@@ -312,6 +321,92 @@ def scale_bound(result: dict[str, Any]) -> None:
         print(f"| {engine} | {len(pairs)} | " + " | ".join(cells) + " |")
 
 
+#: Grid of the engine times put in (s): per step, per running sequence, per decoder layer
+#: under tensor parallelism.
+STEP_SHIFTS = [i * 1.0e-4 for i in range(21)]
+SEQUENCE_SHIFTS = [i * 4.0e-6 for i in range(13)]
+TP_LAYER_SHIFTS = [i * 5.0e-6 for i in range(9)]
+
+
+def _engine_rows(result: dict[str, Any], engine: str) -> list[tuple[str, str, list[float]]]:
+    """(GPU, model, [measured TPOT, predicted TPOT less the shipped step and sequence
+    times, running sequences, TP layers]) per row."""
+    from energylens.calibration.file import default_calibration
+    from energylens.hardware import load_gpu
+    from energylens.model.zoo import get_model
+
+    calibration = default_calibration()
+    out = []
+    for r in result["rows"]:
+        m, p = r["input"], r["predicted"]
+        if not p or m["runtime"] != engine:
+            continue
+        ranks = int(m.get("attention_dp") or 1)
+        schedulers = max(1, int(m["num_gpus"]) // (int(m["tp"]) * ranks * int(m.get("pp") or 1))) \
+            * ranks
+        running = float(m["concurrency"]) / schedulers
+        if m.get("max_batch_size"):
+            running = min(running, float(m["max_batch_size"]))
+        layers = get_model(str(m["model"])).num_layers if int(m["tp"]) > 1 else 0
+        shipped = calibration.runtime(runtime=engine, gpu=load_gpu(str(m["gpu"])).name)
+        rest = float(p["tpot_s"]) - shipped.step_overhead_s \
+            - shipped.per_sequence_overhead_s * running
+        out.append((str(m["gpu"]), str(m["model"]),
+                    [float(m["tpot_s"]), rest, running, float(layers)]))
+    return out
+
+
+def _best_shift(rows: list[list[float]]) -> tuple[float, tuple[float, float, float]]:
+    """The least TPOT MAPE over the shift grid on ``rows``, and the shifts reaching it."""
+    import numpy as np
+
+    a = np.asarray(rows)
+    best = (float("inf"), (0.0, 0.0, 0.0))
+    for step in STEP_SHIFTS:
+        for seq in SEQUENCE_SHIFTS:
+            base = a[:, 1] + step + seq * a[:, 2]
+            for layer in TP_LAYER_SHIFTS:
+                mape = float(np.mean(np.abs(np.maximum(base + layer * a[:, 3], 1e-6) / a[:, 0] - 1)))
+                if mape < best[0]:
+                    best = (mape, (step, seq, layer))
+    return best
+
+
+def _held_out(rows: list[tuple[str, str, list[float]]], key: int) -> float:
+    """Pooled MAPE of each group of ``key`` (0: GPU, 1: model) under the shifts chosen on
+    the engine's other rows."""
+    import numpy as np
+
+    total = 0.0
+    for group in sorted({r[key] for r in rows}):
+        train = [r[2] for r in rows if r[key] != group]
+        test = np.asarray([r[2] for r in rows if r[key] == group])
+        if not train:
+            return float("nan")
+        step, seq, layer = _best_shift(train)[1]
+        shifted = test[:, 1] + step + seq * test[:, 2] + layer * test[:, 3]
+        total += float(np.sum(np.abs(np.maximum(shifted, 1e-6) / test[:, 0] - 1)))
+    return total / len(rows)
+
+
+def engine_time_bound(result: dict[str, Any]) -> None:
+    """Per engine: TPOT MAPE now, with the best engine-time shifts in sample, and with each
+    GPU or model held out (``--engine-time-bound``)."""
+    print("| engine | rows | TPOT MAPE | engine times chosen in sample (per step, per "
+          "sequence, per TP layer) | each GPU held out | each model held out |")
+    print("|---|---|---|---|---|---|")
+    engines = sorted({r["input"]["runtime"] for r in result["rows"] if r["predicted"]})
+    for engine in engines:
+        rows = _engine_rows(result, engine)
+        now = statistics.mean(abs(p["tpot_s"] / m["tpot_s"] - 1) for m, p in (
+            (r["input"], r["predicted"]) for r in result["rows"])
+            if p and m["runtime"] == engine)
+        mape, (step, seq, layer) = _best_shift([r[2] for r in rows])
+        print(f"| {engine} | {len(rows)} | {100 * now:.1f} % | {100 * mape:.1f} % "
+              f"({step * 1e6:+.0f} us, {seq * 1e6:+.0f} us, {layer * 1e6:+.0f} us) "
+              f"| {100 * _held_out(rows, 0):.1f} % | {100 * _held_out(rows, 1):.1f} % |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     source = parser.add_mutually_exclusive_group()
@@ -326,6 +421,9 @@ def main() -> None:
                         help="TPOT error per measurement campaign instead of per engine/GPU")
     parser.add_argument("--scale-bound", action="store_true",
                         help="the least TPOT MAPE one factor per engine / GPU / model reaches")
+    parser.add_argument("--engine-time-bound", action="store_true",
+                        help="the least TPOT MAPE first-order engine-time shifts reach, held out "
+                             "by GPU and by model")
     parser.add_argument("--unrecorded-kv-dtype", choices=("fp8",),
                         help="read rows of 8-bit or narrower checkpoints with no recorded KV "
                              "precision as running this KV cache (diagnostic)")
@@ -355,6 +453,9 @@ def main() -> None:
         return
     if args.scale_bound:
         scale_bound(result)
+        return
+    if args.engine_time_bound:
+        engine_time_bound(result)
         return
     errors: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     kv_limited: dict[str, list[float]] = defaultdict(list)
