@@ -179,3 +179,31 @@ def test_a_trace_launch_admits_the_traces_longest_request() -> None:
                              workload=Workload(kind="load", trace=str(trace)))
     argv = list(command.argv)
     assert int(argv[argv.index("--max-model-len") + 1]) == longest > 2048
+
+
+def test_sglang_sizes_its_prefill_chunk_from_the_gpu_memory() -> None:
+    """SGLang's default --chunked-prefill-size follows the GPU's memory (4,096 on a 48 GB
+    L40S, 8,192 on an 80 GB H100 and a 141 GB H200, 16,384 on a 192 GB B200), and the load
+    simulator's token budget and the activation memory follow it; vLLM's do not."""
+    from energylens.cost.memory import memory_use
+    from energylens.model.families import build_graph
+    from energylens.runtime import get_runtime
+
+    sglang, vllm = get_runtime("sglang"), get_runtime("vllm")
+    chunks = {g: sglang.prefill_chunk_on(gpu=load_gpu(g))
+              for g in ("L40S", "H100-SXM", "H200-SXM", "B200")}
+    assert chunks == {"L40S": 4096, "H100-SXM": 8192, "H200-SXM": 8192, "B200": 16384}
+    assert {vllm.prefill_chunk_on(gpu=load_gpu(g)) for g in chunks} == {vllm.prefill_chunk_tokens}
+    model, cal = get_model("llama-3.1-8b"), default_calibration()
+    activations = {}
+    for gpu, chunk in (("H100-SXM", 8192), ("B200", 16384)):
+        spec = load_gpu(gpu)
+        ctx = step_context(model=model, gpu=spec, deployment=Deployment(runtime="sglang"),
+                           calibration=require_constants(calibration=cal, gpu=spec))
+        assert rank_limits(ctx)[0] == chunk
+        activations[gpu] = memory_use(
+            graph=build_graph(model), gpu=spec, runtime=sglang, degrees={"tp": 1}, pp=1,
+            weight_dtype="bf16", kv_dtype="bf16", sequences=1.0, context_tokens=1.0,
+            step_tokens=1e6).activation_bytes
+    # a step of a million tokens holds one chunk's activations: twice as many on B200
+    assert activations["B200"] == pytest.approx(2 * activations["H100-SXM"], rel=1e-12)

@@ -178,7 +178,8 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     weights += vocab_shard * head_bytes * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
-    activations = np.minimum(step_tokens / ranks, runtime.prefill_chunk_tokens) * per_token
+    chunk = runtime.prefill_chunk_on(gpu=gpu)
+    activations = np.minimum(step_tokens / ranks, chunk) * per_token
     capacity = gpu.hbm_capacity_bytes
     outside = activations + runtime.reserve_bytes
     share = capacity * runtime.memory_utilization
@@ -193,7 +194,7 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     else:  # everything within the share; likewise raised (--gpu-memory-utilization) where
         # the weights and the activations of the engine's start-up profiling pass (a full
         # prefill chunk) and its reserve exceed it
-        startup = weights + runtime.prefill_chunk_tokens * per_token + runtime.reserve_bytes
+        startup = weights + chunk * per_token + runtime.reserve_bytes
         usable = np.where(startup > share, capacity, share)
     usable = float(usable) if np.ndim(usable) == 0 else np.asarray(usable, dtype=float)
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,

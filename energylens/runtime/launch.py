@@ -128,7 +128,8 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
     use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
                      degrees=deployment.degrees(model), pp=deployment.pp,
                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, sequences=1.0,
-                     context_tokens=1.0, step_tokens=float(runtime.prefill_chunk_tokens),
+                     context_tokens=1.0,
+                     step_tokens=float(runtime.prefill_chunk_on(gpu=gpu)),
                      draft_layers=(0 if deployment.speculation is None
                                    else deployment.speculation.draft_layers))
     return engine_share(runtime=runtime, use=use)

@@ -27,6 +27,7 @@ from energylens.yamlfile import safe_load
 
 if TYPE_CHECKING:
     from energylens.deployment import Deployment
+    from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
     from energylens.runtime.launch import LaunchCommand, LaunchSpec
 
@@ -246,6 +247,13 @@ class RuntimeProfile:
         return name
 
     # --- how it runs ----------------------------------------------------------------------
+
+    def prefill_chunk_on(self, *, gpu: GPU) -> int:
+        """Prefill tokens per forward pass of the server on ``gpu`` (its chunked-prefill
+        token budget; activation sizing): ``prefill_chunk_tokens`` unless the engine sets it
+        from the GPU."""
+        del gpu
+        return self.prefill_chunk_tokens
 
     def follows_checkpoint_kv(self, *, version: str | None = None) -> bool:
         """Whether ``kv_dtype`` auto stores the KV precision the checkpoint declares, in

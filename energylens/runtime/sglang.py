@@ -5,17 +5,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from energylens.hardware import GPU
 from energylens.runtime.launch import MTP_NOTE, PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
 #: SGLang ``--quantization`` methods by the dtype a 16-bit checkpoint is quantised to online.
 ONLINE = {"fp8": "fp8"}
+#: ``--chunked-prefill-size`` when not given, by the GPU's memory: (below this many bytes,
+#: tokens), else :data:`CHUNK_LARGEST`. Source: SGLang ``ServerArgs``
+#: ``_handle_gpu_memory_settings`` (python/sglang/srt/server_args.py, 0.4.9-0.5.x; recalled,
+#: not re-read here): T4/4080 and A10/4090 2,048, A100-40GB/L40 4,096, H100/A100-80GB and
+#: H20/H200 8,192, B200/MI300 16,384 (its GiB thresholds 20, 35, 60, 90, 160 of the memory
+#: the device reports).
+CHUNK_BY_MEMORY = ((35 * 2**30, 2048), (60 * 2**30, 4096), (160 * 2**30, 8192))
+CHUNK_LARGEST = 16384
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class SGLang(RuntimeProfile):
     """``python -m sglang.launch_server``: one server for every replica (``--dp-size``)."""
+
+    def prefill_chunk_on(self, *, gpu: GPU) -> int:
+        """SGLang's default ``--chunked-prefill-size`` on ``gpu`` (:data:`CHUNK_BY_MEMORY`)."""
+        for below, tokens in CHUNK_BY_MEMORY:
+            if gpu.hbm_capacity_bytes < below:
+                return tokens
+        return CHUNK_LARGEST
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """``python -m sglang.launch_server --model-path MODEL --tp-size ...``; data-parallel

@@ -71,10 +71,10 @@ class LoadPrediction(Prediction):
 
 def serve_defaults(ctx: StepContext) -> tuple[int, int]:
     """(token budget, max running requests) of the runtime's server on this GPU: vLLM's
-    ``vllm serve`` defaults; for another runtime its profile's prefill chunk and
+    ``vllm serve`` defaults; for another runtime its prefill chunk on the GPU and
     :data:`MAX_SEQUENCES_LARGE` (assumed: its own cap is not in its profile yet)."""
     if ctx.runtime.name != "vllm":
-        return ctx.runtime.prefill_chunk_tokens, MAX_SEQUENCES_LARGE
+        return ctx.runtime.prefill_chunk_on(gpu=ctx.gpu), MAX_SEQUENCES_LARGE
     large = ctx.gpu.hbm_capacity_bytes >= LARGE_GPU_BYTES and "a100" not in ctx.gpu.name.lower()
     return SERVE_LARGE if large else SERVE_SMALL
 
