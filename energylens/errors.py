@@ -28,7 +28,8 @@ class UnknownModelError(EnergyLensError):
         self.suggestions = suggestions
         hint = ", ".join(suggestions)
         super().__init__(
-            f"unknown model {name!r}; closest zoo names: {hint} (list_models() has them all)"
+            f"unknown model {name!r}; closest zoo names: {hint} (`energylens models` or "
+            "list_models() lists them all; a config.json path works too)"
         )
 
 
