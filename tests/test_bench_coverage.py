@@ -11,14 +11,17 @@ import pytest
 
 from energylens.calibration.fit_runtime import bench_rows
 from energylens.hardware import load_gpu
+from energylens.measurements.formats import bench_gpu
 from energylens.measurements.inference_bench import (
     RUNTIMES,
     UnmodelledFramework,
     bench_setup,
 )
+from energylens.predict import predict
 from energylens.runtime import runtime_names
 from energylens.validation.accuracy import _bench_label
 from energylens.validation.predictors import validate
+from energylens.workloads.workload import Workload
 
 BENCH = Path(__file__).resolve().parents[1] / "data" / "measurements" / "llm-inference-bench"
 
@@ -63,11 +66,28 @@ def test_the_bench_tensorrt_llm_rows_ran_a_release_before_the_overlap_scheduler(
 @pytest.mark.parametrize(("hardware", "name"), [
     ("Nvidia GH200 GPU", "GH200"), ("AMD MI250 GPU", "MI250"), ("Intel PVC GPU", "Max-1550"),
     ("Intel Max 1550", "Max-1550"), ("Habana Gaudi2", "Gaudi2"), ("SambaNova SN40L", "SN40L"),
-    ("Nvidia A100 GPU", "A100-80GB-SXM")])
+    ("Nvidia A100 GPU", "A100-40GB-SXM")])
 def test_the_bench_gpu_names_resolve(hardware: str, name: str) -> None:
-    gpu = load_gpu(hardware)
+    gpu = load_gpu(bench_gpu(hardware))
     assert gpu.name == name
-    assert gpu.borrows_from is not None or name == "A100-80GB-SXM"
+    assert gpu.borrows_from is not None  # every bench GPU borrows from a measured relative
+
+
+def test_the_bench_a100_rows_run_out_of_kv_cache_where_a_40_gb_card_does() -> None:
+    """Llama-2-7B on one bench A100, 16 sequences of 2,048 + 2,048 tokens: 16 x 4,096 x
+    512 KiB = 34 GB of KV cache does not fit beside 13.5 GB of weights on a 40 GB card
+    (it would on an 80 GB one), so the batch runs in waves, as the measured row says:
+    3.8x the time of the same batch at half the length, where about 2x is expected."""
+    rows, _ = bench_rows([BENCH / "All_results.csv"])
+    trt = {(r.model, r.deployment.tp, r.sequences, r.tokens): r
+           for r in rows[("trtllm", "A100-40GB-SXM")]}
+    row = trt[("meta-llama/Llama-2-7b-hf", 1, 16, 2048)]
+    shorter = trt[("meta-llama/Llama-2-7b-hf", 1, 16, 1024)]
+    assert row.latency_s > 3 * shorter.latency_s  # the measured cliff
+    run = predict(model=row.model, gpu=row.gpu, deployment=row.deployment,
+                  workload=Workload(kind="batch", batch=16, input_tokens=2048,
+                                    output_tokens=2048))
+    assert run.feasible and run.running_batch < 16
 
 
 def test_gh200_is_the_h100_die_with_96_gb_at_4_tb_s() -> None:
@@ -120,3 +140,11 @@ def test_rows_fitted_on_themselves_are_labelled_in_sample() -> None:
     assert _bench_label(hardware="Nvidia H100 GPU", framework="vLLM", doc=doc) == "never fitted"
     assert _bench_label(hardware="Nvidia H100 GPU", framework="MLC-LLM", doc=doc) == \
         "no runtime profile"
+
+
+def test_the_bench_a100_label_reads_the_fit_on_the_card_it_ran_on() -> None:
+    fit = "llm-inference-bench/trtllm/A100-40GB-SXM"
+    doc = {"runtimes": {"trtllm": {"A100-40GB-SXM": {"step_overhead_s": {"value": 1e-3,
+                                                                          "fit": fit}}}}}
+    assert _bench_label(hardware="Nvidia A100 GPU", framework="TensorRT-LLM",
+                        doc=doc).startswith("in-sample: step_overhead_s")

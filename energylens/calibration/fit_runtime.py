@@ -257,7 +257,7 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
         for row in load_measurements(format="llm-inference-bench", path=path).rows:
             v = row.input
             try:
-                gpu = load_gpu(str(v["Hardware"])).name
+                gpu = load_gpu(str(row.context["gpu"])).name
                 setup = bench_setup(v)
             except UnknownGPUError:
                 why = f"GPU {v['Hardware']} not in the database"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
-from energylens.errors import EnergyLensError
+from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
@@ -121,6 +121,10 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--freq-mhz", type=float, help="GPU clock (default: the boost clock)")
     p.add_argument("--moe-skew", type=float, default=0.0,
                    help="Zipf exponent of expert popularity (0 = uniform routing)")
+    p.add_argument("--identical-prompts", action="store_true",
+                   help="--workload batch: every sequence is the same prompt, decoded greedily "
+                        "(a MoE step reads one sequence's experts, as benchmarks that repeat "
+                        "one prompt measure)")
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--launch-command", action="store_true",
@@ -134,7 +138,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from energylens.predict import predict
 
     # Any value but 0 goes to Routing, which refuses a negative or NaN skew in one line.
-    routing = Routing(kind="zipf", skew=args.moe_skew) if args.moe_skew != 0 else Routing()
+    routing = Routing(kind="zipf" if args.moe_skew != 0 else "uniform", skew=args.moe_skew,
+                      identical_sequences=args.identical_prompts)
+    if args.identical_prompts and args.workload != "batch":
+        raise ConfigError("--identical-prompts describes a static batch (--workload batch)")
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                             dp=args.dp, attention_dp=args.attention_dp, moe_tp=args.moe_tp,
                             weight_dtype=args.dtype, fusion=args.fusion,

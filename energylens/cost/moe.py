@@ -26,11 +26,17 @@ _DRAWS = 256  # normal draws per expected maximum
 
 @dataclass(frozen=True, kw_only=True)
 class Routing:
-    """A routing distribution over experts. ``skew``: Zipf exponent or Dirichlet alpha."""
+    """A routing distribution over experts. ``skew``: Zipf exponent or Dirichlet alpha.
+
+    ``identical_sequences``: every sequence of a batch is the same (one prompt repeated,
+    decoded greedily, as some benchmarks feed a static batch), so a step's tokens route
+    as its tokens per sequence, each repeated once per sequence: the experts read are
+    one sequence's, the tokens each expert computes are all of them."""
 
     kind: RoutingKind = "uniform"
     skew: float = 0.0
     histogram: tuple[float, ...] = ()
+    identical_sequences: bool = False
 
     def __post_init__(self) -> None:
         if self.kind in ("zipf", "dirichlet") and self.skew <= 0 and self.kind == "dirichlet":

@@ -201,10 +201,12 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     moe = ctx.graph.model.moe
     if group.is_moe and moe is not None:
         ep = dict(ctx.degrees)["ep"]
+        # Identical sequences route alike: the distinct tokens are one sequence's.
+        repeats = sequences if ctx.routing.identical_sequences else 1.0
         load = expert_load_at(routing=ctx.routing, num_experts=moe.num_experts,
-                              top_k=moe.top_k, ep=ep, tokens=tokens)
+                              top_k=moe.top_k, ep=ep, tokens=tokens / repeats)
         per_rank = moe.num_experts / ep
-        rank_tokens = load.tokens_max_rank if critical else load.tokens_mean_rank
+        rank_tokens = repeats * (load.tokens_max_rank if critical else load.tokens_mean_rank)
         merged["t"] = rank_tokens / per_rank
         merged[ACTIVE_EXPERTS] = (load.active_experts_max_rank if critical
                                   else load.active_experts_mean_rank)

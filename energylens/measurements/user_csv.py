@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from energylens.cost.moe import Routing
 from energylens.deployment import KV_DTYPES, WEIGHT_DTYPES, Deployment
 from energylens.errors import EnergyLensError, MeasurementError
 from energylens.hardware import load_gpu
@@ -42,6 +43,9 @@ SEQUENCE_CAP = "max_num_seqs"
 #: Speculative decoding: draft tokens per step (MTP / EAGLE head; blank or 0: none) and
 #: each draft's acceptance (blank: energylens.cost.speculative.DEFAULT_ACCEPTANCE).
 SPECULATION = ("speculative_tokens", "draft_acceptance")
+#: ``true`` where every sequence of a static batch was the same prompt (decoded greedily,
+#: so a MoE step reads one sequence's experts; :class:`energylens.cost.moe.Routing`).
+IDENTICAL_PROMPTS = "identical_prompts"
 RUNTIME_COLUMNS = ("runtime", "engine", "framework", "backend")
 TEXTS = ("runtime_version", "dtype", "kv_dtype", "workload")
 NUMBERS = ("freq_mhz", "batch", "concurrency", "request_rate", "input_tokens", "output_tokens")
@@ -54,7 +58,7 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
-KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, *SPECULATION,
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, *SPECULATION, IDENTICAL_PROMPTS,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.
@@ -141,6 +145,15 @@ def _attention_dp(path: Path, raw: str, row: int) -> int:
     return _count(path, "attention_dp", raw, row)
 
 
+def _flag(path: Path, column: str, raw: str, row: int) -> bool:
+    text = raw.strip().lower()
+    if text in ("true", "yes", "1"):
+        return True
+    if text in ("false", "no", "0"):
+        return False
+    raise _fail(path, f"column '{column}' must be true or false, got {raw!r} in row {row}")
+
+
 def _runtime(raw: str) -> str:
     return RUNTIME_SPELLINGS.get(raw.strip().lower(), raw.strip().lower())
 
@@ -155,6 +168,8 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
+        elif column == IDENTICAL_PROMPTS:
+            values[column] = _flag(path, column, raw, number)
         elif column == "speculative_tokens":
             values[column] = 0 if raw == "0" else _count(path, column, raw, number)
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
@@ -251,7 +266,8 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
               "kv_dtype": _dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"), "freq_mhz": v["freq_mhz"],
               "max_num_seqs": v[SEQUENCE_CAP],
               "speculative_tokens": v["speculative_tokens"] or 0,
-              "draft_acceptance": v["draft_acceptance"]}
+              "draft_acceptance": v["draft_acceptance"],
+              "routing": Routing(identical_sequences=bool(v[IDENTICAL_PROMPTS]))}
     if attention_dp is not None and attention_dp != 1:
         if attention_dp == 0:  # enabled, size not given: every GPU of a replica is a rank
             attention_dp, tp = n // (pp * (dp or 1)), 1
@@ -269,6 +285,9 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
 
 def _workload(v: dict[str, Any]) -> Workload:
     kind = v["workload"]
+    if v[IDENTICAL_PROMPTS] and kind != "batch":
+        raise UnsupportedRow(f"{IDENTICAL_PROMPTS} describes a static batch; a {kind} row's "
+                             "sequences are at different steps")
     for column in ("input_tokens", "output_tokens"):
         if v[column] is None:
             raise UnsupportedRow(f"no {column}: needed to predict a {kind} row")

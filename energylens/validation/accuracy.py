@@ -21,6 +21,7 @@ import yaml
 from energylens.calibration.file import SHIPPED
 from energylens.errors import UnknownGPUError
 from energylens.hardware import load_gpu
+from energylens.measurements.formats import bench_gpu
 from energylens.measurements.inference_bench import RUNTIMES
 from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
@@ -255,7 +256,7 @@ def _bench_label(*, hardware: str, framework: str, doc: dict[str, Any]) -> str:
     if runtime is None:
         return "no runtime profile"
     try:
-        gpu = load_gpu(hardware).name
+        gpu = load_gpu(bench_gpu(hardware)).name
     except UnknownGPUError:
         return "GPU not in the database"
     fit_id = f"llm-inference-bench/{runtime}/{gpu}"

@@ -16,6 +16,8 @@ written as a batch of 1, with the bench's value carried as ``bench_batch_size``.
 ``runtime_version``: the release a framework's rows are read as where a profile fact
 changes since (:data:`energylens.measurements.inference_bench.RELEASES`: TensorRT-LLM as a
 0.x release, before its overlap scheduler), empty elsewhere (the profile's).
+``identical_prompts``: ``true`` on the rows of frameworks whose batches repeat one prompt
+(:data:`energylens.measurements.inference_bench.IDENTICAL_PROMPTS`), empty elsewhere.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
-from energylens.measurements.inference_bench import RELEASES, RUNTIMES
+from energylens.measurements.inference_bench import IDENTICAL_PROMPTS, RELEASES, RUNTIMES
 
 #: Bench framework names that a runtime spelling would misread, written as their runtime.
 AMBIGUOUS = {"Deepspeed": RUNTIMES["Deepspeed"]}
@@ -44,6 +46,7 @@ def convert(path: Path, options: Options) -> Converted:
         converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": n,
                      "framework": AMBIGUOUS.get(str(v["Framework"]), v["Framework"]),
                      "runtime_version": RELEASES.get(str(v["Framework"])), "workload": "batch",
+                     "identical_prompts": "true" if v["Framework"] in IDENTICAL_PROMPTS else None,
                      "batch": 1 if one else batch, "input_tokens": tokens,
                      "output_tokens": tokens, "e2e_s": m["latency_s"],
                      "total_tokens_per_s": m["throughput_tokens_per_s"]}
