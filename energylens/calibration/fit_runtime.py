@@ -343,21 +343,12 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
               log: Callable[[str], None] = lambda _: None) -> None:
     """Engine overheads (and effective kernel scales where no table exists) per (runtime,
     GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``."""
-    groups, skipped = bench_rows(files)
-    for key, rows in groups.items():
-        groups[key] = [r for r in rows if r.latency_s >= _floor_s(r)]
-        if len(groups[key]) < len(rows):
-            skipped[f"{SCREEN} on {key[0]}/{key[1]}: faster than reading the weights once per "
-                    "output token at peak bandwidth"] = len(rows) - len(groups[key])
-    for reason, count in sorted(skipped.items()):
-        log(f"llm-inference-bench: {count} rows skipped ({reason})")
+    groups = _screened_groups(files, log=log)
     for (runtime, gpu), rows in sorted(groups.items()):
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
         known = fits.values.get(runtime_key(runtime=runtime, gpu=gpu), {})
         if runtime in LIB_REPORT_ONLY:
-            _report_only(rows=rows, base=base, runtime=runtime, gpu=gpu, fit_id=fit_id,
-                         files=files, fits=fits, log=log)
-            continue
+            continue  # scored on the finished calibration (report_unfitted_bench)
         scales = {k: v for k, v in known.items() if k in SCALES}
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, 4))
@@ -449,16 +440,41 @@ def _leave_one_model_out(x: np.ndarray, *, models: list[str],
     return ErrorStats.of(out, np.ones(len(out)))
 
 
-def _report_only(*, rows: list[BenchRow], base: Calibration, runtime: str, gpu: str, fit_id: str,
-                 files: list[Path], fits: RuntimeFits, log: Callable[[str], None]) -> None:
-    report = _latency_report(rows=rows, calibration=base, fit_id=fit_id, files=files)
-    if not report["n_points"]:
-        return
-    report.setdefault("notes", []).append(
-        f"{runtime}: predicted with its shipped constants, not fitted here")
-    fits.fits[fit_id] = report
-    log(f"runtime {runtime} {gpu}: not fitted (constants from ML.ENERGY); latency MAPE "
-        f"{100 * report['in_sample']['latency_s']['mape']:.1f} % on {report['n_points']} rows")
+def _screened_groups(files: list[Path], *, log: Callable[[str], None],
+                     ) -> dict[tuple[str, str], list[BenchRow]]:
+    """The bench's rows per (runtime, GPU), those faster than any GPU could run screened."""
+    groups, skipped = bench_rows(files)
+    for key, rows in groups.items():
+        groups[key] = [r for r in rows if r.latency_s >= _floor_s(r)]
+        if len(groups[key]) < len(rows):
+            skipped[f"{SCREEN} on {key[0]}/{key[1]}: faster than reading the weights once per "
+                    "output token at peak bandwidth"] = len(rows) - len(groups[key])
+    for reason, count in sorted(skipped.items()):
+        log(f"llm-inference-bench: {count} rows skipped ({reason})")
+    return groups
+
+
+def report_unfitted_bench(*, files: list[Path], calibration: Calibration,
+                          fits: dict[str, Any], log: Callable[[str], None] = lambda _: None,
+                          ) -> None:
+    """The error on the bench's rows of the runtimes not fitted there
+    (:data:`LIB_REPORT_ONLY`), with the finished calibration: the constants a prediction
+    uses, borrowed and prior values included (scored before they were filled in, a GPU
+    without serving data of its own read zero overheads)."""
+    for (runtime, gpu), rows in sorted(_screened_groups(files, log=lambda _: None).items()):
+        if runtime not in LIB_REPORT_ONLY:
+            continue
+        fit_id = f"llm-inference-bench/{runtime}/{gpu}"
+        report = _latency_report(rows=rows, calibration=calibration, fit_id=fit_id,
+                                 files=files)
+        if not report["n_points"]:
+            continue
+        report.setdefault("notes", []).append(
+            f"{runtime}: predicted with its shipped constants, not fitted here")
+        fits[fit_id] = report
+        log(f"runtime {runtime} {gpu}: not fitted (constants from ML.ENERGY); latency MAPE "
+            f"{100 * report['in_sample']['latency_s']['mape']:.1f} % on {report['n_points']} "
+            "rows")
 
 
 # --- priors -------------------------------------------------------------------------------

@@ -36,7 +36,13 @@ from energylens.calibration.coverage import measured_gpus, require_data_or_borro
 from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import KERNEL_PARAMS, VECTOR_PARAMS, fit_gpu_kernels
 from energylens.calibration.fit_links import fit_links
-from energylens.calibration.fit_runtime import aic_tables, apply_fits, fill_priors, fit_runtimes
+from energylens.calibration.fit_runtime import (
+    aic_tables,
+    apply_fits,
+    fill_priors,
+    fit_runtimes,
+    report_unfitted_bench,
+)
 from energylens.calibration.fit_scale_out import SCALE_OUT_PARAMS, fit_scale_out, read_nccl_tests
 from energylens.calibration.fit_serving import (
     LINK_PREFIX,
@@ -388,6 +394,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
+    if data.llm_inference_bench:
+        report_unfitted_bench(files=data.llm_inference_bench, calibration=calibration, fits=fits,
+                              log=log)
     _compare_measured_power(fits, calibration, log)
     _compare_measured_memory(fits, calibration)
     if data.mlenergy and leave_out:
