@@ -23,7 +23,7 @@ from energylens.calibration.fit_runtime import fill_priors
 from energylens.calibration.run import CalibrationData, calibrate
 from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import KernelConstants, LinkConstants, RuntimeConstants
-from energylens.errors import EnergyLensError, UncalibratedGPUError
+from energylens.errors import EnergyLensError, HardwareFileError, UncalibratedGPUError
 from energylens.hardware import GPU_DIR, GPUDatabase, list_gpus, load_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +91,39 @@ def test_a_precision_ratio_is_borrowed_only_where_the_precision_runs_natively_on
     assert "fp4_expert_bandwidth_ratio" not in prov["kernels/B200"]
     assert (h200.fp8_expert_bandwidth_ratio, h200.fp4_expert_bandwidth_ratio) == (0.9, 0.7)
     assert (a100.fp8_expert_bandwidth_ratio, a100.fp4_expert_bandwidth_ratio) == (1.0, 1.0)
+
+
+def test_engine_fits_of_the_same_die_come_before_the_relatives():
+    """A100 80 GB borrows from H100, but names the 40 GB card (same die, same hosts) for
+    its engines: a runtime fitted there (TensorRT-LLM, on the bench's 40 GB rows) gives its
+    constants first; what the 40 GB card itself only assumed is not taken, H100's fills
+    the rest."""
+    kernels, links, runtimes, prov = _h100_only()
+    runtimes["trtllm/A100-40GB-SXM"] = RuntimeConstants(step_overhead_s=1.6e-3)
+    prov["runtimes/trtllm/A100-40GB-SXM"] = {"step_overhead_s": _fitted(1.6e-3)}
+    runtimes["trtllm/H100-SXM"] = RuntimeConstants(step_overhead_s=1.3e-3)
+    prov["runtimes/trtllm/H100-SXM"] = {"step_overhead_s": _fitted(1.3e-3)}
+    runtimes["vllm/A100-40GB-SXM"] = RuntimeConstants(step_overhead_s=9.0e-3)
+    prov["runtimes/vllm/A100-40GB-SXM"] = {"step_overhead_s": {
+        "value": 9.0e-3, "kind": "assumed", "note": "a guess"}}
+    assert load_gpu("A100-80GB-SXM").engines_from == "A100-40GB-SXM"
+    borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    assert runtimes["trtllm/A100-80GB-SXM"].step_overhead_s == 1.6e-3
+    entry = prov["runtimes/trtllm/A100-80GB-SXM"]["step_overhead_s"]
+    assert entry["kind"] == "assumed" and "A100-40GB-SXM" in entry["note"]
+    assert runtimes["vllm/A100-80GB-SXM"].step_overhead_s == 4.0e-4  # H100's, not the guess
+    assert runtimes["vllm/A100-40GB-SXM"].step_overhead_s == 9.0e-3  # its own stays
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("no-such-gpu", "borrows.engines_from: unknown GPU"),
+    ("x100-test", "borrows.engines_from: names the GPU itself")])
+def test_engines_from_must_name_another_known_gpu(tmp_path, value, message):
+    folder = _new_gpu_dir(tmp_path, borrows={"from": "h100", "reason": "test copy",
+                                             "engines_from": value, "engines_reason": "test"})
+    with pytest.raises(HardwareFileError, match=message) as err:
+        GPUDatabase.from_dirs(GPU_DIR, folder)
+    assert "\n" not in str(err.value)
 
 
 def test_own_measurements_are_never_overwritten():

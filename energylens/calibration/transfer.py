@@ -13,6 +13,9 @@ measured GPU), recorded as ``assumed`` with a note naming the source:
   tensor-core generation, told by the same set of native low-precision rates in the GPU
   files: H100 runs block-scaled FP8 with software scaling and dequantises FP4, B200 scales
   FP8 blocks and runs FP4 in its tensor cores, so their kernels and ratios differ;
+- a GPU whose file names ``engines_from`` (a GPU of the same die, e.g. the other memory
+  size) takes each runtime's fitted and measured constants from it first, before its
+  relative's: engine overheads are the host's and the die's, not the memory's;
 - power: the board's budget splits as on the relative: static and busy power scale with
   TDP, energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
   draws the same share of its board's TDP, and the power cap still never slows the GEMMs
@@ -74,6 +77,9 @@ def borrow_from_relatives(*, kernels: dict[str, KernelConstants], links: dict[st
     """
     db = default_database() if database is None else database
     for gpu in db.borrow_order():
+        if gpu.engines_from is not None:
+            _borrow_runtimes(gpu=gpu, relative=db.get(gpu.engines_from), runtimes=runtimes,
+                             prov=prov, own_only=True)
         _borrow(gpu=gpu, relative=db.get(str(gpu.borrows_from)), kernels=kernels, links=links,
                 runtimes=runtimes, prov=prov)
 
@@ -141,9 +147,10 @@ def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
 
 
 def _borrow_runtimes(*, gpu: GPU, relative: GPU, runtimes: dict[str, RuntimeConstants],
-                     prov: dict[str, dict[str, dict[str, Any]]]) -> None:
+                     prov: dict[str, dict[str, dict[str, Any]]], own_only: bool = False) -> None:
     """Each runtime's constants on the relative that ``gpu`` lacks; the runtime's own
-    all-reduce only over a scale-up link of the same kind."""
+    all-reduce only over a scale-up link of the same kind. ``own_only``: only those the
+    relative has from data of its own (not borrowed or assumed itself)."""
     same_link = gpu.intra_node.kind == relative.intra_node.kind
     for key, source in list(prov.items()):
         section, _, rest = key.partition("/")
@@ -154,7 +161,8 @@ def _borrow_runtimes(*, gpu: GPU, relative: GPU, runtimes: dict[str, RuntimeCons
         own = prov.setdefault(f"runtimes/{target}", {})
         borrowed: dict[str, float] = {}
         for field, entry in source.items():
-            if field in own or (field.startswith("allreduce_") and not same_link):
+            if field in own or (field.startswith("allreduce_") and not same_link) or (
+                    own_only and entry.get("kind") in ("assumed", "default")):
                 continue
             borrowed[field] = entry["value"]
             own[field] = {"value": entry["value"], "kind": "assumed",

@@ -291,6 +291,7 @@ def _gpu_record(gpu: GPU) -> dict[str, Any]:
     return {"name": gpu.name, "vendor": gpu.vendor, "aliases": list(gpu.aliases),
             "intra_node_kind": gpu.intra_node.kind, "inter_node_kind": gpu.inter_node.kind,
             "borrows_from": gpu.borrows_from, "borrow_reason": gpu.borrow_reason,
+            "engines_from": gpu.engines_from, "engines_reason": gpu.engines_reason,
             "fields": {key: {"value": _value(gpu, key), "kind": prov.kind, "source": prov.source}
                        for key, prov in gpu.provenance.items()}}
 
@@ -314,7 +315,9 @@ def _cmd_gpus_show(args: argparse.Namespace) -> int:
     out.print(table)
     out.print(f"links: scale-up {gpu.intra_node.kind}, scale-out {gpu.inter_node.kind}; "
               + (f"calibration constants borrowed from {gpu.borrows_from}: {gpu.borrow_reason}"
-                 if gpu.borrows_from else "calibration constants of its own"), highlight=False)
+                 if gpu.borrows_from else "calibration constants of its own")
+              + (f"; serving-engine constants first from {gpu.engines_from}: "
+                 f"{gpu.engines_reason}" if gpu.engines_from else ""), highlight=False)
     return 0
 
 

@@ -81,6 +81,8 @@ class GPU:
     price_per_hour: float  # rental price, US dollars per GPU-hour
     borrows_from: str | None = None  # canonical name of the measured relative, if any
     borrow_reason: str | None = None  # why that relative (set exactly when borrows_from is)
+    engines_from: str | None = None  # a GPU of the same die whose engine fits come first
+    engines_reason: str | None = None  # why (set exactly when engines_from is)
     provenance: dict[str, Provenance] = field(default_factory=dict)
 
     def peak_flops_per_s(self, dtype: str) -> float:
@@ -120,7 +122,7 @@ _SPEC_KEYS = frozenset(("dense_flops_per_s", *_FLOAT_SPECS, *_INT_SPECS))
 _TOP_KEYS = frozenset(("name", "vendor", "aliases", "specs", "intra_node", "inter_node",
                        "price_per_hour", "borrows"))
 _LINK_KEYS = frozenset(("kind", "bandwidth_bytes_per_s", "latency_s"))
-_BORROW_KEYS = frozenset(("from", "reason"))
+_BORROW_KEYS = frozenset(("from", "reason", "engines_from", "engines_reason"))
 _VENDOR_PREFIXES = ("nvidia", "amdinstinct", "amd")
 _GENERIC_SUFFIX = "gpu"
 
@@ -230,14 +232,22 @@ class _Spec:
             self.fail("aliases", "expected a list of strings")
         return tuple(aliases)
 
-    def borrows(self, root: dict[str, Any]) -> tuple[str | None, str | None]:
-        """``(from, reason)`` of the optional ``borrows:`` mapping; the name is checked later."""
+    def borrows(self, root: dict[str, Any]) -> dict[str, str | None]:
+        """The optional ``borrows:`` mapping as GPU fields (``from`` and ``reason``; the
+        optional ``engines_from`` and ``engines_reason`` together); names checked later."""
+        out: dict[str, str | None] = {"borrows_from": None, "borrow_reason": None,
+                                      "engines_from": None, "engines_reason": None}
         if "borrows" not in root:
-            return None, None
+            return out
         node = self.mapping(root["borrows"], key="borrows", allowed=_BORROW_KEYS)
-        relative = self.text(node, key="from", path="borrows.from").strip()
-        reason = self.text(node, key="reason", path="borrows.reason").strip()
-        return relative, reason
+        out["borrows_from"] = self.text(node, key="from", path="borrows.from").strip()
+        out["borrow_reason"] = self.text(node, key="reason", path="borrows.reason").strip()
+        if "engines_from" in node or "engines_reason" in node:
+            out["engines_from"] = self.text(node, key="engines_from",
+                                            path="borrows.engines_from").strip()
+            out["engines_reason"] = self.text(node, key="engines_reason",
+                                              path="borrows.engines_reason").strip()
+        return out
 
     def gpu(self) -> GPU:
         try:
@@ -256,7 +266,7 @@ class _Spec:
             k: self.number(specs, key=k, path=f"specs.{k}", prov=prov) for k in _FLOAT_SPECS}
         ints: dict[str, Any] = {
             k: self.integer(specs, key=k, path=f"specs.{k}", prov=prov) for k in _INT_SPECS}
-        borrows_from, borrow_reason = self.borrows(root)
+        borrows = self.borrows(root)
         return GPU(
             name=self.text(root, key="name", path="name"),
             vendor=self.text(root, key="vendor", path="vendor"),
@@ -266,8 +276,10 @@ class _Spec:
             inter_node=self.link(root, key="inter_node", prov=prov),
             price_per_hour=self.number(root, key="price_per_hour", path="price_per_hour",
                                        prov=prov),
-            borrows_from=borrows_from,
-            borrow_reason=borrow_reason,
+            borrows_from=borrows["borrows_from"],
+            borrow_reason=borrows["borrow_reason"],
+            engines_from=borrows["engines_from"],
+            engines_reason=borrows["engines_reason"],
             provenance=prov,
             **floats,
             **ints,
@@ -333,14 +345,22 @@ class GPUDatabase:
         return index
 
     def _with_relative(self, gpu: GPU) -> GPU:
-        """``gpu`` with ``borrows_from`` resolved to a canonical name of this database."""
-        if gpu.borrows_from is None:
-            return gpu
-        try:
-            relative = self.resolve(gpu.borrows_from)
-        except UnknownGPUError as exc:
-            raise HardwareFileError(f"{self._files[gpu.name]}: borrows.from: {exc}") from None
-        return replace(gpu, borrows_from=relative)
+        """``gpu`` with ``borrows_from`` and ``engines_from`` resolved to canonical names
+        of this database."""
+        names: dict[str, str] = {}
+        for key, value in (("from", gpu.borrows_from), ("engines_from", gpu.engines_from)):
+            if value is None:
+                continue
+            try:
+                names[key] = self.resolve(value)
+            except UnknownGPUError as exc:
+                raise HardwareFileError(f"{self._files[gpu.name]}: borrows.{key}: {exc}") \
+                    from None
+        if names.get("engines_from") == gpu.name:
+            raise HardwareFileError(f"{self._files[gpu.name]}: borrows.engines_from: names "
+                                    "the GPU itself")
+        return replace(gpu, borrows_from=names.get("from"),
+                       engines_from=names.get("engines_from"))
 
     def _check_cycles(self) -> None:
         for name in self._gpus:

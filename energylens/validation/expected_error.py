@@ -119,6 +119,8 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
     looked_at = tuple(folds)
     if workload.kind == "batch" or gpu.name not in by_gpu:
         bench = _bench_error(fits=fits, runtime=deployment.runtime, gpu=gpu.name)
+        if bench is None and gpu.engines_from is not None:  # its engines' constants' source
+            bench = _bench_error(fits=fits, runtime=deployment.runtime, gpu=gpu.engines_from)
         if bench is not None:
             errors.append(bench)
             looked_at += (bench.fold,)
