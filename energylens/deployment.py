@@ -70,6 +70,11 @@ class Deployment:
     moe_tp: int | None = None  # tensor-parallel split of each expert (explicit layout)
     max_num_seqs: int | None = None  # running requests one scheduler admits, per attention
     # rank (vLLM --max-num-seqs, TensorRT-LLM --max_batch_size; None: the server's default)
+    prefill_chunk_tokens: int | None = None  # prompt tokens per forward pass (vLLM
+    # --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM --max_num_tokens,
+    # llama.cpp --batch-size): a static batch's prompts run in passes of it, a load run's
+    # scheduler takes it as its token budget (None: the runtime's default; a static batch's
+    # prompts in one pass)
     speculative_tokens: int = 0  # draft tokens per decode step (MTP / EAGLE head; 0: none)
     draft_acceptance: float | None = None  # each draft's acceptance (None: the default)
 
@@ -81,6 +86,9 @@ class Deployment:
             raise ConfigError(f"moe_tp must be >= 1, got {self.moe_tp}")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.prefill_chunk_tokens is not None and self.prefill_chunk_tokens < 1:
+            raise ConfigError(f"prefill_chunk_tokens must be >= 1, got "
+                              f"{self.prefill_chunk_tokens}")
         if self.explicit_moe_layout:
             moe_gpus = self.tp * self.attention_dp
             if self.moe_tp is None and moe_gpus % self.ep:

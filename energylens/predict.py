@@ -54,13 +54,15 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     kind = get_kind(workload.kind)
     placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
                               batch=workload.batch, replicas=deployment.replicas,
-                              gpus=deployment.total_gpus, max_num_seqs=deployment.max_num_seqs)
+                              gpus=deployment.total_gpus, max_num_seqs=deployment.max_num_seqs,
+                              prefill_chunk_tokens=deployment.prefill_chunk_tokens)
     return kind.run(placement=placement, workload=workload, memory=memory)
 
 
 def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload: Workload,
           batch: Size, replicas: Size, gpus: Size,
-          max_num_seqs: int | None = None) -> tuple[Placement, MemoryUse]:
+          max_num_seqs: int | None = None,
+          prefill_chunk_tokens: int | None = None) -> tuple[Placement, MemoryUse]:
     """A deployment bound to its context and the memory the kind needs per GPU; numbers for
     one configuration, arrays over the configurations of one ``predict_many`` group."""
     sequences = batch / replicas
@@ -72,7 +74,7 @@ def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload:
                         draft_layers=ctx.draft_layers)
     placement = Placement(ctx=ctx, model=model, replicas=cast(int, replicas),
                           gpus=cast(int, gpus), sequences=cast(float, sequences),
-                          max_num_seqs=max_num_seqs)
+                          max_num_seqs=max_num_seqs, prefill_chunk_tokens=prefill_chunk_tokens)
     return placement, memory
 
 

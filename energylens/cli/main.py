@@ -88,6 +88,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="running requests one scheduler admits, per attention rank (vLLM "
                         "--max-num-seqs, TensorRT-LLM --max_batch_size; default: the "
                         "runtime server's)")
+    p.add_argument("--prefill-chunk-tokens", type=_positive_int, default=None, metavar="N",
+                   help="prompt tokens per forward pass (vLLM --max-num-batched-tokens, SGLang "
+                        "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp "
+                        "--batch-size): a static batch's prompts run in passes of N, a load "
+                        "run's scheduler takes N as its token budget (default: the runtime's; "
+                        "a static batch's prompts in one pass)")
     p.add_argument("--speculative-tokens", type=int, default=0, metavar="K",
                    help="draft tokens per decode step from a one-layer draft head (MTP, "
                         "EAGLE; TensorRT-LLM num_nextn_predict_layers, vLLM/SGLang "
@@ -150,6 +156,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             routing=routing, runtime=args.runtime,
                             runtime_version=args.runtime_version,
                             max_num_seqs=args.max_num_seqs,
+                            prefill_chunk_tokens=args.prefill_chunk_tokens,
                             speculative_tokens=args.speculative_tokens,
                             draft_acceptance=args.draft_acceptance)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,

@@ -71,7 +71,9 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
     n, tokens = int(values["Num of Hardware"]), int(values["Input Output Length"])
     batch = int(values["Batch Size"])
     if runtime == "llama.cpp":
-        return BenchSetup(runtime=runtime, deployment=Deployment(runtime=runtime, pp=n, num_gpus=n),
+        return BenchSetup(runtime=runtime,
+                          deployment=Deployment(runtime=runtime, pp=n, num_gpus=n,
+                                                prefill_chunk_tokens=batch),
                           sequences=1, tokens=tokens, prompt_passes=math.ceil(tokens / batch))
     return BenchSetup(runtime=runtime,
                       deployment=Deployment(runtime=runtime, tp=n, num_gpus=n,
@@ -83,7 +85,8 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
 
 @dataclass(frozen=True, kw_only=True)
 class BenchRun:
-    """A row priced: prefill and decode wall time (s) and the whole-batch prediction."""
+    """A row priced: prefill and decode wall time (s) and the whole-batch prediction (a
+    llama.cpp prompt in passes of its ``-b``: the deployment's ``prefill_chunk_tokens``)."""
 
     prefill_s: float
     decode_s: float
@@ -104,12 +107,5 @@ def price(*, model: str | ModelConfig, gpu: str, setup: BenchSetup,
                   workload=Workload(kind="batch", batch=setup.sequences,
                                     input_tokens=setup.tokens, output_tokens=setup.tokens),
                   calibration=calibration)
-    prefill = run.prefill.latency_s
-    if setup.prompt_passes > 1 and run.feasible:
-        chunk = math.ceil(setup.tokens / setup.prompt_passes)
-        one_pass = predict(model=model, gpu=gpu, deployment=setup.deployment,
-                           workload=Workload(kind="batch", batch=1, input_tokens=chunk,
-                                             output_tokens=1),
-                           calibration=calibration)
-        prefill = setup.prompt_passes * one_pass.prefill.latency_s
-    return BenchRun(prefill_s=prefill, decode_s=run.decode.latency_s, prediction=run)
+    return BenchRun(prefill_s=run.prefill.latency_s, decode_s=run.decode.latency_s,
+                    prediction=run)

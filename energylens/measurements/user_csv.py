@@ -40,6 +40,8 @@ COUNTS = ("num_gpus", "tp", "pp", "ep", "dp", "moe_tp")
 #: --max-num-seqs, TensorRT-LLM --max_batch_size, SGLang --max-running-requests / dp).
 #: AIConfigurator's ``batch_size`` is not it (clients per rank; docs/load.md).
 SEQUENCE_CAP = "max_num_seqs"
+#: The engine's prompt tokens per forward pass (``Deployment.prefill_chunk_tokens``).
+PREFILL_CHUNK = "prefill_chunk_tokens"
 #: Speculative decoding: draft tokens per step (MTP / EAGLE head; blank or 0: none) and
 #: each draft's acceptance (blank: energylens.cost.speculative.DEFAULT_ACCEPTANCE).
 SPECULATION = ("speculative_tokens", "draft_acceptance")
@@ -58,7 +60,8 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
-KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, *SPECULATION, IDENTICAL_PROMPTS,
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
+         IDENTICAL_PROMPTS,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.
@@ -164,7 +167,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         raw = (cells.get(column) or "").strip()
         if not raw or column not in KNOWN:
             continue
-        if column in COUNTS or column in RUN_COUNTS or column == SEQUENCE_CAP:
+        if column in COUNTS or column in RUN_COUNTS or column in (SEQUENCE_CAP, PREFILL_CHUNK):
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
@@ -264,7 +267,7 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
               "runtime_version": _release(v["runtime_version"]),
               "weight_dtype": _dtype(v["dtype"], WEIGHT_DTYPES, "dtype"),
               "kv_dtype": _dtype(v["kv_dtype"], KV_DTYPES, "kv_dtype"), "freq_mhz": v["freq_mhz"],
-              "max_num_seqs": v[SEQUENCE_CAP],
+              "max_num_seqs": v[SEQUENCE_CAP], "prefill_chunk_tokens": v[PREFILL_CHUNK],
               "speculative_tokens": v["speculative_tokens"] or 0,
               "draft_acceptance": v["draft_acceptance"],
               "routing": Routing(identical_sequences=bool(v[IDENTICAL_PROMPTS]))}

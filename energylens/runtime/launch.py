@@ -177,6 +177,11 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
             f"memory share {spec.memory_share:g}, not the engine's default "
             f"{runtime.memory_utilization:g}: the default cannot hold the weights on "
             f"{gpu.name if gpu is not None else 'this GPU'} (the prediction priced it raised)")))
+    if deployment.prefill_chunk_tokens is not None:
+        command = replace(command, notes=(*command.notes, (
+            f"{deployment.prefill_chunk_tokens} prompt tokens per forward pass: not written "
+            "above; set the engine's own flag (vLLM --max-num-batched-tokens, SGLang "
+            "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp --batch-size)")))
     moe = model.moe
     priced = runtime.sharded_model(model=model, attention_tp=deployment.attention_tp,
                                    ep=deployment.ep).moe

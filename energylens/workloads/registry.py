@@ -21,7 +21,8 @@ class Placement:
     """A deployment bound to its model, GPU, runtime and constants (``ctx``): what a
     scheduler prices its batches with. ``sequences`` is the workload's batch per replica;
     ``max_num_seqs`` the deployment's cap on the running requests of one scheduler (one
-    attention rank's; None: the runtime server's default)."""
+    attention rank's; None: the runtime server's default); ``prefill_chunk_tokens`` its
+    prompt tokens per forward pass (None: the runtime's default)."""
 
     ctx: StepContext
     model: ModelConfig
@@ -29,6 +30,7 @@ class Placement:
     gpus: int
     sequences: float
     max_num_seqs: int | None = None
+    prefill_chunk_tokens: int | None = None  # the deployment's prompt tokens per pass
 
 
 @dataclass(frozen=True, kw_only=True)

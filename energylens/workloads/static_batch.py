@@ -17,6 +17,7 @@ import numpy as np
 from energylens.cost.memory import MemoryUse
 from energylens.cost.step import (
     SequenceGroup,
+    StepContext,
     StepCost,
     decode_step_cost,
     engine_cost,
@@ -115,8 +116,8 @@ class StaticBatch:
         ctx = placement.ctx
         s_in, s_out = workload.input_tokens, workload.output_tokens
         engine = engine_cost(ctx=ctx, sequences=sequences)
-        prefill_cost = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=s_in,
-                                                              context=s_in)]) + engine
+        prefill_cost = _prefill_cost(ctx=ctx, sequences=sequences, input_tokens=s_in,
+                                     chunk=placement.prefill_chunk_tokens)
         prefill_wall = value(prefill_cost.latency_s)
         steps = max(int(round(s_out)) - 1, 0)  # the first token comes out of the prefill
         edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
@@ -134,6 +135,27 @@ class StaticBatch:
         decode = phase_columns(cost=per_step.scaled(float(steps)).scaled(replicas),
                                wall_s=tpot * steps, static_w=static_w, gpus=gpus)
         return prefill, decode, prefill_wall, tpot
+
+
+def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
+                  chunk: int | None) -> StepCost:
+    """The prompts of ``sequences`` sequences in one forward pass, or with a ``chunk`` (the
+    deployment's prompt tokens per pass) in passes of equal size: whole prompts where one
+    fits a pass, else a part of one prompt per pass (llama.cpp's ``-b``). A pass is priced
+    as the first (its attention to the chunks before it left out); over an array of
+    batches the passes share the smallest batch's tokens per prompt."""
+    if chunk is None:
+        return step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=input_tokens,
+                                                      context=input_tokens)]) \
+            + engine_cost(ctx=ctx, sequences=sequences)
+    tokens = sequences * input_tokens
+    passes = np.maximum(np.ceil(tokens / chunk), 1.0)
+    per_pass = tokens / passes
+    new_tokens = float(np.min(np.minimum(input_tokens, per_pass)))
+    group = SequenceGroup(sequences=value(per_pass / new_tokens), new_tokens=new_tokens,
+                          context=new_tokens)
+    one = step_cost(ctx=ctx, seqs=[group]) + engine_cost(ctx=ctx, sequences=group.sequences)
+    return one.scaled(value(passes))
 
 
 register(StaticBatch())

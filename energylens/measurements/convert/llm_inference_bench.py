@@ -7,8 +7,11 @@ end to end (``e2e_s``), ``Throughput`` input + output tokens per second
 
 Where a row's throughput x latency is the tokens of ONE sequence (2 x length, within
 5 %) although its batch is larger, the bench did not run ``Batch Size`` sequences at once
-(its llama.cpp rows: ``Batch Size`` is the engine's batch parameter there): such a row is
-written as a batch of 1, with the bench's value carried as ``bench_batch_size``.
+(its llama.cpp rows: ``Batch Size`` is the engine's ``-b``, the prompt tokens per forward
+pass). Each row is written as the validator reads it
+(:func:`energylens.measurements.inference_bench.bench_setup`): llama.cpp's as one sequence
+whose prompt runs in passes of ``Batch Size`` tokens (``prefill_chunk_tokens``), its GPUs
+splitting the layers (``pp``); the others' as ``Batch Size`` sequences over ``tp`` GPUs.
 
 ``framework``: the bench's name, except where it is ambiguous as a runtime spelling: its
 ``Deepspeed`` rows ran Habana's DeepSpeed fork on Gaudi2, written as ``deepspeed-habana``
@@ -26,7 +29,13 @@ from pathlib import Path
 
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
-from energylens.measurements.inference_bench import IDENTICAL_PROMPTS, RELEASES, RUNTIMES
+from energylens.measurements.inference_bench import (
+    IDENTICAL_PROMPTS,
+    RELEASES,
+    RUNTIMES,
+    UnmodelledFramework,
+    bench_setup,
+)
 
 #: Bench framework names that a runtime spelling would misread, written as their runtime.
 AMBIGUOUS = {"Deepspeed": RUNTIMES["Deepspeed"]}
@@ -43,20 +52,29 @@ def convert(path: Path, options: Options) -> Converted:
         n, tokens = int(v["Num of Hardware"]), int(v["Input Output Length"])
         batch = int(v["Batch Size"])
         one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
-        converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": n,
+        try:
+            setup = bench_setup(v)
+            layout = setup.deployment
+            tp, pp, chunk, sequences = (layout.tp, layout.pp, layout.prefill_chunk_tokens,
+                                        setup.sequences)
+        except UnmodelledFramework:  # converted as measured; refused when predicted
+            tp, pp, chunk, sequences = n, 1, None, 1 if one else batch
+        converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": tp,
+                     "pp": pp if pp > 1 else None,
                      "framework": AMBIGUOUS.get(str(v["Framework"]), v["Framework"]),
                      "runtime_version": RELEASES.get(str(v["Framework"])), "workload": "batch",
                      "identical_prompts": "true" if v["Framework"] in IDENTICAL_PROMPTS else None,
-                     "batch": 1 if one else batch, "input_tokens": tokens,
-                     "output_tokens": tokens, "e2e_s": m["latency_s"],
+                     "batch": sequences, "prefill_chunk_tokens": chunk,
+                     "input_tokens": tokens, "output_tokens": tokens, "e2e_s": m["latency_s"],
                      "total_tokens_per_s": m["throughput_tokens_per_s"]}
         if "avg_power_w" in m:
             converted["power_w"] = m["avg_power_w"]
         if one and batch > 1:
-            converted["bench_batch_size"] = batch
             single += 1
         out.rows.append(converted)
     if single:
         out.notes.append(f"{single} row(s) with Batch Size > 1 whose throughput x latency is one "
-                         "sequence's tokens: written as batch 1 (bench_batch_size carried)")
+                         "sequence's tokens (llama.cpp's, whose Batch Size is its -b): written as "
+                         "batch 1, the prompt in passes of Batch Size tokens "
+                         "(prefill_chunk_tokens)")
     return out

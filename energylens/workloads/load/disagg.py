@@ -74,7 +74,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                      gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
                      gpu_sm_count=gpu.sm_count)
     ctx = step_context(model=model, gpu=gpu, deployment=d, calibration=cal)
-    budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs)
+    budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs,
+                              prefill_chunk_tokens=d.prefill_chunk_tokens)
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                         sequences=1.0, context_tokens=float(longest), step_tokens=float(budget),
@@ -85,7 +86,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
                                       gpus=d.total_gpus, sequences=1.0,
-                                      max_num_seqs=d.max_num_seqs),
+                                      max_num_seqs=d.max_num_seqs,
+                                      prefill_chunk_tokens=d.prefill_chunk_tokens),
                   memory=memory, limits=limits)
 
 

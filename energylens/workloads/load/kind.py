@@ -79,13 +79,16 @@ def serve_defaults(ctx: StepContext) -> tuple[int, int]:
     return SERVE_LARGE if large else SERVE_SMALL
 
 
-def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None) -> tuple[int, int]:
+def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None,
+                prefill_chunk_tokens: int | None = None) -> tuple[int, int]:
     """(token budget, max running requests) of one attention rank's scheduler: the
     server's token budget, divided among the ranks where the runtime splits it (SGLang's
     chunked-prefill size), and the default cap of one scheduler, or ``max_num_seqs`` (the
     deployment's, per rank: SGLang divides a given --max-running-requests among its ranks,
-    its default, half the KV pool's tokens, is each rank's own)."""
+    its default, half the KV pool's tokens, is each rank's own). ``prefill_chunk_tokens``: the
+    deployment's token budget in place of the server's."""
     budget, cap = serve_defaults(ctx)
+    budget = budget if prefill_chunk_tokens is None else prefill_chunk_tokens
     ranks = ctx.attention_ranks
     if ranks > 1 and ctx.runtime.attention_dp_limits == "split":
         budget = max(1, budget // ranks)
@@ -176,7 +179,8 @@ def simulate_replica(*, placement: Placement, workload: Workload,
         default_count(clients=clients)
     requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
-    budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs)
+    budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs,
+                              prefill_chunk_tokens=placement.prefill_chunk_tokens)
     every = ctx.attention_ranks
     pool = kv_pool_tokens(ctx, budget=budget * every) // (ctx.pp * every)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,

@@ -1,0 +1,80 @@
+"""A deployment's prompt tokens per forward pass (``prefill_chunk_tokens``: vLLM
+--max-num-batched-tokens, llama.cpp -b): a static batch's prompts run in passes of it, a
+load run's scheduler takes it as its token budget; unset, nothing changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from energylens.cli.main import main
+from energylens.deployment import Deployment
+from energylens.errors import ConfigError
+from energylens.predict import predict
+from energylens.workloads import Workload
+
+
+def _batch(*, chunk: int | None, batch: int = 1, tokens: int = 2048, output: int = 64,
+           runtime: str = "llama.cpp"):
+    return predict(model="llama-2-7b", gpu="A100-40GB",
+                   deployment=Deployment(runtime=runtime, prefill_chunk_tokens=chunk),
+                   workload=Workload(kind="batch", batch=batch, input_tokens=tokens,
+                                     output_tokens=output))
+
+
+def test_a_prompt_in_passes_costs_that_many_passes_of_the_chunk() -> None:
+    """llama.cpp at -b 16: a 2,048-token prompt is 128 passes of 16 tokens, each priced as
+    a 16-token prompt alone (time and energy); the decode does not change."""
+    chunked = _batch(chunk=16)
+    one = _batch(chunk=None, tokens=16, output=1)
+    assert chunked.prefill.latency_s == pytest.approx(128 * one.prefill.latency_s, rel=1e-12)
+    assert chunked.prefill.energy_j == pytest.approx(128 * one.prefill.energy_j, rel=1e-12)
+    whole = _batch(chunk=None)
+    assert chunked.decode.latency_s == pytest.approx(whole.decode.latency_s, rel=1e-12)
+    assert chunked.ttft_s > 5 * whole.ttft_s  # 128 small passes re-read the weights
+
+
+def test_whole_prompts_share_a_pass_where_they_fit() -> None:
+    """64 prompts of 2,048 tokens at 8,192 tokens per pass: 16 passes of 4 prompts, each as
+    4 prompts alone; more than one pass of all 64 (the weights read 16 times), less than
+    64 passes of one."""
+    chunked = _batch(chunk=8192, batch=64, runtime="vllm")
+    four = _batch(chunk=None, batch=4, output=1, runtime="vllm")
+    assert chunked.prefill.latency_s == pytest.approx(16 * four.prefill.latency_s, rel=1e-12)
+    assert _batch(chunk=None, batch=64, runtime="vllm").prefill.latency_s \
+        < chunked.prefill.latency_s
+
+
+def test_unset_or_larger_than_the_batch_changes_nothing() -> None:
+    base = _batch(chunk=None, batch=4, runtime="vllm")
+    big = _batch(chunk=1_000_000, batch=4, runtime="vllm")
+    assert big.prefill.latency_s == pytest.approx(base.prefill.latency_s, rel=1e-12)
+    assert big.tpot_s == base.tpot_s
+
+
+def test_a_load_runs_scheduler_takes_it_as_its_token_budget() -> None:
+    """A budget of 32 tokens splits every 2,048-token prompt over 64 steps, each reading
+    the weights: TTFT grows several fold."""
+    load = Workload(kind="load", concurrency=2, input_tokens=2048, output_tokens=32,
+                    num_requests=20)
+    default = predict(model="llama-3.1-8b", gpu="H100", workload=load)
+    small = predict(model="llama-3.1-8b", gpu="H100", workload=load,
+                    deployment=Deployment(prefill_chunk_tokens=32))
+    assert small.ttft_s > 2 * default.ttft_s
+
+
+def test_bad_values_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="prefill_chunk_tokens must be >= 1"):
+        Deployment(prefill_chunk_tokens=0)
+    common = ["predict", "--model", "llama-2-7b", "--gpu", "A100-40GB", "--runtime",
+              "llama.cpp", "--batch", "1", "--input-tokens", "512", "--output-tokens", "8",
+              "--json"]
+    with pytest.raises(SystemExit) as info:  # argparse's one-line refusal
+        main([*common, "--prefill-chunk-tokens", "0"])
+    assert info.value.code == 2
+    assert "\n" not in capsys.readouterr().err.strip()
+    assert main([*common, "--prefill-chunk-tokens", "32"]) == 0
+    chunked = json.loads(capsys.readouterr().out)["ttft_s"]
+    assert main(common) == 0
+    assert chunked > json.loads(capsys.readouterr().out)["ttft_s"]
