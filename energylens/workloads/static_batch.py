@@ -117,7 +117,7 @@ class StaticBatch:
         s_in, s_out = workload.input_tokens, workload.output_tokens
         engine = engine_cost(ctx=ctx, sequences=sequences)
         prefill_cost = _prefill_cost(ctx=ctx, sequences=sequences, input_tokens=s_in,
-                                     chunk=placement.prefill_chunk_tokens)
+                                     chunk=placement.prefill_chunk_tokens, engine=engine)
         prefill_wall = value(prefill_cost.latency_s)
         steps = max(int(round(s_out)) - 1, 0)  # the first token comes out of the prefill
         edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
@@ -138,16 +138,16 @@ class StaticBatch:
 
 
 def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
-                  chunk: int | None) -> StepCost:
-    """The prompts of ``sequences`` sequences in one forward pass, or with a ``chunk`` (the
+                  chunk: int | None, engine: StepCost) -> StepCost:
+    """The prompts of ``sequences`` sequences in one forward pass (``engine``: the
+    runtime's cost of a step of them), or with a ``chunk`` (the
     deployment's prompt tokens per pass) in passes of equal size: whole prompts where one
     fits a pass, else a part of one prompt per pass (llama.cpp's ``-b``). A pass is priced
     as the first (its attention to the chunks before it left out); over an array of
     batches the passes share the smallest batch's tokens per prompt."""
     if chunk is None:
         return step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=input_tokens,
-                                                      context=input_tokens)]) \
-            + engine_cost(ctx=ctx, sequences=sequences)
+                                                      context=input_tokens)]) + engine
     tokens = sequences * input_tokens
     passes = np.maximum(np.ceil(tokens / chunk), 1.0)
     per_pass = tokens / passes
