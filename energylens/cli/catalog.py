@@ -324,18 +324,23 @@ def _cmd_gpus_show(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- runtimes
 
 
+#: What a runtime's memory share is a share of (``RuntimeProfile.memory_share_of``), in words.
+SHARE_OF = {"hbm": "HBM", "free": "free after weights", "static": "HBM, weights + KV"}
+
+
 def _cmd_runtimes(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="Serving runtimes (--runtime)")
-    for column in ("name", "default fusions", "HBM used", "reserve GB", "prefill chunk",
+    for column in ("name", "default fusions", "memory share", "reserve GB", "prefill chunk",
                    "prompts scheduled", "KV auto", "EP layout", "own all-reduce up to",
                    "draft heads"):
         table.add_column(column)
     for name in runtime_names():
         r = get_runtime(name)
         table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
-                      f"{r.memory_utilization:.0%}", f"{r.reserve_bytes / 1e9:.1f}",
+                      f"{r.memory_utilization:.0%} of {SHARE_OF[r.memory_share_of]}",
+                      f"{r.reserve_bytes / 1e9:.1f}",
                       str(r.prefill_chunk_tokens), r.prefill_scheduling, r.auto_kv_dtype,
                       r.expert_parallel_layout,
                       f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
