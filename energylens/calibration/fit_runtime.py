@@ -285,8 +285,7 @@ def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, floa
     """(prefill s, decode s, engine steps) of ``row`` at the calibration's kernels, or None
     when the model cannot price it (unknown model, infeasible, out of memory)."""
     setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
-                       sequences=row.sequences, tokens=row.tokens,
-                       prompt_passes=row.prompt_passes)
+                       sequences=row.sequences, tokens=row.tokens)
     try:
         run = price(model=row.model, gpu=row.gpu, setup=setup, calibration=calibration)
     except (UnknownModelError, ConfigError):

@@ -53,13 +53,19 @@ class UnmodelledFramework(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchSetup:
-    """What one row ran: the deployment, its sequences, and the prompt's forward passes."""
+    """What one row ran: the deployment and its sequences."""
 
     runtime: str
     deployment: Deployment
     sequences: int  # sequences in the batch
     tokens: int  # L in and L out
-    prompt_passes: int  # forward passes of the prompt (llama.cpp: ceil(L / its -b))
+
+    @property
+    def prompt_passes(self) -> int:
+        """Forward passes of the prompt (llama.cpp: ceil(L / its -b), the deployment's
+        ``prefill_chunk_tokens``; one elsewhere)."""
+        chunk = self.deployment.prefill_chunk_tokens
+        return 1 if chunk is None else math.ceil(self.tokens / chunk)
 
 
 def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
@@ -74,13 +80,13 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
         return BenchSetup(runtime=runtime,
                           deployment=Deployment(runtime=runtime, pp=n, num_gpus=n,
                                                 prefill_chunk_tokens=batch),
-                          sequences=1, tokens=tokens, prompt_passes=math.ceil(tokens / batch))
+                          sequences=1, tokens=tokens)
     return BenchSetup(runtime=runtime,
                       deployment=Deployment(runtime=runtime, tp=n, num_gpus=n,
                                             runtime_version=RELEASES.get(framework),
                                             routing=Routing(identical_sequences=framework
                                                             in IDENTICAL_PROMPTS)),
-                      sequences=batch, tokens=tokens, prompt_passes=1)
+                      sequences=batch, tokens=tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
