@@ -105,8 +105,10 @@ def marginal_phase(*, whole: dict[str, Size], rest: dict[str, Size]) -> dict[str
     component, except that adding work can move busy power from one component to another
     (a prompt joining a memory-bound decode step makes it more compute-bound): a component
     whose difference is negative is shown as 0, and the positive ones are scaled so that
-    the breakdown still sums to the energy."""
-    energy = whole["energy_j"] - rest["energy_j"]
+    the breakdown still sums to the energy. Where the extra work makes the whole cheaper
+    (one-token prompts lifting a GEMM past a tile edge fill the SMs in fewer waves), the
+    phase's energy is shown as 0 too: the totals, not this split, carry the cost."""
+    energy = np.maximum(whole["energy_j"] - rest["energy_j"], 0.0)
     parts = {k: np.maximum(whole[k] - rest[k], 0.0) for k in BREAKDOWN}
     total = sum(parts.values())
     positive = total > 0
