@@ -199,27 +199,34 @@ def default_calibration() -> Calibration:
     return parse_calibration(data=data, source=SHIPPED_SOURCE)
 
 
-def calibration_fits(calibration: Calibration) -> dict[str, Any]:
-    """The ``fits`` section (what each fit saw, its errors, the regime folds) of the file
-    ``calibration`` was read from: the shipped one, or a file ``energylens calibrate``
-    wrote; empty for built-in defaults, overlays and files without one."""
+def calibration_document(calibration: Calibration) -> dict[str, Any]:
+    """The YAML document ``calibration`` was read from, provenance and all: the shipped
+    file's, or that of a file ``energylens calibrate`` wrote; empty for built-in defaults,
+    overlays and unreadable files."""
     if calibration.source == SHIPPED_SOURCE:
-        return _fits_of(_shipped_document())
+        return _shipped_document() or {}
     path = Path(calibration.source)
     try:
         stamp = path.stat().st_mtime_ns if path.is_file() else None
     except OSError:
         stamp = None
-    return {} if stamp is None else _file_fits(str(path.resolve()), stamp)
+    return {} if stamp is None else _file_document(str(path.resolve()), stamp)
+
+
+def calibration_fits(calibration: Calibration) -> dict[str, Any]:
+    """The ``fits`` section (what each fit saw, its errors, the regime folds) of the file
+    ``calibration`` was read from (:func:`calibration_document`)."""
+    return _fits_of(calibration_document(calibration))
 
 
 @lru_cache(maxsize=8)
-def _file_fits(path: str, stamp: int) -> dict[str, Any]:
-    """The ``fits`` section of a calibration file, read once per path and modification."""
+def _file_document(path: str, stamp: int) -> dict[str, Any]:
+    """A calibration file's document, read once per path and modification."""
     try:
-        return _fits_of(safe_load(Path(path).read_text(encoding="utf-8")))
+        document = safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
+    return document if isinstance(document, dict) else {}
 
 
 def _fits_of(document: Any) -> dict[str, Any]:

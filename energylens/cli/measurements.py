@@ -7,11 +7,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
 from energylens.errors import CalibrationFileError, ConfigError, MeasurementError
 from energylens.measurements.convert import FORMATS
+
+if TYPE_CHECKING:
+    from energylens.validation.kshot import BlindBase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +66,24 @@ def _calibration(name: str | None) -> Calibration:
     return default_calibration() if name is None else load_calibration(name)
 
 
+def _blind(calibration: Calibration, data_file: str | None) -> BlindBase | None:
+    """``--forget-fits-on``: the blind base's inputs, checked against the calibration."""
+    from energylens.calibration.file import calibration_document
+    from energylens.validation.kshot import BlindBase
+
+    if data_file is None:
+        return None
+    document = calibration_document(calibration)
+    named = {str(f) for by_gpu in (document.get("runtimes") or {}).values()
+             for section in by_gpu.values() for entry in section.values()
+             if isinstance(entry, dict) for f in entry.get("fitted_on") or []}
+    if data_file not in named:
+        example = f" (it names e.g. {sorted(named)[0]})" if named else ""
+        raise ConfigError(f"--forget-fits-on: no engine constant of {calibration.source} was "
+                          f"fitted on {data_file}{example}")
+    return BlindBase(document=document, data_file=data_file)
+
+
 def validate_measurements(args: argparse.Namespace) -> int:
     """``energylens validate measurements FILE.csv [--k-shot K --group-by COLS]``."""
     from rich.console import Console  # on use: other commands never load rich
@@ -71,6 +93,8 @@ def validate_measurements(args: argparse.Namespace) -> int:
 
     if (args.k_shot is None) != (args.group_by is None):
         raise ConfigError("--k-shot and --group-by go together")
+    if args.forget_fits_on is not None and args.k_shot is None:
+        raise ConfigError("--forget-fits-on goes with --k-shot")
     measurements = load_user_csv(args.file)
     calibration = _calibration(args.calibration)
     if measurements.ignored:
@@ -84,7 +108,8 @@ def validate_measurements(args: argparse.Namespace) -> int:
         else:
             group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
             report = k_shot(measurements, k=args.k_shot, group_by=group_by, seed=args.seed,
-                            calibration=calibration)
+                            calibration=calibration,
+                            blind=_blind(calibration, args.forget_fits_on))
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0

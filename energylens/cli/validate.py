@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--group-by", default=None, metavar="COLS",
                    help="measurements with --k-shot: comma list of columns that form a group")
     v.add_argument("--seed", type=int, default=0, help="with --k-shot: row choice")
+    v.add_argument("--forget-fits-on", metavar="DATA_FILE", default=None,
+                   help="measurements with --k-shot: each group starts from the calibration "
+                        "without the engine constants it fitted on DATA_FILE (as the "
+                        "calibration file names it) for the group's runtimes and GPUs: a rig "
+                        "it never saw")
     v.set_defaults(handler=_cmd_validate, parser=v)
 
     c = sub.add_parser(

@@ -5,7 +5,10 @@ user_csv`) with one calibration. K-shot validation splits the rows into groups (
 values of the ``group_by`` columns); in each group it fits an overlay
 (:mod:`energylens.calibration.overlay`) on K rows, chosen by ``seed`` and spread over the
 group's batch and length range, and scores the group's other rows only. With K = 0 no
-overlay is fitted and the result is the plain validation.
+overlay is fitted and the result is the plain validation. With a :class:`BlindBase`, each
+group starts from a base that forgets the engine constants fitted on the rows' own file
+for the group's runtimes and GPUs (:mod:`energylens.calibration.forget`): a rig the
+calibration never saw.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from energylens.calibration.forget import forget_fits
 from energylens.calibration.overlay import FitRow, Overlay, apply_overlay, fit_overlay
 from energylens.cost.constants import Calibration
 from energylens.errors import EnergyLensError, MeasurementError
+from energylens.hardware import load_gpu
 from energylens.measurements.bench_screen import screened_summary, user_row_impossible
 from energylens.measurements.user_csv import (
     Case,
@@ -32,6 +37,15 @@ from energylens.measurements.user_csv import (
 )
 from energylens.predict import predict
 from energylens.workloads.capacity import kv_cache_limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlindBase:
+    """Forget the runtime constants fitted on ``data_file`` (as a calibration file records
+    it) for each group's (runtime, GPU): ``document`` is the calibration file's YAML."""
+
+    document: dict[str, Any]
+    data_file: str
 
 
 @dataclass
@@ -168,9 +182,26 @@ def group_key(row: UserRow, group_by: Sequence[str]) -> str:
     return ",".join(f"{c}={row.columns.get(c, '')}" for c in group_by)
 
 
+def _group_base(rows: Sequence[UserRow], *, calibration: Calibration,
+                blind: BlindBase | None) -> Calibration:
+    """The base a group starts from: ``calibration``, or its blind version."""
+    if blind is None:
+        return calibration
+    pairs = set()
+    for row in rows:
+        try:
+            case = row_case(row)
+        except EnergyLensError:
+            continue
+        pairs.add((case.deployment.runtime, load_gpu(case.gpu).name))
+    return forget_fits(calibration=calibration, document=blind.document,
+                       data_file=blind.data_file, pairs=pairs)
+
+
 def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], seed: int,
-           calibration: Calibration) -> MeasuredReport:
-    """Per group, fit an overlay on ``k`` spread rows and predict the others with it."""
+           calibration: Calibration, blind: BlindBase | None = None) -> MeasuredReport:
+    """Per group, fit an overlay on ``k`` spread rows and predict the others with it (from
+    the group's blind base if ``blind`` is given)."""
     unknown = [c for c in group_by if c not in measurements.rows[0].columns]
     if unknown:
         raise MeasurementError(f"{measurements.path}: --group-by column '{unknown[0]}' is not "
@@ -180,21 +211,27 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
     outcomes = validate_measured(measurements, calibration=calibration)
     for outcome in outcomes.rows:
         outcome.fitted_on = False
-    if k == 0:
-        return outcomes
     groups: dict[str, list[int]] = defaultdict(list)
     for i, outcome in enumerate(outcomes.rows):
         groups[group_key(outcome.row, group_by)].append(i)
     for key in sorted(groups):
+        base = _group_base([outcomes.rows[i].row for i in groups[key]],
+                           calibration=calibration, blind=blind)
+        if base is not calibration:
+            for i in groups[key]:
+                outcomes.rows[i] = _outcome(outcomes.rows[i].row, base)
+                outcomes.rows[i].fitted_on = False
+        if k == 0:
+            continue
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])  # one stream per group
         usable = [i for i in groups[key] if _fittable(outcomes.rows[i])]
         if not usable:
             continue
         chosen = [usable[j] for j in spread_pick(
             np.array([_features(outcomes.rows[i].row) for i in usable]), k, rng)]
-        fit = fit_overlay(rows=[_fit_row(outcomes.rows[i]) for i in chosen], base=calibration)
+        fit = fit_overlay(rows=[_fit_row(outcomes.rows[i]) for i in chosen], base=base)
         outcomes.overlays[key] = fit.overlay
-        tuned = apply_overlay(calibration, fit.overlay) if fit.overlay.factors else calibration
+        tuned = apply_overlay(base, fit.overlay) if fit.overlay.factors else base
         for i in groups[key]:
             outcome = outcomes.rows[i]
             outcome.fitted_on = i in chosen

@@ -1,0 +1,111 @@
+"""A blind base: the calibration without the engine constants it fitted on a file, for the
+(runtime, GPU) of a k-shot group (`validate measurements --k-shot K --forget-fits-on F`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from energylens.calibration.file import calibration_document, default_calibration
+from energylens.calibration.forget import forget_fits, forgotten_fields
+from energylens.cli.main import main
+from energylens.measurements.user_csv import load_user_csv
+from energylens.runtime import get_runtime
+from energylens.validation.kshot import BlindBase, k_shot
+
+LIB = "data/measurements/llm-inference-bench/All_results.csv"
+DOC = calibration_document(default_calibration())
+
+
+def _entry(runtime: str, gpu: str, field: str) -> dict:  # type: ignore[type-arg]
+    return DOC["runtimes"][runtime][gpu][field]
+
+
+def test_the_shipped_calibration_records_its_provenance() -> None:
+    assert _entry("trtllm", "A100-40GB-SXM", "step_overhead_s")["fitted_on"] == [LIB]
+
+
+def test_the_borrowing_chain_is_followed_past_borrowed_values() -> None:
+    # A100 40 GB borrows from A100 80 GB, whose TensorRT-LLM overheads are only borrowed
+    # (from the 40 GB card's fit): the chain goes on to H100 SXM's fit, as calibrate's
+    # borrowing would without the 40 GB rows.
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="trtllm",
+                                 gpu="A100-40GB-SXM")
+    assert forgotten == {name: _entry("trtllm", "H100-SXM", name)["value"]
+                         for name in ("step_overhead_s", "per_sequence_overhead_s")}
+
+
+def test_a_gpu_without_a_fitted_relative_falls_back_to_the_profiles_priors() -> None:
+    # Nothing DeepSpeed-MII runs on besides the A100 40 GB was fitted: the chain ends
+    # without a value, and the profile's priors stand in.
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="deepspeed-mii",
+                                 gpu="A100-40GB-SXM")
+    profile = get_runtime("deepspeed-mii")
+    assert forgotten == {"step_overhead_s": profile.prior_step_overhead_s,
+                         "per_sequence_overhead_s": profile.prior_per_sequence_overhead_s}
+
+
+def test_a_gpu_with_a_fitted_relative_takes_the_relatives_values() -> None:
+    # GH200 borrows from H100 SXM, where TensorRT-LLM's overheads were fitted on H100 rows.
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="trtllm", gpu="GH200")
+    assert forgotten["step_overhead_s"] == _entry("trtllm", "H100-SXM", "step_overhead_s")["value"]
+    # MI250 borrows from MI300X: llama.cpp's memory scale fitted there (its own rows)
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="llama.cpp", gpu="MI250")
+    assert forgotten["memory_efficiency_scale"] == _entry(
+        "llama.cpp", "MI300X", "memory_efficiency_scale")["value"]
+
+
+def test_constants_fitted_on_other_files_are_kept() -> None:
+    assert forgotten_fields(document=DOC, data_file=LIB, runtime="vllm", gpu="H100-SXM") == {}
+    base = default_calibration()
+    same = forget_fits(calibration=base, document=DOC, data_file=LIB,
+                       pairs={("vllm", "H100-SXM")})
+    assert same is base
+
+
+ROWS = ("model,gpu,num_gpus,tp,framework,runtime_version,workload,batch,input_tokens,"
+        "output_tokens,e2e_s\n"
+        "meta-llama/Llama-2-7b-hf,A100-40GB-SXM,1,1,Deepspeed-MII,,batch,1,128,128,1.515\n"
+        "meta-llama/Llama-2-7b-hf,A100-40GB-SXM,1,1,Deepspeed-MII,,batch,16,128,128,1.808\n"
+        "meta-llama/Llama-2-7b-hf,A100-40GB-SXM,1,1,vLLM,,batch,1,128,128,1.60\n")
+
+
+def test_a_blind_group_is_predicted_with_the_forgotten_constants(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text(ROWS)
+    measurements = load_user_csv(path)
+    base = default_calibration()
+    plain = k_shot(measurements, k=0, group_by=["framework"], seed=0, calibration=base)
+    blind = k_shot(measurements, k=0, group_by=["framework"], seed=0, calibration=base,
+                   blind=BlindBase(document=DOC, data_file=LIB))
+    mii = [(p.predicted["e2e_s"], b.predicted["e2e_s"])
+           for p, b in zip(plain.rows[:2], blind.rows[:2], strict=True)]
+    # per step (128 decodes and the prompt's pass): the fitted overheads against the
+    # profile's priors, the per-sequence one for each of 1 and 16 sequences
+    profile = get_runtime("deepspeed-mii")
+    step = _entry("deepspeed-mii", "A100-40GB-SXM", "step_overhead_s")["value"]
+    per_sequence = _entry("deepspeed-mii", "A100-40GB-SXM", "per_sequence_overhead_s")["value"]
+    for (fitted, forgotten), batch in zip(mii, (1, 16), strict=True):
+        saved = 129 * ((step - profile.prior_step_overhead_s)
+                       + batch * (per_sequence - profile.prior_per_sequence_overhead_s))
+        assert fitted - forgotten == pytest.approx(saved, rel=0.02)
+    assert plain.rows[2].predicted == blind.rows[2].predicted  # vLLM: nothing fitted there
+
+
+def test_the_cli_refuses_a_file_nothing_was_fitted_on(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text(ROWS)
+    for extra, message in (
+            (["--k-shot", "0", "--group-by", "framework", "--forget-fits-on", "x.csv"],
+             "no engine constant of"),
+            (["--forget-fits-on", LIB], "--forget-fits-on goes with --k-shot")):
+        assert main(["validate", "measurements", str(path), *extra]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and message in err[0], err
+    assert main(["validate", "measurements", str(path), "--k-shot", "0", "--group-by",
+                 "framework", "--forget-fits-on", LIB, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["error"] is None for r in rows)
