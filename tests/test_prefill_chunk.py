@@ -78,3 +78,33 @@ def test_bad_values_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> N
     chunked = json.loads(capsys.readouterr().out)["ttft_s"]
     assert main(common) == 0
     assert chunked > json.loads(capsys.readouterr().out)["ttft_s"]
+
+
+def test_llama_cpp_pipelines_its_prompt_passes_over_layer_split_gpus() -> None:
+    """llama.cpp over 4 GPUs holding a quarter of the layers each: a pass enters the first
+    GPU as the one before leaves it, so 128 passes take 128 + 3 stage times, a stage being a
+    quarter of one pass (engine overheads zeroed so that a pass is the model's time alone);
+    the work, hence the dynamic energy, is that of 128 passes. vLLM runs each pass through
+    all four stages before the next."""
+    from energylens.calibration.file import default_calibration
+
+    calibration = default_calibration()
+    for runtime in ("llama.cpp", "vllm"):
+        calibration = calibration.with_runtime(runtime=runtime, gpu="A100-40GB-SXM",
+                                               step_overhead_s=0.0,
+                                               per_sequence_overhead_s=0.0)
+
+    def run(runtime: str, *, tokens: int, chunk: int | None):  # type: ignore[no-untyped-def]
+        return predict(model="llama-2-7b", gpu="A100-40GB", calibration=calibration,
+                       deployment=Deployment(runtime=runtime, pp=4, prefill_chunk_tokens=chunk),
+                       workload=Workload(kind="batch", batch=1, input_tokens=tokens,
+                                         output_tokens=8))
+
+    for runtime, stages in (("llama.cpp", (128 + 3) / 4), ("vllm", 128)):
+        chunked = run(runtime, tokens=2048, chunk=16)
+        one = run(runtime, tokens=16, chunk=None)
+        assert chunked.prefill.latency_s == pytest.approx(stages * one.prefill.latency_s,
+                                                          rel=1e-9)
+        for part in ("compute_j", "memory_j", "communication_j"):
+            assert getattr(chunked.prefill, part) == pytest.approx(
+                128 * getattr(one.prefill, part), rel=1e-9)

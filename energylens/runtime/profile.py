@@ -127,6 +127,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "uneven_head_sharding": bool,
     "redundant_expert_slots": bool,
     "speculative_decoding": bool,
+    "pipelines_prompt_passes": bool,
     "launch_program": str,
     "launch_flags": lambda v: tuple(str(x) for x in v),
 }
@@ -179,6 +180,8 @@ class RuntimeProfile:
     redundant_expert_slots: bool  # an EP degree that does not divide the experts runs
     # ceil(E / ep) expert slots per rank (a load balancer's redundant experts)
     speculative_decoding: bool  # drafts from a one-layer head (MTP / EAGLE) at ``version``
+    pipelines_prompt_passes: bool  # over pipeline stages, a prompt's next pass enters the
+    # first stage while the last runs (passes + pp - 1 stage times), not after it
     launch_program: str  # the command that starts a server (``vllm serve``)
     launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]

@@ -10,7 +10,7 @@ axis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -154,8 +154,16 @@ def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
     new_tokens = float(np.min(np.minimum(input_tokens, per_pass)))
     group = SequenceGroup(sequences=value(per_pass / new_tokens), new_tokens=new_tokens,
                           context=new_tokens)
-    one = step_cost(ctx=ctx, seqs=[group]) + engine_cost(ctx=ctx, sequences=group.sequences)
-    return one.scaled(value(passes))
+    one = step_cost(ctx=ctx, seqs=[group])
+    engine = engine_cost(ctx=ctx, sequences=group.sequences)
+    total = (one + engine).scaled(value(passes))
+    if ctx.pp > 1 and ctx.runtime.pipelines_prompt_passes:
+        # a pass enters the first stage as the one before leaves it: the passes take
+        # passes + pp - 1 stage times instead of pp each (same work, same energy)
+        stages = value((passes + ctx.pp - 1.0) / (passes * ctx.pp))
+        total = replace(total, latency_s=engine.latency_s * value(passes)
+                        + one.latency_s * value(passes) * stages)
+    return total
 
 
 register(StaticBatch())
