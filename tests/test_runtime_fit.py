@@ -137,7 +137,9 @@ def test_llama_cpp_memory_scale_and_step_are_recovered(tmp_path: Path) -> None:
     truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
                                                step_overhead_s=1.5e-3, memory_efficiency_scale=0.6,
                                                kv_bandwidth_scale=0.6)
-    grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-2-70b", 4))
+    # the 7B model on 1 and 2 GPUs too: its hand-offs are identified apart from the
+    # 70B model's decode
+    grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-2-7b", 2), ("llama-2-70b", 4))
             for b in (16, 64) for t in (128, 512)]
     path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
                       grid=grid)
@@ -149,6 +151,36 @@ def test_llama_cpp_memory_scale_and_step_are_recovered(tmp_path: Path) -> None:
     assert "per_sequence_overhead_s" not in values  # one sequence per row: not identified
     assert fits.fits["llm-inference-bench/llama.cpp/H100-SXM"]["in_sample"]["latency_s"][
         "mape"] < 0.03
+
+
+def test_llama_cpps_stage_handoff_is_recovered_from_rows_on_one_to_four_gpus(
+        tmp_path: Path) -> None:
+    """llama.cpp splits the layers over the GPUs: a row on pp GPUs hands each decode step
+    through pp stages and pipelines its prompt passes (``-b`` 1: one per prompt token).
+    Rows the model generated with 2 ms per hand-off give it back, beside the step time and
+    memory scale; a fit on one GPU's rows alone leaves it out (nothing identifies it)."""
+    truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
+                                               step_overhead_s=1.0e-3, stage_handoff_s=2.0e-3,
+                                               memory_efficiency_scale=0.6,
+                                               kv_bandwidth_scale=0.6)
+    # a 7B and a 70B model (the step time and the memory scale separate by model size;
+    # the 70B one fits on 2 and 4 GPUs only)
+    grid = [(m, g, b, t) for m in ("llama-2-7b", "llama-2-70b") for g in (1, 2, 4)
+            for b in (1, 64) for t in (128, 512)]
+    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                      grid=grid)
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    values = fits.values["llama.cpp/H100-SXM"]
+    assert values["stage_handoff_s"] == pytest.approx(2.0e-3, rel=0.05)
+    assert values["step_overhead_s"] == pytest.approx(1.0e-3, rel=0.15)
+    assert values["memory_efficiency_scale"] == pytest.approx(0.6, rel=0.05)
+    one_gpu = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                         grid=[(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b")
+                               for b in (1, 16, 64) for t in (128, 512)])
+    fits = RuntimeFits()
+    fit_bench(files=[one_gpu], base=default_calibration(), fits=fits)
+    assert "stage_handoff_s" not in fits.values["llama.cpp/H100-SXM"]
 
 
 def test_vllm_rows_are_reported_never_fitted_with_the_calibration_they_are_scored_on(

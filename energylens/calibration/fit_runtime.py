@@ -13,8 +13,10 @@ Two sources, each identifying what it can:
 * LLM-Inference-Bench static batches (``All_results.csv``: whole-batch latency of ``batch``
   prompts of L tokens in and L out): with the runtime's kernels priced by the model at zero
   overhead (prefill ``P``, decode ``D``, ``N`` steps of ``B`` sequences), the measured
-  latency is ``a P + b D + N (step + B per_sequence)``; a bounded linear least-squares fit
-  on relative errors gives the engine's step and per-sequence overheads (``a = b = 1``),
+  latency is ``a P + b D + N (step + B per_sequence) + H handoff`` (``H``: the hand-offs
+  between pipeline stages the row makes, llama.cpp's layer split over several GPUs); a
+  bounded linear least-squares fit on relative errors gives the engine's step and
+  per-sequence overheads (``a = b = 1``),
   and for llama.cpp (no kernel table) ``b`` as an effective memory/KV efficiency scale
   (1/b), refined by re-pricing with the scale applied (:data:`LIB_FREE`). A coefficient
   that ends at a bound of its range is reported (``at_bound``).
@@ -60,11 +62,13 @@ MIN_SHAPES = 8
 #: AIConfigurator GPU folder -> GPU database name.
 AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM",
             "b200_sxm": "B200", "gb200": "GB200", "l40s": "L40S"}
-#: Which of (a, b, step, per_sequence) the LLM-Inference-Bench fit frees, per runtime
-#: (default: the overheads only). llama.cpp (GGUF kernels, no table; one sequence per row,
-#: models from 7B to 72B, so decode time and step overhead separate): b, an effective
-#: memory/KV scale, and its step overhead; its prompt share is too small to identify a,
-#: and one sequence per row leaves the per-sequence overhead unidentified. DeepSpeed-MII's
+#: Which of (a, b, step, per_sequence, handoff) the LLM-Inference-Bench fit frees, per
+#: runtime (default: the two overheads only; no other runtime's rows split layers over GPUs).
+#: llama.cpp (GGUF kernels, no table; one sequence per row, models from 7B to 72B, so decode
+#: time and step overhead separate): b, an effective memory/KV scale, its step overhead and
+#: its stage hand-off (rows on 1, 2 and 4 GPUs of the same models); its prompt share is too
+#: small to identify a, and one sequence per row leaves the per-sequence overhead
+#: unidentified. DeepSpeed-MII's
 #: rows (7-8B models only) cannot tell its decode time from its step overhead: its kernels
 #: are assumed to be vLLM's (scales 1).
 #: Habana's DeepSpeed on Gaudi2 (no kernel table; H100's curves stand in for MME/TPC kernels;
@@ -73,22 +77,24 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: weights streamed once per step; 7B-70B models on 8 sockets, batches 1-32): the decode
 #: scale and both overheads; its prompts (at most 2,048 x 16 tokens on 8 x 638 TFLOPS) are
 #: too small a share of a row to identify a prefill scale.
-LIB_FREE: dict[str, tuple[bool, bool, bool, bool]] = {
-    "llama.cpp": (False, True, True, False),
-    "deepspeed-habana": (True, True, True, True),
-    "sambaflow": (False, True, True, True),
+Free = tuple[bool, bool, bool, bool, bool]
+LIB_FREE: dict[str, Free] = {
+    "llama.cpp": (False, True, True, False, True),
+    "deepspeed-habana": (True, True, True, True, False),
+    "sambaflow": (False, True, True, True, False),
 }
-OVERHEADS_ONLY = (False, False, True, True)
+OVERHEADS_ONLY: Free = (False, False, True, True, False)
 #: Constants each coefficient of the fit sets.
 COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale"),
                          ("memory_efficiency_scale", "kv_bandwidth_scale"),
-                         ("step_overhead_s",), ("per_sequence_overhead_s",))
+                         ("step_overhead_s",), ("per_sequence_overhead_s",),
+                         ("stage_handoff_s",))
 #: Runtimes LLM-Inference-Bench predicts without fitting (constants from elsewhere).
 LIB_REPORT_ONLY = ("vllm",)
-#: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s); a kernel scale
-#: (1/a, 1/b) stays within [0.1, 2].
-LOW = np.array([0.5, 0.5, 0.0, 0.0])
-HIGH = np.array([10.0, 10.0, 50e-3, 5e-3])
+#: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s, handoff_s); a
+#: kernel scale (1/a, 1/b) stays within [0.1, 2].
+LOW = np.array([0.5, 0.5, 0.0, 0.0, 0.0])
+HIGH = np.array([10.0, 10.0, 50e-3, 5e-3, 0.5])
 #: Relative residual beyond which a row counts less (soft-L1 loss): a few rows the static
 #: batch cannot describe (waves of a batch larger than the KV space) must not set the fit.
 ROBUST_SCALE = 0.1
@@ -96,8 +102,10 @@ ROBUST_SCALE = 0.1
 #: (TensorRT-LLM H100 Qwen2-7B rows of 2,048 tokens in 0.05-3 s: 25 us to 1.6 ms per
 #: decode step of a 7B model, below the time to read its weights once).
 IMPLAUSIBLE = 3.0
-#: Typical sizes of (a, b, step_s, per_sequence_s) for the optimiser's steps.
-TYPICAL = np.array([1.0, 1.0, 1e-3, 1e-5])
+#: Typical sizes of (a, b, step_s, per_sequence_s, handoff_s) for the optimiser's steps.
+TYPICAL = np.array([1.0, 1.0, 1e-3, 1e-5, 1e-3])
+#: Hand-off time the model is priced at once more to count a row's hand-offs.
+_HANDOFF_PROBE_S = 1e-3
 #: Range of a fitted effective kernel scale.
 SCALE_RANGE = (0.1, 2.0)
 #: Re-pricing rounds of the effective kernel scales.
@@ -281,9 +289,12 @@ def _floor_s(row: BenchRow) -> float:
     return 0.0 if floor is None else floor
 
 
-def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, float] | None:
-    """(prefill s, decode s, engine steps) of ``row`` at the calibration's kernels, or None
-    when the model cannot price it (unknown model, infeasible, out of memory)."""
+def _priced(row: BenchRow, calibration: Calibration,
+            ) -> tuple[float, float, float, float] | None:
+    """(prefill s, decode s, engine steps, stage hand-offs) of ``row`` at the calibration's
+    kernels, or None when the model cannot price it (unknown model, infeasible, out of
+    memory). The hand-offs are counted as the model times them: the latency's change per
+    second of hand-off time (0 on one pipeline stage)."""
     setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
                        sequences=row.sequences, tokens=row.tokens)
     try:
@@ -292,26 +303,38 @@ def _priced(row: BenchRow, calibration: Calibration) -> tuple[float, float, floa
         return None
     if not run.prediction.feasible:
         return None
-    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1)
+    handoffs = 0.0
+    if row.deployment.pp > 1:
+        runtime = str(row.deployment.runtime)
+        now = calibration.runtime(runtime=runtime, gpu=row.gpu).stage_handoff_s
+        probe = price(model=row.model, gpu=row.gpu, setup=setup,
+                      calibration=calibration.with_runtime(
+                          runtime=runtime, gpu=row.gpu, stage_handoff_s=now + _HANDOFF_PROBE_S))
+        handoffs = ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) \
+            / _HANDOFF_PROBE_S
+    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), handoffs
 
 
 def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,
                     scales: dict[str, float]) -> Calibration:
     """``calibration`` with no engine overhead for (runtime, GPU) and these kernel scales."""
     return calibration.with_runtime(runtime=runtime, gpu=gpu, step_overhead_s=0.0,
-                                    per_sequence_overhead_s=0.0, **scales)
+                                    per_sequence_overhead_s=0.0, stage_handoff_s=0.0,
+                                    **scales)
 
 
-def _design(rows: list[BenchRow], priced: list[tuple[float, float, float]]) -> np.ndarray:
-    """Columns (P, D, N, N B) divided by the measured latency (relative residuals)."""
-    x = np.array([[p, d, n, n * r.sequences] for r, (p, d, n) in zip(rows, priced, strict=True)])
+def _design(rows: list[BenchRow], priced: list[tuple[float, float, float, float]]) -> np.ndarray:
+    """Columns (P, D, N, N B, H) divided by the measured latency (relative residuals)."""
+    x = np.array([[p, d, n, n * r.sequences, h]
+                  for r, (p, d, n, h) in zip(rows, priced, strict=True)])
     return x / np.array([r.latency_s for r in rows])[:, None]
 
 
-def _solve(x: np.ndarray, *, free: tuple[bool, bool, bool, bool]) -> np.ndarray:
-    """Coefficients (a, b, step, per_sequence) minimising the soft-L1 relative residuals
-    ``x @ c - 1`` within the bounds; the ones not ``free`` stay at a = b = 1, 0 overheads."""
-    fixed = np.array([1.0, 1.0, 0.0, 0.0])
+def _solve(x: np.ndarray, *, free: Free) -> np.ndarray:
+    """Coefficients (a, b, step, per_sequence, handoff) minimising the soft-L1 relative
+    residuals ``x @ c - 1`` within the bounds; the ones not ``free`` stay at a = b = 1, 0
+    overheads."""
+    fixed = np.array([1.0, 1.0, 0.0, 0.0, 0.0])
     idx = [i for i, f in enumerate(free) if f]
     rest = x[:, [i for i, f in enumerate(free) if not f]] @ fixed[[not f for f in free]]
     sub = x[:, idx]
@@ -328,7 +351,7 @@ def _solve(x: np.ndarray, *, free: tuple[bool, bool, bool, bool]) -> np.ndarray:
     return out
 
 
-def _at_bound(solution: np.ndarray, free: tuple[bool, bool, bool, bool]) -> list[str]:
+def _at_bound(solution: np.ndarray, free: Free) -> list[str]:
     """Constants whose free coefficient ended at a bound of its range."""
     out: list[str] = []
     for i, is_free in enumerate(free):
@@ -350,9 +373,9 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             continue  # scored on the finished calibration (report_unfitted_bench)
         scales = {k: v for k, v in known.items() if k in SCALES}
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
-        x = np.zeros((0, 4))
+        x = np.zeros((0, 5))
         models: list[str] = []
-        solution = np.zeros(4)
+        solution = np.zeros(5)
         for _ in range(ROUNDS if free[0] or free[1] else 1):
             cal = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales)
             priced = [(r, _priced(r, cal)) for r in rows]
@@ -364,6 +387,8 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                 break
             x = _design([r for r, _ in pairs], [p for _, p in pairs])
             models = [r.model for r, _ in pairs]
+            if not np.any(x[:, 4]):  # no row hands off between stages: nothing to fit
+                free = (*free[:4], False)
             solution = _solve(x, free=free)
             for i in (0, 1):  # fold a (prefill), b (decode) into the scales and re-price
                 for name in COEFFICIENT_CONSTANTS[i] if free[i] else ():
@@ -372,7 +397,7 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         if len(x) < 8:
             log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
             continue
-        values_out = {name: float(solution[i]) for i in (2, 3) if free[i]
+        values_out = {name: float(solution[i]) for i in (2, 3, 4) if free[i]
                       for name in COEFFICIENT_CONSTANTS[i]}
         values_out.update({name: scales[name] for i in (0, 1) if free[i]
                            for name in COEFFICIENT_CONSTANTS[i]})
@@ -426,7 +451,7 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
 
 
 def _leave_one_model_out(x: np.ndarray, *, models: list[str],
-                         free: tuple[bool, bool, bool, bool]) -> ErrorStats | None:
+                         free: Free) -> ErrorStats | None:
     """Held-out error of the linear fit (relative design ``x`` of the last round): each
     model's rows predicted by a fit on the other models' rows."""
     groups = np.array(models)

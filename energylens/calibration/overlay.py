@@ -2,7 +2,8 @@
 
 An overlay multiplies groups of the base calibration's constants, on the GPUs it names:
 
-- ``step_overhead``: the runtime's time per step, per running sequence, per MoE layer;
+- ``step_overhead``: the runtime's time per step, per running sequence, per MoE layer,
+  per pipeline-stage hand-off;
 - ``kernel_overhead``: every kernel's fixed time (launch, prologue and tail; the small
   kernels' floors, the attention tile), which a framework's kernel count multiplies;
 - ``compute_efficiency``: the share of peak reached by GEMMs, attention and vector ops;
@@ -37,7 +38,7 @@ from energylens.runtime import runtime_names
 #: Factor -> (section, constants it multiplies).
 FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "step_overhead": (("runtime", ("step_overhead_s", "per_sequence_overhead_s",
-                                   "ep_moe_layer_overhead_s")),),
+                                   "ep_moe_layer_overhead_s", "stage_handoff_s")),),
     "kernel_overhead": (("kernel", ("kernel_overhead_s", "expert_extra_overhead_s",
                                     "fp8_expert_extra_overhead_s", "norm_overhead_s",
                                     "rope_overhead_s",

@@ -123,6 +123,9 @@ class RuntimeConstants:
     # Fixed time per MoE layer under expert parallelism (expert-map and routing bookkeeping
     # outside the CUDA graph; GPUs idle at static power).
     ep_moe_layer_overhead_s: float = 0.0
+    # Time per hand-off of a micro-batch between pipeline stages beyond moving its bytes
+    # over the link (the runtime's copy and synchronisation; llama.cpp's layer split).
+    stage_handoff_s: float = 0.0
     # The runtime's own small all-reduce over the scale-up link (latency 0 = NCCL's):
     # latency + per-hop latency x log2(n) + moved bytes / (link x bus bandwidth fraction).
     allreduce_latency_s: float = 0.0

@@ -387,14 +387,16 @@ def _head_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
 
 
 def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
-    """Time to pass one micro-batch's activations to the next pipeline stage."""
+    """Time to pass one micro-batch's activations to the next pipeline stage: the link's
+    transfer and the runtime's own hand-off time."""
     if ctx.pp <= 1:
         return 0.0
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     message = tokens * ctx.graph.model.hidden_size * ACTIVATION_BYTES
     return collective_cost(kind="send_recv", message_bytes=message, group_size=2,
-                           bandwidth=bandwidth, constants=link).latency_s
+                           bandwidth=bandwidth, constants=link).latency_s \
+        + ctx.runtime_constants.stage_handoff_s
 
 
 def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = False) -> StepCost:
