@@ -115,16 +115,23 @@ def _generated(tmp_path: Path, *, framework: str, runtime: str, truth: Calibrati
                       framework)
 
 
+def _refit(tmp_path: Path, *, framework: str, runtime: str, truth: Calibration,
+           grid: list[tuple[str, int, int, int]]) -> RuntimeFits:
+    """The bench fit on rows the model generated under ``truth``, from the shipped base."""
+    path = _generated(tmp_path, framework=framework, runtime=runtime, truth=truth, grid=grid)
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    return fits
+
+
 def test_overheads_are_recovered_from_rows_the_model_generated(tmp_path: Path) -> None:
     truth = default_calibration().with_runtime(runtime="trtllm", gpu="H100-SXM",
                                                step_overhead_s=2.0e-3,
                                                per_sequence_overhead_s=5.0e-5)
     grid = [(m, g, b, t) for m in ("llama-2-7b", "llama-3-8b") for g in (1, 2)
             for b in (1, 16, 64) for t in (128, 512)]
-    path = _generated(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
-                      grid=grid)
-    fits = RuntimeFits()
-    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    fits = _refit(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                  grid=grid)
     values = fits.values["trtllm/H100-SXM"]
     assert values["step_overhead_s"] == pytest.approx(2.0e-3, rel=0.02)
     assert values["per_sequence_overhead_s"] == pytest.approx(5.0e-5, rel=0.05)
@@ -141,10 +148,8 @@ def test_llama_cpp_memory_scale_and_step_are_recovered(tmp_path: Path) -> None:
     # 70B model's decode
     grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-2-7b", 2), ("llama-2-70b", 4))
             for b in (16, 64) for t in (128, 512)]
-    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
-                      grid=grid)
-    fits = RuntimeFits()
-    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    fits = _refit(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                  grid=grid)
     values = fits.values["llama.cpp/H100-SXM"]
     assert values["memory_efficiency_scale"] == pytest.approx(0.6, rel=0.05)
     assert values["step_overhead_s"] == pytest.approx(1.5e-3, rel=0.15)
@@ -167,19 +172,15 @@ def test_llama_cpps_stage_handoff_is_recovered_from_rows_on_one_to_four_gpus(
     # the 70B one fits on 2 and 4 GPUs only)
     grid = [(m, g, b, t) for m in ("llama-2-7b", "llama-2-70b") for g in (1, 2, 4)
             for b in (1, 64) for t in (128, 512)]
-    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
-                      grid=grid)
-    fits = RuntimeFits()
-    fit_bench(files=[path], base=default_calibration(), fits=fits)
+    fits = _refit(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                  grid=grid)
     values = fits.values["llama.cpp/H100-SXM"]
     assert values["stage_handoff_s"] == pytest.approx(2.0e-3, rel=0.05)
     assert values["step_overhead_s"] == pytest.approx(1.0e-3, rel=0.15)
     assert values["memory_efficiency_scale"] == pytest.approx(0.6, rel=0.05)
-    one_gpu = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
-                         grid=[(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b")
-                               for b in (1, 16, 64) for t in (128, 512)])
-    fits = RuntimeFits()
-    fit_bench(files=[one_gpu], base=default_calibration(), fits=fits)
+    fits = _refit(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                  grid=[(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b")
+                        for b in (1, 16, 64) for t in (128, 512)])
     assert "stage_handoff_s" not in fits.values["llama.cpp/H100-SXM"]
 
 
