@@ -58,9 +58,7 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
                                 for f in fields(MemoryUse)}
         capped = MemoryUse(**kept)
         done = done | fits | (held <= 1.0)
-        # the next whole number down (a fractional first guess goes to its floor, not
-        # one below it: more tokens per sequence must never admit more sequences)
-        held = np.where(done, held, np.maximum(np.ceil(held) - 1.0, 1.0))
+        held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
     return capped_batch, capped
 
 
