@@ -208,19 +208,18 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
                                f"in the file")
     if k < 0:
         raise MeasurementError(f"--k-shot must be >= 0, got {k}")
-    outcomes = validate_measured(measurements, calibration=calibration)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(measurements.rows):
+        groups[group_key(row, group_by)].append(i)
+    bases = {key: _group_base([measurements.rows[i] for i in members],
+                              calibration=calibration, blind=blind)
+             for key, members in groups.items()}
+    outcomes = MeasuredReport(rows=[_outcome(row, bases[group_key(row, group_by)])
+                                    for row in measurements.rows])
     for outcome in outcomes.rows:
         outcome.fitted_on = False
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, outcome in enumerate(outcomes.rows):
-        groups[group_key(outcome.row, group_by)].append(i)
     for key in sorted(groups):
-        base = _group_base([outcomes.rows[i].row for i in groups[key]],
-                           calibration=calibration, blind=blind)
-        if base is not calibration:
-            for i in groups[key]:
-                outcomes.rows[i] = _outcome(outcomes.rows[i].row, base)
-                outcomes.rows[i].fitted_on = False
+        base = bases[key]
         if k == 0:
             continue
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])  # one stream per group
