@@ -289,12 +289,13 @@ def _floor_s(row: BenchRow) -> float:
     return 0.0 if floor is None else floor
 
 
-def _priced(row: BenchRow, calibration: Calibration,
+def _priced(row: BenchRow, calibration: Calibration, *, handoffs: bool = True,
             ) -> tuple[float, float, float, float] | None:
     """(prefill s, decode s, engine steps, stage hand-offs) of ``row`` at the calibration's
     kernels, or None when the model cannot price it (unknown model, infeasible, out of
     memory). The hand-offs are counted as the model times them: the latency's change per
-    second of hand-off time (0 on one pipeline stage)."""
+    second of hand-off time (0 on one pipeline stage, or when ``handoffs`` is False, for
+    callers that read the latency only)."""
     setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
                        sequences=row.sequences, tokens=row.tokens)
     try:
@@ -303,16 +304,16 @@ def _priced(row: BenchRow, calibration: Calibration,
         return None
     if not run.prediction.feasible:
         return None
-    handoffs = 0.0
-    if row.deployment.pp > 1:
+    count = 0.0
+    if handoffs and row.deployment.pp > 1:
         runtime = str(row.deployment.runtime)
         now = calibration.runtime(runtime=runtime, gpu=row.gpu).stage_handoff_s
         probe = price(model=row.model, gpu=row.gpu, setup=setup,
                       calibration=calibration.with_runtime(
                           runtime=runtime, gpu=row.gpu, stage_handoff_s=now + _HANDOFF_PROBE_S))
-        handoffs = ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) \
+        count = ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) \
             / _HANDOFF_PROBE_S
-    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), handoffs
+    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), count
 
 
 def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,
@@ -431,7 +432,7 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
     the rows it prices, implausibly fast ones (:data:`IMPLAUSIBLE`) left out."""
     kept, predicted = [], []
     for row in rows:
-        priced = _priced(row, calibration)
+        priced = _priced(row, calibration, handoffs=False)
         if priced is not None and priced[0] + priced[1] <= IMPLAUSIBLE * row.latency_s:
             kept.append(row)
             predicted.append(priced[0] + priced[1])
