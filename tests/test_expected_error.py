@@ -41,8 +41,7 @@ def calibration(tmp_path: Path) -> Calibration:
                                                                        0.14, rows=95)}
     bench = {  # LLM-Inference-Bench entries as calibrate writes them
         "llm-inference-bench/vllm/H100-SXM": {
-            "in_sample": {"latency_s": {"mape": 0.22, "n": 369}},
-            "notes": ["vllm: predicted with its shipped constants, not fitted here"]},
+            "in_sample": {"latency_s": {"mape": 0.22, "n": 369}}},
         "llm-inference-bench/trtllm/A100-40GB-SXM": {
             "in_sample": {"latency_s": {"mape": 0.147, "n": 256}},
             "leave_one_model_out": {"latency_s": {"mape": 0.153, "n": 256}}}}
@@ -275,7 +274,7 @@ def test_static_batches_add_the_benchs_latency_error_of_their_runtime_and_gpu(
         calibration: Calibration) -> None:
     found = _expect(calibration, model="llama-3.1-8b", workload=Workload(kind="batch"))
     assert _by_field(found)["static_batch_latency_s"] == (
-        0.22, "LLM-Inference-Bench static batches (vllm on H100-SXM, not fitted on)")
+        0.22, "LLM-Inference-Bench static batches (vllm on H100-SXM, in-sample)")
     # steady-state serving on a GPU with folds: the folds are the comparable measurement
     serving = _expect(calibration, model="llama-3.1-8b")
     assert "static_batch_latency_s" not in _by_field(serving)

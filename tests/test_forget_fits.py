@@ -58,11 +58,34 @@ def test_a_gpu_with_a_fitted_relative_takes_the_relatives_values() -> None:
 
 
 def test_constants_fitted_on_other_files_are_kept() -> None:
+    # vLLM's own H100 section was fitted on ML.ENERGY, not on the bench
     assert forgotten_fields(document=DOC, data_file=LIB, runtime="vllm", gpu="H100-SXM") == {}
     base = default_calibration()
     same = forget_fits(calibration=base, document=DOC, data_file=LIB,
-                       pairs={("vllm", "H100-SXM")})
+                       pairs={("sglang", "H100-SXM")})
     assert same is base
+
+
+def test_a_legacy_section_is_forgotten_with_its_runtime() -> None:
+    # The bench's vLLM (V0, before 0.8.0) overheads live in vllm@legacy sections. H100 has
+    # no relative: without its legacy fit it is priced with vLLM's own H100 overheads, as
+    # a GPU without a legacy section is; GH200 borrows from H100 and takes H100's fit.
+    assert _entry("vllm@legacy", "H100-SXM", "step_overhead_s")["fitted_on"] == [LIB]
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="vllm@legacy",
+                                 gpu="H100-SXM")
+    assert forgotten == {name: _entry("vllm", "H100-SXM", name)["value"]
+                         for name in ("step_overhead_s", "per_sequence_overhead_s")}
+    forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="vllm@legacy",
+                                 gpu="GH200")
+    assert forgotten["step_overhead_s"] == _entry("vllm@legacy", "H100-SXM",
+                                                  "step_overhead_s")["value"]
+    blind = forget_fits(calibration=default_calibration(), document=DOC, data_file=LIB,
+                        pairs={("vllm", "H100-SXM")})
+    v0 = get_runtime("vllm").calibration_for(calibration=blind, gpu="H100-SXM", version="0.6")
+    own = blind.runtime(runtime="vllm", gpu="H100-SXM")
+    priced = v0.runtime(runtime="vllm", gpu="H100-SXM")
+    assert (priced.step_overhead_s, priced.per_sequence_overhead_s) == pytest.approx(
+        (own.step_overhead_s, own.per_sequence_overhead_s), rel=1e-5)
 
 
 ROWS = ("model,gpu,num_gpus,tp,framework,runtime_version,workload,batch,input_tokens,"

@@ -20,6 +20,7 @@ from energylens.deployment import Deployment, Workload
 from energylens.errors import CalibrationFileError
 from energylens.measurements.user_csv import predicted_metrics
 from energylens.predict import predict
+from energylens.runtime import get_runtime
 
 GPU = "H100-SXM"
 TRUE = {"compute_efficiency": 0.8, "memory_efficiency": 0.85, "step_overhead": 1.6,
@@ -140,3 +141,17 @@ def test_the_kernel_overhead_factor_scales_every_kernels_fixed_time() -> None:
         assert getattr(scaled.kernel(GPU), name) == pytest.approx(2 * before), name
     assert scaled.kernel(GPU).gemm_efficiency_max == base.kernel(GPU).gemm_efficiency_max
     assert scaled.runtime(runtime="vllm", gpu=GPU) == base.runtime(runtime="vllm", gpu=GPU)
+
+
+def test_the_step_overhead_factor_scales_an_earlier_releases_overheads_too() -> None:
+    """vLLM before 0.8.0 reads its overheads from the ``vllm@legacy`` sections: an overlay
+    fitted on such a user's rows must move those, or its step factor would act on nothing."""
+    base = default_calibration().with_runtime(runtime="vllm@legacy", gpu=GPU,
+                                              step_overhead_s=2e-3, per_sequence_overhead_s=6e-5)
+    scaled = apply_overlay(base, Overlay(factors={"step_overhead": 1.5}, gpus=(GPU,)))
+    v0 = get_runtime("vllm").calibration_for(calibration=scaled, gpu=GPU, version="0.6")
+    priced = v0.runtime(runtime="vllm", gpu=GPU)
+    assert (priced.step_overhead_s, priced.per_sequence_overhead_s) == pytest.approx((3e-3, 9e-5))
+    now = scaled.runtime(runtime="vllm", gpu=GPU)
+    assert now.step_overhead_s == pytest.approx(
+        1.5 * base.runtime(runtime="vllm", gpu=GPU).step_overhead_s)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import csv
 import itertools
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,6 @@ from energylens.calibration.fit_runtime import (
     fill_priors,
     fit_aic_scales,
     fit_bench,
-    report_unfitted_bench,
 )
 from energylens.calibration.run import CalibrationData, calibrate, to_yaml
 from energylens.cost.constants import Calibration, RuntimeConstants
@@ -184,25 +183,40 @@ def test_llama_cpps_stage_handoff_is_recovered_from_rows_on_one_to_four_gpus(
     assert "stage_handoff_s" not in fits.values["llama.cpp/H100-SXM"]
 
 
-def test_vllm_rows_are_reported_never_fitted_with_the_calibration_they_are_scored_on(
+def test_vllm_bench_overheads_go_to_its_legacy_sections_which_only_early_releases_read(
         tmp_path: Path) -> None:
-    """vLLM's bench rows are scored, not fitted, and with the calibration passed (the
-    finished one in ``calibrate``: scored on the constants before the borrowed and prior
-    values were filled in, A100 vLLM rows read zero overheads and reported 34.6 % where
-    ``validate`` says 24.4 %)."""
-    grid = [("llama-2-7b", 1, b, 128) for b in (1, 16)]
-    truth = default_calibration()
+    """vLLM's bench rows (its 2024 V0 engine, read as release 0.6) fit the step and
+    per-sequence overheads of ``vllm@legacy``: recovered from rows the model generated with
+    known ones, while the ``vllm`` section (ML.ENERGY's vLLM 0.11.1) stays as it was and a
+    release from 0.8.0 on is priced as before."""
+    shipped = default_calibration()  # without the legacy sections it may hold already
+    base = replace(shipped, runtimes={k: v for k, v in shipped.runtimes.items()
+                                      if "@legacy/" not in k})
+    step, per_sequence = 2.5e-3, 6e-5
+    truth = base.with_runtime(runtime="vllm@legacy", gpu="H100-SXM", step_overhead_s=step,
+                              per_sequence_overhead_s=per_sequence)
+    grid = [(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b")
+            for b in (1, 16, 64) for t in (128, 512)]
     path = _generated(tmp_path, framework="vLLM", runtime="vllm", truth=truth, grid=grid)
     fits = RuntimeFits()
-    fit_bench(files=[path], base=truth, fits=fits)
-    assert not fits.values and not fits.fits
-    key = "llm-inference-bench/vllm/H100-SXM"
-    scored: dict[str, Any] = {}
-    report_unfitted_bench(files=[path], calibration=truth, fits=scored)
-    assert scored[key]["in_sample"]["latency_s"]["mape"] < 1e-6
-    slower = truth.with_runtime(runtime="vllm", gpu="H100-SXM", step_overhead_s=5e-3)
-    report_unfitted_bench(files=[path], calibration=slower, fits=scored)
-    assert scored[key]["in_sample"]["latency_s"]["mape"] > 0.05
+    fit_bench(files=[path], base=base, fits=fits)
+    assert set(fits.values) == {"vllm@legacy/H100-SXM"}
+    values = fits.values["vllm@legacy/H100-SXM"]
+    assert values["step_overhead_s"] == pytest.approx(step, rel=0.02)
+    assert values["per_sequence_overhead_s"] == pytest.approx(per_sequence, rel=0.02)
+    entry = fits.provenance["runtimes/vllm@legacy/H100-SXM"]["step_overhead_s"]
+    assert entry["fit"] == "llm-inference-bench/vllm/H100-SXM" and "0.8.0" in entry["note"]
+    profile = get_runtime("vllm")
+    now = base.runtime(runtime="vllm", gpu="H100-SXM")
+    for version, expected in (("0.6", (step, per_sequence)), ("0.7.3", (step, per_sequence)),
+                              ("0.8.0", (now.step_overhead_s, now.per_sequence_overhead_s)),
+                              (None, (now.step_overhead_s, now.per_sequence_overhead_s))):
+        priced = profile.calibration_for(calibration=truth, gpu="H100-SXM",
+                                         version=version).runtime(runtime="vllm", gpu="H100-SXM")
+        assert (priced.step_overhead_s, priced.per_sequence_overhead_s) == expected, version
+    # a GPU without a legacy section keeps the runtime's own overheads in every release
+    other = profile.calibration_for(calibration=truth, gpu="B200", version="0.6")
+    assert other.runtime(runtime="vllm", gpu="B200") == base.runtime(runtime="vllm", gpu="B200")
 
 
 def test_priors_fill_what_nothing_identified_and_leave_vllm_alone() -> None:

@@ -20,7 +20,9 @@ Two sources, each identifying what it can:
   and for llama.cpp (no kernel table) ``b`` as an effective memory/KV efficiency scale
   (1/b), refined by re-pricing with the scale applied (:data:`LIB_FREE`). A coefficient
   that ends at a bound of its range is reported (``at_bound``).
-  vLLM's rows are predicted and reported, never fitted (its constants come from ML.ENERGY).
+  vLLM's rows ran its V0 engine (2024, before ``legacy_overheads_until`` in its profile):
+  its two overheads are fitted into the ``vllm@legacy`` sections, which only releases
+  before 0.8.0 read (later ones keep those fitted on ML.ENERGY's vLLM 0.11.1).
   llama.cpp's ``Batch Size`` is its prompt batch (``-b``): each row is one sequence whose
   prompt runs in ceil(L / b) passes (the throughput column counts one sequence).
 
@@ -53,6 +55,7 @@ from energylens.measurements.inference_bench import (
     price,
 )
 from energylens.runtime import get_runtime, runtime_names
+from energylens.runtime.profile import legacy_runtime, release_key
 
 #: AIConfigurator engine folder -> runtime; the reference engine's kernels are the GPU's.
 AIC_ENGINES = {"trtllm": "trtllm", "vllm": "vllm"}
@@ -89,8 +92,6 @@ COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale")
                          ("memory_efficiency_scale", "kv_bandwidth_scale"),
                          ("step_overhead_s",), ("per_sequence_overhead_s",),
                          ("stage_handoff_s",))
-#: Runtimes LLM-Inference-Bench predicts without fitting (constants from elsewhere).
-LIB_REPORT_ONLY = ("vllm",)
 #: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s, handoff_s); a
 #: kernel scale (1/a, 1/b) stays within [0.1, 2].
 LOW = np.array([0.5, 0.5, 0.0, 0.0, 0.0])
@@ -370,15 +371,14 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
     for (runtime, gpu), rows in sorted(groups.items()):
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
         known = fits.values.get(runtime_key(runtime=runtime, gpu=gpu), {})
-        if runtime in LIB_REPORT_ONLY:
-            continue  # scored on the finished calibration (report_unfitted_bench)
+        target = _constants_runtime(runtime, rows)
         scales = {k: v for k, v in known.items() if k in SCALES}
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, 5))
         models: list[str] = []
         solution = np.zeros(5)
         for _ in range(ROUNDS if free[0] or free[1] else 1):
-            cal = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales)
+            cal = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales)
             priced = [(r, _priced(r, cal)) for r in rows]
             pairs = [(r, p) for r, p in priced
                      if p is not None and p[0] + p[1] <= IMPLAUSIBLE * r.latency_s]
@@ -402,8 +402,8 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                       for name in COEFFICIENT_CONSTANTS[i]}
         values_out.update({name: scales[name] for i in (0, 1) if free[i]
                            for name in COEFFICIENT_CONSTANTS[i]})
-        fitted = _zero_overheads(base, runtime=runtime, gpu=gpu, scales=scales).with_runtime(
-            runtime=runtime, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
+        fitted = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales).with_runtime(
+            runtime=target, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
         report = _latency_report(rows=rows, calibration=fitted, fit_id=fit_id, files=files)
         bound = _at_bound(solution, free) + [
             name for name in values_out if name in SCALES and values_out[name] in SCALE_RANGE]
@@ -422,8 +422,21 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                                                   else ""))
         note = ("effective scale from LLM-Inference-Bench end-to-end latency (decode part)"
                 if free[1] else None)
-        fits.add(runtime=runtime, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
+        if target != runtime:
+            note = (f"{runtime} releases before {get_runtime(runtime).legacy_overheads_until}"
+                    " only (the bench's engine generation)")
+        fits.add(runtime=target, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
                  note=note)
+
+
+def _constants_runtime(runtime: str, rows: list[BenchRow]) -> str:
+    """The sections a fit of ``rows`` goes to: ``runtime``'s own, or its ``@legacy`` ones
+    when the rows ran a release before its profile's ``legacy_overheads_until``."""
+    until = get_runtime(runtime).legacy_overheads_until
+    version = rows[0].deployment.runtime_version
+    if until is not None and version is not None and release_key(version) < release_key(until):
+        return legacy_runtime(runtime)
+    return runtime
 
 
 def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: str,
@@ -477,29 +490,6 @@ def _screened_groups(files: list[Path], *, log: Callable[[str], None],
     for reason, count in sorted(skipped.items()):
         log(f"llm-inference-bench: {count} rows skipped ({reason})")
     return groups
-
-
-def report_unfitted_bench(*, files: list[Path], calibration: Calibration,
-                          fits: dict[str, Any], log: Callable[[str], None] = lambda _: None,
-                          ) -> None:
-    """The error on the bench's rows of the runtimes not fitted there
-    (:data:`LIB_REPORT_ONLY`), with the finished calibration: the constants a prediction
-    uses, borrowed and prior values included (scored before they were filled in, a GPU
-    without serving data of its own read zero overheads)."""
-    for (runtime, gpu), rows in sorted(_screened_groups(files, log=lambda _: None).items()):
-        if runtime not in LIB_REPORT_ONLY:
-            continue
-        fit_id = f"llm-inference-bench/{runtime}/{gpu}"
-        report = _latency_report(rows=rows, calibration=calibration, fit_id=fit_id,
-                                 files=files)
-        if not report["n_points"]:
-            continue
-        report.setdefault("notes", []).append(
-            f"{runtime}: predicted with its shipped constants, not fitted here")
-        fits[fit_id] = report
-        log(f"runtime {runtime} {gpu}: not fitted (constants from ML.ENERGY); latency MAPE "
-            f"{100 * report['in_sample']['latency_s']['mape']:.1f} % on {report['n_points']} "
-            "rows")
 
 
 # --- priors -------------------------------------------------------------------------------

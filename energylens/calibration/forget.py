@@ -9,8 +9,11 @@ the rows it is scored on. :func:`forget_fits` replaces each runtime constant of
 gives a (runtime, GPU) no data identifies: the value a relative GPU (``engines_from``,
 then ``borrows_from``, followed down the chain) has fitted from data of its own, else the
 runtime profile's prior for the two overheads, else the field's default (no overhead,
-scale 1). Kernel and link constants are left alone: LLM-Inference-Bench fits none of them
-(a file that does, such as ML.ENERGY's, needs a refit without it, not this).
+scale 1). A runtime's ``@legacy`` sections (the overheads of its earlier releases) are
+forgotten with it; without a relative's fit they stand in with the runtime's own section,
+as a GPU without a legacy fit is priced. Kernel and link constants are left alone:
+LLM-Inference-Bench fits none of them (a file that does, such as ML.ENERGY's, needs a
+refit without it, not this).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from energylens.cost.constants import Calibration, RuntimeConstants
 from energylens.hardware import load_gpu
 from energylens.runtime import get_runtime
+from energylens.runtime.profile import LEGACY_SUFFIX, legacy_runtime
 
 #: Runtime constants a profile gives a prior for (``prior_<name>`` in its YAML).
 _PRIORS = ("step_overhead_s", "per_sequence_overhead_s")
@@ -50,7 +54,11 @@ def _stand_in(document: dict[str, Any], *, runtime: str, gpu: str, field: str) -
             if isinstance(entry, dict) and entry.get("kind") == "fitted":
                 return float(entry["value"])
             queue.append(relative)
-    if field in _PRIORS and runtime != "vllm":  # vLLM, the reference, has no prior
+    if runtime.endswith(LEGACY_SUFFIX):  # no legacy section: the runtime's own constants
+        entry = _section(document, runtime=runtime[:-len(LEGACY_SUFFIX)], gpu=gpu).get(field)
+        if isinstance(entry, dict):
+            return float(entry["value"])
+    elif field in _PRIORS and runtime != "vllm":  # vLLM, the reference, has no prior
         return float(getattr(get_runtime(runtime), f"prior_{field}"))
     return float(getattr(RuntimeConstants(), field))
 
@@ -70,6 +78,7 @@ def forget_fits(*, calibration: Calibration, document: dict[str, Any], data_file
     """``calibration`` with the constants of each (runtime, canonical GPU name) in ``pairs``
     that were fitted on ``data_file`` replaced by their blind stand-ins."""
     out = calibration
+    pairs = pairs | {(legacy_runtime(runtime), gpu) for runtime, gpu in pairs}
     for runtime, gpu in sorted(pairs):
         values = forgotten_fields(document=document, data_file=data_file, runtime=runtime,
                                   gpu=gpu)

@@ -3,7 +3,7 @@
 An overlay multiplies groups of the base calibration's constants, on the GPUs it names:
 
 - ``step_overhead``: the runtime's time per step, per running sequence, per MoE layer,
-  per pipeline-stage hand-off;
+  per pipeline-stage hand-off (its earlier releases' ``@legacy`` overheads too);
 - ``kernel_overhead``: every kernel's fixed time (launch, prologue and tail; the small
   kernels' floors, the attention tile), which a framework's kernel count multiplies;
 - ``compute_efficiency``: the share of peak reached by GEMMs, attention and vector ops;
@@ -34,6 +34,7 @@ from energylens.calibration.fitting import Param, fit_bounded
 from energylens.cost.constants import Calibration, runtime_key
 from energylens.hardware import load_gpu
 from energylens.runtime import runtime_names
+from energylens.runtime.profile import legacy_runtime
 
 #: Factor -> (section, constants it multiplies).
 FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -89,8 +90,12 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
         link_keys = {f"{gpu.name}:{link.kind}" for link in (gpu.intra_node, gpu.inter_node)}
         link_values = {key: asdict(out.link(gpu=gpu.name, kind=key.split(":", 1)[1]))
                        for key in link_keys}
+        # every runtime's section, and the earlier-release (``@legacy``) ones the GPU has
+        sections = [*runtime_names(), *(legacy_runtime(r) for r in runtime_names()
+                                        if runtime_key(runtime=legacy_runtime(r), gpu=gpu.name)
+                                        in out.runtimes)]
         runtime_values = {runtime_key(runtime=r, gpu=gpu.name):
-                          asdict(out.runtime(runtime=r, gpu=gpu.name)) for r in runtime_names()}
+                          asdict(out.runtime(runtime=r, gpu=gpu.name)) for r in sections}
         for factor, value in overlay.factors.items():
             if value == 1.0:  # the identity leaves every constant as it is
                 continue

@@ -41,7 +41,6 @@ from energylens.calibration.fit_runtime import (
     apply_fits,
     fill_priors,
     fit_runtimes,
-    report_unfitted_bench,
 )
 from energylens.calibration.fit_scale_out import SCALE_OUT_PARAMS, fit_scale_out, read_nccl_tests
 from energylens.calibration.fit_serving import (
@@ -394,9 +393,6 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
-    if data.llm_inference_bench:
-        report_unfitted_bench(files=data.llm_inference_bench, calibration=calibration, fits=fits,
-                              log=log)
     _compare_measured_power(fits, calibration, log)
     _compare_measured_memory(fits, calibration)
     if data.mlenergy and leave_out:

@@ -28,7 +28,9 @@ RUNTIMES = {"TensorRT-LLM": "trtllm", "Deepspeed-MII": "deepspeed-mii", "llama.c
 #: some 0.x release ("0"; the data does not name it), since the bench (repository data of
 #: 2024, arXiv 2411.00136) predates TensorRT-LLM 1.0 (2025) and ran TensorRT engines, not the
 #: PyTorch backend whose overlap scheduler 1.0 made the default (runtimes/trtllm.yaml).
-RELEASES = {"TensorRT-LLM": "0"}
+#: vLLM as 0.6 (the data does not name it; a 2024 release is 0.6.x or earlier, 0.7.0
+#: shipped in January 2025), so its V0 engine (before 0.8.0, runtimes/vllm.yaml).
+RELEASES = {"TensorRT-LLM": "0", "vLLM": "0.6"}
 #: Frameworks whose batches are one prompt repeated (:class:`Routing` identical_sequences):
 #: TensorRT-LLM's and DeepSpeed-MII's. TensorRT-LLM's Mixtral-8x7B rows (the bench's one
 #: MoE model there) at 16-64 sequences of 128 tokens take 1.3-1.8x batch 1's time where

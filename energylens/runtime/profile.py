@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energylens.cost.comm import own_allreduce_link
-from energylens.cost.constants import Calibration, LinkConstants, RuntimeConstants
+from energylens.cost.constants import Calibration, LinkConstants, RuntimeConstants, runtime_key
 from energylens.cost.kernels import Collective
 from energylens.cost.work import Size
 from energylens.errors import ConfigError, EnergyLensError
@@ -98,6 +98,10 @@ def release_key(version: str) -> tuple[int, ...]:
 MEMORY_SHARES = ("hbm", "free", "static")
 
 
+#: Suffix of the calibration sections holding a runtime's overheads before its
+#: ``legacy_overheads_until`` release.
+LEGACY_SUFFIX = "@legacy"
+
 #: Every fact of a profile and how its YAML value is read.
 _FACTS: dict[str, Callable[[Any], Any]] = {
     "version": str,
@@ -117,6 +121,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "checkpoint_kv_since": _release,
     "ep_layer_overhead_until": _release,
     "overlap_scheduler_since": _release,
+    "legacy_overheads_until": _release,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -166,6 +171,8 @@ class RuntimeProfile:
     # fixed time of its own (None: the calibrated one holds for every release)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
     # overlaps the GPU's step by default: no step or per-sequence overhead (None: never)
+    legacy_overheads_until: str | None  # releases before it take the step and per-sequence
+    # overheads of the calibration's ``<name>@legacy`` sections (None: one set for all)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -355,7 +362,9 @@ class RuntimeProfile:
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
         expert-parallel MoE layer carries no fixed time of its own; from
         ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
-        releases) hides behind the GPU's step."""
+        releases) hides behind the GPU's step; before ``legacy_overheads_until``, the step
+        and per-sequence overheads are those of the ``<name>@legacy`` section where the GPU
+        has one (an earlier engine generation, fitted on its own measurements)."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
@@ -365,6 +374,14 @@ class RuntimeProfile:
             return release is not None and (
                 release_key(version or self.version) >= release_key(release))
 
+        legacy = calibration.runtimes.get(runtime_key(runtime=legacy_runtime(self.name),
+                                                      gpu=gpu))
+        if legacy is not None and self.legacy_overheads_until is not None \
+                and not since(self.legacy_overheads_until):
+            out = out.with_runtime(runtime=self.name, gpu=gpu,
+                                   step_overhead_s=legacy.step_overhead_s,
+                                   per_sequence_overhead_s=legacy.per_sequence_overhead_s)
+            c = out.runtime(runtime=self.name, gpu=gpu)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
         if (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0) \
@@ -399,6 +416,12 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
 
 
 @lru_cache(maxsize=64)
+def legacy_runtime(name: str) -> str:
+    """Name of the calibration sections holding ``name``'s overheads before its
+    ``legacy_overheads_until`` release (``vllm@legacy``)."""
+    return f"{name}{LEGACY_SUFFIX}"
+
+
 def _without(calibration: Calibration, runtime: str, gpu: str,
              overheads: tuple[str, ...]) -> Calibration:
     """``calibration`` with the named (runtime, GPU) overheads at zero."""

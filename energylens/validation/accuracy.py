@@ -24,6 +24,7 @@ from energylens.hardware import load_gpu
 from energylens.measurements.formats import bench_gpu
 from energylens.measurements.inference_bench import RUNTIMES
 from energylens.measurements.vidur_ops import GEMM_OPS
+from energylens.runtime.profile import legacy_runtime
 from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -260,8 +261,10 @@ def _bench_label(*, hardware: str, framework: str, doc: dict[str, Any]) -> str:
     except UnknownGPUError:
         return "GPU not in the database"
     fit_id = f"llm-inference-bench/{runtime}/{gpu}"
-    constants = (doc.get("runtimes") or {}).get(runtime, {}).get(gpu) or {}
-    fitted = sorted(name for name, entry in constants.items()
+    sections = doc.get("runtimes") or {}
+    fitted = sorted(f"{name}" + (f" ({section})" if section != runtime else "")
+                    for section in (runtime, legacy_runtime(runtime))
+                    for name, entry in ((sections.get(section) or {}).get(gpu) or {}).items()
                     if isinstance(entry, dict) and entry.get("fit") == fit_id)
     if not fitted:
         return "never fitted"

@@ -155,7 +155,7 @@ def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) 
 def _bench_error(*, fits: dict[str, Any], runtime: str, gpu: str) -> HeldOutError | None:
     """End-to-end latency error of ``runtime``'s static batches on ``gpu`` in
     LLM-Inference-Bench (``calibrate``'s ``llm-inference-bench/<runtime>/<gpu>`` entry: held
-    out by model where the runtime was fitted there; its own rows where it was not)."""
+    out by model where the fit could hold a model out, else in-sample)."""
     entry = fits.get(f"{BENCH_PREFIX}{runtime}/{gpu}")
     if not isinstance(entry, dict):
         return None
@@ -163,9 +163,7 @@ def _bench_error(*, fits: dict[str, Any], runtime: str, gpu: str) -> HeldOutErro
     if isinstance(held, dict):
         found, how = held, "held out by model"
     else:
-        unfitted = any("not fitted" in str(note) for note in entry.get("notes", []))
-        found, how = (entry.get("in_sample", {}).get("latency_s"),
-                      "not fitted on" if unfitted else "in-sample")
+        found, how = entry.get("in_sample", {}).get("latency_s"), "in-sample"
     if not isinstance(found, dict) or found.get("mape") is None:
         return None
     return HeldOutError(field=STATIC_BATCH_FIELD, mape=float(found["mape"]),
