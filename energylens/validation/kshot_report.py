@@ -61,8 +61,8 @@ DATASETS = (
             "llm-inference-bench", REPO / LIB_FILE, ("framework", "model", "gpu"), "e2e_s",
             (0, 1, 3, 5), 0.08, 3, blind=LIB_FILE),
     Dataset("LLM-Inference-Bench static batches, per (framework, GPU): end-to-end latency, "
-            "the shipped calibration as it is (fitted on these rows for every framework but "
-            "vLLM: K = 0 is in-sample there)",
+            "the shipped calibration as it is (every framework's overheads fitted on these "
+            "rows: K = 0 is in-sample)",
             "llm-inference-bench", REPO / LIB_FILE, ("framework", "gpu"), "e2e_s", (0, 1, 3, 5),
             0.10, 3),
     Dataset("ML.ENERGY lm-arena-chat steady-state serving, per (model, GPU): median ITL (the "
