@@ -113,3 +113,23 @@ def test_the_shipped_calibration_fits_trtllm_and_lends_sglang_vllms_all_reduce()
                      "allreduce_bus_bandwidth_fraction"):
             assert lent[name]["kind"] == "assumed"
             assert lent[name]["value"] == doc["runtimes"]["vllm"][gpu][name]["value"]
+
+
+def test_the_arrival_time_is_paid_once_per_all_reduce_of_a_multi_gpu_step() -> None:
+    """``collective_sync_s`` adds to each all-reduce of a real step (two per Llama layer:
+    after attention and after the MLP) and to nothing on one GPU."""
+    from energylens.calibration.file import default_calibration
+    from energylens.deployment import Deployment, Workload
+    from energylens.predict import predict
+
+    base = default_calibration()
+    workload = Workload(kind="batch", batch=8, input_tokens=128, output_tokens=128)
+
+    def decode_s(tp: int, sync_s: float) -> float:
+        cal = base.with_runtime(runtime="vllm", gpu="H100-SXM", collective_sync_s=sync_s)
+        return predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(tp=tp),
+                       workload=workload, calibration=cal).decode.latency_s
+
+    assert decode_s(1, 1e-5) == decode_s(1, 0.0)
+    steps, layers = 127, 32  # decode steps after the prompt's first token
+    assert decode_s(2, 1e-5) - decode_s(2, 0.0) == pytest.approx(1e-5 * 2 * layers * steps)

@@ -34,17 +34,20 @@ def test_the_borrowing_chain_is_followed_past_borrowed_values() -> None:
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="trtllm",
                                  gpu="A100-40GB-SXM")
     assert forgotten == {name: _entry("trtllm", "H100-SXM", name)["value"]
-                         for name in ("step_overhead_s", "per_sequence_overhead_s")}
+                         for name in ("step_overhead_s", "per_sequence_overhead_s",
+                                      "collective_sync_s")}
 
 
 def test_a_gpu_without_a_fitted_relative_falls_back_to_the_profiles_priors() -> None:
     # Nothing DeepSpeed-MII runs on besides the A100 40 GB was fitted: the chain ends
-    # without a value, and the profile's priors stand in.
+    # without a value, and the profile's priors stand in (no all-reduce arrival time: the
+    # field's default, none).
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="deepspeed-mii",
                                  gpu="A100-40GB-SXM")
     profile = get_runtime("deepspeed-mii")
     assert forgotten == {"step_overhead_s": profile.prior_step_overhead_s,
-                         "per_sequence_overhead_s": profile.prior_per_sequence_overhead_s}
+                         "per_sequence_overhead_s": profile.prior_per_sequence_overhead_s,
+                         "collective_sync_s": 0.0}
 
 
 def test_a_gpu_with_a_fitted_relative_takes_the_relatives_values() -> None:
@@ -74,7 +77,8 @@ def test_a_legacy_section_is_forgotten_with_its_runtime() -> None:
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="vllm@legacy",
                                  gpu="H100-SXM")
     assert forgotten == {name: _entry("vllm", "H100-SXM", name)["value"]
-                         for name in ("step_overhead_s", "per_sequence_overhead_s")}
+                         for name in ("step_overhead_s", "per_sequence_overhead_s",
+                                      "collective_sync_s")}
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="vllm@legacy",
                                  gpu="GH200")
     assert forgotten["step_overhead_s"] == _entry("vllm@legacy", "H100-SXM",

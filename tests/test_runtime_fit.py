@@ -139,6 +139,28 @@ def test_overheads_are_recovered_from_rows_the_model_generated(tmp_path: Path) -
     assert report["leave_one_model_out"]["latency_s"]["mape"] < 0.02
 
 
+def test_the_all_reduce_arrival_time_is_recovered_where_rows_span_one_and_several_gpus(
+        tmp_path: Path) -> None:
+    """Rows the model generated with 15 us added to every all-reduce of a real step give it
+    back beside the two overheads; rows on one GPU only make no all-reduce and leave it
+    out (not fitted, rather than fitted to zero)."""
+    truth = default_calibration().with_runtime(runtime="trtllm", gpu="H100-SXM",
+                                               step_overhead_s=1.5e-3,
+                                               per_sequence_overhead_s=3.0e-5,
+                                               collective_sync_s=1.5e-5)
+    grid = [(m, g, b, t) for m in ("llama-2-7b", "llama-3-8b") for g in (1, 2, 4)
+            for b in (1, 16, 64) for t in (128, 512)]
+    fits = _refit(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                  grid=grid)
+    values = fits.values["trtllm/H100-SXM"]
+    assert values["collective_sync_s"] == pytest.approx(1.5e-5, rel=0.05)
+    assert values["step_overhead_s"] == pytest.approx(1.5e-3, rel=0.05)
+    assert values["per_sequence_overhead_s"] == pytest.approx(3.0e-5, rel=0.05)
+    one = _refit(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                 grid=[row for row in grid if row[1] == 1])
+    assert "collective_sync_s" not in one.values["trtllm/H100-SXM"]
+
+
 def test_llama_cpp_memory_scale_and_step_are_recovered(tmp_path: Path) -> None:
     truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
                                                step_overhead_s=1.5e-3, memory_efficiency_scale=0.6,

@@ -80,22 +80,25 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: weights streamed once per step; 7B-70B models on 8 sockets, batches 1-32): the decode
 #: scale and both overheads; its prompts (at most 2,048 x 16 tokens on 8 x 638 TFLOPS) are
 #: too small a share of a row to identify a prefill scale.
-Free = tuple[bool, bool, bool, bool, bool]
+#: The all-reduce arrival time (``collective_sync_s``, the sixth coefficient) is free wherever
+#: a group has rows on one GPU and on several (tensor-parallel) of the same runtime, so that
+#: it is not the step overhead under another name; llama.cpp splits layers, no all-reduce.
+Free = tuple[bool, bool, bool, bool, bool, bool]
 LIB_FREE: dict[str, Free] = {
-    "llama.cpp": (False, True, True, False, True),
-    "deepspeed-habana": (True, True, True, True, False),
-    "sambaflow": (False, True, True, True, False),
+    "llama.cpp": (False, True, True, False, True, False),
+    "deepspeed-habana": (True, True, True, True, False, True),
+    "sambaflow": (False, True, True, True, False, True),
 }
-OVERHEADS_ONLY: Free = (False, False, True, True, False)
+OVERHEADS_ONLY: Free = (False, False, True, True, False, True)
 #: Constants each coefficient of the fit sets.
 COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale"),
                          ("memory_efficiency_scale", "kv_bandwidth_scale"),
                          ("step_overhead_s",), ("per_sequence_overhead_s",),
-                         ("stage_handoff_s",))
-#: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s, handoff_s); a
-#: kernel scale (1/a, 1/b) stays within [0.1, 2].
-LOW = np.array([0.5, 0.5, 0.0, 0.0, 0.0])
-HIGH = np.array([10.0, 10.0, 50e-3, 5e-3, 0.5])
+                         ("stage_handoff_s",), ("collective_sync_s",))
+#: Bounds of the LLM-Inference-Bench fit: (a, b, step_s, per_sequence_s, handoff_s, sync_s);
+#: a kernel scale (1/a, 1/b) stays within [0.1, 2].
+LOW = np.array([0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
+HIGH = np.array([10.0, 10.0, 50e-3, 5e-3, 0.5, 1e-3])
 #: Relative residual beyond which a row counts less (soft-L1 loss): a few rows the static
 #: batch cannot describe (waves of a batch larger than the KV space) must not set the fit.
 ROBUST_SCALE = 0.1
@@ -103,10 +106,12 @@ ROBUST_SCALE = 0.1
 #: (TensorRT-LLM H100 Qwen2-7B rows of 2,048 tokens in 0.05-3 s: 25 us to 1.6 ms per
 #: decode step of a 7B model, below the time to read its weights once).
 IMPLAUSIBLE = 3.0
-#: Typical sizes of (a, b, step_s, per_sequence_s, handoff_s) for the optimiser's steps.
-TYPICAL = np.array([1.0, 1.0, 1e-3, 1e-5, 1e-3])
+#: Typical sizes of (a, b, step_s, per_sequence_s, handoff_s, sync_s) for the optimiser.
+TYPICAL = np.array([1.0, 1.0, 1e-3, 1e-5, 1e-3, 1e-5])
 #: Hand-off time the model is priced at once more to count a row's hand-offs.
 _HANDOFF_PROBE_S = 1e-3
+#: All-reduce arrival time the model is priced at once more to count a row's all-reduces.
+_SYNC_PROBE_S = 1e-5
 #: Range of a fitted effective kernel scale.
 SCALE_RANGE = (0.1, 2.0)
 #: Re-pricing rounds of the effective kernel scales.
@@ -291,12 +296,13 @@ def _floor_s(row: BenchRow) -> float:
 
 
 def _priced(row: BenchRow, calibration: Calibration, *, handoffs: bool = True,
-            ) -> tuple[float, float, float, float] | None:
-    """(prefill s, decode s, engine steps, stage hand-offs) of ``row`` at the calibration's
-    kernels, or None when the model cannot price it (unknown model, infeasible, out of
-    memory). The hand-offs are counted as the model times them: the latency's change per
-    second of hand-off time (0 on one pipeline stage, or when ``handoffs`` is False, for
-    callers that read the latency only)."""
+            section: str | None = None) -> tuple[float, float, float, float, float] | None:
+    """(prefill s, decode s, engine steps, stage hand-offs, all-reduces) of ``row`` at the
+    calibration's kernels, or None when the model cannot price it (unknown model,
+    infeasible, out of memory). Hand-offs and all-reduces are counted as the model times
+    them: the latency's change per second of hand-off (all-reduce arrival) time of runtime
+    ``section`` (default: the row's runtime), 0 on one pipeline stage (one GPU per stage),
+    or when ``handoffs`` is False, for callers that read the latency only."""
     setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
                        sequences=row.sequences, tokens=row.tokens)
     try:
@@ -305,16 +311,21 @@ def _priced(row: BenchRow, calibration: Calibration, *, handoffs: bool = True,
         return None
     if not run.prediction.feasible:
         return None
-    count = 0.0
-    if handoffs and row.deployment.pp > 1:
-        runtime = str(row.deployment.runtime)
-        now = calibration.runtime(runtime=runtime, gpu=row.gpu).stage_handoff_s
+    runtime = section or str(row.deployment.runtime)
+    now = calibration.runtime(runtime=runtime, gpu=row.gpu)
+
+    def per_second(field: str, step: float) -> float:
         probe = price(model=row.model, gpu=row.gpu, setup=setup,
                       calibration=calibration.with_runtime(
-                          runtime=runtime, gpu=row.gpu, stage_handoff_s=now + _HANDOFF_PROBE_S))
-        count = ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) \
-            / _HANDOFF_PROBE_S
-    return run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), count
+                          runtime=runtime, gpu=row.gpu, **{field: getattr(now, field) + step}))
+        return ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) / step
+
+    handoff = per_second("stage_handoff_s", _HANDOFF_PROBE_S) \
+        if handoffs and row.deployment.pp > 1 else 0.0
+    syncs = per_second("collective_sync_s", _SYNC_PROBE_S) \
+        if handoffs and row.deployment.tp > 1 else 0.0
+    return (run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), handoff,
+            syncs)
 
 
 def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,
@@ -322,21 +333,22 @@ def _zero_overheads(calibration: Calibration, *, runtime: str, gpu: str,
     """``calibration`` with no engine overhead for (runtime, GPU) and these kernel scales."""
     return calibration.with_runtime(runtime=runtime, gpu=gpu, step_overhead_s=0.0,
                                     per_sequence_overhead_s=0.0, stage_handoff_s=0.0,
-                                    **scales)
+                                    collective_sync_s=0.0, **scales)
 
 
-def _design(rows: list[BenchRow], priced: list[tuple[float, float, float, float]]) -> np.ndarray:
-    """Columns (P, D, N, N B, H) divided by the measured latency (relative residuals)."""
-    x = np.array([[p, d, n, n * r.sequences, h]
-                  for r, (p, d, n, h) in zip(rows, priced, strict=True)])
+def _design(rows: list[BenchRow],
+            priced: list[tuple[float, float, float, float, float]]) -> np.ndarray:
+    """Columns (P, D, N, N B, H, S) divided by the measured latency (relative residuals)."""
+    x = np.array([[p, d, n, n * r.sequences, h, s]
+                  for r, (p, d, n, h, s) in zip(rows, priced, strict=True)])
     return x / np.array([r.latency_s for r in rows])[:, None]
 
 
 def _solve(x: np.ndarray, *, free: Free) -> np.ndarray:
-    """Coefficients (a, b, step, per_sequence, handoff) minimising the soft-L1 relative
-    residuals ``x @ c - 1`` within the bounds; the ones not ``free`` stay at a = b = 1, 0
-    overheads."""
-    fixed = np.array([1.0, 1.0, 0.0, 0.0, 0.0])
+    """Coefficients (a, b, step, per_sequence, handoff, sync) minimising the soft-L1
+    relative residuals ``x @ c - 1`` within the bounds; the ones not ``free`` stay at a = b
+    = 1, 0 overheads."""
+    fixed = np.array([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     idx = [i for i, f in enumerate(free) if f]
     rest = x[:, [i for i, f in enumerate(free) if not f]] @ fixed[[not f for f in free]]
     sub = x[:, idx]
@@ -374,12 +386,12 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         target = _constants_runtime(runtime, rows)
         scales = {k: v for k, v in known.items() if k in SCALES}
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
-        x = np.zeros((0, 5))
+        x = np.zeros((0, 6))
         models: list[str] = []
-        solution = np.zeros(5)
+        solution = np.zeros(6)
         for _ in range(ROUNDS if free[0] or free[1] else 1):
             cal = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales)
-            priced = [(r, _priced(r, cal)) for r in rows]
+            priced = [(r, _priced(r, cal, section=target)) for r in rows]
             pairs = [(r, p) for r, p in priced
                      if p is not None and p[0] + p[1] <= IMPLAUSIBLE * r.latency_s]
             implausible = sum(1 for r, p in priced
@@ -389,7 +401,9 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             x = _design([r for r, _ in pairs], [p for _, p in pairs])
             models = [r.model for r, _ in pairs]
             if not np.any(x[:, 4]):  # no row hands off between stages: nothing to fit
-                free = (*free[:4], False)
+                free = (*free[:4], False, free[5])
+            if np.all(x[:, 5]) or not np.any(x[:, 5]):  # all-reduces in all rows or none
+                free = (*free[:5], False)
             solution = _solve(x, free=free)
             for i in (0, 1):  # fold a (prefill), b (decode) into the scales and re-price
                 for name in COEFFICIENT_CONSTANTS[i] if free[i] else ():
@@ -398,7 +412,7 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         if len(x) < 8:
             log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
             continue
-        values_out = {name: float(solution[i]) for i in (2, 3, 4) if free[i]
+        values_out = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
                       for name in COEFFICIENT_CONSTANTS[i]}
         values_out.update({name: scales[name] for i in (0, 1) if free[i]
                            for name in COEFFICIENT_CONSTANTS[i]})

@@ -8,7 +8,8 @@ An overlay multiplies groups of the base calibration's constants, on the GPUs it
   kernels' floors, the attention tile), which a framework's kernel count multiplies;
 - ``compute_efficiency``: the share of peak reached by GEMMs, attention and vector ops;
 - ``memory_efficiency``: the share of HBM bandwidth reached by every stream (capped at 1);
-- ``collective_latency``: the fixed times of collectives and the runtime's all-reduce;
+- ``collective_latency``: the fixed times of collectives, the runtime's all-reduce and its
+  ranks' arrival at each all-reduce of a real step;
 - ``power``: static and busy power, energy per FLOP, per HBM byte, per link byte.
 
 :func:`fit_overlay` fits them on measured rows, regularised toward 1 (the base values):
@@ -54,7 +55,8 @@ FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                                       "elementwise_bandwidth_efficiency")),),
     "collective_latency": (("link", ("latency_s", "latency_per_hop_s", "p2p_latency_s",
                                      "bulk_latency_s", "overlap_sync_s")),
-                           ("runtime", ("allreduce_latency_s", "allreduce_latency_per_hop_s"))),
+                           ("runtime", ("allreduce_latency_s", "allreduce_latency_per_hop_s",
+                                        "collective_sync_s"))),
     "power": (("kernel", ("static_power_w", "busy_power_w", "energy_per_tensor_flop_j",
                           "energy_per_vector_flop_j", "energy_per_hbm_byte_j")),
               ("link", ("energy_per_byte_j", "power_w"))),

@@ -131,6 +131,9 @@ class RuntimeConstants:
     allreduce_latency_s: float = 0.0
     allreduce_latency_per_hop_s: float = 0.0
     allreduce_bus_bandwidth_fraction: float = 0.0  # 0 = NCCL's bandwidth curve
+    # Time per all-reduce of a real multi-GPU step beyond the kernel an isolated benchmark
+    # times (its ranks start together; in a step the last rank to arrive sets the start).
+    collective_sync_s: float = 0.0
     # Efficiencies of the engine's kernels relative to the GPU's kernel constants (which were
     # fitted on vLLM-like kernels): GEMMs, fused attention, weight streams, KV reads.
     gemm_efficiency_scale: float = 1.0

@@ -309,6 +309,20 @@ def _collective_cost(*, ctx: StepContext, collective: Collective, kind: str, ban
     if collective.kind != "all_reduce":
         return _on_link(ctx=ctx, collective=collective, bandwidth=bandwidth, nbytes=nbytes,
                         sms=sms, link=link), link.overlap_sync_s
+    comm, sync_s = _all_reduce_cost(ctx=ctx, collective=collective, kind=kind, link=link,
+                                    bandwidth=bandwidth, nbytes=nbytes, sms=sms)
+    arrival_s = ctx.runtime_constants.collective_sync_s
+    if arrival_s and dict(ctx.degrees)[collective.dim] > 1:
+        # in a real step the ranks reach an all-reduce apart, the last one setting its start
+        comm = replace(comm, latency_s=comm.latency_s + arrival_s)
+    return comm, sync_s
+
+
+def _all_reduce_cost(*, ctx: StepContext, collective: Collective, kind: str,
+                     link: LinkConstants, bandwidth: float, nbytes: Size,
+                     sms: Size | None) -> tuple[CommCost, Size]:
+    """One all-reduce as an isolated benchmark times it, on the link (or the runtime's own
+    algorithm) the runtime picks for each message size."""
 
     def chosen(message: Size) -> LinkConstants:
         return ctx.runtime.allreduce_link(link=link, constants=ctx.runtime_constants,

@@ -102,6 +102,10 @@ MEMORY_SHARES = ("hbm", "free", "static")
 #: ``legacy_overheads_until`` release.
 LEGACY_SUFFIX = "@legacy"
 
+#: The constants a ``@legacy`` section holds for its runtime's earlier releases: the CPU
+#: work per step and per sequence, and the all-reduce arrival time of a real step.
+LEGACY_FIELDS = ("step_overhead_s", "per_sequence_overhead_s", "collective_sync_s")
+
 #: Every fact of a profile and how its YAML value is read.
 _FACTS: dict[str, Callable[[Any], Any]] = {
     "version": str,
@@ -171,8 +175,8 @@ class RuntimeProfile:
     # fixed time of its own (None: the calibrated one holds for every release)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
     # overlaps the GPU's step by default: no step or per-sequence overhead (None: never)
-    legacy_overheads_until: str | None  # releases before it take the step and per-sequence
-    # overheads of the calibration's ``<name>@legacy`` sections (None: one set for all)
+    legacy_overheads_until: str | None  # releases before it take the LEGACY_FIELDS of the
+    # calibration's ``<name>@legacy`` sections (None: one set for all releases)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -362,9 +366,9 @@ class RuntimeProfile:
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
         expert-parallel MoE layer carries no fixed time of its own; from
         ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
-        releases) hides behind the GPU's step; before ``legacy_overheads_until``, the step
-        and per-sequence overheads are those of the ``<name>@legacy`` section where the GPU
-        has one (an earlier engine generation, fitted on its own measurements)."""
+        releases) hides behind the GPU's step; before ``legacy_overheads_until``, the
+        :data:`LEGACY_FIELDS` are those of the ``<name>@legacy`` section where the GPU has
+        one (an earlier engine generation, fitted on its own measurements)."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
@@ -379,8 +383,7 @@ class RuntimeProfile:
         if legacy is not None and self.legacy_overheads_until is not None \
                 and not since(self.legacy_overheads_until):
             out = out.with_runtime(runtime=self.name, gpu=gpu,
-                                   step_overhead_s=legacy.step_overhead_s,
-                                   per_sequence_overhead_s=legacy.per_sequence_overhead_s)
+                                   **{name: getattr(legacy, name) for name in LEGACY_FIELDS})
             c = out.runtime(runtime=self.name, gpu=gpu)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
