@@ -461,3 +461,34 @@ def test_the_table_view_names_the_screened_summaries_and_one_column_per_metric(
     assert "e2e_s[impossible]" in out and "e2e_s[with impossible]" in out
     header = next(line for line in out.splitlines() if "workload" in line and "row" in line)
     assert header.count("e2e_s") == 1
+
+
+def test_llm_inference_bench_ttft_files_become_prefill_rows_of_the_whole_batch(
+        tmp_path: Path) -> None:
+    """Fig_21 and Fig_22 time 16 prompts of 1,024 tokens to their first token: each row is a
+    batch with ``ttft_s`` (Fig_22's TTFT Latency, Fig_21's Latency of one output token, the
+    same runs), the layout and release read as the bench's other rows, and every row is
+    predicted, its TTFT the batch's prefill."""
+    bench = REPO / "data" / "measurements" / "llm-inference-bench"
+    source = bench / "Fig_22" / "all_results_TTFT_ITL.csv"
+    with source.open() as f:
+        raw = [r for r in csv.DictReader(f) if r["Hardware"]]
+    rows = load_user_csv(_convert("llm-inference-bench", source, tmp_path)).rows
+    assert len(rows) == len(raw) == 30
+    for row, measured in zip(rows, raw, strict=True):
+        assert row.measured["ttft_s"] == pytest.approx(float(measured["TTFT Latency"]))
+        assert (row.values["batch"], row.values["input_tokens"], row.values["output_tokens"]) \
+            == (16, 1024, 1)
+    fig21 = _convert("llm-inference-bench", bench / "Fig_21" / "all_results_TTFT.csv",
+                     tmp_path / "..")
+    assert [r.measured for r in load_user_csv(fig21).rows] == [r.measured for r in rows]
+    report = validate_measured(load_user_csv(_convert("llm-inference-bench", source, tmp_path)),
+                               calibration=default_calibration())
+    assert all(r.error is None for r in report.rows)
+    h100 = [r for r in report.rows if "H100" in str(r.row.values["gpu"])]
+    assert len(h100) == 6
+    for r in h100:  # the prefill of 16 x 1,024 tokens, nothing decoded
+        case = row_case(r.row)
+        p = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
+                    workload=case.workload)
+        assert r.predicted["ttft_s"] == pytest.approx(p.prefill.latency_s, rel=1e-6)

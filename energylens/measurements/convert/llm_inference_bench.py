@@ -21,6 +21,13 @@ changes since (:data:`energylens.measurements.inference_bench.RELEASES`: TensorR
 0.x release, before its overlap scheduler), empty elsewhere (the profile's).
 ``identical_prompts``: ``true`` on the rows of frameworks whose batches repeat one prompt
 (:data:`energylens.measurements.inference_bench.IDENTICAL_PROMPTS`), empty elsewhere.
+
+The bench's time-to-first-token files (``Fig_21/all_results_TTFT.csv``,
+``Fig_22/all_results_TTFT_ITL.csv``: ``Input Length`` and ``Output Length`` apart, 16
+prompts of 1,024 tokens and one output token) become ``batch`` rows with ``ttft_s``, the
+prefill of the whole batch: their ``TTFT Latency`` (Fig_22) or ``Latency`` (Fig_21, one
+output token: the same time). Fig_22's ``end_latency`` is the 1,024-in, 1,024-out run of
+``All_results.csv`` and is not carried.
 """
 
 from __future__ import annotations
@@ -28,7 +35,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from energylens.measurements.convert import Converted, Options
-from energylens.measurements.formats import load_measurements
+from energylens.measurements.formats import (
+    _count,
+    _csv_rows,
+    _fail,
+    _positive,
+    bench_gpu,
+    load_measurements,
+)
 from energylens.measurements.inference_bench import (
     IDENTICAL_PROMPTS,
     RELEASES,
@@ -43,8 +57,16 @@ AMBIGUOUS = {"Deepspeed": RUNTIMES["Deepspeed"]}
 SAME = 0.05  # relative tolerance of "throughput x latency = the tokens of one sequence"
 
 
+#: Columns that mark a time-to-first-token file (lengths in and out apart).
+TTFT_LENGTHS = ("Input Length", "Output Length")
+_TTFT_INPUT = ("Hardware", "Num of Hardware", "Framework", "Model", *TTFT_LENGTHS, "Batch Size")
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per measured batch, the framework as ``framework``."""
+    header, _ = _csv_rows(path, ())
+    if all(name in header for name in TTFT_LENGTHS):
+        return _convert_ttft(path)
     out = Converted(rows=[])
     single = 0
     for row in load_measurements(format="llm-inference-bench", path=path, gpu=options.gpu).rows:
@@ -77,4 +99,31 @@ def convert(path: Path, options: Options) -> Converted:
                          "sequence's tokens (llama.cpp's, whose Batch Size is its -b): written as "
                          "batch 1, the prompt in passes of Batch Size tokens "
                          "(prefill_chunk_tokens)")
+    return out
+
+
+def _convert_ttft(path: Path) -> Converted:
+    """A time-to-first-token file: one ``batch`` row per measured prefill (``ttft_s``)."""
+    header, rows = _csv_rows(path, _TTFT_INPUT)
+    column = "TTFT Latency" if "TTFT Latency" in header else "Latency"
+    if column not in header:
+        raise _fail(path, "missing column 'TTFT Latency' (or 'Latency')")
+    out = Converted(rows=[])
+    for n, row in enumerate(rows, start=1):
+        framework = row["Framework"]
+        if RUNTIMES.get(framework) == "llama.cpp":  # its Batch Size is the prompt pass size
+            raise _fail(path, f"row {n}: llama.cpp time-to-first-token rows are not read")
+        gpus = _count(path, "Num of Hardware", row["Num of Hardware"], n)
+        out.rows.append({
+            "model": row["Model"], "gpu": bench_gpu(row["Hardware"]), "num_gpus": gpus,
+            "tp": gpus, "framework": AMBIGUOUS.get(framework, framework),
+            "runtime_version": RELEASES.get(framework), "workload": "batch",
+            "identical_prompts": "true" if framework in IDENTICAL_PROMPTS else None,
+            "batch": _count(path, "Batch Size", row["Batch Size"], n),
+            "input_tokens": _count(path, "Input Length", row["Input Length"], n),
+            "output_tokens": _count(path, "Output Length", row["Output Length"], n),
+            "ttft_s": _positive(path, column, row[column], n)})
+    if "end_latency" in header:
+        out.notes.append("end_latency (the All_results.csv run of the same model at 1,024 "
+                         "tokens in and out) is not carried")
     return out
