@@ -9,6 +9,7 @@ without each group in turn; recomputing them takes minutes, so it is not done he
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -275,6 +276,23 @@ def _bench_label(*, hardware: str, framework: str, doc: dict[str, Any]) -> str:
                   else "")
 
 
+def _ttft_rows(source: Path, calibration: str | Path | None) -> list[RowResult]:
+    """The bench's time-to-first-token rows (its converter's batch rows), predicted."""
+    from energylens.calibration.file import default_calibration, load_calibration
+    from energylens.measurements.convert import Options, converters, to_csv
+    from energylens.measurements.user_csv import load_user_csv
+    from energylens.validation.kshot import validate_measured
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ttft.csv"
+        path.write_text(to_csv(converters()["llm-inference-bench"](source, Options())))
+        measurements = load_user_csv(path)
+    cal = default_calibration() if calibration is None else load_calibration(calibration)
+    report = validate_measured(measurements, calibration=cal)
+    return [RowResult(input=r.row.as_input(), measured=dict(r.row.measured),
+                      predicted=dict(r.predicted), error=r.error) for r in report.rows]
+
+
 def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None) -> AccuracyReport:
     """Validate every known file under ``data`` and gather the held-out numbers."""
     data = Path(data)
@@ -319,6 +337,17 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             datasets[key] = Dataset(name=key, title=f"{title}, {framework} on {hardware} ({label})",
                                     files=[str(f) for f in files], rows=mine,
                                     summary=_summary(mine), unpredicted=notes)
+    for ttft_file in sorted(bench.glob("Fig_22/all_results_TTFT_ITL.csv")):
+        rows = _ttft_rows(ttft_file, calibration)
+        for hardware, framework in sorted({(str(r.input["gpu"]), str(r.input["framework"]))
+                                           for r in rows}):
+            mine = [r for r in rows if (str(r.input["gpu"]), str(r.input["framework"]))
+                    == (hardware, framework)]
+            key = f"llm-inference-bench-ttft-{hardware}-{framework}".replace(" ", "_")
+            datasets[key] = Dataset(
+                name=key, title=f"LLM-Inference-Bench time to first token of 16 x 1,024-token "
+                                f"prompts, {framework} on {hardware} (never fitted)",
+                files=[str(ttft_file)], rows=mine, summary=_summary(mine), unpredicted={})
     tasks = sorted((data / "mlenergy" / "tasks").glob("*.json"))
     if tasks:
         reports = [validate(format="mlenergy", path=f, calibration=calibration) for f in tasks]
