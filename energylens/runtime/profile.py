@@ -382,8 +382,8 @@ class RuntimeProfile:
                                                       gpu=gpu))
         if legacy is not None and self.legacy_overheads_until is not None \
                 and not since(self.legacy_overheads_until):
-            out = out.with_runtime(runtime=self.name, gpu=gpu,
-                                   **{name: getattr(legacy, name) for name in LEGACY_FIELDS})
+            out = _with_values(out, self.name, gpu,
+                               tuple((name, getattr(legacy, name)) for name in LEGACY_FIELDS))
             c = out.runtime(runtime=self.name, gpu=gpu)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
@@ -418,13 +418,20 @@ def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, m
         kv_bandwidth_efficiency=cap(base.kv_bandwidth_efficiency, kv))
 
 
-@lru_cache(maxsize=64)
 def legacy_runtime(name: str) -> str:
     """Name of the calibration sections holding ``name``'s overheads before its
     ``legacy_overheads_until`` release (``vllm@legacy``)."""
     return f"{name}{LEGACY_SUFFIX}"
 
 
+@lru_cache(maxsize=64)
+def _with_values(calibration: Calibration, runtime: str, gpu: str,
+                 values: tuple[tuple[str, float], ...]) -> Calibration:
+    """``calibration`` with these (runtime, GPU) constants (one copy per calibration)."""
+    return calibration.with_runtime(runtime=runtime, gpu=gpu, **dict(values))
+
+
+@lru_cache(maxsize=64)
 def _without(calibration: Calibration, runtime: str, gpu: str,
              overheads: tuple[str, ...]) -> Calibration:
     """``calibration`` with the named (runtime, GPU) overheads at zero."""
