@@ -109,7 +109,7 @@ def _generated(tmp_path: Path, *, framework: str, runtime: str, truth: Calibrati
         for model, gpus, batch, tokens in grid:
             writer.writerow(["Nvidia H100 GPU", gpus, framework, model, tokens, batch, 1.0, 1.0])
     rows = bench_rows([tmp_path / "draft.csv"])[0][(runtime, "H100-SXM")]
-    priced = [(r, _priced(r, truth, handoffs=False)) for r in rows]
+    priced = [(r, _priced(r, truth, counts=False)) for r in rows]
     return _bench_csv(tmp_path / "bench.csv", [(r, p[0] + p[1]) for r, p in priced if p],
                       framework)
 

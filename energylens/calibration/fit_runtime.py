@@ -295,14 +295,14 @@ def _floor_s(row: BenchRow) -> float:
     return 0.0 if floor is None else floor
 
 
-def _priced(row: BenchRow, calibration: Calibration, *, handoffs: bool = True,
+def _priced(row: BenchRow, calibration: Calibration, *, counts: bool = True,
             section: str | None = None) -> tuple[float, float, float, float, float] | None:
     """(prefill s, decode s, engine steps, stage hand-offs, all-reduces) of ``row`` at the
     calibration's kernels, or None when the model cannot price it (unknown model,
     infeasible, out of memory). Hand-offs and all-reduces are counted as the model times
     them: the latency's change per second of hand-off (all-reduce arrival) time of runtime
     ``section`` (default: the row's runtime), 0 on one pipeline stage (one GPU per stage),
-    or when ``handoffs`` is False, for callers that read the latency only."""
+    or when ``counts`` is False, for callers that read the latency only."""
     setup = BenchSetup(runtime=str(row.deployment.runtime), deployment=row.deployment,
                        sequences=row.sequences, tokens=row.tokens)
     try:
@@ -321,9 +321,9 @@ def _priced(row: BenchRow, calibration: Calibration, *, handoffs: bool = True,
         return ((probe.prefill_s + probe.decode_s) - (run.prefill_s + run.decode_s)) / step
 
     handoff = per_second("stage_handoff_s", _HANDOFF_PROBE_S) \
-        if handoffs and row.deployment.pp > 1 else 0.0
+        if counts and row.deployment.pp > 1 else 0.0
     syncs = per_second("collective_sync_s", _SYNC_PROBE_S) \
-        if handoffs and row.deployment.tp > 1 else 0.0
+        if counts and row.deployment.tp > 1 else 0.0
     return (run.prefill_s, run.decode_s, float(row.prompt_passes + row.tokens - 1), handoff,
             syncs)
 
@@ -459,7 +459,7 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
     the rows it prices, implausibly fast ones (:data:`IMPLAUSIBLE`) left out."""
     kept, predicted = [], []
     for row in rows:
-        priced = _priced(row, calibration, handoffs=False)
+        priced = _priced(row, calibration, counts=False)
         if priced is not None and priced[0] + priced[1] <= IMPLAUSIBLE * row.latency_s:
             kept.append(row)
             predicted.append(priced[0] + priced[1])
