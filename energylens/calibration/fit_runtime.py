@@ -386,9 +386,9 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         target = _constants_runtime(runtime, rows)
         scales = {k: v for k, v in known.items() if k in SCALES}
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
-        x = np.zeros((0, 6))
+        x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
         models: list[str] = []
-        solution = np.zeros(6)
+        solution = np.zeros(len(COEFFICIENT_CONSTANTS))
         for _ in range(ROUNDS if free[0] or free[1] else 1):
             cal = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales)
             priced = [(r, _priced(r, cal, section=target)) for r in rows]
