@@ -367,22 +367,22 @@ def test_the_shipped_aiconfigurator_rows_are_what_the_converter_writes_today() -
 
 def test_the_runtime_version_column_picks_the_release_and_a_build_name_is_the_profiles(
         tmp_path: Path) -> None:
-    """An EP row of vLLM 0.19 carries no fixed time per MoE layer, one of 0.11.1 (and one
-    of a build that names no release, read as the profile's 0.11) does: the step differs by
-    that time x the MoE layers."""
+    """An EP row of vLLM 0.19 carries no fixed time per MoE layer, one of 0.16 does (both
+    after async scheduling hid the CPU overheads, 0.14): the step differs by that time x
+    the MoE layers; a build that names no release reads as the profile's 0.11, as 0.11.1."""
     from energylens.model.zoo import get_model
 
     path = _write(tmp_path, "model,gpu,num_gpus,tp,ep,runtime,runtime_version,workload,batch,"
                             "input_tokens,output_tokens,tpot_s\n" + "".join(
                                 f"qwen3-30b-a3b,H100,2,2,2,vllm,{v},serving,16,512,128,0.02\n"
-                                for v in ("0.19.0", "0.11.1", "nightly-dev")))
+                                for v in ("0.19.0", "0.16.0", "nightly-dev", "0.11.1")))
     rows = validate_measured(load_user_csv(path), calibration=default_calibration()).rows
     assert all(r.error is None for r in rows), [r.error for r in rows]
-    new, old, nightly = (r.predicted["tpot_s"] for r in rows)
+    new, old, nightly, profile = (r.predicted["tpot_s"] for r in rows)
     per_layer = default_calibration().runtime(runtime="vllm", gpu="H100-SXM").ep_moe_layer_overhead_s
     assert old - new == pytest.approx(per_layer * get_model("qwen3-30b-a3b").moe.num_moe_layers,
                                       rel=1e-6)
-    assert nightly == old
+    assert nightly == profile
 
 
 def test_llm_inference_bench_deepspeed_rows_are_habanas_fork_not_mii(tmp_path: Path) -> None:

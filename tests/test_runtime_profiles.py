@@ -375,8 +375,9 @@ def test_study_report_writes_each_pareto_points_launch_command(tmp_path: Path) -
     (None, True), ("0.11.1", True), ("0.16.9", True), ("0.17.0", False), ("0.19.0", False)])
 def test_the_ep_layer_overhead_follows_the_release(version: str | None, charged: bool) -> None:
     """vLLM's fitted fixed time per expert-parallel MoE layer holds up to the profile's
-    ``ep_layer_overhead_until`` and is gone from it on: a decode step of an EP deployment
-    differs by exactly that time x the MoE layers, and a TP-only one not at all."""
+    ``ep_layer_overhead_until`` and is gone from it on: the gap between the decode steps of
+    an EP and a TP-only deployment of the same release shrinks by exactly that time x the
+    MoE layers (every other release fact, such as async scheduling from 0.14, moves both)."""
     runtime = get_runtime("vllm")
     assert runtime.ep_layer_overhead_until == "0.17.0"
     cal = default_calibration()
@@ -392,9 +393,11 @@ def test_the_ep_layer_overhead_follows_the_release(version: str | None, charged:
         assert out.tpot_s is not None
         return out.tpot_s
 
-    assert tpot(2, None) - tpot(2, version) == pytest.approx(
+    def ep_gap(release: str | None) -> float:
+        return tpot(2, release) - tpot(1, release)
+
+    assert ep_gap(None) - ep_gap(version) == pytest.approx(
         0.0 if charged else per_layer * layers, rel=1e-6, abs=1e-12)
-    assert tpot(1, version) == pytest.approx(tpot(1, None), rel=1e-12)
 
 
 @pytest.mark.parametrize(("version", "hidden"), [
@@ -421,6 +424,33 @@ def test_the_trtllm_step_overhead_hides_behind_the_overlap_scheduler(
 
     charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
     assert tpot("0.9.0") - tpot(version) == pytest.approx(
+        charged if hidden else 0.0, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize(("version", "hidden"), [
+    (None, False), ("0.11.1", False), ("0.13.0", False), ("0.14.0", True), ("0.19.0", True)])
+def test_the_vllm_step_overhead_hides_behind_async_scheduling_from_0_14(
+        version: str | None, hidden: bool) -> None:
+    """vLLM's overheads, fitted on ML.ENERGY's 0.11 runs (the release the profile
+    describes, None), are charged up to 0.13 and hidden from 0.14.0 on, where async
+    scheduling became the default: a batch-16 decode step differs by exactly step + 16 x
+    per-sequence overhead."""
+    runtime = get_runtime("vllm")
+    assert runtime.overlap_scheduler_since == "0.14.0" and runtime.version == "0.11.0"
+    cal = default_calibration()
+    gpu = "H100-SXM"
+    c = cal.runtime(runtime="vllm", gpu=gpu)
+    assert c.step_overhead_s > 0 and c.per_sequence_overhead_s > 0
+    work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
+
+    def tpot(release: str | None) -> float:
+        d = Deployment(num_gpus=1, runtime="vllm", runtime_version=release)
+        out = predict(model="llama-3.1-8b", gpu=gpu, deployment=d, workload=work)
+        assert out.tpot_s is not None
+        return out.tpot_s
+
+    charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
+    assert tpot("0.10.0") - tpot(version) == pytest.approx(
         charged if hidden else 0.0, rel=1e-6, abs=1e-12)
 
 
