@@ -93,3 +93,49 @@ def test_the_scripts_fp8_gemms_are_priced_at_the_measured_cublas_ratio(tmp_path)
     assert script_fp8_ratio(file=StepFile(path=lone, device_name=None, folder_gpu="other",
                                           weight_dtype="fp8", steps=(), idle_power_w=(),
                                           failed=0), gpu=gpu) is None
+
+
+def test_the_scripts_decode_attention_is_priced_with_sdpas_measured_streaming(tmp_path) -> None:
+    """Decode rows timed as the cost model prices them with known constants (90 % of the
+    HBM peak, 5 ns per tile) give those constants back, which the file's steps are then
+    priced with; a row whose cycled KV copies fit in L2 (batch 1, 1,024 keys: 8 x 4 MiB)
+    is left out, however fast it ran."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    import numpy as np
+
+    from energylens.calibration.fit_kv_attention import DecodeAttentionTable, predicted_s
+    from energylens.measurements.energylens_gpu import StepFile
+    from energylens.validation.steps import file_calibration, script_decode_attention
+
+    gpu = load_gpu("H100")
+    cal = default_calibration()
+    constants = cal.kernel(gpu.name)
+    truth = {"kv_bandwidth_efficiency": 0.9, "attention_tile_s": 5e-9}
+    shapes = [(b, keys) for b in (1, 8, 32, 128) for keys in (1024, 4096, 16384)]
+    table = DecodeAttentionTable(
+        path=Path("x"), gpu=gpu.name, batch=np.array([b for b, _ in shapes], dtype=float),
+        context=np.array([k for _, k in shapes], dtype=float), heads=np.full(len(shapes), 32),
+        kv_heads=np.full(len(shapes), 8), head_dim=np.full(len(shapes), 128),
+        latency_s=np.ones(len(shapes)))
+    times = predicted_s(table=table, rows=np.ones(len(shapes), dtype=bool), gpu=gpu,
+                        constants=replace(constants, **truth))
+    times[0] = 1e-9  # the L2-served row: far faster than HBM allows
+    run = tmp_path / "h100-sxm" / "kernels"
+    _run_folder(run, [("bf16", 8, 4096, 4096, 2.0e-5)])
+    lines = ["phase,batch,q_len,kv_len,heads_q,heads_kv,head_dim,causal,time_s"]
+    lines += [f"decode,{b},1,{k},32,8,128,False,{t}" for (b, k), t in
+              zip(shapes, times, strict=True)]
+    (run / "attention.csv").write_text("\n".join(lines) + "\n")
+    steps = tmp_path / "h100-sxm" / "steps" / "steps_bf16.csv"
+    steps.parent.mkdir()
+    file = StepFile(path=steps, device_name=None, folder_gpu="h100-sxm", weight_dtype="bf16",
+                    steps=(), idle_power_w=(), failed=0)
+    fitted = script_decode_attention(file=file, gpu=gpu, constants=constants)
+    assert fitted is not None
+    assert fitted["kv_bandwidth_efficiency"] == pytest.approx(0.9, rel=1e-3)
+    assert fitted["attention_tile_s"] == pytest.approx(5e-9, rel=1e-2)
+    priced = file_calibration(file=file, gpu=gpu, calibration=cal).kernel(gpu.name)
+    assert priced.kv_bandwidth_efficiency == pytest.approx(fitted["kv_bandwidth_efficiency"])
+    assert priced.attention_tile_s == pytest.approx(fitted["attention_tile_s"])

@@ -1,5 +1,5 @@
 """Measured whole forward steps against the cost model's own price of each step:
-``energylens validate steps PATH``. Validation only: nothing here is fitted.
+``energylens validate steps PATH``. Validation only: nothing is fitted to the steps.
 
 Each row of a ``steps_<dtype>.csv`` (``benchmarks/gpu/measure_decode_step.py``: all 32
 layers and the LM head of Llama-3.1-8B, one CUDA graph per step, no serving engine) is
@@ -9,8 +9,9 @@ cache): a decode step is ``batch`` sequences of ``tokens`` new tokens over ``con
 cached ones, a prefill step ``batch`` sequences of ``tokens`` new tokens over ``context +
 tokens`` (the prompt sees itself). To that step the price adds the kernels the script
 runs and an engine's layer does not (:mod:`energylens.validation.script_kernels`: eager
-RMSNorm passes, SiLU apart from its multiply, FP8 pads). No engine overhead is added (the
-measured steps have none). The step's energy is its compute, memory and communication
+RMSNorm passes, SiLU apart from its multiply, FP8 pads), and prices the kernels it ran
+where this project timed them on the same GPU (:func:`file_calibration`). No engine
+overhead is added (the measured steps have none). The step's energy is its compute, memory and communication
 energy plus the GPU's calibrated static power over its predicted time; its board power is
 that energy over that time.
 
@@ -30,14 +31,16 @@ from typing import Any
 import numpy as np
 
 from energylens.calibration.file import resolve_calibration
+from energylens.calibration.fit_kv_attention import DecodeAttentionTable, fit_kv_attention
 from energylens.calibration.fit_precision import COMPUTE_BOUND_DIM
-from energylens.cost.constants import Calibration
+from energylens.cost.constants import Calibration, KernelConstants
 from energylens.cost.step import SequenceGroup, StepContext, step_cost
 from energylens.deployment import Deployment
 from energylens.errors import EnergyLensError, MeasurementError
 from energylens.hardware import GPU, load_gpu
 from energylens.measurements.energylens_gpu import (
-    GEMM_FILE,
+    AttentionTime,
+    KernelRun,
     StepFile,
     StepTime,
     load_kernel_run,
@@ -50,6 +53,10 @@ from energylens.validation.script_kernels import script_overhead
 #: The model ``measure_decode_step.py`` builds (its shapes, random weights).
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 METRICS = ("time", "energy", "power")
+#: ``measure_kernels.py``'s decode-attention rows cycle through at most this many copies of
+#: the KV cache, as many as fit in this many bytes (at least one).
+_SDPA_COPIES = 8
+_SDPA_CYCLE_BYTES = 256e6
 #: The fusions ``measure_decode_step.py`` runs: one QKV and one gate/up GEMM, SDPA's fused
 #: attention; its residual adds are kernels of their own before each RMSNorm (no
 #: ``norm_residual``) and SiLU x mul is not in the GEMM's epilogue (no ``act``).
@@ -205,6 +212,17 @@ def priceable_steps(file: StepFile, *, unpriced: dict[str, str]) -> list[StepTim
     return kept
 
 
+def _kernel_runs(file: StepFile) -> list[KernelRun]:
+    """The kernel run folders (``measure_kernels.py``) beside the steps file's folder."""
+    runs: list[KernelRun] = []
+    for folder in sorted(p for p in file.path.parent.parent.iterdir() if p.is_dir()):
+        try:
+            runs.append(load_kernel_run(path=folder))
+        except MeasurementError:
+            continue
+    return runs
+
+
 def script_fp8_ratio(*, file: StepFile, gpu: GPU) -> float | None:
     """The share of its FP8 peak a cuBLAS FP8 GEMM (``torch._scaled_mm``, what the script's
     FP8 linear layers run) reaches relative to BF16's of its own, measured by this project
@@ -218,13 +236,7 @@ def script_fp8_ratio(*, file: StepFile, gpu: GPU) -> float | None:
         return None
     peak_ratio = gpu.dense_flops_per_s["fp8"] / gpu.dense_flops_per_s["bf16"]
     ratios: list[float] = []
-    for folder in sorted(p for p in file.path.parent.parent.iterdir() if p.is_dir()):
-        if not (folder / GEMM_FILE).is_file():
-            continue
-        try:
-            run = load_kernel_run(path=folder)
-        except MeasurementError:
-            continue
+    for run in _kernel_runs(file):
         bf16 = {(g.m, g.n, g.k): g.time_s for g in run.gemm if g.dtype == "bf16"}
         ratios += [bf16[(g.m, g.n, g.k)] / g.time_s / peak_ratio for g in run.gemm
                    if g.dtype == "fp8" and min(g.m, g.n, g.k) >= COMPUTE_BOUND_DIM
@@ -232,14 +244,49 @@ def script_fp8_ratio(*, file: StepFile, gpu: GPU) -> float | None:
     return float(np.median(ratios)) if ratios else None
 
 
+def _sdpa_cycled_bytes(time: AttentionTime) -> float:
+    """KV bytes one timing of a decode row cycles through: ``measure_kernels.py`` keeps
+    max(1, min(8, 256 MB // one copy)) copies of the row's keys and values."""
+    one = 2.0 * time.batch * time.heads_kv * time.kv_len * time.head_dim * 2.0  # bf16 K and V
+    return max(1, min(_SDPA_COPIES, int(_SDPA_CYCLE_BYTES // one))) * one
+
+
+def script_decode_attention(*, file: StepFile, gpu: GPU,
+                            constants: KernelConstants) -> dict[str, float] | None:
+    """``kv_bandwidth_efficiency`` and ``attention_tile_s`` of the kernel the script's decode
+    steps run, PyTorch SDPA over a contiguous bf16 cache, fitted (``fit_kv_attention``, the
+    form and fit the engines' paged kernels get from their tables) on this project's SDPA
+    decode timings on the same GPU (``attention.csv`` of the run folders beside the steps
+    file), the rows whose cycled KV copies exceed the GPU's L2 (the others stream from
+    cache); None without any. ``constants``: the GPU's other kernel constants."""
+    rows = [a for run in _kernel_runs(file) for a in run.attention
+            if a.phase == "decode" and a.q_len == 1 and _sdpa_cycled_bytes(a) >= gpu.l2_bytes]
+    if not rows:
+        return None
+    table = DecodeAttentionTable(
+        path=file.path.parent.parent, gpu=gpu.name,
+        batch=np.array([a.batch for a in rows], dtype=float),
+        context=np.array([a.kv_len for a in rows], dtype=float),
+        heads=np.array([a.heads_q for a in rows]), kv_heads=np.array([a.heads_kv for a in rows]),
+        head_dim=np.array([a.head_dim for a in rows]),
+        latency_s=np.array([a.time_s for a in rows]))
+    return fit_kv_attention(table=table, constants=constants, leave_out=False).values
+
+
 def file_calibration(*, file: StepFile, gpu: GPU, calibration: Calibration) -> Calibration:
-    """``calibration`` as the file's steps are priced with: an FP8 file's GEMMs at the
-    measured cuBLAS ratio (:func:`script_fp8_ratio`) where this project measured one."""
-    ratio = script_fp8_ratio(file=file, gpu=gpu) if file.weight_dtype == "fp8" else None
+    """``calibration`` as the file's steps are priced with, the kernels the script ran
+    where this project timed them on the same GPU: an FP8 file's GEMMs at the measured
+    cuBLAS ratio (:func:`script_fp8_ratio`), decode attention at SDPA's measured streaming
+    (:func:`script_decode_attention`). The shipped constants describe an engine's kernels
+    (vLLM's FP8 linear layer, its paged decode attention)."""
     resolved = calibration_for_gpu(calibration, gpu)
-    if ratio is None:
-        return resolved
-    return resolved.with_kernel(gpu.name, fp8_gemm_efficiency_ratio=ratio)
+    ratio = script_fp8_ratio(file=file, gpu=gpu) if file.weight_dtype == "fp8" else None
+    if ratio is not None:
+        resolved = resolved.with_kernel(gpu.name, fp8_gemm_efficiency_ratio=ratio)
+    attention = script_decode_attention(file=file, gpu=gpu, constants=resolved.kernel(gpu.name))
+    if attention is not None:
+        resolved = resolved.with_kernel(gpu.name, **attention)
+    return resolved
 
 
 def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepContext:
