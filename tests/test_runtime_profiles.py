@@ -400,57 +400,40 @@ def test_the_ep_layer_overhead_follows_the_release(version: str | None, charged:
         0.0 if charged else per_layer * layers, rel=1e-6, abs=1e-12)
 
 
-@pytest.mark.parametrize(("version", "hidden"), [
-    ("0", False), ("0.21.0", False), ("1.0.0", True), ("1.3.0rc5", True), (None, True)])
-def test_the_trtllm_step_overhead_hides_behind_the_overlap_scheduler(
-        version: str | None, hidden: bool) -> None:
-    """TensorRT-LLM's step and per-sequence overheads (fitted on a pre-1.0 release) are
-    charged before its ``overlap_scheduler_since`` and hidden from it on, also for the
-    release the profile describes (None): a batch-16 decode step differs by exactly
-    step + 16 x per-sequence overhead between a release before and one after."""
-    runtime = get_runtime("trtllm")
-    assert runtime.overlap_scheduler_since == "1.0.0" and runtime.version == "1.0.0"
+#: (runtime, overlap_scheduler_since, the profile's release, a release before both)
+_OVERLAP = {"trtllm": ("1.0.0", "1.0.0", "0.9.0"), "vllm": ("0.14.0", "0.11.0", "0.10.0")}
+
+
+@pytest.mark.parametrize(("name", "version", "hidden"), [
+    ("trtllm", "0", False), ("trtllm", "0.21.0", False), ("trtllm", "1.0.0", True),
+    ("trtllm", "1.3.0rc5", True), ("trtllm", None, True),
+    ("vllm", None, False), ("vllm", "0.11.1", False), ("vllm", "0.13.0", False),
+    ("vllm", "0.14.0", True), ("vllm", "0.19.0", True)])
+def test_the_step_overhead_hides_behind_the_overlap_scheduler(
+        name: str, version: str | None, hidden: bool) -> None:
+    """A runtime's step and per-sequence overheads (fitted on an earlier release:
+    TensorRT-LLM's on the bench's pre-1.0 engines, vLLM's on ML.ENERGY's 0.11) are charged
+    before its ``overlap_scheduler_since`` (TensorRT-LLM 1.0's overlap scheduler, vLLM
+    0.14's default async scheduling) and hidden from it on, also for the release the
+    profile describes (None): a batch-16 decode step differs by exactly step + 16 x
+    per-sequence overhead between a release before and the one asked."""
+    since, profile, before = _OVERLAP[name]
+    runtime = get_runtime(name)
+    assert runtime.overlap_scheduler_since == since and runtime.version == profile
     cal = default_calibration()
     gpu = "H100-SXM"
-    c = cal.runtime(runtime="trtllm", gpu=gpu)
+    c = cal.runtime(runtime=name, gpu=gpu)
     assert c.step_overhead_s > 0 and c.per_sequence_overhead_s > 0
     work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
 
     def tpot(release: str | None) -> float:
-        d = Deployment(num_gpus=1, runtime="trtllm", runtime_version=release)
+        d = Deployment(num_gpus=1, runtime=name, runtime_version=release)
         out = predict(model="llama-3.1-8b", gpu=gpu, deployment=d, workload=work)
         assert out.tpot_s is not None
         return out.tpot_s
 
     charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
-    assert tpot("0.9.0") - tpot(version) == pytest.approx(
-        charged if hidden else 0.0, rel=1e-6, abs=1e-12)
-
-
-@pytest.mark.parametrize(("version", "hidden"), [
-    (None, False), ("0.11.1", False), ("0.13.0", False), ("0.14.0", True), ("0.19.0", True)])
-def test_the_vllm_step_overhead_hides_behind_async_scheduling_from_0_14(
-        version: str | None, hidden: bool) -> None:
-    """vLLM's overheads, fitted on ML.ENERGY's 0.11 runs (the release the profile
-    describes, None), are charged up to 0.13 and hidden from 0.14.0 on, where async
-    scheduling became the default: a batch-16 decode step differs by exactly step + 16 x
-    per-sequence overhead."""
-    runtime = get_runtime("vllm")
-    assert runtime.overlap_scheduler_since == "0.14.0" and runtime.version == "0.11.0"
-    cal = default_calibration()
-    gpu = "H100-SXM"
-    c = cal.runtime(runtime="vllm", gpu=gpu)
-    assert c.step_overhead_s > 0 and c.per_sequence_overhead_s > 0
-    work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
-
-    def tpot(release: str | None) -> float:
-        d = Deployment(num_gpus=1, runtime="vllm", runtime_version=release)
-        out = predict(model="llama-3.1-8b", gpu=gpu, deployment=d, workload=work)
-        assert out.tpot_s is not None
-        return out.tpot_s
-
-    charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
-    assert tpot("0.10.0") - tpot(version) == pytest.approx(
+    assert tpot(before) - tpot(version) == pytest.approx(
         charged if hidden else 0.0, rel=1e-6, abs=1e-12)
 
 
