@@ -109,7 +109,8 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
     """Everything fixed across the steps of one deployment (checked already)."""
     runtime = get_runtime(deployment.runtime)
     calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name,
-                                          version=deployment.runtime_version)
+                                          version=deployment.runtime_version,
+                                          pp=deployment.pp)
     constants = calibration.kernel(gpu.name)
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,

@@ -437,6 +437,25 @@ def test_the_step_overhead_hides_behind_the_overlap_scheduler(
         charged if hidden else 0.0, rel=1e-6, abs=1e-12)
 
 
+@pytest.mark.parametrize("pp", [1, 2])
+def test_vllm_keeps_its_overheads_under_pipeline_parallelism(pp: int) -> None:
+    """vLLM turns async scheduling off when pipeline_parallel_size > 1 (0.14-0.19 source):
+    a two-stage deployment of 0.19 is charged the overheads as 0.13 is, a one-stage one is
+    not (a dense BF16 model: no other fact differs between the two releases)."""
+    assert get_runtime("vllm").overlap_scheduler_with_pp is False
+    work = Workload(kind="serving", batch=16, input_tokens=512, output_tokens=128)
+
+    def tpot(release: str) -> float:
+        d = Deployment(num_gpus=pp, pp=pp, runtime="vllm", runtime_version=release)
+        out = predict(model="llama-3.1-8b", gpu="H100-SXM", deployment=d, workload=work)
+        assert out.tpot_s is not None
+        return out.tpot_s
+
+    c = default_calibration().runtime(runtime="vllm", gpu="H100-SXM")
+    hidden = 0.0 if pp > 1 else c.step_overhead_s + 16 * c.per_sequence_overhead_s
+    assert tpot("0.13.0") - tpot("0.19.0") == pytest.approx(hidden, rel=1e-6, abs=1e-12)
+
+
 def test_a_runtime_version_that_is_no_release_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a release number"):
         Deployment(runtime="vllm", runtime_version="latest")

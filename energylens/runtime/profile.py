@@ -125,6 +125,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "checkpoint_kv_since": _release,
     "ep_layer_overhead_until": _release,
     "overlap_scheduler_since": _release,
+    "overlap_scheduler_with_pp": bool,
     "legacy_overheads_until": _release,
     "parallelism": _strings,
     "gpu_vendors": _strings,
@@ -175,6 +176,7 @@ class RuntimeProfile:
     # fixed time of its own (None: the calibrated one holds for every release)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
     # overlaps the GPU's step by default: no step or per-sequence overhead (None: never)
+    overlap_scheduler_with_pp: bool  # whether it stays on under pipeline parallelism
     legacy_overheads_until: str | None  # releases before it take the LEGACY_FIELDS of the
     # calibration's ``<name>@legacy`` sections (None: one set for all releases)
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
@@ -359,14 +361,16 @@ class RuntimeProfile:
         return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
-                        version: str | None = None) -> Calibration:
+                        version: str | None = None, pp: int = 1) -> Calibration:
         """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
         itself, so an engine without scales predicts exactly as before), in release
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
         expert-parallel MoE layer carries no fixed time of its own; from
         ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
-        releases) hides behind the GPU's step; before ``legacy_overheads_until``, the
+        releases) hides behind the GPU's step, unless the deployment has ``pp`` > 1
+        stages and the engine turns its overlap scheduler off for them
+        (``overlap_scheduler_with_pp``); before ``legacy_overheads_until``, the
         :data:`LEGACY_FIELDS` are those of the ``<name>@legacy`` section where the GPU has
         one (an earlier engine generation, fitted on its own measurements)."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
@@ -388,7 +392,8 @@ class RuntimeProfile:
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
         if (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0) \
-                and since(self.overlap_scheduler_since):
+                and since(self.overlap_scheduler_since) \
+                and (pp == 1 or self.overlap_scheduler_with_pp):
             out = _without(out, self.name, gpu, ("step_overhead_s", "per_sequence_overhead_s"))
         return out
 
