@@ -120,7 +120,7 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
         # ``auto`` (None): the runtime's default for the checkpoint in its release (vLLM
         # before 0.12: the activations' bf16; TensorRT-LLM: what the checkpoint declares).
-        kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model,
+        kv_dtype=deployment.kv_dtype or runtime.auto_kv(model=model, gpu=gpu,
                                                         version=deployment.runtime_version),
         overlap_sms=deployment.overlap_sms,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),

@@ -104,3 +104,41 @@ def test_nvidia_model_optimizer_releases_declare_an_fp8_kv_cache(name: str) -> N
                            calibration=calibration_for_gpu(default_calibration(), gpu))
         per_token[runtime] = kv_bytes_per_token(ctx)
     assert per_token["vllm"] == pytest.approx(2 * per_token["trtllm"])
+
+
+@pytest.mark.parametrize(("runtime", "gpu", "expected"), [
+    ("sglang", "B200", "fp8"), ("sglang", "B300", "fp8"),
+    ("sglang", "H200", "bf16"), ("sglang", "MI300X", "bf16"), ("vllm", "B200", "bf16")])
+def test_sglang_stores_fp8_for_sparse_attention_models_on_blackwell(
+        runtime: str, gpu: str, expected: str) -> None:
+    """SGLang (0.5.3 / 0.5.9 server_args.py) turns kv_cache_dtype auto into FP8 for a
+    DeepSeek Sparse Attention model (GLM-5: an indexer) on compute capability >= 10 and
+    keeps bf16 below (and on GPUs with no CUDA compute capability); vLLM stores the
+    model's dtype. A dense model keeps bf16 under SGLang on Blackwell too; and a step
+    context of GLM-5 on B200 reads half the KV bytes per token of one on H200."""
+    from energylens.runtime import get_runtime
+
+    glm5 = get_model("zai-org/GLM-5-FP8")
+    assert glm5.mla is not None and glm5.mla.index_heads > 0
+    profile = get_runtime(runtime)
+    assert profile.auto_kv(model=glm5, gpu=load_gpu(gpu)) == expected
+    assert get_runtime("sglang").auto_kv(model=get_model("llama-3.1-8b"),
+                                         gpu=load_gpu("B200")) == "bf16"
+    if (runtime, gpu) == ("sglang", "B200"):
+        cal = default_calibration()
+
+        def per_token(name: str) -> float:
+            spec = load_gpu(name)
+            ctx = step_context(model=glm5, gpu=spec, deployment=Deployment(tp=8, runtime="sglang"),
+                               calibration=calibration_for_gpu(cal, spec))
+            assert ctx.kv_dtype == ("fp8" if name == "B200" else "bf16")
+            return kv_bytes_per_token(ctx)
+
+        assert per_token("B200") == pytest.approx(per_token("H200") / 2, rel=0.05)
+
+
+def test_compute_capability_is_an_nvidia_gpus_spec() -> None:
+    assert load_gpu("H100").compute_capability == 9.0
+    assert load_gpu("B200").compute_capability == 10.0
+    assert load_gpu("A100-80GB-SXM").compute_capability == 8.0
+    assert load_gpu("MI300X").compute_capability is None

@@ -79,6 +79,7 @@ class GPU:
     inter_node: Link
     gpus_per_node: int
     price_per_hour: float  # rental price, US dollars per GPU-hour
+    compute_capability: float | None = None  # CUDA compute capability (NVIDIA GPUs only)
     borrows_from: str | None = None  # canonical name of the measured relative, if any
     borrow_reason: str | None = None  # why that relative (set exactly when borrows_from is)
     engines_from: str | None = None  # a GPU of the same die whose engine fits come first
@@ -118,7 +119,9 @@ _FLOAT_SPECS = (
     "min_clock_mhz",
 )
 _INT_SPECS = ("sm_count", "gpus_per_node")
-_SPEC_KEYS = frozenset(("dense_flops_per_s", *_FLOAT_SPECS, *_INT_SPECS))
+#: Specs a GPU file may leave out (None): the CUDA compute capability of an NVIDIA GPU.
+_OPTIONAL_SPECS = ("compute_capability",)
+_SPEC_KEYS = frozenset(("dense_flops_per_s", *_FLOAT_SPECS, *_INT_SPECS, *_OPTIONAL_SPECS))
 _TOP_KEYS = frozenset(("name", "vendor", "aliases", "specs", "intra_node", "inter_node",
                        "price_per_hour", "borrows"))
 _LINK_KEYS = frozenset(("kind", "bandwidth_bytes_per_s", "latency_s"))
@@ -266,6 +269,9 @@ class _Spec:
             k: self.number(specs, key=k, path=f"specs.{k}", prov=prov) for k in _FLOAT_SPECS}
         ints: dict[str, Any] = {
             k: self.integer(specs, key=k, path=f"specs.{k}", prov=prov) for k in _INT_SPECS}
+        optional: dict[str, Any] = {
+            k: self.number(specs, key=k, path=f"specs.{k}", prov=prov) if k in specs else None
+            for k in _OPTIONAL_SPECS}
         borrows = self.borrows(root)
         return GPU(
             name=self.text(root, key="name", path="name"),
@@ -283,6 +289,7 @@ class _Spec:
             provenance=prov,
             **floats,
             **ints,
+            **optional,
         )
 
 

@@ -123,7 +123,7 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
     from energylens.cost.memory import engine_share, memory_use
     from energylens.model.families import build_graph
 
-    kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model,
+    kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model, gpu=gpu,
                                                       version=deployment.runtime_version)
     use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
                      degrees=deployment.degrees(model), pp=deployment.pp,

@@ -82,6 +82,11 @@ def _release(value: Any) -> str | None:
     return str(value)
 
 
+def _optional_float(value: Any) -> float | None:
+    """A number, or None (the fact does not apply)."""
+    return None if value is None else float(value)
+
+
 def release_key(version: str) -> tuple[int, ...]:
     """``1.3.0rc20`` -> (1, 3, 0): the numeric release, for ordering (pre-release tags
     count as their release)."""
@@ -123,6 +128,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "kv_dtypes": _strings,
     "auto_kv_dtype": _one_of("auto_kv_dtype", AUTO_KV_DTYPES),
     "checkpoint_kv_since": _release,
+    "sparse_attention_fp8_kv_from": _optional_float,
     "ep_layer_overhead_until": _release,
     "overlap_scheduler_since": _release,
     "overlap_scheduler_with_pp": bool,
@@ -172,6 +178,8 @@ class RuntimeProfile:
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores
     auto_kv_dtype: str  # what kv_dtype auto stores (AUTO_KV_DTYPES)
     checkpoint_kv_since: str | None  # the release from which auto follows the checkpoint
+    sparse_attention_fp8_kv_from: float | None  # the compute capability from which auto
+    # stores FP8 for a model with DeepSeek Sparse Attention (an indexer; None: never)
     ep_layer_overhead_until: str | None  # the release from which an EP MoE layer has no
     # fixed time of its own (None: the calibrated one holds for every release)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
@@ -278,10 +286,16 @@ class RuntimeProfile:
             return self.auto_kv_dtype == "checkpoint"
         return release_key(version) >= release_key(self.checkpoint_kv_since)
 
-    def auto_kv(self, *, model: ModelConfig, version: str | None = None) -> str:
-        """The KV-cache precision of ``kv_dtype`` auto in release ``version`` (None: the
-        profile's): the checkpoint's where this engine follows it and stores it, else the
-        activations' bf16."""
+    def auto_kv(self, *, model: ModelConfig, gpu: GPU, version: str | None = None) -> str:
+        """The KV-cache precision of ``kv_dtype`` auto on ``gpu`` in release ``version``
+        (None: the profile's): FP8 for a sparse-attention model on a GPU of at least
+        ``sparse_attention_fp8_kv_from``, the checkpoint's where this engine follows it and
+        stores it, else the activations' bf16."""
+        if (self.sparse_attention_fp8_kv_from is not None and model.mla is not None
+                and model.mla.index_heads and gpu.compute_capability is not None
+                and gpu.compute_capability >= self.sparse_attention_fp8_kv_from
+                and "fp8" in self.kv_dtypes):
+            return "fp8"
         if (self.follows_checkpoint_kv(version=version) and model.kv_dtype is not None
                 and model.kv_dtype in self.kv_dtypes):
             return model.kv_dtype
