@@ -394,17 +394,17 @@ def test_memory_use_honours_the_runtime_facts(name: str) -> None:
     chunk = float(profile.prefill_chunk_tokens)
     at_chunk = use(chunk)
     assert at_chunk.reserve_bytes == profile.reserve_bytes
+    share = profile.memory_share_on(gpu=gpu, tp=1, pp=1, attention_dp=1, speculative=False)
+    assert at_chunk.default_share == share
     if profile.memory_share_of == "hbm":
-        assert at_chunk.usable_bytes == pytest.approx(
-            gpu.hbm_capacity_bytes * profile.memory_utilization)
+        assert at_chunk.usable_bytes == pytest.approx(gpu.hbm_capacity_bytes * share)
     elif profile.memory_share_of == "static":  # weights + KV in the share, the rest outside
         outside = at_chunk.activation_bytes + at_chunk.reserve_bytes
-        assert at_chunk.usable_bytes - outside == pytest.approx(
-            gpu.hbm_capacity_bytes * profile.memory_utilization)
+        assert at_chunk.usable_bytes - outside == pytest.approx(gpu.hbm_capacity_bytes * share)
     else:  # the share of what weights, activations and reserve leave: KV = share x free
         fixed = at_chunk.weights_bytes + at_chunk.activation_bytes + at_chunk.reserve_bytes
         assert at_chunk.usable_bytes - fixed == pytest.approx(
-            profile.memory_utilization * (gpu.hbm_capacity_bytes - fixed))
+            share * (gpu.hbm_capacity_bytes - fixed))
     assert use(chunk * 10).activation_bytes == at_chunk.activation_bytes  # one chunk per pass
     assert use(chunk / 2).activation_bytes < at_chunk.activation_bytes
 

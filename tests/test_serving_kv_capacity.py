@@ -101,21 +101,51 @@ def test_a_share_of_free_memory_leaves_the_kv_that_share_of_what_the_weights_lea
 
 
 def test_sglangs_static_share_holds_the_weights_and_the_kv_pool_only() -> None:
-    """SGLang's --mem-fraction-static (0.88) is the share of the HBM for the weights and the
-    KV pool; activations and workspaces use the rest. Llama-3.1-70B bf16 at TP2 on an
-    85.52 GB H100: 70.6 GB of weights per GPU leave 0.88 x 85.52 - 70.6 = 4.66 GB of KV,
-    where counting activations and reserve inside the share would leave about 2 GB."""
+    """SGLang's --mem-fraction-static is the share of the HBM for the weights and the KV
+    pool; activations and workspaces use the rest. Its default on an 85.52 GB (81,559 MiB)
+    H100 at TP2 (server_args.py): a reserve of 512 + 1.5 x 8,192 (the chunked-prefill size)
+    + 2 x 256 (--cuda-graph-max-bs below TP4) + 1,024 x 2 / 8 = 13,568 MiB, so a share of
+    round(1 - 13,568 / 81,559, 3) = 0.834. Llama-3.1-70B bf16: 70.6 GB of weights per GPU
+    leave 0.834 x 85.52 - 70.6 = 0.77 GB of KV; counting activations and reserve inside the
+    share would leave none."""
     model, gpu = get_model("llama-3.1-70b"), load_gpu("H100")
     runtime = get_runtime("sglang")
     assert runtime.memory_share_of == "static"
     use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
                      degrees=Deployment(tp=2).degrees(model), pp=1, weight_dtype="bf16",
                      kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=8192)
+    board_mib = 85.5208e9 / 2**20
+    share = round(1 - (512 + 1.5 * 8192 + 2 * 256 + 1024 * 2 / 8) / board_mib, 3)
+    assert use.default_share == share == 0.834
     kv_space = float(use.usable_bytes - use.weights_bytes - use.activation_bytes
                      - use.reserve_bytes)
-    assert kv_space == pytest.approx(0.88 * 85.5208e9 - float(use.weights_bytes))
-    assert 4.0e9 < kv_space < 5.2e9
-    assert use.activation_bytes + use.reserve_bytes > 2.0e9  # they would have halved it
+    assert kv_space == pytest.approx(share * 85.5208e9 - float(use.weights_bytes))
+    assert 0.5e9 < kv_space < 1.0e9
+    assert use.activation_bytes + use.reserve_bytes > 2.0e9  # they would have left none
+
+
+@pytest.mark.parametrize(("gpu", "tp", "adp", "speculative", "reserved_mib"), [
+    # 16,384-token chunk and 512 graphs on a B200 (> 160 GiB); 10 GiB floor not reached
+    ("B200", 8, 1, False, 512 + 1.5 * 16384 + 2 * 512 + 1024 * 8 / 8),
+    # DP attention over 8 H100s: --tp-size 8, graphs 512, 3 x and 1.5 x 512 x 8 more
+    ("H100", 1, 8, False, 512 + 1.5 * 8192 + 2 * 512 + 1024 + 512 * 8 * 4.5),
+    # an A100-40GB (under 60 GiB: 4,096-token chunk, 32 graphs below TP4, no floor), MTP draft
+    ("A100-40GB-SXM", 2, 1, True, 512 + 1.5 * 4096 + 2 * 32 + 1024 * 2 / 8 + 2048),
+    # the 10 GiB floor: an H200 at TP1 (13,440 MiB) is above it; an L40S (48 GB) is not over
+    # 60 GiB, so no floor
+    ("L40S", 1, 1, False, 512 + 1.5 * 4096 + 2 * 32 + 1024 / 8)])
+def test_sglangs_default_memory_share_follows_its_server_args(
+        gpu: str, tp: int, adp: int, speculative: bool, reserved_mib: float) -> None:
+    """SGLang 0.5.3 / 0.5.9 ``_handle_gpu_memory_settings``, computed by hand."""
+    spec = load_gpu(gpu)
+    board = spec.hbm_capacity_bytes / 2**20
+    expected = round((board - max(reserved_mib, 10 * 1024 if board > 60 * 1024 else 0))
+                     / board, 3)
+    share = get_runtime("sglang").memory_share_on(gpu=spec, tp=tp, pp=1, attention_dp=adp,
+                                                  speculative=speculative)
+    assert share == expected
+    assert get_runtime("vllm").memory_share_on(gpu=spec, tp=tp, pp=1, attention_dp=adp,
+                                               speculative=speculative) == 0.9
 
 
 def _use(runtime: str, model: str, gpu: str, tp: int):

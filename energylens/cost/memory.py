@@ -38,6 +38,7 @@ class MemoryUse:
     reserve_bytes: float
     capacity_bytes: float
     usable_bytes: Size  # what the runtime may use of the capacity
+    default_share: float = 1.0  # the runtime's memory share by default on this GPU and layout
     state_bytes: Size = 0.0  # recurrent-mixer state of the sequences (constant per sequence)
 
     @property
@@ -147,7 +148,8 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     attention rank holds its share of the sequences and tokens, and its own copy of the
     attention and dense weights (the degrees already split only the experts over them).
 
-    The runtime's memory share is its default (``memory_utilization``), except where that
+    The runtime's memory share is its default on the GPU and layout
+    (``RuntimeProfile.memory_share_on``: ``memory_utilization``, or SGLang's formula), except where that
     share cannot hold what the engine loads before it serves (the weights; under an
     ``hbm`` share also its start-up pass's activations and reserve): such an engine refuses
     to start until its user raises the share, so the share is taken as raised to the whole
@@ -182,10 +184,12 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     activations = np.minimum(step_tokens / ranks, chunk) * per_token
     capacity = gpu.hbm_capacity_bytes
     outside = activations + runtime.reserve_bytes
-    share = capacity * runtime.memory_utilization
+    default = runtime.memory_share_on(gpu=gpu, tp=degrees["tp"], pp=pp, attention_dp=ranks,
+                                      speculative=draft_layers > 0)
+    share = capacity * default
     if runtime.memory_share_of == "free":  # a share of what weights and activations leave
         fixed = weights + outside
-        usable = fixed + runtime.memory_utilization * np.maximum(capacity - fixed, 0.0)
+        usable = fixed + default * np.maximum(capacity - fixed, 0.0)
     elif runtime.memory_share_of == "static":  # weights and KV within the share
         # weights beyond the default share: the engine does not start until its user
         # raises the share (--mem-fraction-static); raised, the share is what the board
@@ -199,7 +203,7 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     usable = float(usable) if np.ndim(usable) == 0 else np.asarray(usable, dtype=float)
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
-                     capacity_bytes=capacity, usable_bytes=usable)
+                     capacity_bytes=capacity, usable_bytes=usable, default_share=default)
 
 
 def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:
@@ -208,8 +212,8 @@ def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:
     hold what the engine loads at start-up), the whole board less what lives outside the
     share (``static``) or the whole board (``hbm``), rounded down to a thousandth."""
     if runtime.memory_share_of == "free" or float(use.usable_bytes) < use.capacity_bytes \
-            or runtime.memory_utilization >= 1.0:
-        return runtime.memory_utilization
+            or use.default_share >= 1.0:
+        return use.default_share
     outside = float(use.activation_bytes) + use.reserve_bytes
     share = 1.0 - outside / use.capacity_bytes if runtime.memory_share_of == "static" else 1.0
     return math.floor(share * 1000.0) / 1000.0

@@ -46,8 +46,9 @@ class LaunchSpec:
     # rank); None: the engine's own default (an open loop of the load kind)
     max_model_len: int  # prompt + output tokens of one sequence
     #: the memory share to set where the runtime's default cannot hold the weights at
-    #: start-up (None: the default)
+    #: start-up (None: the default), and that default on the GPU
     memory_share: float | None = None
+    default_memory_share: float | None = None
 
     @property
     def quantize(self) -> bool:
@@ -105,21 +106,20 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     runtime = get_runtime(deployment.runtime)
     runtime.check(deployment=deployment, model=model)
     weight_dtype = deployment.weight_dtype or model.weight_dtype
-    share = None if gpu is None else _start_up_share(model=model, deployment=deployment,
-                                                     gpu=gpu, weight_dtype=weight_dtype,
-                                                     runtime=runtime)
+    share, default = (None, None) if gpu is None else _start_up_share(
+        model=model, deployment=deployment, gpu=gpu, weight_dtype=weight_dtype, runtime=runtime)
     return LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=weight_dtype,
         max_num_seqs=_running_cap(deployment=deployment, workload=workload),
         max_model_len=_longest_request(workload),
-        memory_share=None if share == runtime.memory_utilization else share)
+        memory_share=None if share == default else share, default_memory_share=default)
 
 
 def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
-                    weight_dtype: str, runtime: RuntimeProfile) -> float:
-    """The memory share ``runtime`` starts with on ``gpu`` (``cost.memory.engine_share``):
-    its default, or the raised one where that cannot hold the weights."""
+                    weight_dtype: str, runtime: RuntimeProfile) -> tuple[float, float]:
+    """The memory share ``runtime`` starts with on ``gpu`` (``cost.memory.engine_share``),
+    its default or the raised one where that cannot hold the weights, and the default."""
     from energylens.cost.memory import engine_share, memory_use
     from energylens.model.families import build_graph
 
@@ -132,7 +132,7 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
                      step_tokens=float(runtime.prefill_chunk_on(gpu=gpu)),
                      draft_layers=(0 if deployment.speculation is None
                                    else deployment.speculation.draft_layers))
-    return engine_share(runtime=runtime, use=use)
+    return engine_share(runtime=runtime, use=use), use.default_share
 
 
 def _longest_request(workload: Workload) -> int:
@@ -175,7 +175,8 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
     if spec.memory_share is not None:
         command = replace(command, notes=(*command.notes, (
             f"memory share {spec.memory_share:g}, not the engine's default "
-            f"{runtime.memory_utilization:g}: the default cannot hold the weights on "
+            f"{spec.default_memory_share or runtime.memory_utilization:g}: the default "
+            "cannot hold the weights on "
             f"{gpu.name if gpu is not None else 'this GPU'} (the prediction priced it raised)")))
     if deployment.prefill_chunk_tokens is not None:
         command = replace(command, notes=(*command.notes, (

@@ -272,6 +272,15 @@ class RuntimeProfile:
 
     # --- how it runs ----------------------------------------------------------------------
 
+    def memory_share_on(self, *, gpu: GPU, tp: int, pp: int, attention_dp: int,
+                        speculative: bool) -> float:
+        """The memory share (``memory_utilization``) the server picks by default on ``gpu``
+        for a replica of ``tp`` x ``attention_dp`` GPUs per stage and ``pp`` stages
+        (``speculative``: with a draft head): ``memory_utilization`` unless the engine
+        derives it from the GPU and the layout."""
+        del gpu, tp, pp, attention_dp, speculative
+        return self.memory_utilization
+
     def prefill_chunk_on(self, *, gpu: GPU) -> int:
         """Prefill tokens per forward pass of the server on ``gpu`` (its chunked-prefill
         token budget; activation sizing): ``prefill_chunk_tokens`` unless the engine sets it

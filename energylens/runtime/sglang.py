@@ -14,17 +14,49 @@ from energylens.runtime.registry import register
 ONLINE = {"fp8": "fp8"}
 #: ``--chunked-prefill-size`` when not given, by the GPU's memory: (below this many bytes,
 #: tokens), else :data:`CHUNK_LARGEST`. Source: SGLang ``ServerArgs``
-#: ``_handle_gpu_memory_settings`` (python/sglang/srt/server_args.py, 0.4.9-0.5.x; recalled,
-#: not re-read here): T4/4080 and A10/4090 2,048, A100-40GB/L40 4,096, H100/A100-80GB and
-#: H20/H200 8,192, B200/MI300 16,384 (its GiB thresholds 20, 35, 60, 90, 160 of the memory
-#: the device reports).
+#: ``_handle_gpu_memory_settings`` (python/sglang/srt/server_args.py, read in the 0.5.3 and
+#: 0.5.9 sdists on PyPI): T4/4080 and A10/4090 2,048, A100-40GB/L40 4,096, H100/A100-80GB
+#: and H20/H200 8,192, B200/MI300 16,384 (its GiB thresholds 20, 35, 60, 90, 160 of the
+#: memory nvidia-smi reports).
 CHUNK_BY_MEMORY = ((35 * 2**30, 2048), (60 * 2**30, 4096), (160 * 2**30, 8192))
 CHUNK_LARGEST = 16384
+#: ``--cuda-graph-max-bs`` when not given (same function): (below this many bytes, with
+#: ``--tp-size`` below 4, from 4), else :data:`GRAPH_BS_LARGEST`. 0.5.3's; 0.5.9 raised the
+#: 20-35 GiB class's small-TP value from 16 to 24.
+GRAPH_BS_BY_MEMORY = ((20 * 2**30, 8, 8), (35 * 2**30, 16, 80), (60 * 2**30, 32, 160),
+                      (160 * 2**30, 256, 512))
+GRAPH_BS_LARGEST = 512
+_MIB = 2**20
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class SGLang(RuntimeProfile):
     """``python -m sglang.launch_server``: one server for every replica (``--dp-size``)."""
+
+    def memory_share_on(self, *, gpu: GPU, tp: int, pp: int, attention_dp: int,
+                        speculative: bool) -> float:
+        """SGLang's default ``--mem-fraction-static`` (``_handle_gpu_memory_settings``, 0.5.3
+        and 0.5.9): the board less a reserve for activations and CUDA graphs, in MiB: 512 +
+        1.5 x the chunked-prefill size + 2 x ``--cuda-graph-max-bs`` + 1,024 x tp x pp / 8,
+        under DP attention 3 x (4.5 x above 300) graph batch x DP size more, at least 10
+        GiB on boards over 60 GiB, 2 GiB more for an EAGLE/MTP draft; rounded to a
+        thousandth. ``--tp-size`` is every GPU of a stage (``tp`` x ``attention_dp``)."""
+        board = gpu.hbm_capacity_bytes / _MIB
+        server_tp = tp * attention_dp
+        graph_bs = next((small if server_tp < 4 else large
+                         for below, small, large in GRAPH_BS_BY_MEMORY
+                         if gpu.hbm_capacity_bytes < below), GRAPH_BS_LARGEST)
+        reserved = (512 + max(self.prefill_chunk_on(gpu=gpu), 2048) * 1.5 + graph_bs * 2
+                    + server_tp * pp / 8 * 1024)
+        if attention_dp > 1:
+            reserved += graph_bs * attention_dp * 3
+            if graph_bs > 300:
+                reserved += graph_bs * attention_dp * 1.5
+        if board > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if speculative:
+            reserved += 2 * 1024
+        return round((board - reserved) / board, 3)
 
     def prefill_chunk_on(self, *, gpu: GPU) -> int:
         """SGLang's default ``--chunked-prefill-size`` on ``gpu`` (:data:`CHUNK_BY_MEMORY`)."""
@@ -72,7 +104,7 @@ class SGLang(RuntimeProfile):
             notes.append(MTP_NOTE)
         argv += [f("--context-length"), str(spec.max_model_len),
                  f("--mem-fraction-static"),
-                 f"{spec.memory_share or self.memory_utilization:g}",
+                 f"{spec.memory_share or spec.default_memory_share or self.memory_utilization:g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,
                              gpus_per_server=d.total_gpus // servers, notes=tuple(notes))

@@ -46,8 +46,9 @@ from energylens.workloads.workload import Workload
 #: other than the A100, ``--max-num-batched-tokens`` 8,192 and ``--max-num-seqs`` 1,024;
 #: otherwise 2,048 and 256. Source: vLLM's ``EngineArgs`` batch defaults
 #: (vllm/engine/arg_utils.py), read in the 0.11.0, 0.14.0 and 0.19.0 sdists on PyPI (the
-#: same values in all three): kind datasheet (engine code). The profile's ``prefill_chunk_tokens`` (16,384, the offline ``LLM``
-#: class's budget) sizes activation memory; a server under load runs with these.
+#: same values in all three): kind datasheet (engine code). The profile's
+#: ``prefill_chunk_tokens`` (16,384, the offline ``LLM`` class's budget) sizes activation
+#: memory; a server under load runs with these.
 SERVE_LARGE = (8192, 1024)
 SERVE_SMALL = (2048, 256)
 LARGE_GPU_BYTES = 70 * 2**30
