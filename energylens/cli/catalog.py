@@ -18,6 +18,7 @@ from energylens.model import ModelConfig, build_graph, get_model, list_models, p
 from energylens.model.hf import supported_model_types
 from energylens.model.zoo import ModelInfo, model_info, resolve
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
+from energylens.runtime.profile import RuntimeProfile
 
 __all__ = ["FAMILIES", "SHOWN_DTYPES", "family_of", "footprint", "register"]
 
@@ -338,10 +339,19 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
         table.add_column(column)
     for name in runtime_names():
         r = get_runtime(name)
+        # a value the engine derives from the GPU (and layout): the profile's, marked
+        by_gpu = {hook: getattr(type(r), hook) is not getattr(RuntimeProfile, hook)
+                  for hook in ("memory_share_on", "prefill_chunk_on")}
+        share = f"{r.memory_utilization:.0%}" + (" (by GPU)" if by_gpu["memory_share_on"] else "")
+        kv_auto = r.auto_kv_dtype + (f"; fp8 for sparse attention on CC >= "
+                                     f"{r.sparse_attention_fp8_kv_from:g}"
+                                     if r.sparse_attention_fp8_kv_from is not None else "")
         table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
-                      f"{r.memory_utilization:.0%} of {SHARE_OF[r.memory_share_of]}",
+                      f"{share} of {SHARE_OF[r.memory_share_of]}",
                       f"{r.reserve_bytes / 1e9:.1f}",
-                      str(r.prefill_chunk_tokens), r.prefill_scheduling, r.auto_kv_dtype,
+                      str(r.prefill_chunk_tokens) + (" (by GPU)" if by_gpu["prefill_chunk_on"]
+                                                     else ""),
+                      r.prefill_scheduling, kv_auto,
                       r.expert_parallel_layout,
                       f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
                       if r.custom_allreduce_max_bytes else "-",
