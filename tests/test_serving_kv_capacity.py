@@ -148,6 +148,15 @@ def test_sglangs_default_memory_share_follows_its_server_args(
                                                speculative=speculative) == 0.9
 
 
+def test_sglangs_default_share_is_zero_where_its_reserve_exceeds_the_board() -> None:
+    """64 DP-attention ranks on GB200: 3 x and 1.5 x 512 graphs x 64 ranks alone reserve
+    147,456 MiB more, past the board; the server cannot start on its default, and a
+    prediction raises the share as a user must (the launch note names the default 0)."""
+    share = get_runtime("sglang").memory_share_on(gpu=load_gpu("GB200"), tp=1, pp=1,
+                                                  attention_dp=64, speculative=False)
+    assert share == 0.0
+
+
 def _use(runtime: str, model: str, gpu: str, tp: int):
     spec = get_model(model)
     return memory_use(graph=build_graph(spec), gpu=load_gpu(gpu), runtime=get_runtime(runtime),

@@ -173,9 +173,11 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
     runtime = get_runtime(deployment.runtime)
     command = runtime.launch(spec=spec)
     if spec.memory_share is not None:
+        default = (runtime.memory_utilization if spec.default_memory_share is None
+                   else spec.default_memory_share)
         command = replace(command, notes=(*command.notes, (
             f"memory share {spec.memory_share:g}, not the engine's default "
-            f"{spec.default_memory_share or runtime.memory_utilization:g}: the default "
+            f"{default:g}: the default "
             "cannot hold the weights on "
             f"{gpu.name if gpu is not None else 'this GPU'} (the prediction priced it raised)")))
     if deployment.prefill_chunk_tokens is not None:

@@ -40,7 +40,9 @@ class SGLang(RuntimeProfile):
         1.5 x the chunked-prefill size + 2 x ``--cuda-graph-max-bs`` + 1,024 x tp x pp / 8,
         under DP attention 3 x (4.5 x above 300) graph batch x DP size more, at least 10
         GiB on boards over 60 GiB, 2 GiB more for an EAGLE/MTP draft; rounded to a
-        thousandth. ``--tp-size`` is every GPU of a stage (``tp`` x ``attention_dp``)."""
+        thousandth, and 0 where that reserve exceeds the board (many DP-attention ranks: the
+        server cannot start until its user sets the flag). ``--tp-size`` is every GPU of a
+        stage (``tp`` x ``attention_dp``)."""
         board = gpu.hbm_capacity_bytes / _MIB
         server_tp = tp * attention_dp
         graph_bs = next((small if server_tp < 4 else large
@@ -56,7 +58,15 @@ class SGLang(RuntimeProfile):
             reserved = max(reserved, 10 * 1024)
         if speculative:
             reserved += 2 * 1024
-        return round((board - reserved) / board, 3)
+        return max(round((board - reserved) / board, 3), 0.0)
+
+    def _share(self, spec: LaunchSpec) -> float:
+        """The --mem-fraction-static to write: the priced one where raised, else the
+        server's default on the GPU, else its value where the GPU is unknown."""
+        for share in (spec.memory_share, spec.default_memory_share):
+            if share is not None:
+                return share
+        return self.memory_utilization
 
     def prefill_chunk_on(self, *, gpu: GPU) -> int:
         """SGLang's default ``--chunked-prefill-size`` on ``gpu`` (:data:`CHUNK_BY_MEMORY`)."""
@@ -104,7 +114,7 @@ class SGLang(RuntimeProfile):
             notes.append(MTP_NOTE)
         argv += [f("--context-length"), str(spec.max_model_len),
                  f("--mem-fraction-static"),
-                 f"{spec.memory_share or spec.default_memory_share or self.memory_utilization:g}",
+                 f"{self._share(spec):g}",
                  f("--port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=servers,
                              gpus_per_server=d.total_gpus // servers, notes=tuple(notes))
