@@ -110,7 +110,9 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
     runtime = get_runtime(deployment.runtime)
     calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name,
                                           version=deployment.runtime_version,
-                                          pp=deployment.pp)
+                                          pp=deployment.pp,
+                                          mha=model.mla is None
+                                          and model.num_kv_heads == model.num_heads)
     constants = calibration.kernel(gpu.name)
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,

@@ -17,6 +17,7 @@ from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError
+from energylens.hardware import load_gpu
 from energylens.model.params import parameter_count
 from energylens.model.zoo import get_model
 from energylens.predict import predict
@@ -459,3 +460,28 @@ def test_vllm_keeps_its_overheads_under_pipeline_parallelism(pp: int) -> None:
 def test_a_runtime_version_that_is_no_release_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a release number"):
         Deployment(runtime="vllm", runtime_version="latest")
+
+
+@pytest.mark.parametrize(("model", "mha"), [
+    ("llama-2-7b", True), ("llama-3.1-8b", False), ("deepseek-ai/DeepSeek-V3", False)])
+def test_an_mha_models_kv_reads_take_the_engines_mha_scale(model: str, mha: bool) -> None:
+    """A runtime whose decode kernel for one query head per KV head differs (TensorRT-LLM's
+    masked MHA beside XQA) scales an MHA model's KV reads by ``mha_kv_bandwidth_scale``, a
+    grouped-query or MLA model's (whose decode reads the latent) by ``kv_bandwidth_scale``;
+    0 falls back to the latter."""
+    from energylens.predict import calibration_for_gpu, step_context
+
+    gpu = load_gpu("H100")
+    base = calibration_for_gpu(default_calibration(), gpu)
+    cal = base.with_runtime(runtime="trtllm", gpu=gpu.name, kv_bandwidth_scale=0.5,
+                            mha_kv_bandwidth_scale=0.9)
+    spec = get_model(model)
+    ctx = step_context(model=spec, gpu=gpu, deployment=Deployment(tp=8, runtime="trtllm"),
+                       calibration=cal)
+    shipped = base.kernel(gpu.name).kv_bandwidth_efficiency
+    assert ctx.constants.kv_bandwidth_efficiency == pytest.approx(shipped * (0.9 if mha else 0.5))
+    unset = base.with_runtime(runtime="trtllm", gpu=gpu.name, kv_bandwidth_scale=0.5,
+                              mha_kv_bandwidth_scale=0.0)
+    fallback = step_context(model=spec, gpu=gpu, deployment=Deployment(tp=8, runtime="trtllm"),
+                            calibration=unset)
+    assert fallback.constants.kv_bandwidth_efficiency == pytest.approx(shipped * 0.5)

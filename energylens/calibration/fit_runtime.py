@@ -118,7 +118,7 @@ SCALE_RANGE = (0.1, 2.0)
 ROUNDS = 3
 SCALES = ("gemm_efficiency_scale", "attention_efficiency_scale", "memory_efficiency_scale",
           "expert_bandwidth_scale",
-          "kv_bandwidth_scale")
+          "kv_bandwidth_scale", "mha_kv_bandwidth_scale")
 
 
 @dataclass
@@ -155,6 +155,12 @@ _ATTENTION_KEYS = ["batch_size", "isl", "num_heads", "num_key_value_heads", "hea
                    "window_size", "kv_cache_dtype", "attn_dtype", "step"]
 
 
+def _kv_streams(d: pd.DataFrame) -> pd.Series:
+    """Decode-attention rows that stream a BF16 KV cache of at least 64 MB (full attention)."""
+    return ((d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
+            & (d.batch_size * d.step * d.num_key_value_heads * d.head_dim * 4 >= 64e6))
+
+
 def _regimes() -> list[tuple[str, str, list[str], Callable[[pd.DataFrame], pd.Series], str]]:
     return [
         ("gemm", "gemm_perf.parquet", _GEMM_KEYS,
@@ -167,10 +173,14 @@ def _regimes() -> list[tuple[str, str, list[str], Callable[[pd.DataFrame], pd.Se
          lambda d: (d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
          & (d.attn_dtype == "bfloat16") & (d.isl >= 1024),
          "attention_efficiency_scale"),
+        # decode attention, grouped-query and one-query-head-per-KV-head shapes apart (an
+        # engine may run a kernel of its own for each: TensorRT-LLM's XQA and masked MHA)
         ("attention", "generation_attention_perf.parquet", _ATTENTION_KEYS,
-         lambda d: (d.window_size == 0) & (d.kv_cache_dtype == "bfloat16")
-         & (d.batch_size * d.step * d.num_key_value_heads * d.head_dim * 4 >= 64e6),
+         lambda d: _kv_streams(d) & (d.num_heads > d.num_key_value_heads),
          "kv_bandwidth_scale"),
+        ("attention", "generation_attention_perf.parquet", _ATTENTION_KEYS,
+         lambda d: _kv_streams(d) & (d.num_heads == d.num_key_value_heads),
+         "mha_kv_bandwidth_scale"),
         # decode-size MoE ops, balanced routing, gated experts; per shape each engine's
         # fastest kernel (several per dtype)
         ("moe", "moe_perf.parquet", _MOE_KEYS,

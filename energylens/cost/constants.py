@@ -140,6 +140,9 @@ class RuntimeConstants:
     attention_efficiency_scale: float = 1.0
     memory_efficiency_scale: float = 1.0
     kv_bandwidth_scale: float = 1.0
+    # KV reads of a model with one query head per KV head (MHA: a decode kernel of its own
+    # in some engines; 0 = the grouped-query scale above).
+    mha_kv_bandwidth_scale: float = 0.0
     # Fused-MoE kernels' HBM share relative to the GPU's (0 = the weight-stream scale above).
     expert_bandwidth_scale: float = 0.0
 

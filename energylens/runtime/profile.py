@@ -384,10 +384,13 @@ class RuntimeProfile:
         return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
-                        version: str | None = None, pp: int = 1) -> Calibration:
+                        version: str | None = None, pp: int = 1,
+                        mha: bool = False) -> Calibration:
         """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
-        itself, so an engine without scales predicts exactly as before), in release
+        itself, so an engine without scales predicts exactly as before; KV reads of an
+        ``mha`` model, one query head per KV head, at ``mha_kv_bandwidth_scale`` where the
+        engine has one), in release
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
         expert-parallel MoE layer carries no fixed time of its own; from
         ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
@@ -399,7 +402,8 @@ class RuntimeProfile:
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
-                      c.kv_bandwidth_scale, c.expert_bandwidth_scale or c.memory_efficiency_scale)
+                      (c.mha_kv_bandwidth_scale if mha else 0.0) or c.kv_bandwidth_scale,
+                      c.expert_bandwidth_scale or c.memory_efficiency_scale)
 
         def since(release: str | None) -> bool:  # is ``version`` that release or later?
             return release is not None and (

@@ -33,11 +33,12 @@ class SambaFlow(RuntimeProfile):
     """SambaFlow: no launch command (SambaStudio's flags are not documented in reach)."""
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
-                        version: str | None = None, pp: int = 1) -> Calibration:
+                        version: str | None = None, pp: int = 1,
+                        mha: bool = False) -> Calibration:
         """The base scales and overheads, with every per-kernel and per-collective fixed
         time of ``gpu`` at zero."""
         return _without_floors(super().calibration_for(calibration=calibration, gpu=gpu,
-                                                       version=version, pp=pp), gpu)
+                                                       version=version, pp=pp, mha=mha), gpu)
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """Refused: SambaFlow models are compiled and deployed as SambaStudio endpoints."""
