@@ -96,30 +96,33 @@ def test_kernel_scales_are_the_median_time_ratio_on_shared_shapes(tmp_path: Path
     assert fits.fits[entry["fit"]]["rms_log_residual"] == pytest.approx(0.0, abs=1e-9)
 
 
-def _bench_csv(path: Path, rows: list[tuple[BenchRow, float]], framework: str) -> Path:
+def _bench_csv(path: Path, rows: list[tuple[BenchRow, float]], framework: str,
+               hardware: str = "Nvidia H100 GPU") -> Path:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(HEADER)
         for row, latency in rows:
             batch = row.sequences if framework != "llama.cpp" else row.tokens // row.prompt_passes
             gpus = row.deployment.tp * row.deployment.pp
-            writer.writerow(["Nvidia H100 GPU", gpus, framework, row.model, row.tokens, batch,
+            writer.writerow([hardware, gpus, framework, row.model, row.tokens, batch,
                              latency, 2 * row.tokens * row.sequences / latency])
     return path
 
 
 def _generated(tmp_path: Path, *, framework: str, runtime: str, truth: Calibration,
-               grid: list[tuple[str, int, int, int]]) -> Path:
-    """LLM-Inference-Bench rows whose latencies the model computes under ``truth``."""
+               grid: list[tuple[str, int, int, int]],
+               hardware: tuple[str, str] = ("Nvidia H100 GPU", "H100-SXM")) -> Path:
+    """LLM-Inference-Bench rows whose latencies the model computes under ``truth``, on
+    ``hardware`` (the bench's name, the GPU database's)."""
     with (tmp_path / "draft.csv").open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(HEADER)
         for model, gpus, batch, tokens in grid:
-            writer.writerow(["Nvidia H100 GPU", gpus, framework, model, tokens, batch, 1.0, 1.0])
-    rows = bench_rows([tmp_path / "draft.csv"])[0][(runtime, "H100-SXM")]
+            writer.writerow([hardware[0], gpus, framework, model, tokens, batch, 1.0, 1.0])
+    rows = bench_rows([tmp_path / "draft.csv"])[0][(runtime, hardware[1])]
     priced = [(r, _priced(r, truth, counts=False)) for r in rows]
     return _bench_csv(tmp_path / "bench.csv", [(r, p[0] + p[1]) for r, p in priced if p],
-                      framework)
+                      framework, hardware[0])
 
 
 def _refit(tmp_path: Path, *, framework: str, runtime: str, truth: Calibration,
@@ -145,6 +148,30 @@ def test_overheads_are_recovered_from_rows_the_model_generated(tmp_path: Path) -
     report = fits.fits["llm-inference-bench/trtllm/H100-SXM"]
     assert report["in_sample"]["latency_s"]["mape"] < 0.01
     assert report["leave_one_model_out"]["latency_s"]["mape"] < 0.02
+
+
+def test_a_gpu_without_kernel_tables_is_fitted_at_the_kernel_scales_its_relative_lends(
+        tmp_path: Path) -> None:
+    """GH200 has no AIConfigurator tables: its TensorRT-LLM kernels are predicted at H100's
+    fitted scales (lent after the fits). Rows the model generated at those scales give the
+    overheads back only if the bench fit prices them at the same scales, not at 1."""
+    lent = {"kv_bandwidth_scale": 0.6, "memory_efficiency_scale": 0.7,
+            "gemm_efficiency_scale": 0.8}
+    base = default_calibration().with_runtime(runtime="trtllm", gpu="GH200",
+                                              **{name: 1.0 for name in lent})
+    truth = base.with_runtime(runtime="trtllm", gpu="GH200", step_overhead_s=1.0e-3,
+                              per_sequence_overhead_s=4.0e-5, **lent)
+    grid = [(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b") for b in (1, 16, 64)
+            for t in (128, 512)]
+    path = _generated(tmp_path, framework="TensorRT-LLM", runtime="trtllm", truth=truth,
+                      grid=grid, hardware=("Nvidia GH200 GPU", "GH200"))
+    fits = RuntimeFits()
+    fits.values["trtllm/H100-SXM"] = dict(lent)  # as fit_aic_scales leaves them
+    fit_bench(files=[path], base=base, fits=fits)
+    values = fits.values["trtllm/GH200"]
+    assert values["step_overhead_s"] == pytest.approx(1.0e-3, rel=0.05)
+    assert values["per_sequence_overhead_s"] == pytest.approx(4.0e-5, rel=0.05)
+    assert not set(lent) & set(values)  # the scales stay H100's, lent, not fitted here
 
 
 def test_the_all_reduce_arrival_time_is_recovered_where_rows_span_one_and_several_gpus(

@@ -42,6 +42,7 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
 from energylens.calibration.fitting import ErrorStats
+from energylens.calibration.transfer import lending_relatives
 from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
 from energylens.deployment import Deployment
 from energylens.errors import ConfigError, UnknownGPUError, UnknownModelError
@@ -392,9 +393,8 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
     groups = _screened_groups(files, log=log)
     for (runtime, gpu), rows in sorted(groups.items()):
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
-        known = fits.values.get(runtime_key(runtime=runtime, gpu=gpu), {})
         target = _constants_runtime(runtime, rows)
-        scales = {k: v for k, v in known.items() if k in SCALES}
+        scales = _kernel_scales(fits, runtime=runtime, gpu=gpu)
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
         models: list[str] = []
@@ -451,6 +451,20 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                     " only (the bench's engine generation)")
         fits.add(runtime=target, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
                  note=note)
+
+
+def _kernel_scales(fits: RuntimeFits, *, runtime: str, gpu: str) -> dict[str, float]:
+    """The kernel scales (runtime, GPU) is predicted with: each one fitted on its own
+    tables, else the nearest relative's that was (as :mod:`energylens.calibration.transfer`
+    lends it after the fits), so that the overheads are fitted on the kernel prices the
+    predictions use. Scales no GPU of the chain fitted are left to ``base``."""
+    scales: dict[str, float] = {}
+    for owner in (gpu, *lending_relatives(gpu)):
+        known = fits.values.get(runtime_key(runtime=runtime, gpu=owner), {})
+        for name in SCALES:
+            if name in known and name not in scales:
+                scales[name] = known[name]
+    return scales
 
 
 def _constants_runtime(runtime: str, rows: list[BenchRow]) -> str:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from energylens.calibration.transfer import lending_relatives
 from energylens.cost.constants import Calibration, RuntimeConstants
-from energylens.hardware import load_gpu
 from energylens.runtime import get_runtime
 from energylens.runtime.profile import LEGACY_SUFFIX, legacy_runtime
 
@@ -42,18 +42,10 @@ def _fitted_on(entry: Any, data_file: str) -> bool:
 
 def _stand_in(document: dict[str, Any], *, runtime: str, gpu: str, field: str) -> float:
     """What ``calibrate`` would give ``field`` of (runtime, gpu) without a fit of its own."""
-    seen = {gpu}
-    queue = [gpu]
-    while queue:
-        spec = load_gpu(queue.pop(0))
-        for relative in (spec.engines_from, spec.borrows_from):
-            if relative is None or relative in seen:
-                continue
-            seen.add(relative)
-            entry = _section(document, runtime=runtime, gpu=relative).get(field)
-            if isinstance(entry, dict) and entry.get("kind") == "fitted":
-                return float(entry["value"])
-            queue.append(relative)
+    for relative in lending_relatives(gpu):
+        entry = _section(document, runtime=runtime, gpu=relative).get(field)
+        if isinstance(entry, dict) and entry.get("kind") == "fitted":
+            return float(entry["value"])
     if runtime.endswith(LEGACY_SUFFIX):  # no legacy section: the runtime's own constants
         entry = _section(document, runtime=runtime[:-len(LEGACY_SUFFIX)], gpu=gpu).get(field)
         if isinstance(entry, dict):

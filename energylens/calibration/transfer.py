@@ -66,6 +66,22 @@ def _note(*, relative: str, entry: dict[str, Any], how: str) -> str:
     return f"no data for this GPU: {relative}'s value{scaled} ({entry['kind']}: {origin})"
 
 
+def lending_relatives(gpu: str, database: GPUDatabase | None = None) -> list[str]:
+    """The GPUs that may lend ``gpu`` a runtime constant, nearest first: its ``engines_from``
+    and ``borrows_from``, then theirs, breadth first (``gpu`` itself excluded)."""
+    db = default_database() if database is None else database
+    seen, order, queue = {db.get(gpu).name}, [], [db.get(gpu).name]
+    while queue:
+        spec = db.get(queue.pop(0))
+        for relative in (spec.engines_from, spec.borrows_from):
+            if relative is None or relative in seen:
+                continue
+            seen.add(relative)
+            order.append(relative)
+            queue.append(relative)
+    return order
+
+
 def borrow_from_relatives(*, kernels: dict[str, KernelConstants], links: dict[str, LinkConstants],
                           runtimes: dict[str, RuntimeConstants],
                           prov: dict[str, dict[str, dict[str, Any]]],
