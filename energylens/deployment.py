@@ -24,8 +24,9 @@ __all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "c
 #: W8A8/W4A4 checkpoint's activation quantisation runs: ``quant`` in the norm or
 #: activation kernel that made the input, ``epilogue_quant`` in the epilogue of the
 #: attention kernel or plain GEMM that made it (without them, a quantisation kernel of its
-#: own before the linear layer).
-FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epilogue_quant")
+#: own before the linear layer); ``qk_norm_rope``: a query/key norm inside the rotary kernel.
+FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epilogue_quant",
+           "qk_norm_rope")
 #: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")

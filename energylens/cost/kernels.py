@@ -3,6 +3,10 @@
 Collectives are derived from the sharding, never written by hand:
 - a contraction over a rank split by a tensor-parallel dimension (``tp``/``etp``) leaves
   partial sums: all-reduce of its output (row-parallel);
+- a norm over a split rank (MiniMax-M2's query/key RMSNorm over all heads) sees only its
+  rank's share of the sum of squares: all-reduce of those statistics (one value per row
+  of its output; 16-bit here, the engine's fp32 pair per token is as small), which also
+  ends the norm's kernel: it is never fused with the ops after it;
 - an output that keeps a split rank and feeds an op that is not split on it: all-gather;
 - an op that routes tokens onto an expert-parallel rank (``ep``) absent from its inputs:
   all-to-all dispatch; the op that brings them back: all-to-all combine.
@@ -123,7 +127,10 @@ def compile_layer(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str,
     ``activation_dtype``: the dtype the linear layers' GEMMs quantise their activations to
     (None: they read 16-bit activations); the quantisation kernels the fusion leaves
     standalone run before their GEMMs."""
-    groups = fusion_groups(layer=layer, enabled=fusion)
+    cut = {op.name for op in layer.ops if _reduces_across_ranks(layer=layer, op=op, sizes=sizes,
+                                                                 degrees=degrees)}
+    groups = [kept for group in fusion_groups(layer=layer, enabled=fusion)
+              for kept in ([n for n in group if n not in cut],) if len(kept) > 1]
     group_of = {name: i for i, g in enumerate(groups) for name in g}
     consumers: dict[str, list[str]] = {}
     for op in layer.ops:
@@ -237,6 +244,15 @@ def _quantisation_kernel(*, tensor: TensorRef, local: dict[str, int], dtype: str
                   is_expert=False)
 
 
+def _reduces_across_ranks(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
+                          degrees: dict[str, int]) -> bool:
+    """Whether ``op`` is a reduction over a rank that a tensor-parallel dimension splits."""
+    return op.kind == "reduction" and any(
+        set(op.reduced_ranks) & _split_ranks(layer=layer, op_name=op.name, dim=dim,
+                                             sizes=sizes, degree=degrees.get(dim, 1))
+        for dim in TENSOR_PARALLEL_DIMS)
+
+
 def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
                         degrees: dict[str, int],
                         consumers: dict[str, list[str]]) -> list[Collective]:
@@ -249,6 +265,12 @@ def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
             continue
         if op.kind == "contraction" and split & set(op.contracted_ranks):
             found.append(Collective(kind="all_reduce", dim=dim, tensor=op.output,
+                                    after_op=op.name, sizes=out_sizes))
+            continue
+        if op.kind == "reduction" and split & set(op.reduced_ranks):
+            statistics = TensorRef(name=f"{op.output.name}_stats", ranks=tuple(
+                r for r in op.output.ranks if r not in op.reduced_ranks))
+            found.append(Collective(kind="all_reduce", dim=dim, tensor=statistics,
                                     after_op=op.name, sizes=out_sizes))
             continue
         kept = split & set(op.output.ranks)

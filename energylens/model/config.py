@@ -17,6 +17,10 @@ NormType = Literal["rmsnorm", "layernorm"]
 #: added to the scores inside the attention kernel: no op of its own) or a learned
 #: absolute table added to the token embeddings (a lookup: no op per layer).
 PositionEncoding = Literal["rope", "alibi", "learned", "none"]
+#: RMSNorm of the queries and keys before the rotary embedding: over each head's width
+#: (Qwen3, Gemma 3: one vector kernel), or over all heads at once (MiniMax-M2), whose
+#: statistics a tensor-parallel rank must all-reduce, since it holds only its own heads.
+QKNorm = Literal["head", "all_heads"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +128,7 @@ class ModelConfig:
     #: KV heads of each layer where they vary (DeciLM's variable GQA); num_kv_heads is
     #: then their largest value. None: every layer has num_kv_heads.
     kv_heads_per_layer: tuple[int, ...] | None = None
+    qk_norm: QKNorm | None = None  # None: queries and keys reach the rotary op unnormalised
 
     def layer_kv_heads(self) -> tuple[int, ...]:
         """KV heads of each layer, in order."""
@@ -192,6 +197,9 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
     if m.position_encoding not in get_args(PositionEncoding):
         raise ModelConfigError(f"{where}: position_encoding must be one of "
                                f"{get_args(PositionEncoding)}, got {show_value(m.position_encoding)}")
+    if m.qk_norm is not None and m.qk_norm not in get_args(QKNorm):
+        raise ModelConfigError(f"{where}: qk_norm must be one of {get_args(QKNorm)} or null, "
+                               f"got {show_value(m.qk_norm)}")
     if m.kv_heads_per_layer is not None:
         _check_kv_heads_per_layer(m, where=where)
     if m.sliding_window is not None and (

@@ -10,7 +10,7 @@ mixers, attention, dense MLPs and MoE, counted from its layer pattern.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from importlib import resources
 from typing import Any
@@ -81,28 +81,40 @@ def family_part(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Bypass:
-    """Ops a model variant leaves out, and the tensor that stands for each one's output."""
+    """Ops a model variant leaves out, the tensor that stands for each one's output, and
+    the ``{placeholders}`` of the ops it keeps, filled."""
 
     ops: dict[str, tuple[str, str]]  # op name -> (its output tensor, the tensor read instead)
+    fill: dict[str, str] = field(default_factory=dict)  # placeholder -> text
+
+
+#: Ranks the query/key norm reduces over: each head's width, or every head of the rank.
+QK_NORM_RANKS = {"head": "e", "all_heads": "gre"}
 
 
 def model_bypass(model: ModelConfig) -> Bypass:
     """What a model leaves out of the shared parts: the ``rope`` op without rotary
-    positions (ALiBi, learned), the FFN pre-norm ``norm2`` in a parallel block (the MLP
-    reads the attention's pre-norm output)."""
+    positions (ALiBi, learned), the ``qk_norm`` op without a query/key norm, the FFN
+    pre-norm ``norm2`` in a parallel block (the MLP reads the attention's pre-norm
+    output); and the ranks its query/key norm reduces over."""
     ops = {}
+    if model.qk_norm is None:
+        ops["qk_norm"] = ("QN", "Q")
     if model.position_encoding != "rope":
-        ops["rope"] = ("QR", "Q")
+        ops["rope"] = ("QR", "Q" if model.qk_norm is None else "QN")
     if model.parallel_block:
         ops["norm2"] = ("N2", "N")
-    return Bypass(ops=ops)
+    fill = {} if model.qk_norm is None else {"qk_norm": QK_NORM_RANKS[model.qk_norm]}
+    return Bypass(ops=ops, fill=fill)
 
 
-NO_BYPASS = Bypass(ops={})
+#: The shared parts as a model without optional ops reads them (no query/key norm): what
+#: a layer parsed without a model's own bypass gets.
+PLAIN = Bypass(ops={"qk_norm": ("QN", "Q")})
 
 
 def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
-                bypass: Bypass = NO_BYPASS) -> LayerSpec:
+                bypass: Bypass = PLAIN) -> LayerSpec:
     """Assemble a layer from YAML parts (ops, fusion, sharding, overlap), in order,
     without the ops ``bypass`` leaves out (their readers read the stand-in tensor)."""
     ops: list[Einsum] = []
@@ -144,6 +156,8 @@ def _parse_op(*, op_name: str, body: Any, norm: str, bypass: Bypass) -> Einsum:
     if not isinstance(body, dict) or "einsum" not in body:
         raise SpecError(f"op {op_name!r}: expected a string or a mapping with 'einsum'")
     text = body["einsum"].replace("{norm}", norm)
+    for placeholder, value in bypass.fill.items():
+        text = text.replace(f"{{{placeholder}}}", value)
     for output, stand_in in bypass.ops.values():
         text = re.sub(rf"\b{output}\[", f"{stand_in}[", text)
     return parse_einsum(
@@ -210,6 +224,7 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     hybrid = model.hybrid
     assert hybrid is not None
     norm = _norm(model)
+    bypass = model_bypass(model)
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     ffn_norm = family_part("ffn_norm")
     kinds: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {
@@ -229,7 +244,8 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     for kind, (parts, sizes) in kinds.items():
         if hybrid.count(kind):
             groups.append(LayerGroup(name=names[kind],
-                                     layer=parse_layer(name=names[kind], parts=parts, norm=norm),
+                                     layer=parse_layer(name=names[kind], parts=parts, norm=norm,
+                                                       bypass=bypass),
                                      count=float(hybrid.count(kind)), window=None, sizes=sizes,
                                      is_moe=kind == "E"))
     return groups

@@ -2,7 +2,9 @@
 
 An op reads like ``Q[b,m,g,r,e] = N[b,m,d] * WQ[d,g,r,e]`` (a contraction: every rank of
 the inputs that is not on the output is summed over) or
-``A[b,m,p,g,r] = softmax_p(S[b,m,p,g,r])`` (a named elementwise/reduction function).
+``A[b,m,p,g,r] = softmax_p(S[b,m,p,g,r])`` (a named elementwise/reduction function; the
+ranks after the underscore are those it reduces over, several for a norm over all heads:
+``rmsnorm_gre``).
 FLOPs and bytes follow from the rank sizes; see :mod:`energylens.cost.work`.
 """
 
@@ -52,7 +54,7 @@ STATE_ELEMENT_BYTES = "state_element_bytes"
 
 _TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"
 _CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?\s*$")
-_FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+?)(?:_([a-z]))?\((.*)\)\s*$")
+_FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+)\((.*)\)\s*$")
 
 
 
@@ -74,7 +76,7 @@ class Einsum:
     inputs: tuple[TensorRef, ...]
     kind: OpKind
     function: str | None = None
-    reduced_rank: str | None = None
+    reduced_ranks: tuple[str, ...] = ()  # ranks a reduction function reduces over
     flops_per_element: float = 0.0
     persistent_output: bool = False
     causal: tuple[str, str] | None = None  # (query rank, key rank) under a causal mask
@@ -103,15 +105,16 @@ def parse_einsum(
     """Parse one op from named-rank notation; raises :class:`SpecError` naming the op."""
     causal_pair = _parse_causal(name=name, causal=causal)
     match = _FUNCTION.match(text)
-    if match and match.group(3) in FUNCTION_FLOPS_PER_ELEMENT:
+    function = _function_name(match.group(3)) if match else None
+    if match and function is not None:
         out = _tensor(match.group(1), match.group(2))
-        args = [_tensor(n, r) for n, r in re.findall(_TENSOR, match.group(5))]
+        args = [_tensor(n, r) for n, r in re.findall(_TENSOR, match.group(4))]
         if not args:
-            raise SpecError(f"op {name!r}: function {match.group(3)} has no tensor argument")
-        kind, flops = FUNCTION_FLOPS_PER_ELEMENT[match.group(3)]
+            raise SpecError(f"op {name!r}: function {function} has no tensor argument")
+        kind, flops = FUNCTION_FLOPS_PER_ELEMENT[function]
         op = Einsum(
-            name=name, output=out, inputs=tuple(args), kind=kind, function=match.group(3),
-            reduced_rank=match.group(4), flops_per_element=flops,
+            name=name, output=out, inputs=tuple(args), kind=kind, function=function,
+            reduced_ranks=tuple(match.group(3)[len(function) + 1:]), flops_per_element=flops,
             persistent_output=persistent_output, causal=causal_pair,
         )
     else:
@@ -130,6 +133,15 @@ def parse_einsum(
     return op
 
 
+def _function_name(called: str) -> str | None:
+    """The function of ``called`` (``silu_mul``, ``softmax_p``: ``softmax`` reducing over
+    p), or None when it names none."""
+    if called in FUNCTION_FLOPS_PER_ELEMENT:
+        return called
+    function, _, ranks = called.rpartition("_")
+    return function if function in FUNCTION_FLOPS_PER_ELEMENT and ranks.isalpha() else None
+
+
 def _parse_causal(*, name: str, causal: str | None) -> tuple[str, str] | None:
     if causal is None:
         return None
@@ -146,8 +158,9 @@ def _check_ranks(op: Einsum) -> None:
             raise SpecError(
                 f"op {op.name!r}: output rank {rank!r} of {op.output.name} is missing from its inputs"
             )
-    if op.reduced_rank and op.reduced_rank not in input_ranks:
-        raise SpecError(f"op {op.name!r}: reduced rank {op.reduced_rank!r} is not an input rank")
+    for rank in op.reduced_ranks:
+        if rank not in input_ranks:
+            raise SpecError(f"op {op.name!r}: reduced rank {rank!r} is not an input rank")
     if op.causal:
         for rank in op.causal:
             if rank not in op.ranks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from energylens.model.config import ModelConfig, MoEConfig
+from energylens.model.config import ModelConfig, MoEConfig, QKNorm
 from energylens.model.hf.reader import HFConfig
 
 
@@ -91,6 +91,32 @@ def plain_decoder_fields(cfg: HFConfig, name: str, *, hidden: int, heads: int, k
         "params_active_published": None,
         "notes": f"loaded from a local HF config.json ({name}); {notes}",
     }
+
+
+#: Families whose attention always normalises each head's query and key (an RMSNorm over
+#: head_dim before the rotary embedding; their config.json has no flag for it): Qwen3
+#: dense and MoE (``q_norm`` / ``k_norm`` of Qwen3Attention), Qwen3.5, Gemma 3.
+HEAD_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text",
+                                "gemma3", "gemma3_text"})
+
+
+def declared_qk_norm(cfg: HFConfig, *, model_type: str) -> QKNorm | None:
+    """The query/key norm of a checkpoint: its family's (:data:`HEAD_QK_NORM_TYPES`), or
+    ``use_qk_norm`` (Llama 4, Cohere, GLM-4.5, MiniMax-M2) over each head, or over all
+    heads at once where ``qk_norm_type`` is ``per_layer`` (MiniMax-M2)."""
+    if model_type in HEAD_QK_NORM_TYPES:
+        return "head"
+    if not cfg.flag("use_qk_norm", False):
+        return None
+    return "all_heads" if cfg.text("qk_norm_type") == "per_layer" else "head"
+
+
+def qk_norm_json(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
+    """The config.json fields :func:`declared_qk_norm` reads ``model.qk_norm`` back from."""
+    if model_type in HEAD_QK_NORM_TYPES or model.qk_norm is None:
+        return {}
+    return {"use_qk_norm": True,
+            "qk_norm_type": "per_layer" if model.qk_norm == "all_heads" else "per_head"}
 
 
 def finish(fields: dict[str, Any]) -> ModelConfig:

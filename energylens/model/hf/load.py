@@ -10,6 +10,7 @@ from typing import Any
 
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, check_model_config, show_value
+from energylens.model.hf.common import declared_qk_norm
 from energylens.model.hf.generic import build_generic
 from energylens.model.hf.quantization import declared_kv_dtype, declared_weight_dtype
 from energylens.model.hf.reader import HFConfig
@@ -58,6 +59,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         model = builder(cfg, name=name, model_type=model_type)
     else:
         model, notes = build_generic(cfg, name=name, model_type=model_type)
+    model = dataclasses.replace(model, qk_norm=declared_qk_norm(cfg, model_type=model_type))
     sections = (top.section("quantization_config"), cfg.section("quantization_config"),
                 _quant_file(path))
     dtype, warning = declared_weight_dtype(*sections)

@@ -6,6 +6,7 @@ from typing import Any
 
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig
+from energylens.model.hf.common import qk_norm_json
 from energylens.model.hf.registry import registered_writers
 
 #: The ``quantization_config`` a checkpoint of each weight dtype declares (what the loader
@@ -30,6 +31,8 @@ def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
         raise ModelConfigError(f"no config.json writer for model_type {model_type!r} "
                                f"(writers: {', '.join(sorted(registered_writers()))})")
     fields = writer(model, model_type=model_type)
+    text = fields.get("text_config")  # a vision-language checkpoint: the decoder's section
+    (text if isinstance(text, dict) else fields).update(qk_norm_json(model, model_type=model_type))
     if model.weight_dtype in QUANTIZATION_CONFIGS:
         fields["quantization_config"] = dict(QUANTIZATION_CONFIGS[model.weight_dtype])
     return fields

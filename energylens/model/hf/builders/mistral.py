@@ -15,8 +15,8 @@ from energylens.model.hf.registry import hf_builder, hf_writer
 def build_mistral(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     """mistral / mixtral / phi3 (fused qkv and gate_up projections, the same shapes):
     ``sliding_window`` (when not null) applies to all layers. minimax_m2: Mixtral's
-    experts (no shared one); its QK norm, partial rotary and MTP modules are named in the
-    notes."""
+    experts (no shared one); its partial rotary and MTP modules are named in the notes
+    (its QK norm over all heads is read by the loader: ``qk_norm``)."""
     f = decoder_fields(cfg, name)
     n = f["num_layers"]
     if cfg.has("sliding_window"):
@@ -32,7 +32,7 @@ def build_mistral(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
             dense_layer_ffn=0,
         )
     if model_type == "minimax_m2":
-        f["notes"] += ("; QK norm not costed; rotary on rotary_dim of each head costed on the "
+        f["notes"] += ("; rotary on rotary_dim of each head costed on the "
                        "whole head; sigmoid routing as plain top-k; MTP modules left out")
     return finish(f)
 
