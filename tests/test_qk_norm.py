@@ -102,3 +102,23 @@ def test_the_loader_reads_the_norm_from_the_family_or_from_use_qk_norm(tmp_path:
                               "qk_norm_type": "per_layer"}) == "all_heads"
     assert load("off", {"model_type": "llama", "use_qk_norm": False,
                         "qk_norm_type": "per_layer"}) is None
+
+
+def test_an_attention_output_gate_adds_its_projection_to_qkv_and_a_product_before_o():
+    """Qwen3.5: the gate's weights (hidden x query width) are read in the fused q/k/v
+    kernel, and a sigmoid product of the attention output feeds the output projection;
+    a model without the gate has neither op."""
+    qwen = get_model("qwen3.5-397b-a17b")
+    assert qwen.attention_output_gate
+    group = next(g for g in build_graph(qwen).groups if g.name == "attention")
+    ops = {op.name: op for op in group.layer.ops}
+    assert ops["o"].inputs[0].name == "OG" and ops["aout"].function == "sigmoid_mul"
+    compiled = compile_layer(layer=group.layer, sizes=dict(group.sizes),
+                             degrees={"tp": 1, "ep": 1, "etp": 1}, fusion=FUSED)
+    qkv = next(k for k in compiled.kernels if k.name == "q+k+v+agate")
+    assert {t.name for t in qkv.reads} >= {"WQ", "WAG"}
+    plain = dataclasses.replace(qwen, attention_output_gate=False)
+    group = next(g for g in build_graph(plain).groups if g.name == "attention")
+    names = {op.name for op in group.layer.ops}
+    assert not names & {"agate", "aout"}
+    assert next(op for op in group.layer.ops if op.name == "o").inputs[0].name == "O"

@@ -27,6 +27,10 @@ FAMILIES = ("dense", "moe", "hybrid")
 #: Weight formats ``models show`` prices (every format a checkpoint name or config selects).
 SHOWN_DTYPES = ("bf16", "fp8", "int4", "nvfp4")
 
+#: How ``models show`` names a query/key norm (ModelConfig.qk_norm).
+_QK_NORM_TEXT = {"head": ", QK norm per head",
+                 "all_heads": ", QK norm over all heads (all-reduced under TP)"}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``models``, ``gpus`` and ``runtimes`` commands."""
@@ -204,7 +208,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         ("family", f"{family_of(model)} ({record['model_type'] or 'config.json'}), "
                    f"{model.num_layers} layers, hidden {model.hidden_size}"),
         ("attention", f"{_attention(model)}, {model.num_heads} heads / {_kv_heads(model)} KV "
-                      f"of {model.head_dim}"),
+                      f"of {model.head_dim}" + _QK_NORM_TEXT.get(model.qk_norm or "", "")),
         ("total parameters", f"{total / 1e9:.2f}B{published}"),
         ("active parameters", f"{active / 1e9:.2f}B per token"),
         ("weights", ", ".join(f"{d} {b / 1e9:.1f} GB" for d, b in sizes["weight_bytes"].items())

@@ -129,6 +129,9 @@ class ModelConfig:
     #: then their largest value. None: every layer has num_kv_heads.
     kv_heads_per_layer: tuple[int, ...] | None = None
     qk_norm: QKNorm | None = None  # None: queries and keys reach the rotary op unnormalised
+    #: A sigmoid gate on the attention output, from a second query-sized projection of the
+    #: layer input (Qwen3-Next, Qwen3.5: ``attn_output_gate``).
+    attention_output_gate: bool = False
 
     def layer_kv_heads(self) -> tuple[int, ...]:
         """KV heads of each layer, in order."""
@@ -152,7 +155,8 @@ _MAY_BE_ZERO = frozenset(
     {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
      "q_lora_rank", "index_heads", "index_head_dim", "index_topk"}
 )
-_BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block"})
+_BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block",
+                          "attention_output_gate"})
 
 
 def _check_fields(obj: ModelConfig | MoEConfig | MLAConfig | HybridConfig, where: str,

@@ -94,10 +94,13 @@ QK_NORM_RANKS = {"head": "e", "all_heads": "gre"}
 
 def model_bypass(model: ModelConfig) -> Bypass:
     """What a model leaves out of the shared parts: the ``rope`` op without rotary
-    positions (ALiBi, learned), the ``qk_norm`` op without a query/key norm, the FFN
+    positions (ALiBi, learned), the ``qk_norm`` op without a query/key norm, the output
+    gate's projection and product (``agate``, ``aout``) without one, the FFN
     pre-norm ``norm2`` in a parallel block (the MLP reads the attention's pre-norm
     output); and the ranks its query/key norm reduces over."""
-    ops = {}
+    ops: dict[str, tuple[str, str]] = {}
+    if not model.attention_output_gate:
+        ops |= {"agate": ("AG", "Q"), "aout": ("OG", "O")}
     if model.qk_norm is None:
         ops["qk_norm"] = ("QN", "Q")
     if model.position_encoding != "rope":
@@ -108,9 +111,9 @@ def model_bypass(model: ModelConfig) -> Bypass:
     return Bypass(ops=ops, fill=fill)
 
 
-#: The shared parts as a model without optional ops reads them (no query/key norm): what
-#: a layer parsed without a model's own bypass gets.
-PLAIN = Bypass(ops={"qk_norm": ("QN", "Q")})
+#: The shared parts as a model without optional ops reads them (no query/key norm, no
+#: output gate): what a layer parsed without a model's own bypass gets.
+PLAIN = Bypass(ops={"qk_norm": ("QN", "Q"), "agate": ("AG", "Q"), "aout": ("OG", "O")})
 
 
 def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
@@ -137,7 +140,7 @@ def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
                     m for m in members if m in kept)
         for item in part.get("overlap", []):
             overlap.append(Overlap(comm_of=item["comm"], with_ops=tuple(item["with"])))
-    names = [op.name for op in ops]
+    names = [op_name for part in parts for op_name in part.get("ops", {})]  # bypassed too
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise SpecError(f"layer {name!r}: op names used twice: {sorted(duplicates)}")

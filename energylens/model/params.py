@@ -26,6 +26,8 @@ def _attention_params(m: ModelConfig, *, kv_heads: int | None = None) -> int:
     q_width = m.num_heads * m.head_dim
     kv_width = (kv_heads or m.num_kv_heads) * m.head_dim
     params = h * (q_width + 2 * kv_width) + q_width * h
+    if m.attention_output_gate:  # the gate's own query-sized projection
+        params += h * q_width
     if m.qkv_bias:
         params += q_width + 2 * kv_width
     return params

@@ -25,6 +25,7 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "layernorm": ("reduction", 6.0),
     "softmax": ("softmax", 5.0),
     "silu_mul": ("elementwise", 5.0),
+    "sigmoid_mul": ("elementwise", 5.0),  # an output gate: x * sigmoid(g)
     "gelu": ("elementwise", 8.0),
     "add": ("elementwise", 1.0),
     "rope": ("elementwise", 3.0),

@@ -112,6 +112,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     moe_flags = _experts(r, f, n)
     if kinds and "linear" in kinds:
         _linear_attention(r, f, kinds, moe_flags)
+    f["attention_output_gate"] = r.cfg.flag("attn_output_gate", False)
     _extras(r)
     return finish(f), r.notes
 
@@ -297,8 +298,6 @@ def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
 def _extras(r: _Reader) -> None:
     """Cost-relevant parts the families do not model, named in the notes."""
     cfg = r.cfg
-    if cfg.flag("attn_output_gate", False) if cfg.has("attn_output_gate") else False:
-        r.notes.append("attention output gate (a second query-sized projection) left out")
     if cfg.has("index_topk"):
         r.notes.append("sparse-attention indexer (top-k key selection) left out: full "
                        "attention over the context")

@@ -43,6 +43,7 @@ def write_qwen3_5(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
         linear_num_key_heads=hybrid.ssm_groups, linear_key_head_dim=hybrid.ssm_state_size,
         linear_conv_kernel_dim=hybrid.conv_kernel,
         mamba_ssm_dtype=STATE_DTYPE_NAMES[hybrid.ssm_state_dtype],
+        attn_output_gate=model.attention_output_gate,
         num_experts=moe.num_experts, num_experts_per_tok=moe.top_k,
         moe_intermediate_size=moe.expert_ffn,
         shared_expert_intermediate_size=moe.shared_expert_ffn)
