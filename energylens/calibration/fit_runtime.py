@@ -391,10 +391,11 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
     """Engine overheads (and effective kernel scales where no table exists) per (runtime,
     GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``."""
     groups = _screened_groups(files, log=log)
+    tables = {key: dict(values) for key, values in fits.values.items()}  # before any bench fit
     for (runtime, gpu), rows in sorted(groups.items()):
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
         target = _constants_runtime(runtime, rows)
-        scales = _kernel_scales(fits, runtime=runtime, gpu=gpu)
+        scales = _kernel_scales(tables, runtime=runtime, gpu=gpu)
         free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
         models: list[str] = []
@@ -453,14 +454,16 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                  note=note)
 
 
-def _kernel_scales(fits: RuntimeFits, *, runtime: str, gpu: str) -> dict[str, float]:
+def _kernel_scales(tables: dict[str, dict[str, float]], *, runtime: str,
+                   gpu: str) -> dict[str, float]:
     """The kernel scales (runtime, GPU) is predicted with: each one fitted on its own
-    tables, else the nearest relative's that was (as :mod:`energylens.calibration.transfer`
-    lends it after the fits), so that the overheads are fitted on the kernel prices the
-    predictions use. Scales no GPU of the chain fitted are left to ``base``."""
+    kernel tables (``tables``: the ``<runtime>/<gpu>`` values of :func:`fit_aic_scales`),
+    else the nearest relative's that was (as :mod:`energylens.calibration.transfer` lends
+    it after the fits), so that the overheads are fitted on the kernel prices the
+    predictions use. Scales no GPU of the chain has from tables are left to ``base``."""
     scales: dict[str, float] = {}
     for owner in (gpu, *lending_relatives(gpu)):
-        known = fits.values.get(runtime_key(runtime=runtime, gpu=owner), {})
+        known = tables.get(runtime_key(runtime=runtime, gpu=owner), {})
         for name in SCALES:
             if name in known and name not in scales:
                 scales[name] = known[name]
