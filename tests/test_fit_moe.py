@@ -71,11 +71,11 @@ def test_no_ratio_without_bf16_rows_to_stand_on() -> None:
 
 def test_the_expert_dtype_picks_its_ratio() -> None:
     constants = KernelConstants(expert_bandwidth_efficiency=0.8, fp8_expert_bandwidth_ratio=0.5,
-                                fp4_expert_bandwidth_ratio=0.25)
+                                fp4_expert_bandwidth_ratio=0.25, int4_expert_bandwidth_ratio=0.75)
     share = {d: expert_bandwidth_efficiency(weight_dtype=d, constants=constants)
              for d in ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4")}
-    assert share == {"bf16": 0.8, "fp16": 0.8, "fp8": 0.4, "nvfp4": 0.2, "mxfp4": 0.2,
-                     "int4": 0.8}
+    assert share == pytest.approx({"bf16": 0.8, "fp16": 0.8, "fp8": 0.4, "nvfp4": 0.2,
+                                   "mxfp4": 0.2, "int4": 0.6})
 
 
 def test_a_lower_fp8_ratio_slows_only_fp8_experts_by_its_stream() -> None:
@@ -248,3 +248,44 @@ def test_a_gpu_whose_floor_was_not_applied_borrows_none_from_its_relative() -> N
     assert shipped["B200"][fp8]["kind"] == "fitted" and shipped["B200"][fp8]["value"] > 0
     assert shipped["B300"][fp8]["value"] == shipped["B200"][fp8]["value"]
     assert default_calibration().kernel("B200").expert_extra_overhead_s == 0.0
+
+
+def test_the_int4_ratio_is_recovered_each_split_from_the_other_and_applied_where_it_helps():
+    """Rows the model made with INT4 experts at 0.5 of the BF16 share, one shape split over
+    tensor- or expert-parallel ranks (as AIConfigurator's Marlin rows are): the ratio comes
+    back, each kind of split predicted from the other, and beats ratio 1; rows made at
+    ratio 1 are not helped by it."""
+    from energylens.calibration.fit_moe import (
+        INT4_FIELD,
+        fit_int4_ratio,
+        int4_ratio_helps,
+    )
+
+    def table(ratio: float) -> MoeTable:
+        truth = replace(KernelConstants(), int4_expert_bandwidth_ratio=ratio)
+        cases = [MoeCase(hidden=7168, inter=2048, top_k=8, experts=384, moe_tp=tp, ep=ep,
+                         weight_dtype="int4", tokens=np.array([16.0, 64.0, 128.0]),
+                         measured_s=np.zeros(3))
+                 for tp, ep in ((1, 1), (1, 4), (1, 8), (2, 1), (4, 1), (8, 1))]
+        return MoeTable(path=Path("synthetic"), gpu=H100.name,
+                        cases=tuple(_measured_with(truth, cases)))
+
+    slow = fit_int4_ratio(table=table(0.5), constants=KernelConstants())
+    assert slow is not None
+    assert slow.values[INT4_FIELD] == pytest.approx(0.5, rel=1e-3)
+    assert slow.leave_out["latency"].mape < 1e-3 and int4_ratio_helps(slow)
+    same = fit_int4_ratio(table=table(1.0), constants=KernelConstants())
+    assert same is not None and not int4_ratio_helps(same)
+    bf16_only = MoeTable(path=Path("synthetic"), gpu=H100.name,
+                         cases=tuple(_measured_with(KernelConstants(),
+                                                    [_case(dtype="bf16", hidden=4096)])))
+    assert fit_int4_ratio(table=bf16_only, constants=KernelConstants()) is None
+
+
+def test_the_measured_blackwell_int4_experts_stream_at_about_half_the_bf16_share():
+    """Marlin's fused MoE, written for Ampere and Hopper, on B200 (AIConfigurator's vLLM
+    0.24 table, Kimi-K2's experts): its shipped calibration prices them at the fitted ratio,
+    H100 at 1 (the ratio did not predict Hopper's held-out splits better)."""
+    calibration = default_calibration()
+    assert 0.3 < calibration.kernel("B200").int4_expert_bandwidth_ratio < 0.7
+    assert calibration.kernel("H100-SXM").int4_expert_bandwidth_ratio == 1.0

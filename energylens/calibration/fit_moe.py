@@ -14,6 +14,11 @@ on log latency:
 * ``fp8_expert_bandwidth_ratio``: FP8 experts (128x128-block scales), relative to BF16;
 * ``fp4_expert_bandwidth_ratio``: 4-bit float experts (NVFP4, MXFP4), relative to BF16.
 
+and, applied where it predicts its held-out rows better than ratio 1, on top of the BF16
+share in use (:func:`fit_int4_ratio`): ``int4_expert_bandwidth_ratio``, weight-only INT4
+experts (Kimi-K2.5's compressed-tensors W4A16), which vLLM runs through Marlin's fused MoE
+on every GPU, Blackwell included, where it was written for Ampere and Hopper.
+
 Rows used: gated experts (:data:`NON_GATED_SHAPES` left out), the ``balanced`` routing
 (token i picks experts ik..ik+k-1 mod E, so a rank reads min(E/ep, T k/ep) experts; the
 power-law rows need the draws of the collector), at most :data:`MAX_TOKENS` tokens (the
@@ -77,7 +82,7 @@ from energylens.model.families import family_part, parse_layer
 #: CUTLASS), at 10-15 % of HBM peak where the block-scaled rows of the same shapes reach
 #: 60-80 %; public FP8 MoE checkpoints (DeepSeek-V3/R1, Qwen3, GLM, MiniMax) use blocks.
 TABLE_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "nvfp4",
-                "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4"}
+                "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "int4_wo": "int4"}
 #: Fitted constant -> the weight dtypes whose rows fit it (BF16 first: the ratios use it).
 FIELDS = {"expert_bandwidth_efficiency": ("bf16",),
           "fp8_expert_bandwidth_ratio": ("fp8",),
@@ -85,7 +90,8 @@ FIELDS = {"expert_bandwidth_efficiency": ("bf16",),
 #: Range of each fitted constant: a share of HBM peak cannot pass 1 (weights > L2), nor can
 #: a ratio take the low-precision share past it.
 BOUNDS = {"expert_bandwidth_efficiency": (0.2, 1.0),
-          "fp8_expert_bandwidth_ratio": (0.1, 1.0), "fp4_expert_bandwidth_ratio": (0.1, 1.0)}
+          "fp8_expert_bandwidth_ratio": (0.1, 1.0), "fp4_expert_bandwidth_ratio": (0.1, 1.0),
+          "int4_expert_bandwidth_ratio": (0.1, 1.0)}
 #: The kernels the GPU's constants describe: vLLM's Triton fused MoE (``kernel_source``
 #: ``..._triton_tritonexperts``, and OpenAI's Triton MXFP4 kernels for gpt-oss).
 KERNEL_FAMILY = "triton"
@@ -109,6 +115,12 @@ FP8_FLOOR_FIELD = "fp8_expert_extra_overhead_s"
 FLOOR_FIELDS = {FLOOR_FIELD: ("bf16", "fp8", "nvfp4"), FP8_FLOOR_FIELD: ("fp8",)}
 #: The error of the rows at a floor of 0, reported beside the fit's.
 WITHOUT_FLOOR = "latency_without_floor"
+#: Weight-only INT4 experts: their ratio, the kernels that time them (vLLM's
+#: compressed-tensors WNA16 path, Marlin's fused MoE, on every GPU of the tables), and the
+#: error of their rows at ratio 1, reported beside the fit's.
+INT4_FIELD = "int4_expert_bandwidth_ratio"
+INT4_FAMILY = "marlin"
+AT_RATIO_1 = "latency_at_ratio_1"
 BOUNDS[FLOOR_FIELD] = BOUNDS[FP8_FLOOR_FIELD] = (0.0, 60.0e-6)
 #: Kernels of the ``moe`` family the table's op does not run (router logits are its input).
 NOT_TIMED = ("router", "res2")
@@ -215,7 +227,7 @@ def read_table(*, path: Path, max_tokens: int = MAX_TOKENS, family: str | None =
 
 def _param(name: str, constants: KernelConstants) -> Param:
     low, high = BOUNDS[name]
-    if name in FIELDS and name != "expert_bandwidth_efficiency":  # a share stays below 1
+    if name.endswith("_ratio"):  # a ratio keeps the share it scales below 1
         high = high / constants.expert_bandwidth_efficiency
     return Param(name, min(max(float(getattr(constants, name)), low * 1.01), high * 0.99),
                  low, high)
@@ -234,9 +246,11 @@ def _fit_one(*, name: str, cases: list[MoeCase], gpu: GPU,
 
 
 def _fitted(*, name: str, cases: list[MoeCase], table: MoeTable, gpu: GPU,
-            constants: KernelConstants, leave_out: bool, note: str) -> FitResult:
-    """``name`` fitted on ``cases``, with its error in sample and, where the cases span
-    more than one hidden size, on each half of the hidden sizes fitted on the other."""
+            constants: KernelConstants, leave_out: bool, note: str,
+            halves: tuple[list[MoeCase], list[MoeCase]] | None = None) -> FitResult:
+    """``name`` fitted on ``cases``, with its error in sample and on each of two halves of
+    them fitted on the other: ``halves``, else alternate hidden sizes where the cases span
+    more than one."""
     values, at_bound = _fit_one(name=name, cases=cases, gpu=gpu, constants=constants)
     fitted_constants = replace(constants, **values)
     measured = np.concatenate([c.measured_s for c in cases])
@@ -248,11 +262,13 @@ def _fitted(*, name: str, cases: list[MoeCase], table: MoeTable, gpu: GPU,
                        fitted_on=[str(table.path)], n_points=int(measured.size),
                        at_bound=at_bound, notes=[note])
     hiddens = sorted({c.hidden for c in cases})
-    if leave_out and len(hiddens) > 1:
+    if halves is None and len(hiddens) > 1:
+        first = set(hiddens[::2])
+        halves = ([c for c in cases if c.hidden in first],
+                  [c for c in cases if c.hidden not in first])
+    if leave_out and halves is not None and all(halves):
         held = []
-        for half in (set(hiddens[::2]), set(hiddens[1::2])):
-            train = [c for c in cases if c.hidden in half]
-            test = [c for c in cases if c.hidden not in half]
+        for train, test in (halves, halves[::-1]):
             other, _ = _fit_one(name=name, cases=train, gpu=gpu, constants=constants)
             trial = replace(constants, **other)
             held += [(case_latency_s(case=c, gpu=gpu, constants=trial), c.measured_s)
@@ -280,6 +296,38 @@ def fit_expert_floor(*, table: MoeTable, constants: KernelConstants, field: str 
         np.concatenate([case_latency_s(case=c, gpu=gpu, constants=without) for c in cases]),
         np.concatenate([c.measured_s for c in cases]))
     return result
+
+
+def fit_int4_ratio(*, table: MoeTable, constants: KernelConstants,
+                   leave_out: bool = True) -> FitResult | None:
+    """:data:`INT4_FIELD` on the INT4 experts' rows of ``table`` (read with
+    ``family=INT4_FAMILY``), on top of ``constants`` (the BF16 share in use); None without
+    such rows."""
+    cases = [c for c in table.cases if c.weight_dtype == "int4"]
+    if not cases:
+        return None
+    gpu = load_gpu(table.gpu)
+    # The tables time one INT4 shape (Kimi-K2's experts) split over tensor- or expert-
+    # parallel ranks: where there is no second hidden size, each kind of split is
+    # predicted from a fit on the other.
+    halves = None if len({c.hidden for c in cases}) > 1 else (
+        [c for c in cases if c.moe_tp > 1], [c for c in cases if c.moe_tp == 1])
+    result = _fitted(name=INT4_FIELD, cases=cases, table=table, gpu=gpu, constants=constants,
+                     leave_out=leave_out, halves=halves,
+                     note=f"{len(cases)} shapes of weight-only INT4 experts (Marlin)")
+    at_one = replace(constants, **{INT4_FIELD: 1.0})
+    result.in_sample[AT_RATIO_1] = ErrorStats.of(
+        np.concatenate([case_latency_s(case=c, gpu=gpu, constants=at_one) for c in cases]),
+        np.concatenate([c.measured_s for c in cases]))
+    return result
+
+
+def int4_ratio_helps(result: FitResult) -> bool:
+    """Whether the fitted ratio predicts the rows it was not fitted on (each hidden-size
+    half, or each kind of split, from the other) better than the BF16 share alone (ratio
+    1)."""
+    held = result.leave_out.get("latency") or result.in_sample["latency"]
+    return held.mape < result.in_sample[AT_RATIO_1].mape
 
 
 def floor_helps(result: FitResult) -> bool:

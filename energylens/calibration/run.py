@@ -97,6 +97,12 @@ MOE_NOT_APPLIED = (
     "16.3 % (past its gate); the built-in shares stay until the small-stream efficiency "
     "(memory_half_bytes, at its bound on H100) describes the split shapes")
 
+#: Why an INT4 expert ratio is reported, not applied (``fit_moe.int4_ratio_helps``).
+INT4_NOT_APPLIED = (
+    "its rows, each kind of expert split predicted from a fit on the other, come out no "
+    "closer than at the BF16 share alone (Hopper: Marlin's INT4 experts stream as the "
+    "Triton BF16 ones do, shape for shape)")
+
 #: Why a fused-MoE expert floor is reported, not applied (``fit_moe.floor_helps``).
 FLOOR_NOT_APPLIED = (
     "its rows, each half of the hidden sizes predicted from a fit on the other, come out "
@@ -660,9 +666,16 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
              prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
              leave_out: bool, log: Callable[[str], None]) -> None:
     """The fixed times of one GPU's fused-MoE expert GEMMs from its kernel table (applied
-    where they help), then the fused-MoE HBM share per expert precision: fitted and
-    reported, not applied (``MOE_NOT_APPLIED``)."""
-    from energylens.calibration.fit_moe import FLOOR_FIELDS, FLOOR_TOKENS, fit_moe, read_table
+    where they help), the weight-only INT4 experts' share (applied where it helps), then the
+    fused-MoE HBM share per expert precision: fitted and reported, not applied
+    (``MOE_NOT_APPLIED``)."""
+    from energylens.calibration.fit_moe import (
+        FLOOR_FIELDS,
+        FLOOR_TOKENS,
+        INT4_FAMILY,
+        fit_moe,
+        read_table,
+    )
 
     floor_table = read_table(path=path, max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0.0)
     if floor_table.gpu not in kernels:
@@ -670,6 +683,8 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
     for name in FLOOR_FIELDS:
         _fit_expert_floor(table=floor_table, name=name, kernels=kernels, prov=prov,
                           fits=fits, leave_out=leave_out, log=log)
+    _fit_int4_ratio(table=read_table(path=path, family=INT4_FAMILY), kernels=kernels,
+                    prov=prov, fits=fits, leave_out=leave_out, log=log)
     table = read_table(path=path)
     if not table.cases:
         return  # no rows of the kernels the bandwidth shares describe
@@ -685,13 +700,31 @@ def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
         fits[fit_id]["why_not_applied"] = MOE_NOT_APPLIED
 
 
+def _fit_int4_ratio(*, table: MoeTable, kernels: dict[str, KernelConstants],
+                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                    leave_out: bool, log: Callable[[str], None]) -> None:
+    """The weight-only INT4 experts' share of one GPU, relative to the BF16 share in use:
+    applied where it predicts its held-out rows better than ratio 1, else recorded as 1."""
+    from energylens.calibration.fit_moe import INT4_FIELD, fit_int4_ratio, int4_ratio_helps
+
+    result = fit_int4_ratio(table=table, constants=kernels[table.gpu], leave_out=leave_out)
+    if result is None:
+        return
+    value = result.values[INT4_FIELD]
+    _record_moe_fit(gpu=table.gpu, name=INT4_FIELD, result=result,
+                    applied=int4_ratio_helps(result), neutral=1.0, shown=f"{value:.3f}",
+                    leave_out_kind="leave_one_hidden_half_or_split_out", why=INT4_NOT_APPLIED,
+                    note=f"1: the {value:.3f} fitted predicts its held-out rows worse than the "
+                         "BF16 share alone (why_not_applied)",
+                    kernels=kernels, prov=prov, fits=fits, log=log)
+
+
 def _fit_expert_floor(*, table: MoeTable, name: str, kernels: dict[str, KernelConstants],
                       prov: dict[str, dict[str, dict[str, Any]]],
                       fits: dict[str, dict[str, Any]], leave_out: bool,
                       log: Callable[[str], None]) -> None:
     """One fused-MoE expert floor of ``table``'s GPU: applied where it predicts the rows it
-    was not fitted on better than none, else recorded as 0 (so that no relative's value is
-    borrowed in its place)."""
+    was not fitted on better than none, else recorded as 0."""
     from energylens.calibration.fit_moe import fit_expert_floor, floor_helps
 
     result = fit_expert_floor(table=table, constants=kernels[table.gpu], field=name,
@@ -699,26 +732,38 @@ def _fit_expert_floor(*, table: MoeTable, name: str, kernels: dict[str, KernelCo
     if result is None:
         return
     value = result.values[name]
-    applied = floor_helps(result)
-    log(f"kernels {table.gpu}: {name} = {value * 1e6:.2f} us on {result.n_points} MoE rows"
+    _record_moe_fit(gpu=table.gpu, name=name, result=result, applied=floor_helps(result),
+                    neutral=0.0, shown=f"{value * 1e6:.2f} us",
+                    leave_out_kind="leave_one_hidden_half_out", why=FLOOR_NOT_APPLIED,
+                    note=f"none: the {value * 1e6:.2f} us fitted predicts its held-out rows "
+                         "worse than no floor (why_not_applied)",
+                    kernels=kernels, prov=prov, fits=fits, log=log)
+
+
+def _record_moe_fit(*, gpu: str, name: str, result: FitResult, applied: bool, neutral: float,
+                    shown: str, leave_out_kind: str, why: str, note: str,
+                    kernels: dict[str, KernelConstants],
+                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                    log: Callable[[str], None]) -> None:
+    """Log and report one fused-MoE constant fitted on ``gpu``'s own table, and apply it,
+    or, not applied, record the ``neutral`` value in its place: chosen on this GPU's table,
+    so that a relative's value is never borrowed instead."""
+    value = result.values[name]
+    log(f"kernels {gpu}: {name} = {shown} on {result.n_points} MoE rows"
         + (" (at a bound of its range)" if result.at_bound else "")
         + ("" if applied else " (not applied)"))
-    fit_id = f"aiconfigurator-moe/{table.gpu}/{name}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_hidden_half_out")
+    fit_id = f"aiconfigurator-moe/{gpu}/{name}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind=leave_out_kind)
     fits[fit_id]["values"] = {name: float(f"{value:.6g}")}
     fits[fit_id]["applied"] = applied
-    own = prov.setdefault(f"kernels/{table.gpu}", {})
+    own = prov.setdefault(f"kernels/{gpu}", {})
     if applied:
-        kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
+        kernels[gpu] = replace(kernels[gpu], **result.values)
         own[name] = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
         return
-    fits[fit_id]["why_not_applied"] = FLOOR_NOT_APPLIED
-    kernels[table.gpu] = replace(kernels[table.gpu], **{name: 0.0})
-    # chosen on this GPU's own table (no floor predicts its held-out rows better than the
-    # fitted one), so a relative's value is never borrowed in its place
-    own[name] = _entry(0.0, kind="fitted", fit_id=fit_id, report=fits[fit_id], note=(
-        f"none: the {value * 1e6:.2f} us fitted predicts its held-out rows worse than no "
-        "floor (why_not_applied)"))
+    fits[fit_id]["why_not_applied"] = why
+    kernels[gpu] = replace(kernels[gpu], **{name: neutral})
+    own[name] = _entry(neutral, kind="fitted", fit_id=fit_id, report=fits[fit_id], note=note)
 
 
 def _fit_mla_prompt(*, path: Path, kernels: dict[str, KernelConstants],

@@ -82,6 +82,9 @@ class KernelConstants:
     # (1 = the same share of peak, the smaller weights read in proportionally less time).
     fp8_expert_bandwidth_ratio: float = 1.0
     fp4_expert_bandwidth_ratio: float = 1.0
+    # The same for weight-only INT4 experts (W4A16: GPTQ/AWQ/compressed-tensors, Marlin's
+    # fused MoE), relative to the BF16 share in use.
+    int4_expert_bandwidth_ratio: float = 1.0
 
 
     def for_prompt_attention(self) -> KernelConstants:

@@ -92,7 +92,8 @@ def expert_bandwidth_efficiency(*, weight_dtype: str, constants: KernelConstants
     """The HBM share of fused-MoE kernels whose experts are stored in ``weight_dtype``."""
     ratio = {"fp8": constants.fp8_expert_bandwidth_ratio,
              "nvfp4": constants.fp4_expert_bandwidth_ratio,
-             "mxfp4": constants.fp4_expert_bandwidth_ratio}.get(weight_dtype, 1.0)
+             "mxfp4": constants.fp4_expert_bandwidth_ratio,
+             "int4": constants.int4_expert_bandwidth_ratio}.get(weight_dtype, 1.0)
     return constants.expert_bandwidth_efficiency * ratio
 
 
