@@ -291,11 +291,23 @@ def fit_expert_floor(*, table: MoeTable, constants: KernelConstants, field: str 
     result = _fitted(name=field, cases=cases, table=table, gpu=gpu,
                      constants=constants, leave_out=leave_out,
                      note=f"{len(cases)} shapes of {dtypes} experts at <= {FLOOR_TOKENS} tokens")
-    without = replace(constants, **{field: 0.0})
-    result.in_sample[WITHOUT_FLOOR] = ErrorStats.of(
-        np.concatenate([case_latency_s(case=c, gpu=gpu, constants=without) for c in cases]),
-        np.concatenate([c.measured_s for c in cases]))
+    result.in_sample[WITHOUT_FLOOR] = _error_at(cases=cases, gpu=gpu,
+                                                constants=replace(constants, **{field: 0.0}))
     return result
+
+
+def _error_at(*, cases: list[MoeCase], gpu: GPU, constants: KernelConstants) -> ErrorStats:
+    """The error of ``cases`` priced with ``constants`` (a fit's baseline)."""
+    return ErrorStats.of(
+        np.concatenate([case_latency_s(case=c, gpu=gpu, constants=constants) for c in cases]),
+        np.concatenate([c.measured_s for c in cases]))
+
+
+def _beats(result: FitResult, baseline: str) -> bool:
+    """Whether ``result`` predicts the rows it was not fitted on (in sample where none were
+    held out) better than its ``baseline`` error."""
+    held = result.leave_out.get("latency") or result.in_sample["latency"]
+    return held.mape < result.in_sample[baseline].mape
 
 
 def fit_int4_ratio(*, table: MoeTable, constants: KernelConstants,
@@ -315,10 +327,8 @@ def fit_int4_ratio(*, table: MoeTable, constants: KernelConstants,
     result = _fitted(name=INT4_FIELD, cases=cases, table=table, gpu=gpu, constants=constants,
                      leave_out=leave_out, halves=halves,
                      note=f"{len(cases)} shapes of weight-only INT4 experts (Marlin)")
-    at_one = replace(constants, **{INT4_FIELD: 1.0})
-    result.in_sample[AT_RATIO_1] = ErrorStats.of(
-        np.concatenate([case_latency_s(case=c, gpu=gpu, constants=at_one) for c in cases]),
-        np.concatenate([c.measured_s for c in cases]))
+    result.in_sample[AT_RATIO_1] = _error_at(cases=cases, gpu=gpu,
+                                             constants=replace(constants, **{INT4_FIELD: 1.0}))
     return result
 
 
@@ -326,8 +336,7 @@ def int4_ratio_helps(result: FitResult) -> bool:
     """Whether the fitted ratio predicts the rows it was not fitted on (each hidden-size
     half, or each kind of split, from the other) better than the BF16 share alone (ratio
     1)."""
-    held = result.leave_out.get("latency") or result.in_sample["latency"]
-    return held.mape < result.in_sample[AT_RATIO_1].mape
+    return _beats(result, AT_RATIO_1)
 
 
 def floor_helps(result: FitResult) -> bool:
@@ -335,8 +344,7 @@ def floor_helps(result: FitResult) -> bool:
     from the other) better than no floor at all: where one number does not describe the
     GPU's MoE kernels (Blackwell's FP8 path pays 11 us per op more than its BF16 and NVFP4
     ones), it is reported, not applied."""
-    held = result.leave_out.get("latency") or result.in_sample["latency"]
-    return held.mape < result.in_sample[WITHOUT_FLOOR].mape
+    return _beats(result, WITHOUT_FLOOR)
 
 
 def fit_moe(*, table: MoeTable, constants: KernelConstants,
