@@ -147,3 +147,22 @@ def test_a_static_batch_larger_than_the_kv_cache_is_said_to_run_in_waves(capsys)
     waves = -(-512 // int(cap))  # ceil
     assert (f"KV cache full: the 512 sequences per replica run in {waves} waves of at most "
             f"{cap:,.0f}") in out
+
+
+def test_a_load_prediction_reports_its_window_per_kind_of_step_in_seconds(capsys):
+    # Under load the two phases are sums over the run's measured window (steps that carry
+    # prompts, decode-only steps): their wall time is printed in seconds, never as one
+    # request's latency in ms.
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--workload", "load",
+            "--request-rate", "4", "--num-requests", "200", "--input-tokens", "512",
+            "--output-tokens", "64"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "per kind of step" in text
+    for label, phase in (("with prompts", "prefill"), ("decode only", "decode")):
+        row = next(line for line in text.splitlines() if label in line)
+        assert f"{out[phase]['latency_s']:,.2f} s" in row
+    # the window spans many requests: far longer than one request's end-to-end latency
+    assert out["prefill"]["latency_s"] + out["decode"]["latency_s"] > 10 * out["e2e_mean_s"]

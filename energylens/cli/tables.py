@@ -46,16 +46,24 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
     for name, value in rows:
         summary.add_row(name, value)
     console.print(summary)
-    breakdown = Table(title="Energy breakdown (J)")
-    for column in ("phase", "latency", "compute", "memory", "communication", "static", "total"):
-        breakdown.add_column(column, justify="right")
-    for name, phase in (("prefill", result.prefill), ("decode", result.decode)):
-        breakdown.add_row(name, f"{phase.latency_s * 1e3:.1f} ms", f"{phase.compute_j:,.1f}",
-                          f"{phase.memory_j:,.1f}", f"{phase.communication_j:,.1f}",
-                          f"{phase.static_j:,.1f}", f"{phase.energy_j:,.1f}")
-    console.print(breakdown)
     from energylens.workloads.load import LoadPrediction
 
+    under_load = isinstance(result, LoadPrediction)
+    # under load the phases are the run's measured window, summed over its steps: the
+    # steps that carry prompts and the decode-only ones, each with its wall time
+    breakdown = Table(title="Energy over the measured window, per kind of step (J)"
+                      if under_load else "Energy breakdown (J)")
+    for column in ("steps" if under_load else "phase", "time" if under_load else "latency",
+                   "compute", "memory", "communication", "static", "total"):
+        breakdown.add_column(column, justify="right")
+    names = ("with prompts", "decode only") if under_load else ("prefill", "decode")
+    for name, phase in zip(names, (result.prefill, result.decode), strict=True):
+        time = (f"{phase.latency_s:,.2f} s" if under_load
+                else f"{phase.latency_s * 1e3:.1f} ms")
+        breakdown.add_row(name, time, f"{phase.compute_j:,.1f}", f"{phase.memory_j:,.1f}",
+                          f"{phase.communication_j:,.1f}", f"{phase.static_j:,.1f}",
+                          f"{phase.energy_j:,.1f}")
+    console.print(breakdown)
     if isinstance(result, LoadPrediction):
         print_load(result.load, console=console)
 
