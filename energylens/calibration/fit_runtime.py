@@ -84,6 +84,9 @@ AIC_GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H2
 #: The all-reduce arrival time (``collective_sync_s``, the sixth coefficient) is free wherever
 #: a group has rows on one GPU and on several (tensor-parallel) of the same runtime, so that
 #: it is not the step overhead under another name; llama.cpp splits layers, no all-reduce.
+#: Where every row all-reduces (vLLM on MI250: two dies per package, so no row runs on one
+#: GPU), it is held at 0 and recorded so: the step overhead carries it, and a relative's
+#: value added after the fit would count it twice.
 Free = tuple[bool, bool, bool, bool, bool, bool]
 LIB_FREE: dict[str, Free] = {
     "llama.cpp": (False, True, True, False, True, False),
@@ -396,7 +399,7 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
         target = _constants_runtime(runtime, rows)
         scales = _kernel_scales(tables, runtime=runtime, gpu=gpu)
-        free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
+        wanted = free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
         models: list[str] = []
         solution = np.zeros(len(COEFFICIENT_CONSTANTS))
@@ -425,6 +428,9 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             continue
         values_out = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
                       for name in COEFFICIENT_CONSTANTS[i]}
+        carried = wanted[5] and not free[5] and bool(np.all(x[:, 5]))
+        if carried:  # held at 0 by the fit: recorded, so that no relative's value is added
+            values_out["collective_sync_s"] = 0.0
         values_out.update({name: scales[name] for i in (0, 1) if free[i]
                            for name in COEFFICIENT_CONSTANTS[i]})
         fitted = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales).with_runtime(
@@ -434,6 +440,10 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             name for name in values_out if name in SCALES and values_out[name] in SCALE_RANGE]
         if bound:
             report["at_bound"] = sorted(set(bound))
+        if carried:
+            report.setdefault("notes", []).append(
+                "collective_sync_s held at 0: every row all-reduces, so the step overhead "
+                "carries the all-reduce arrival time")
         if implausible:
             report.setdefault("notes", []).append(
                 f"{implausible} rows measured faster than 1/{IMPLAUSIBLE:g} of the model's "
