@@ -116,6 +116,28 @@ def test_gh200_is_the_h100_die_with_96_gb_at_4_tb_s() -> None:
     assert gh200.dense_flops_per_s == h100.dense_flops_per_s and gh200.sm_count == 132
 
 
+def test_an_mi250_package_is_two_gpus() -> None:
+    """The bench counts MI250 packages; ROCm shows each of a package's two dies as a GPU
+    (the GPU file describes one die: half the package's 3.28 TB/s and 128 GB)."""
+    gcd = load_gpu("MI250")
+    assert gcd.hbm_bandwidth_bytes_per_s == pytest.approx(3.2768e12 / 2)
+    assert gcd.hbm_capacity_bytes == pytest.approx(128e9 / 2)
+    row = {"Hardware": "AMD MI250 GPU", "Num of Hardware": 2, "Input Output Length": 128,
+           "Batch Size": 16}
+    vllm, llama = (bench_setup({**row, "Framework": f}) for f in ("vLLM", "llama.cpp"))
+    assert (vllm.deployment.tp, vllm.deployment.num_gpus) == (4, 4)
+    assert (llama.deployment.pp, llama.deployment.num_gpus) == (4, 4)
+    other = bench_setup({**row, "Hardware": "AMD MI300X GPU", "Framework": "vLLM"})
+    assert other.deployment.tp == 2  # a single-die GPU counts as itself
+    # The rows agree: vLLM decodes Llama-2-7B on one package faster than one die could read
+    # its 13.5 GB of weights once per step.
+    one = next(r for r in _rows() if r["Hardware"] == "AMD MI250 GPU" and r["Framework"] == "vLLM"
+               and r["Model"] == "meta-llama/Llama-2-7b-hf" and r["Num of Hardware"] == "1"
+               and r["Batch Size"] == "1" and r["Input Output Length"] == "1024")
+    per_step_s = float(one["Latency"]) / (2 * 1024)
+    assert per_step_s < 13.5e9 / gcd.hbm_bandwidth_bytes_per_s
+
+
 def _sample(tmp_path: Path) -> Path:
     """Two rows of each (framework, hardware): the first and the largest batch."""
     rows = _rows()

@@ -29,6 +29,7 @@ from energylens.cost.work import DTYPE_BYTES
 from energylens.errors import EnergyLensError
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import bench_gpu
+from energylens.measurements.inference_bench import bench_devices
 from energylens.model.config import ModelConfig
 from energylens.model.params import parameter_count
 from energylens.model.zoo import get_model
@@ -76,7 +77,7 @@ def floor_s(*, model: str, gpu: str, devices: int, output_tokens: int) -> float 
 def row_floor_s(values: Mapping[str, Any]) -> float | None:
     """The floor of one bench row's ``input``; None when its model or GPU is unknown."""
     return floor_s(model=str(values["Model"]), gpu=bench_gpu(str(values["Hardware"])),
-                   devices=int(values["Num of Hardware"]),
+                   devices=bench_devices(values),
                    output_tokens=int(values["Input Output Length"]))
 
 

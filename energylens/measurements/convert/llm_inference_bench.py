@@ -1,7 +1,8 @@
 """Argonne LLM-Inference-Bench ``All_results.csv`` / ``power_results.csv`` -> ``batch`` rows.
 
 A row is one static batch of ``Batch Size`` requests with ``Input Output Length`` tokens
-in and out on ``Num of Hardware`` GPUs (tensor parallel): ``Latency`` is the whole batch
+in and out on ``Num of Hardware`` GPUs (tensor parallel; an MI250 package counts as its two
+GPUs, :data:`~energylens.measurements.inference_bench.DEVICES_PER_UNIT`): ``Latency`` is the whole batch
 end to end (``e2e_s``), ``Throughput`` input + output tokens per second
 (``total_tokens_per_s``), ``avg_power`` (mW in the file) the board power (``power_w``).
 
@@ -44,10 +45,12 @@ from energylens.measurements.formats import (
     load_measurements,
 )
 from energylens.measurements.inference_bench import (
+    DEVICES_PER_UNIT,
     IDENTICAL_PROMPTS,
     RELEASES,
     RUNTIMES,
     UnmodelledFramework,
+    bench_devices,
     bench_setup,
 )
 
@@ -71,7 +74,7 @@ def convert(path: Path, options: Options) -> Converted:
     single = 0
     for row in load_measurements(format="llm-inference-bench", path=path, gpu=options.gpu).rows:
         v, m = row.input, row.measured
-        n, tokens = int(v["Num of Hardware"]), int(v["Input Output Length"])
+        n, tokens = bench_devices(v), int(v["Input Output Length"])
         batch = int(v["Batch Size"])
         one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
         try:
@@ -113,7 +116,8 @@ def _convert_ttft(path: Path) -> Converted:
         framework = row["Framework"]
         if RUNTIMES.get(framework) == "llama.cpp":  # its Batch Size is the prompt pass size
             raise _fail(path, f"row {n}: llama.cpp time-to-first-token rows are not read")
-        gpus = _count(path, "Num of Hardware", row["Num of Hardware"], n)
+        gpus = _count(path, "Num of Hardware", row["Num of Hardware"], n) \
+            * DEVICES_PER_UNIT.get(row["Hardware"], 1)
         out.rows.append({
             "model": row["Model"], "gpu": bench_gpu(row["Hardware"]), "num_gpus": gpus,
             "tp": gpus, "framework": AMBIGUOUS.get(framework, framework),
