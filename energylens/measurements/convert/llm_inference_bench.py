@@ -2,7 +2,7 @@
 
 A row is one static batch of ``Batch Size`` requests with ``Input Output Length`` tokens
 in and out on ``Num of Hardware`` GPUs (tensor parallel; an MI250 package counts as its two
-GPUs, :data:`~energylens.measurements.inference_bench.DEVICES_PER_UNIT`): ``Latency`` is the whole batch
+GPUs, :func:`~energylens.measurements.inference_bench.bench_devices`): ``Latency`` is the whole batch
 end to end (``e2e_s``), ``Throughput`` input + output tokens per second
 (``total_tokens_per_s``), ``avg_power`` (mW in the file) the board power (``power_w``).
 
@@ -45,7 +45,6 @@ from energylens.measurements.formats import (
     load_measurements,
 )
 from energylens.measurements.inference_bench import (
-    DEVICES_PER_UNIT,
     IDENTICAL_PROMPTS,
     RELEASES,
     RUNTIMES,
@@ -116,8 +115,9 @@ def _convert_ttft(path: Path) -> Converted:
         framework = row["Framework"]
         if RUNTIMES.get(framework) == "llama.cpp":  # its Batch Size is the prompt pass size
             raise _fail(path, f"row {n}: llama.cpp time-to-first-token rows are not read")
-        gpus = _count(path, "Num of Hardware", row["Num of Hardware"], n) \
-            * DEVICES_PER_UNIT.get(row["Hardware"], 1)
+        gpus = bench_devices({"Hardware": row["Hardware"],
+                              "Num of Hardware": _count(path, "Num of Hardware",
+                                                        row["Num of Hardware"], n)})
         out.rows.append({
             "model": row["Model"], "gpu": bench_gpu(row["Hardware"]), "num_gpus": gpus,
             "tp": gpus, "framework": AMBIGUOUS.get(framework, framework),
