@@ -106,6 +106,19 @@ def test_an_unknown_model_is_one_line_with_three_names(capsys) -> None:
     assert len(err) == 1 and err[0].count(",") >= 2 and "llama-3.1-8b" in err[0]
 
 
+def test_the_gpu_list_says_whose_data_each_gpus_constants_come_from(capsys) -> None:
+    """A GPU that borrows from a relative but has measurements of its own (B200: serving
+    rows, kernel tables) has constants of its own; one without any data (B300) has none,
+    only borrowed ones; the reference GPU (H100 SXM) has more of its own than it borrows."""
+    listed = {g["name"]: g["constants"] for g in _json(capsys, "gpus", "--json")["gpus"]}
+    assert listed["B200"]["own"] > 0 and listed["B200"]["borrowed"] > 0
+    assert listed["B300"]["own"] == 0 and listed["B300"]["borrowed"] > 0
+    assert listed["H100-SXM"]["own"] > listed["H100-SXM"]["borrowed"]
+    assert main(["gpus"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "B300" in line)
+    assert "0 own" in row and "borrowed (B200)" in row
+
+
 def test_gpus_list_and_show_every_number_with_its_source(capsys) -> None:
     listed = _json(capsys, "gpus", "--json")
     assert [g["name"] for g in listed["gpus"]] == [g.name for g in list_gpus()]

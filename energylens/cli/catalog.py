@@ -262,12 +262,43 @@ def _shown(key: str, value: float) -> str:
     return f"{value:g}"
 
 
+def constant_origins(document: dict[str, Any], *, gpu: str) -> dict[str, int]:
+    """How many of ``gpu``'s constants in a calibration ``document`` (kernels, links,
+    every runtime's section) are its own (``fitted`` or ``measured`` on its data),
+    ``borrowed`` (``assumed``: a relative's value or a profile's prior) or built-in
+    ``default``."""
+    sections = [(document.get("kernels") or {}).get(gpu) or {}]
+    sections += [v for k, v in (document.get("links") or {}).items()
+                 if k.split(":")[0] == gpu and isinstance(v, dict)]
+    sections += [(by_gpu or {}).get(gpu) or {} for by_gpu in (document.get("runtimes") or {}).values()]
+    counts = {"own": 0, "borrowed": 0, "default": 0}
+    for section in sections:
+        for entry in section.values():
+            if isinstance(entry, dict) and "kind" in entry:
+                kind = entry["kind"]
+                key = "own" if kind in ("fitted", "measured") else (
+                    "borrowed" if kind == "assumed" else "default")
+                counts[key] += 1
+    return counts
+
+
+def _origins_cell(gpu: GPU, document: dict[str, Any]) -> str:
+    counts = constant_origins(document, gpu=gpu.name)
+    relative = f" ({gpu.borrows_from})" if gpu.borrows_from and counts["borrowed"] else ""
+    return f"{counts['own']} own, {counts['borrowed']} borrowed{relative}"
+
+
 def _cmd_gpus(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from energylens.calibration.file import calibration_document, default_calibration
+
     gpus = list_gpus()
+    document = calibration_document(default_calibration())
     if args.json:
-        print(json.dumps({"gpus": [_gpu_record(g) for g in gpus]}))
+        print(json.dumps({"gpus": [{**_gpu_record(g),
+                                    "constants": constant_origins(document, gpu=g.name)}
+                                   for g in gpus]}))
         return 0
     table = Table(title="GPUs (dense rates; link bandwidth per direction; GB = 10^9 bytes)")
     for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB", "HBM TB/s",
@@ -284,10 +315,11 @@ def _cmd_gpus(args: argparse.Namespace) -> int:
                       gpu.intra_node.kind, str(gpu.gpus_per_node),
                       f"{gpu.intra_node.bandwidth_bytes_per_s / 1e9:.0f}",
                       f"{gpu.inter_node.bandwidth_bytes_per_s / 1e9:.0f}",
-                      f"{gpu.price_per_hour:.2f}",
-                      f"borrowed from {gpu.borrows_from}" if gpu.borrows_from else "measured")
+                      f"{gpu.price_per_hour:.2f}", _origins_cell(gpu, document))
     table.caption = ("GPUs: the scale-up domain (NVLink/xGMI); groups larger than it use the "
-                     "scale-out network. 'energylens gpus show NAME' gives every source.")
+                     "scale-out network. constants: the shipped calibration's for the GPU, "
+                     "fitted or measured on its own data, or borrowed (its declared relative's "
+                     "value, a profile's prior). 'energylens gpus show NAME' gives every source.")
     console().print(table)
     return 0
 
