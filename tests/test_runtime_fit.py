@@ -297,6 +297,53 @@ def test_vllm_bench_overheads_go_to_its_legacy_sections_which_only_early_release
     assert other.runtime(runtime="vllm", gpu="B200") == base.runtime(runtime="vllm", gpu="B200")
 
 
+def test_vllm_v0s_unsplit_attention_share_is_recovered_and_none_where_rows_show_none(
+        tmp_path: Path) -> None:
+    """Rows the model generated with V0's v1 paged attention at 0.3 of HBM peak (MI300X,
+    one GPU, 16-64 sequences: 32-64 of them exceed 512 sequences x query heads) give back
+    0.3 from the grid and the overheads; rows generated without it keep none."""
+    shipped = default_calibration()
+    base = replace(shipped, runtimes={k: v for k, v in shipped.runtimes.items()
+                                      if "@legacy/" not in k})
+    grid = [(m, 1, b, t) for m in ("llama-2-7b", "llama-3-8b")
+            for b in (1, 16, 32, 64) for t in (256, 1024)]
+    for share in (0.3, 0.0):
+        truth = base.with_runtime(runtime="vllm@legacy", gpu="MI300X", step_overhead_s=4e-3,
+                                  per_sequence_overhead_s=1e-4, v1_kv_bandwidth_share=share)
+        path = _generated(tmp_path, framework="vLLM", runtime="vllm", truth=truth, grid=grid,
+                          hardware=("AMD MI300X GPU", "MI300X"))
+        fits = RuntimeFits()
+        fit_bench(files=[path], base=base, fits=fits)
+        values = fits.values["vllm@legacy/MI300X"]
+        assert values.get("v1_kv_bandwidth_share", 0.0) == share
+        assert values["step_overhead_s"] == pytest.approx(4e-3, rel=0.05)
+        assert values["per_sequence_overhead_s"] == pytest.approx(1e-4, rel=0.05)
+
+
+def test_an_unsplit_decode_kernel_is_priced_only_above_its_switch_and_only_in_v0() -> None:
+    """vLLM V0 switches to its v1 kernel above 512 sequences x query heads per GPU:
+    Llama-3-8B (32 query heads) on one GPU at 16 sequences runs v2 and is priced as
+    before; at 32 and 64, v1 at its share is slower; release 0.8.0 on never runs it."""
+    from energylens.deployment import Deployment, Workload
+    from energylens.predict import predict
+
+    cal = default_calibration().with_runtime(runtime="vllm@legacy", gpu="MI300X",
+                                             v1_kv_bandwidth_share=0.0)  # none priced
+    v1 = cal.with_runtime(runtime="vllm@legacy", gpu="MI300X", v1_kv_bandwidth_share=0.28)
+
+    def tpot(calibration, batch: int, version: str) -> float:
+        return predict(model="llama-3-8b", gpu="MI300X",
+                       deployment=Deployment(runtime="vllm", runtime_version=version),
+                       workload=Workload(kind="batch", batch=batch, input_tokens=1024,
+                                         output_tokens=1024),
+                       calibration=calibration).tpot_s
+
+    assert tpot(v1, 16, "0.6") == pytest.approx(tpot(cal, 16, "0.6"))
+    assert tpot(v1, 32, "0.6") > 1.5 * tpot(cal, 32, "0.6")
+    assert tpot(v1, 64, "0.6") > tpot(v1, 32, "0.6")
+    assert tpot(v1, 64, "0.8.0") == pytest.approx(tpot(cal, 64, "0.8.0"))
+
+
 def test_priors_fill_what_nothing_identified_and_leave_vllm_alone() -> None:
     vllm = RuntimeConstants(step_overhead_s=1e-3)
     fitted = RuntimeConstants(step_overhead_s=7e-3)

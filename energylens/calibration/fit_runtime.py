@@ -103,6 +103,12 @@ COEFFICIENT_CONSTANTS = (("gemm_efficiency_scale", "attention_efficiency_scale")
 #: a kernel scale (1/a, 1/b) stays within [0.1, 2].
 LOW = np.array([0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
 HIGH = np.array([10.0, 10.0, 50e-3, 5e-3, 0.5, 1e-3])
+#: HBM shares of an unsplit decode-attention kernel (``paged_attention_v1_above`` in a
+#: profile: vLLM V0's paged attention v1) tried for a legacy section, 0 = not priced; one
+#: is kept where its fit lowers the soft-L1 cost by more than ``V1_MIN_GAIN`` (2: Akaike's
+#: price of a parameter) below the fit without it.
+V1_SHARES = (0.0, 0.15, 0.2, 0.25, 0.3, 0.4, 0.55)
+V1_MIN_GAIN = 2.0
 #: Relative residual beyond which a row counts less (soft-L1 loss): a few rows the static
 #: batch cannot describe (waves of a batch larger than the KV space) must not set the fit.
 ROBUST_SCALE = 0.1
@@ -399,35 +405,27 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         fit_id = f"llm-inference-bench/{runtime}/{gpu}"
         target = _constants_runtime(runtime, rows)
         scales = _kernel_scales(tables, runtime=runtime, gpu=gpu)
-        wanted = free = LIB_FREE.get(runtime, OVERHEADS_ONLY)
-        x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
-        models: list[str] = []
-        solution = np.zeros(len(COEFFICIENT_CONSTANTS))
-        for _ in range(ROUNDS if free[0] or free[1] else 1):
-            cal = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales)
-            priced = [(r, _priced(r, cal, section=target)) for r in rows]
-            pairs = [(r, p) for r, p in priced
-                     if p is not None and p[0] + p[1] <= IMPLAUSIBLE * r.latency_s]
-            implausible = sum(1 for r, p in priced
-                              if p is not None and p[0] + p[1] > IMPLAUSIBLE * r.latency_s)
-            if len(pairs) < 8:
-                break
-            x = _design([r for r, _ in pairs], [p for _, p in pairs])
-            models = [r.model for r, _ in pairs]
-            if not np.any(x[:, 4]):  # no row hands off between stages: nothing to fit
-                free = (*free[:4], False, free[5])
-            if np.all(x[:, 5]) or not np.any(x[:, 5]):  # all-reduces in all rows or none
-                free = (*free[:5], False)
-            solution = _solve(x, free=free)
-            for i in (0, 1):  # fold a (prefill), b (decode) into the scales and re-price
-                for name in COEFFICIENT_CONSTANTS[i] if free[i] else ():
-                    scales[name] = float(np.clip(scales.get(name, 1.0) / solution[i],
-                                                 *SCALE_RANGE))
+        wanted = LIB_FREE.get(runtime, OVERHEADS_ONLY)
+        shares: tuple[float, ...] = V1_SHARES if (target != runtime
+                               and get_runtime(runtime).paged_attention_v1_above) else (0.0,)
+        trials = [_fit_group(rows, base=base if not share else base.with_runtime(
+                      runtime=target, gpu=gpu, v1_kv_bandwidth_share=share),
+                             target=target, gpu=gpu, scales=dict(scales), free=wanted)
+                  for share in shares]
+        chosen = 0
+        for i, trial in enumerate(trials[1:], start=1):
+            if len(trial.x) == len(trials[0].x) and \
+                    trial.cost < trials[chosen].cost - (V1_MIN_GAIN if chosen == 0 else 0.0):
+                chosen = i
+        share = shares[chosen]
+        x, models, solution, free, scales, implausible = trials[chosen].parts
         if len(x) < 8:
             log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
             continue
         values_out = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
                       for name in COEFFICIENT_CONSTANTS[i]}
+        if share:
+            values_out["v1_kv_bandwidth_share"] = share
         carried = wanted[5] and not free[5] and bool(np.all(x[:, 5]))
         if carried:  # held at 0 by the fit: recorded, so that no relative's value is added
             values_out["collective_sync_s"] = 0.0
@@ -435,11 +433,21 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                            for name in COEFFICIENT_CONSTANTS[i]})
         fitted = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales).with_runtime(
             runtime=target, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
+        report_v1: str | None = None
+        if len(shares) > 1:
+            report_v1 = (f"v1_kv_bandwidth_share {share:g} chosen on the grid "
+                         f"{', '.join(f'{v:g}' for v in shares)} (0: not priced; soft-L1 cost "
+                         + ", ".join(f"{t.cost:.1f}" for t in trials) + ")")
         report = _latency_report(rows=rows, calibration=fitted, fit_id=fit_id, files=files)
         bound = _at_bound(solution, free) + [
             name for name in values_out if name in SCALES and values_out[name] in SCALE_RANGE]
         if bound:
             report["at_bound"] = sorted(set(bound))
+        if report_v1 is not None:
+            report.setdefault("notes", []).append(report_v1)
+            if share in (shares[1], shares[-1]):
+                report["at_bound"] = sorted({*report.get("at_bound", []),
+                                             "v1_kv_bandwidth_share"})
         if carried:
             report.setdefault("notes", []).append(
                 "collective_sync_s held at 0: every row all-reduces, so the step overhead "
@@ -462,6 +470,52 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
                     " only (the bench's engine generation)")
         fits.add(runtime=target, gpu=gpu, values=values_out, fit_id=fit_id, report=report,
                  note=note)
+
+
+@dataclass
+class _GroupFit:
+    """One run of the bench fit over a group's rows: the design, models, solution, freed
+    coefficients, kernel scales and rows left out, and its soft-L1 cost."""
+
+    parts: tuple[np.ndarray, list[str], np.ndarray, Free, dict[str, float], int]
+    cost: float
+
+    @property
+    def x(self) -> np.ndarray:
+        """The design matrix (one row per priced bench row)."""
+        return self.parts[0]
+
+
+def _fit_group(rows: list[BenchRow], *, base: Calibration, target: str, gpu: str,
+               scales: dict[str, float], free: Free) -> _GroupFit:
+    """The linear bench fit of ``rows`` on ``base`` (kernel scales re-priced where free)."""
+    x = np.zeros((0, len(COEFFICIENT_CONSTANTS)))
+    models: list[str] = []
+    solution = np.zeros(len(COEFFICIENT_CONSTANTS))
+    implausible = 0
+    for _ in range(ROUNDS if free[0] or free[1] else 1):
+        cal = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales)
+        priced = [(r, _priced(r, cal, section=target)) for r in rows]
+        pairs = [(r, p) for r, p in priced
+                 if p is not None and p[0] + p[1] <= IMPLAUSIBLE * r.latency_s]
+        implausible = sum(1 for r, p in priced
+                          if p is not None and p[0] + p[1] > IMPLAUSIBLE * r.latency_s)
+        if len(pairs) < 8:
+            break
+        x = _design([r for r, _ in pairs], [p for _, p in pairs])
+        models = [r.model for r, _ in pairs]
+        if not np.any(x[:, 4]):  # no row hands off between stages: nothing to fit
+            free = (*free[:4], False, free[5])
+        if np.all(x[:, 5]) or not np.any(x[:, 5]):  # all-reduces in all rows or none
+            free = (*free[:5], False)
+        solution = _solve(x, free=free)
+        for i in (0, 1):  # fold a (prefill), b (decode) into the scales and re-price
+            for name in COEFFICIENT_CONSTANTS[i] if free[i] else ():
+                scales[name] = float(np.clip(scales.get(name, 1.0) / solution[i],
+                                             *SCALE_RANGE))
+    z = ((x @ solution - 1.0) / ROBUST_SCALE) ** 2 if len(x) else np.zeros(0)
+    cost = float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))  # least_squares' soft_l1
+    return _GroupFit(parts=(x, models, solution, free, scales, implausible), cost=cost)
 
 
 def _kernel_scales(tables: dict[str, dict[str, float]], *, runtime: str,

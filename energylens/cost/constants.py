@@ -37,6 +37,12 @@ class KernelConstants:
     # Fused attention's fixed time per work tile, one (sequence, KV head) pair, amortised
     # over the SMs: page-table walk, prologue, split-KV reduction (0 = none, assumed).
     attention_tile_s: float = 0.0
+    # An unsplit decode-attention kernel (vLLM V0's paged attention v1), used where a step's
+    # sequences x query heads per GPU exceed ``v1_query_tiles_above``: one work-group per
+    # sequence and query head streams the whole context, the cache read once per query head
+    # at this share of HBM peak (0 = never; set per runtime release by ``calibration_for``).
+    v1_kv_bandwidth_share: float = 0.0
+    v1_query_tiles_above: float = 0.0
     # HBM fraction of BF16 fused-MoE GEMMs' large streams (assumed; calibration/fit_moe.py
     # fits it on AIConfigurator's vLLM MoE tables and reports it, not yet applied)
     expert_bandwidth_efficiency: float = 0.80
@@ -146,6 +152,9 @@ class RuntimeConstants:
     # KV reads of a model with one query head per KV head (MHA: a decode kernel of its own
     # in some engines; 0 = the grouped-query scale above).
     mha_kv_bandwidth_scale: float = 0.0
+    # HBM share of an unsplit decode-attention kernel that reads the cache once per query
+    # head (releases with ``paged_attention_v1_above``; 0 = none fitted: never priced).
+    v1_kv_bandwidth_share: float = 0.0
     # Fused-MoE kernels' HBM share relative to the GPU's (0 = the weight-stream scale above).
     expert_bandwidth_scale: float = 0.0
 

@@ -390,7 +390,30 @@ def _memory_s(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size], nbyte
     if plan.tile_ranks and constants.attention_tile_s:
         tiles = rank_product(plan.tile_ranks, {**plan.tile_sizes, **phase})
         time = time + tiles * constants.attention_tile_s
+    if plan.tile_ranks and constants.v1_kv_bandwidth_share:
+        time = _unsplit_decode_s(plan=plan, phase=phase, nbytes=nbytes, gpu=gpu,
+                                 constants=constants, split_s=time)
     return time
+
+
+def _unsplit_decode_s(*, plan: KernelPlan, phase: dict[str, Size], nbytes: Size, gpu: GPU,
+                      constants: KernelConstants, split_s: Size) -> Size:
+    """A decode step's fused attention where the runtime switches to its unsplit kernel
+    (sequences x query heads per GPU above ``v1_query_tiles_above``): one work-group per
+    sequence and query head, the cache read once per query head (``r`` times a grouped KV
+    head's bytes) at ``v1_kv_bandwidth_share`` of HBM peak; ``split_s`` elsewhere."""
+    group = next((item.local["r"] for item in plan.ops if item.op.causal and "r" in item.local),
+                 1)
+    query_tiles = rank_product(plan.tile_ranks, {**plan.tile_sizes, **phase}) * group
+    unsplit_s = nbytes * group / (gpu.hbm_bandwidth_bytes_per_s
+                                  * constants.v1_kv_bandwidth_share)
+    decode = phase.get("m", 1.0)
+    if _scalar(decode, query_tiles, split_s):
+        use = decode <= 1.0 and query_tiles > constants.v1_query_tiles_above
+        return unsplit_s if use else split_s
+    use_v1 = (np.asarray(decode) <= 1.0) & (np.asarray(query_tiles)
+                                             > constants.v1_query_tiles_above)
+    return np.where(use_v1, unsplit_s, split_s)
 
 
 def _bandwidth_efficiency(*, plan: KernelPlan, kernel: Kernel, nbytes: Size,

@@ -108,8 +108,10 @@ MEMORY_SHARES = ("hbm", "free", "static")
 LEGACY_SUFFIX = "@legacy"
 
 #: The constants a ``@legacy`` section holds for its runtime's earlier releases: the CPU
-#: work per step and per sequence, and the all-reduce arrival time of a real step.
-LEGACY_FIELDS = ("step_overhead_s", "per_sequence_overhead_s", "collective_sync_s")
+#: work per step and per sequence, the all-reduce arrival time of a real step, and the HBM
+#: share of its unsplit decode-attention kernel (``paged_attention_v1_above``).
+LEGACY_FIELDS = ("step_overhead_s", "per_sequence_overhead_s", "collective_sync_s",
+                 "v1_kv_bandwidth_share")
 
 #: Every fact of a profile and how its YAML value is read.
 _FACTS: dict[str, Callable[[Any], Any]] = {
@@ -133,6 +135,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "overlap_scheduler_since": _release,
     "overlap_scheduler_with_pp": bool,
     "legacy_overheads_until": _release,
+    "paged_attention_v1_above": _optional_float,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -187,6 +190,9 @@ class RuntimeProfile:
     overlap_scheduler_with_pp: bool  # whether it stays on under pipeline parallelism
     legacy_overheads_until: str | None  # releases before it take the LEGACY_FIELDS of the
     # calibration's ``<name>@legacy`` sections (None: one set for all releases)
+    paged_attention_v1_above: float | None  # before ``legacy_overheads_until``, decode
+    # attention above this many sequences x query heads per GPU runs an unsplit kernel that
+    # reads the cache once per query head, at the @legacy section's ``v1_kv_bandwidth_share``
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -416,6 +422,8 @@ class RuntimeProfile:
             out = _with_values(out, self.name, gpu,
                                tuple((name, getattr(legacy, name)) for name in LEGACY_FIELDS))
             c = out.runtime(runtime=self.name, gpu=gpu)
+            if c.v1_kv_bandwidth_share > 0.0 and self.paged_attention_v1_above is not None:
+                out = _with_v1(out, gpu, c.v1_kv_bandwidth_share, self.paged_attention_v1_above)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
         if (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0) \
@@ -461,6 +469,14 @@ def _with_values(calibration: Calibration, runtime: str, gpu: str,
                  values: tuple[tuple[str, float], ...]) -> Calibration:
     """``calibration`` with these (runtime, GPU) constants (one copy per calibration)."""
     return calibration.with_runtime(runtime=runtime, gpu=gpu, **dict(values))
+
+
+@lru_cache(maxsize=64)
+def _with_v1(calibration: Calibration, gpu: str, share: float, above: float) -> Calibration:
+    """``calibration`` with ``gpu``'s decode attention above ``above`` sequences x query
+    heads run as an unsplit kernel reading the cache once per query head at ``share`` of
+    HBM peak."""
+    return calibration.with_kernel(gpu, v1_kv_bandwidth_share=share, v1_query_tiles_above=above)
 
 
 @lru_cache(maxsize=64)
