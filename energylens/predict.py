@@ -112,7 +112,10 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
                                           version=deployment.runtime_version,
                                           pp=deployment.pp,
                                           mha=model.mla is None
-                                          and model.num_kv_heads == model.num_heads)
+                                          and model.num_kv_heads == model.num_heads,
+                                          paged_decode=runtime.decodes_paged(
+                                              gpu_vendor=gpu.vendor,
+                                              sliding_window=model.sliding_window is not None))
     constants = calibration.kernel(gpu.name)
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,

@@ -78,7 +78,7 @@ def test_a_legacy_section_is_forgotten_with_its_runtime() -> None:
                                  gpu="H100-SXM")
     assert forgotten == {name: _entry("vllm", "H100-SXM", name)["value"]
                          for name in ("step_overhead_s", "per_sequence_overhead_s",
-                                      "collective_sync_s")}
+                                      "collective_sync_s", "v1_kv_bandwidth_share")}
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="vllm@legacy",
                                  gpu="GH200")
     assert forgotten["step_overhead_s"] == _entry("vllm@legacy", "H100-SXM",

@@ -315,9 +315,18 @@ def test_vllm_v0s_unsplit_attention_share_is_recovered_and_none_where_rows_show_
         fits = RuntimeFits()
         fit_bench(files=[path], base=base, fits=fits)
         values = fits.values["vllm@legacy/MI300X"]
-        assert values.get("v1_kv_bandwidth_share", 0.0) == share
+        # none is recorded too (the rows tell it), so that no relative's share fills it in
+        assert values["v1_kv_bandwidth_share"] == share
         assert values["step_overhead_s"] == pytest.approx(4e-3, rel=0.05)
         assert values["per_sequence_overhead_s"] == pytest.approx(1e-4, rel=0.05)
+    # rows that never pass the switch (at most 16 sequences x 32 heads) cannot tell a share:
+    # none recorded, a relative's may be borrowed
+    path = _generated(tmp_path, framework="vLLM", runtime="vllm", truth=truth,
+                      grid=[row for row in grid if row[2] <= 16],
+                      hardware=("AMD MI300X GPU", "MI300X"))
+    fits = RuntimeFits()
+    fit_bench(files=[path], base=base, fits=fits)
+    assert "v1_kv_bandwidth_share" not in fits.values["vllm@legacy/MI300X"]
 
 
 def test_an_unsplit_decode_kernel_is_priced_only_above_its_switch_and_only_in_v0() -> None:
@@ -342,6 +351,41 @@ def test_an_unsplit_decode_kernel_is_priced_only_above_its_switch_and_only_in_v0
     assert tpot(v1, 32, "0.6") > 1.5 * tpot(cal, 32, "0.6")
     assert tpot(v1, 64, "0.6") > tpot(v1, 32, "0.6")
     assert tpot(v1, 64, "0.8.0") == pytest.approx(tpot(cal, 64, "0.8.0"))
+
+
+def test_v0_on_nvidia_runs_its_paged_attention_only_for_a_sliding_window_model() -> None:
+    """On NVIDIA, V0 decodes with FlashAttention (no v1 switch) unless the model has a
+    sliding window, whose backend falls back to the paged-attention kernel: an H100 v1
+    share slows Mistral-7B-v0.1 (4,096-token window) at 32 sequences, not Llama-3-8B of
+    the same KV size; on ROCm both switch."""
+    from energylens.deployment import Deployment, Workload
+    from energylens.predict import predict
+
+    vllm = get_runtime("vllm")
+    assert not vllm.decodes_paged(gpu_vendor="nvidia", sliding_window=False)
+    assert vllm.decodes_paged(gpu_vendor="nvidia", sliding_window=True)
+    assert vllm.decodes_paged(gpu_vendor="amd", sliding_window=False)
+
+    cal = default_calibration()
+    for gpu in ("H100-SXM", "MI300X"):
+        cal = cal.with_runtime(runtime="vllm@legacy", gpu=gpu, v1_kv_bandwidth_share=0.0)
+    shared = cal
+    for gpu in ("H100-SXM", "MI300X"):
+        shared = shared.with_runtime(runtime="vllm@legacy", gpu=gpu, v1_kv_bandwidth_share=0.3)
+
+    def tpot(calibration, model: str, gpu: str) -> float:
+        return predict(model=model, gpu=gpu,
+                       deployment=Deployment(runtime="vllm", runtime_version="0.6"),
+                       workload=Workload(kind="batch", batch=32, input_tokens=1024,
+                                         output_tokens=1024),
+                       calibration=calibration).tpot_s
+
+    assert tpot(shared, "llama-3-8b", "H100-SXM") == pytest.approx(
+        tpot(cal, "llama-3-8b", "H100-SXM"))
+    assert tpot(shared, "mistral-7b-v0.1", "H100-SXM") > 1.5 * tpot(cal, "mistral-7b-v0.1",
+                                                                      "H100-SXM")
+    for model in ("llama-3-8b", "mistral-7b-v0.1"):
+        assert tpot(shared, model, "MI300X") > 1.5 * tpot(cal, model, "MI300X")
 
 
 def test_priors_fill_what_nothing_identified_and_leave_vllm_alone() -> None:

@@ -107,7 +107,7 @@ HIGH = np.array([10.0, 10.0, 50e-3, 5e-3, 0.5, 1e-3])
 #: profile: vLLM V0's paged attention v1) tried for a legacy section, 0 = not priced; one
 #: is kept where its fit lowers the soft-L1 cost by more than ``V1_MIN_GAIN`` (2: Akaike's
 #: price of a parameter) below the fit without it.
-V1_SHARES = (0.0, 0.15, 0.2, 0.25, 0.3, 0.4, 0.55)
+V1_SHARES = (0.0, 0.15, 0.2, 0.25, 0.3, 0.4, 0.55, 0.75, 0.95)
 V1_MIN_GAIN = 2.0
 #: Relative residual beyond which a row counts less (soft-L1 loss): a few rows the static
 #: batch cannot describe (waves of a batch larger than the KV space) must not set the fit.
@@ -424,7 +424,9 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             continue
         values_out = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
                       for name in COEFFICIENT_CONSTANTS[i]}
-        if share:
+        if share or any(abs(t.cost - trials[0].cost) > V1_MIN_GAIN for t in trials[1:]):
+            # a share, or none where some share's fit differs (the rows tell: recorded, so
+            # that no relative's share is filled in); unrecorded where no row decides
             values_out["v1_kv_bandwidth_share"] = share
         carried = wanted[5] and not free[5] and bool(np.all(x[:, 5]))
         if carried:  # held at 0 by the fit: recorded, so that no relative's value is added

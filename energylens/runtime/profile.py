@@ -136,6 +136,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "overlap_scheduler_with_pp": bool,
     "legacy_overheads_until": _release,
     "paged_attention_v1_above": _optional_float,
+    "flash_decode_vendors": _strings,
     "parallelism": _strings,
     "gpu_vendors": _strings,
     "expert_parallel_layout": str,
@@ -193,6 +194,8 @@ class RuntimeProfile:
     paged_attention_v1_above: float | None  # before ``legacy_overheads_until``, decode
     # attention above this many sequences x query heads per GPU runs an unsplit kernel that
     # reads the cache once per query head, at the @legacy section's ``v1_kv_bandwidth_share``
+    flash_decode_vendors: frozenset[str]  # GPU vendors on which those releases decode with
+    # FlashAttention instead (no switch), except for a model with a sliding window
     parallelism: frozenset[str]  # parallel dimensions it supports (PARALLEL_DIMS)
     gpu_vendors: frozenset[str]  # GPU vendors it runs on (the GPU files' ``vendor``)
     expert_parallel_layout: str  # "tensor-parallel-attention" or "all-to-all"
@@ -389,9 +392,16 @@ class RuntimeProfile:
         (static power only), and per-sequence work during which they draw busy power."""
         return constants.step_overhead_s, constants.per_sequence_overhead_s * sequences
 
+    def decodes_paged(self, *, gpu_vendor: str, sliding_window: bool) -> bool:
+        """Whether the releases with ``paged_attention_v1_above`` decode ``gpu_vendor``'s
+        GPUs with their paged-attention kernel: everywhere but ``flash_decode_vendors``,
+        and there too for a model with a sliding window (V0's backend selector falls back
+        from FlashAttention for it)."""
+        return gpu_vendor not in self.flash_decode_vendors or sliding_window
+
     def calibration_for(self, *, calibration: Calibration, gpu: str,
                         version: str | None = None, pp: int = 1,
-                        mha: bool = False) -> Calibration:
+                        mha: bool = False, paged_decode: bool = True) -> Calibration:
         """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
         itself, so an engine without scales predicts exactly as before; KV reads of an
@@ -404,7 +414,9 @@ class RuntimeProfile:
         stages and the engine turns its overlap scheduler off for them
         (``overlap_scheduler_with_pp``); before ``legacy_overheads_until``, the
         :data:`LEGACY_FIELDS` are those of the ``<name>@legacy`` section where the GPU has
-        one (an earlier engine generation, fitted on its own measurements)."""
+        one (an earlier engine generation, fitted on its own measurements), and its unsplit
+        decode attention (``paged_attention_v1_above``) where ``paged_decode`` (see
+        :meth:`decodes_paged`)."""
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
@@ -422,7 +434,8 @@ class RuntimeProfile:
             out = _with_values(out, self.name, gpu,
                                tuple((name, getattr(legacy, name)) for name in LEGACY_FIELDS))
             c = out.runtime(runtime=self.name, gpu=gpu)
-            if c.v1_kv_bandwidth_share > 0.0 and self.paged_attention_v1_above is not None:
+            if c.v1_kv_bandwidth_share > 0.0 and self.paged_attention_v1_above is not None \
+                    and paged_decode:
                 out = _with_v1(out, gpu, c.v1_kv_bandwidth_share, self.paged_attention_v1_above)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))

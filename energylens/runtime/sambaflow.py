@@ -34,11 +34,12 @@ class SambaFlow(RuntimeProfile):
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
                         version: str | None = None, pp: int = 1,
-                        mha: bool = False) -> Calibration:
+                        mha: bool = False, paged_decode: bool = True) -> Calibration:
         """The base scales and overheads, with every per-kernel and per-collective fixed
         time of ``gpu`` at zero."""
         return _without_floors(super().calibration_for(calibration=calibration, gpu=gpu,
-                                                       version=version, pp=pp, mha=mha), gpu)
+                                                       version=version, pp=pp, mha=mha,
+                                                       paged_decode=paged_decode), gpu)
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """Refused: SambaFlow models are compiled and deployed as SambaStudio endpoints."""
