@@ -134,6 +134,25 @@ def test_aiconfigurator_mtp_campaigns_are_written_with_three_drafts(tmp_path: Pa
     assert any("speculative_tokens 3" in note for note in converted.notes)
 
 
+def test_a_paired_campaigns_faster_run_of_a_configuration_is_written_with_one_draft(
+        tmp_path: Path) -> None:
+    """SGLang's DeepSeek-R1 campaign on B200 (0.5.9, 2026-03-25) ran each configuration
+    twice: the run 0.77x as fast as DeepSeek-V3's at the same configuration gets SGLang's
+    one draft; its twin, which repeats V3's TPOT, a run only 2 % faster, and a run with no
+    V3 row to compare with (other lengths) stay without."""
+    rows = [("deepseek-ai/DeepSeek-R1", 1024, 6.70), ("deepseek-ai/DeepSeek-R1", 1024, 8.76),
+            ("deepseek-ai/DeepSeek-R1", 1024, 8.60), ("deepseek-ai/DeepSeek-R1", 2048, 6.0),
+            ("deepseek-ai/DeepSeek-V3", 1024, 8.76)]
+    source = tmp_path / "silicon_sample.csv"
+    source.write_text(AIC_HEADER + "".join(
+        f"r{i},src; silicon_concurrency=4; measured=2026-03-25T16:34:14Z,sglang,0.5.9,{model},"
+        f"b200_sxm,fp8,agg,{isl},1024,fp8,fp8,4,8,1,1,8,1,190,{tpot_ms}\n"
+        for i, (model, isl, tpot_ms) in enumerate(rows)), encoding="utf-8")
+    converted = converters()["aiconfigurator"](source, Options())
+    assert [r.get("speculative_tokens") for r in converted.rows] == [1, None, None, None, None]
+    assert converted.rows[0]["draft_acceptance"] == pytest.approx(0.67)
+
+
 @pytest.mark.parametrize(("runtime", "expected"), [
     ("vllm", '"num_speculative_tokens": 2'),
     ("sglang", "--speculative-num-draft-tokens 3"),

@@ -73,6 +73,18 @@ TPOT MAPE with it (24.9 % at 0.85), and fitted alone gives 0.611 (B200 then 15.1
 ``benchmarks/fit_mtp_acceptance.py`` reruns both folds). R1's
 GB200 campaign (2025-11-17) has no V3 or earlier release to compare with and is left as
 recorded.
+
+One SGLang campaign ran each configuration twice (:data:`MTP_PAIRED_CAMPAIGNS`: DeepSeek-R1
+FP8 on 8 B200, 0.5.9, 2026-03-25, tensor parallel 8 without EP): one run repeats V3's TPOT
+to the last digit at the same layout, clients and lengths, the other is 0.67-0.91 times it
+(most at 4 clients, less with load) at a TTFT 1.02-2.06 times V3's, the same signature.
+There the row-level pair decides: a row whose TPOT is more than 5 % below that of every V3
+row of its configuration on the same release ran a draft head; its twin, and a row with no
+V3 row to compare with, stay as recorded. Written with ``speculative_tokens`` 1, SGLang's
+published DeepSeek MTP recipe (``--speculative-num-steps 1 --speculative-eagle-topk 1
+--speculative-num-draft-tokens 2``; recalled, kind assumed), which the largest speedup
+(1.50x at 4 clients, 1,024 / 8,192 tokens) admits, and the acceptance fitted on TensorRT-LLM's
+campaigns above (the same benchmark's random-token prompts): nothing fitted on these rows.
 """
 
 from __future__ import annotations
@@ -106,8 +118,16 @@ MTP_CAMPAIGNS: frozenset[tuple[str, str, str, str]] = frozenset({
     ("deepseek-ai/DeepSeek-R1", "b200_sxm", "1.2.0rc6.post3", "2026-02-05"),
     ("deepseek-ai/DeepSeek-R1", "b200_sxm", "1.2.0rc6.post3", "2026-02-06"),
     ("deepseek-ai/DeepSeek-R1", "h200_sxm", "1.1.0rc2.post2", "2026-01-14")})
-#: Draft tokens per step of those campaigns (module docstring).
-MTP_DRAFT_TOKENS = 3
+#: Campaigns that ran each configuration with and without multi-token prediction; the
+#: pair decides per row (module docstring). Same key as :data:`MTP_CAMPAIGNS`.
+MTP_PAIRED_CAMPAIGNS: frozenset[tuple[str, str, str, str]] = frozenset({
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", "0.5.9", "2026-03-25")})
+#: The model whose rows, of the same architecture, tell a paired campaign's plain runs.
+MTP_TWIN_MODEL = "deepseek-ai/DeepSeek-V3"
+#: A paired row this much faster than its configuration's every V3 row ran a draft head.
+MTP_PAIR_SPEEDUP = 0.95
+#: Draft tokens per step of those campaigns, by engine (module docstring).
+MTP_DRAFT_TOKENS = {"trtllm": 3, "sglang": 1}
 #: Acceptance of each draft in those campaigns, fitted on the B200 ones' TPOT (kind:
 #: fitted; H200's held out: module docstring).
 MTP_ACCEPTANCE = 0.67
@@ -184,9 +204,50 @@ def _dynamo_workers(row: dict[str, str], *, concurrency: int, attention_dp: int)
     return int(workers) if workers > 1 and workers.is_integer() else 1
 
 
+def _configuration(row: dict[str, str]) -> tuple[str, ...]:
+    """What a run of ``row`` is besides its model: engine, release, GPU, precision, layout,
+    clients and lengths."""
+    found = _CONCURRENCY.search(row["silicon_data_source"])
+    return (row["backend"], row["backend_version"], row["system"],
+            row["precision"] or row["gemm_quant_mode"], row["tp_size"], row["pp_size"],
+            row["attention_dp_size"], row["moe_tp_size"], row["moe_ep_size"],
+            found.group(1) if found else "", row["isl"], row["osl"])
+
+
+def _twin_tpots(rows: list[dict[str, str]]) -> dict[tuple[str, ...], list[float]]:
+    """The measured TPOTs of :data:`MTP_TWIN_MODEL`'s aggregated rows, by configuration."""
+    out: dict[tuple[str, ...], list[float]] = {}
+    for row in rows:
+        if row["model_path"] == MTP_TWIN_MODEL and row["mode"] == "agg":
+            try:
+                out.setdefault(_configuration(row), []).append(float(row["silicon_tpot_ms"]))
+            except ValueError:
+                continue
+    return out
+
+
+def _drafted(row: dict[str, str], twins: dict[tuple[str, ...], list[float]]) -> bool:
+    """Whether ``row`` ran multi-token prediction (module docstring): a campaign that did,
+    or a paired campaign's run faster than every twin run of its configuration."""
+    measured = _MEASURED.search(row["silicon_data_source"])
+    if measured is None:
+        return False
+    key = (row["model_path"], row["system"], row["backend_version"], measured.group(1))
+    if key in MTP_CAMPAIGNS:
+        return True
+    plain = twins.get(_configuration(row))
+    if key not in MTP_PAIRED_CAMPAIGNS or not plain:
+        return False
+    try:
+        return float(row["silicon_tpot_ms"]) < MTP_PAIR_SPEEDUP * min(plain)
+    except ValueError:
+        return False
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
+    twins = _twin_tpots(rows)
     out = Converted(rows=[])
     skipped = unstated = no_load = squared = fp8_kv = replicated = wide = speculative = 0
     for n, row in enumerate(rows, start=1):
@@ -225,10 +286,8 @@ def convert(path: Path, options: Options) -> Converted:
             "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
             "id": row["id"], "max_batch_size": row["batch_size"],
             "provenance": row["silicon_data_source"]}
-        measured = _MEASURED.search(row["silicon_data_source"])
-        if measured and (row["model_path"], row["system"], row["backend_version"],
-                         measured.group(1)) in MTP_CAMPAIGNS:
-            converted["speculative_tokens"] = MTP_DRAFT_TOKENS
+        if _drafted(row, twins):
+            converted["speculative_tokens"] = MTP_DRAFT_TOKENS[row["backend"]]
             converted["draft_acceptance"] = MTP_ACCEPTANCE
             speculative += 1
         fp8_kv += converted["kv_dtype"] is not None
@@ -262,10 +321,11 @@ def convert(path: Path, options: Options) -> Converted:
                          "Optimizer checkpoint on an engine that follows its KV declaration "
                          "(see the converter's docstring)")
     if speculative:
-        out.notes.append(f"{speculative} row(s) of TensorRT-LLM DeepSeek-R1 campaigns written with "
-                         f"speculative_tokens {MTP_DRAFT_TOKENS}, draft_acceptance {MTP_ACCEPTANCE}: "
-                         "their TPOT shows multi-token prediction (see the converter's "
-                         "docstring)")
+        out.notes.append(f"{speculative} DeepSeek-R1 row(s) written with speculative_tokens "
+                         f"{MTP_DRAFT_TOKENS['trtllm']} (TensorRT-LLM) or "
+                         f"{MTP_DRAFT_TOKENS['sglang']} (SGLang), draft_acceptance "
+                         f"{MTP_ACCEPTANCE}: their TPOT against DeepSeek-V3's shows multi-token "
+                         "prediction (see the converter's docstring)")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
