@@ -56,7 +56,10 @@ def main() -> None:
     args = parser.parse_args()
     by_gpu: dict[str, list[tuple[Case, float]]] = {}
     for row in load_user_csv(args.rows).rows:
-        if not row.values.get("speculative_tokens") or row.measured.get("tpot_s") is None:
+        # TensorRT-LLM's campaigns only: SGLang's paired runs take the fitted value (a
+        # transfer, docs/load.md), never fitted on
+        if not row.values.get("speculative_tokens") or row.measured.get("tpot_s") is None \
+                or row.values.get("runtime") != "trtllm":
             continue
         case = row_case(row)
         by_gpu.setdefault(case.gpu, []).append((case, float(row.measured["tpot_s"])))
