@@ -13,7 +13,7 @@ import pytest
 from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
 from energylens.measurements import user_csv
-from energylens.measurements.convert import Options, converters, to_csv
+from energylens.measurements.convert import Converted, Options, converters, to_csv
 from energylens.measurements.user_csv import load_user_csv, row_case
 from energylens.predict import predict
 from energylens.validation.kshot import fit_rows, k_shot, validate_measured
@@ -281,6 +281,37 @@ def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_doe
                                                Options())
     assert [r["kv_dtype"] for r in converted.rows] == ["fp8", None, "fp8", "fp8", None, None]
     assert any("3 row(s) written with kv_dtype fp8" in n for n in converted.notes)
+
+
+def test_a_campaign_that_held_more_than_a_16_bit_cache_is_read_as_fp8(tmp_path: Path) -> None:
+    """MiniMax-M2.5 FP8 on 2 B200 (vLLM 0.19.0): 512 clients of 1,024 + 1,024 tokens at a
+    measured TTFT of 1.1 s and TPOT of 47 ms kept ~512 x 0.98 x 1,536 = 770 thousand tokens
+    resident, far above what a 16-bit cache holds there (~410 thousand): that run's
+    campaign, its 8-client run included, is written with an FP8 cache. The same campaign
+    measured on another day with 8 clients alone (~12 thousand tokens) stays auto, and the
+    16-bit pool's share comes out as hand-computed."""
+    from energylens.measurements.convert.kv_evidence import resident_share
+    from energylens.measurements.user_csv import load_user_csv
+
+    rows = [("2026-04-03", 512, 1100, 47.0), ("2026-04-03", 8, 80, 11.0),
+            ("2026-04-08", 8, 80, 11.0)]
+    text = AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency={clients}; measured={day}T00:00:00Z,vllm,0.19.0,"
+        f"MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,{clients},2,1,1,1,2,"
+        f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
+    converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
+                                               Options())
+    assert [r["kv_dtype"] for r in converted.rows] == ["fp8", "fp8", None]
+    assert any("2 row(s) written with kv_dtype fp8: a run of their campaign held more tokens"
+               in n for n in converted.notes)
+    plain = [{**r, "kv_dtype": None} for r in converted.rows[:1]]
+    path = tmp_path / "one.csv"
+    path.write_text(to_csv(Converted(rows=plain)), encoding="utf-8")
+    e2e = 1.1 + 1023 * 0.047
+    resident = 512 * (e2e - 1.1) / e2e * (1024 + 512)
+    share = resident_share(load_user_csv(path).rows[0])
+    assert share is not None and 1.5 < share < 2.2
+    assert 3.0e5 < resident / share < 5.0e5  # 16-bit tokens two B200s hold beside the weights
 
 
 def test_aiconfigurator_rows_with_the_expert_split_multiplied_into_tp_size(tmp_path: Path) -> None:

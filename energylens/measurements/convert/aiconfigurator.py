@@ -41,7 +41,11 @@ is an NVIDIA Model Optimizer one (:data:`MODELOPT_CHECKPOINTS`), which declares 
 cache (:data:`energylens.model.zoo.MODELOPT_KV_DTYPE`), and the row's engine stores what
 the checkpoint declares when ``--kv-dtype`` is auto in the row's release (TensorRT-LLM;
 vLLM from its profile's ``checkpoint_kv_since``), the row is written with ``kv_dtype``
-fp8; otherwise ``kv_dtype`` stays empty (auto).
+fp8. Where a run of a campaign (one engine release, GPU, model, precision and day) held
+more tokens in flight, by its own measured TTFT, TPOT and clients, than a 16-bit cache
+holds (:mod:`energylens.measurements.convert.kv_evidence`), the campaign's rows of a narrow
+checkpoint are written with ``kv_dtype`` fp8 too; otherwise ``kv_dtype`` stays empty
+(auto).
 
 Replicas: a row run under NVIDIA Dynamo (``image=nvcr.io/nvidia/ai-dynamo/...`` in its
 provenance) serves its clients with several workers of the recorded layout behind one
@@ -95,6 +99,7 @@ from typing import Any
 
 from energylens.errors import EnergyLensError
 from energylens.measurements.convert import Converted, Options
+from energylens.measurements.convert.kv_evidence import NARROW, fp8_campaigns
 from energylens.measurements.formats import _csv_rows, _fail, _positive
 from energylens.model.zoo import MODELOPT_KV_DTYPE
 from energylens.runtime import get_runtime
@@ -244,12 +249,21 @@ def _drafted(row: dict[str, str], twins: dict[tuple[str, ...], list[float]]) -> 
         return False
 
 
+def _campaign(row: dict[str, Any]) -> tuple[str, ...]:
+    """A converted row's campaign: engine, release, GPU, model, precision and the day it
+    was measured (runs launched with the same flags)."""
+    measured = _MEASURED.search(str(row["provenance"]))
+    return (row["runtime"], str(row["runtime_version"]), row["gpu"], row["model"],
+            str(row["dtype"]), measured.group(1) if measured else "")
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     twins = _twin_tpots(rows)
     out = Converted(rows=[])
     skipped = unstated = no_load = squared = fp8_kv = replicated = wide = speculative = 0
+    in_flight = 0
     for n, row in enumerate(rows, start=1):
         if row["mode"] != "agg":
             skipped += 1
@@ -297,6 +311,12 @@ def convert(path: Path, options: Options) -> Converted:
             converted.update(workload="load", concurrency=concurrency,
                              num_requests=RUN_REQUESTS_PER_CLIENT * concurrency)
         out.rows.append(converted)
+    narrow = fp8_campaigns(out.rows, campaign=_campaign)
+    for converted in out.rows:
+        if _campaign(converted) in narrow and not converted["kv_dtype"] \
+                and converted["dtype"] in NARROW:
+            converted["kv_dtype"] = "fp8"
+            in_flight += 1
     if skipped:
         out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "
                          "prefill and decode worker layouts")
@@ -320,6 +340,10 @@ def convert(path: Path, options: Options) -> Converted:
         out.notes.append(f"{fp8_kv} row(s) written with kv_dtype {MODELOPT_KV_DTYPE}: a Model "
                          "Optimizer checkpoint on an engine that follows its KV declaration "
                          "(see the converter's docstring)")
+    if in_flight:
+        out.notes.append(f"{in_flight} row(s) written with kv_dtype fp8: a run of their campaign "
+                         "held more tokens in flight than a 16-bit cache holds (see "
+                         "energylens/measurements/convert/kv_evidence.py)")
     if speculative:
         out.notes.append(f"{speculative} DeepSeek-R1 row(s) written with speculative_tokens "
                          f"{MTP_DRAFT_TOKENS['trtllm']} (TensorRT-LLM) or "
