@@ -80,6 +80,7 @@ from typing import Any
 
 from energylens.cli.main import main as energylens
 from energylens.errors import EnergyLensError
+from energylens.measurements.convert.kv_evidence import NARROW
 from energylens.measurements.user_csv import UnsupportedRow, load_user_csv, row_case
 from energylens.predict import predict
 
@@ -137,10 +138,6 @@ def campaigns(result: dict[str, Any]) -> None:
               f"{statistics.mean(abs(e) for e in ttft):.1f} % | {statistics.median(ttft):+.1f} % |")
 
 
-#: Checkpoint precisions of 8 bits or fewer, whose unrecorded KV cache may be FP8.
-NARROW_CHECKPOINTS = ("fp8", "fp4", "int4")
-
-
 def with_kv_dtype(rows: Path, kv_dtype: str, folder: Path) -> Path:
     """A copy of the measurement CSV ``rows`` in which every row of a narrow checkpoint
     without a recorded KV precision has ``kv_dtype``."""
@@ -152,7 +149,7 @@ def with_kv_dtype(rows: Path, kv_dtype: str, folder: Path) -> Path:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         for row in table:
-            if row.get("dtype") in NARROW_CHECKPOINTS and not row.get("kv_dtype"):
+            if row.get("dtype") in NARROW and not row.get("kv_dtype"):
                 row = {**row, "kv_dtype": kv_dtype}
             writer.writerow(row)
     return out
