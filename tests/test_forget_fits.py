@@ -58,6 +58,13 @@ def test_a_gpu_with_a_fitted_relative_takes_the_relatives_values() -> None:
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="llama.cpp", gpu="MI250")
     assert forgotten["memory_efficiency_scale"] == _entry(
         "llama.cpp", "MI300X", "memory_efficiency_scale")["value"]
+    # and MI300X takes its engines from MI250 first (engines_from), not from H100 (its
+    # borrows): the same vendor's ROCm kernels; the cycle back to MI300X is never followed
+    for runtime, name in (("llama.cpp", "memory_efficiency_scale"),
+                          ("vllm@legacy", "v1_kv_bandwidth_share")):
+        forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime=runtime, gpu="MI300X")
+        assert forgotten[name] == _entry(runtime, "MI250", name)["value"]
+        assert forgotten[name] != _entry(runtime, "H100-SXM", name)["value"]
 
 
 def test_constants_fitted_on_other_files_are_kept() -> None:

@@ -82,7 +82,7 @@ class GPU:
     compute_capability: float | None = None  # CUDA compute capability (NVIDIA GPUs only)
     borrows_from: str | None = None  # canonical name of the measured relative, if any
     borrow_reason: str | None = None  # why that relative (set exactly when borrows_from is)
-    engines_from: str | None = None  # a GPU of the same die whose engine fits come first
+    engines_from: str | None = None  # same die or software stack: its engine fits come first
     engines_reason: str | None = None  # why (set exactly when engines_from is)
     provenance: dict[str, Provenance] = field(default_factory=dict)
 
