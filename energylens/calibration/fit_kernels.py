@@ -128,14 +128,14 @@ def _fit(cases: list[OpCase], *, gpu: GPU, base: KernelConstants) -> tuple[dict[
 
     values, rms, at_bound = fit_bounded(params=KERNEL_PARAMS, residuals=residuals)
     fitted = replace(base, **values)
-    for klass, members in sorted(_by_class(cases).items()):
-        class_values, _, class_bound = _fit_class(members, gpu=gpu, base=fitted, klass=klass)
+    for klass, members in sorted(by_class(cases).items()):
+        class_values, _, class_bound = fit_class(members, gpu=gpu, base=fitted, klass=klass)
         values.update(class_values)
         at_bound += class_bound
     return values, rms, at_bound
 
 
-def _by_class(cases: list[OpCase]) -> dict[str, list[OpCase]]:
+def by_class(cases: list[OpCase]) -> dict[str, list[OpCase]]:
     """Non-GEMM cases by the class of small kernel they time."""
     out: dict[str, list[OpCase]] = defaultdict(list)
     for case in cases:
@@ -145,7 +145,7 @@ def _by_class(cases: list[OpCase]) -> dict[str, list[OpCase]]:
     return out
 
 
-def _fit_class(cases: list[OpCase], *, gpu: GPU, base: KernelConstants,
+def fit_class(cases: list[OpCase], *, gpu: GPU, base: KernelConstants,
                klass: str) -> tuple[dict[str, float], float, list[str]]:
     """Floor and bandwidth share of one class on its own ops (each op type weighs the same)."""
     counts: dict[str, int] = defaultdict(int)

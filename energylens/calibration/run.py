@@ -19,6 +19,7 @@ leave-one-group-out errors of every fit.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import tempfile
@@ -34,7 +35,12 @@ from energylens import __version__
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.coverage import measured_gpus, require_data_or_borrows
 from energylens.calibration.file import FORMAT_VERSION
-from energylens.calibration.fit_kernels import KERNEL_PARAMS, VECTOR_PARAMS, fit_gpu_kernels
+from energylens.calibration.fit_kernels import (
+    KERNEL_PARAMS,
+    NO_ENERGY,
+    VECTOR_PARAMS,
+    fit_gpu_kernels,
+)
 from energylens.calibration.fit_links import fit_links
 from energylens.calibration.fit_runtime import (
     aic_tables,
@@ -139,6 +145,7 @@ class CalibrationData:
     # this project's NVML power runs, ``<gpu>/<run>/power*.csv`` (fit_power)
     power_tables: list[Path] = field(default_factory=list)
     stream_tables: list[Path] = field(default_factory=list)  # energylens-gpu GEMM times
+    elementwise_tables: list[Path] = field(default_factory=list)  # energylens-gpu small kernels
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
@@ -148,7 +155,7 @@ class CalibrationData:
                        *self.moe_tables, *self.mla_prompt_tables,
                        *self.runtime_kernels,
                        *self.llm_inference_bench, *self.nccl_tests, *self.power_tables,
-                       *self.stream_tables})
+                       *self.stream_tables, *self.elementwise_tables})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -179,6 +186,7 @@ def discover(root: Path) -> CalibrationData:
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
         power_tables=sorted((root / "energylens-gpu").glob("*/*/power*.csv")),
         stream_tables=sorted((root / "energylens-gpu").glob("*/*/gemm.csv")),
+        elementwise_tables=sorted((root / "energylens-gpu").glob("*/*/elementwise.csv")),
     )
 
 
@@ -315,6 +323,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     _report_gemm_curves(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits,
                         leave_out=leave_out, log=log)
 
+    if data.elementwise_tables:
+        _fit_elementwise(paths=data.elementwise_tables, kernels=kernels, links=links,
+                         runtimes=runtimes, prov=prov, fits=fits, log=log)
     if data.decode_attention_tables:
         # the decode-attention fit prices the kernel with each GPU's other kernel constants
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
@@ -553,6 +564,40 @@ def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
         {k: _entry(v, kind="measured", note=f"NVML board energy, {fit_id} "
                    f"({len(result.identified_by[k])} rows: {', '.join(result.identified_by[k][:3])}...)")
          for k, v in values.items()})
+
+
+def _fit_elementwise(*, paths: list[Path], kernels: dict[str, KernelConstants],
+                     links: dict[str, LinkConstants], runtimes: dict[str, RuntimeConstants],
+                     prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                     log: Callable[[str], None]) -> None:
+    """The small-kernel classes of each GPU this project timed (``fit_elementwise``, all
+    its runs together), reported beside the error its shipped constants make on the same
+    timings, not applied (:data:`energylens.calibration.fit_elementwise.WHY_NOT_APPLIED`).
+    The kernels are priced with the GPU's other constants as a borrow would complete them
+    now (on copies: what is borrowed for good is borrowed after every fit)."""
+    from energylens.calibration.fit_elementwise import WHY_NOT_APPLIED, case_errors, fit_elementwise
+    from energylens.calibration.fit_power import folder_gpu
+
+    completed = dict(kernels)
+    borrow_from_relatives(kernels=completed, links=dict(links), runtimes=dict(runtimes),
+                          prov=copy.deepcopy(prov))
+    by_gpu: dict[str, list[Path]] = {}
+    for path in paths:
+        by_gpu.setdefault(folder_gpu(path.parents[1]), []).append(path)
+    for gpu, runs in sorted(by_gpu.items()):
+        base = replace(completed.get(gpu, KernelConstants()), **NO_ENERGY)
+        result = fit_elementwise(paths=runs, gpu=load_gpu(gpu), base=base)
+        fit_id = f"energylens-gpu-elementwise/{gpu}"
+        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_geometry_out")
+        fits[fit_id]["fitted"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+        shipped = case_errors(paths=runs, gpu=load_gpu(gpu), constants=base)
+        fits[fit_id]["shipped_constants"] = {k: v.as_dict() for k, v in sorted(shipped.items())}
+        fits[fit_id]["applied"] = False
+        fits[fit_id]["why_not_applied"] = WHY_NOT_APPLIED
+        held = result.leave_out["all"]
+        log(f"elementwise {gpu}: {len(result.values)} constants on {result.n_points} timings, "
+            f"held out by geometry {100 * held.mape:.1f} % MAPE, the shipped constants "
+            f"{100 * shipped['all'].mape:.1f} % (reported, not applied)")
 
 
 def _fit_memory_streams(*, folders: list[Path], fits: dict[str, dict[str, Any]],
