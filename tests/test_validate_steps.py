@@ -279,3 +279,30 @@ def test_k_shot_report_scores_held_out_steps_per_gpu_and_dtype():
                               for d in ("bf16", "fp8")]
     for rows, predicted, screened, ape in groups.values():
         assert (rows, predicted, screened, len(ape)) == (11, 11, 0, 8)
+
+
+def test_a_mixed_step_merges_its_groups_gemms() -> None:
+    """A continuous batch's step (64 decode sequences and a 1,024-token prompt chunk in one
+    pass) reads the weights once: shorter than the decode step and the prompt's own step
+    one after the other, longer than either alone."""
+    ctx = steps_context(gpu=H100, dtype="bf16", calibration=default_calibration())
+    decode = price_step(ctx=ctx, phase="decode", batch=64, tokens=1, context=1024).latency_s
+    prompt = price_step(ctx=ctx, phase="prefill", batch=1, tokens=1024, context=0).latency_s
+    mixed = price_step(ctx=ctx, phase="mixed", batch=64, tokens=1, context=1024,
+                       prefill_tokens=1024).latency_s
+    assert max(decode, prompt) < mixed < decode + prompt
+
+
+def test_mixed_rows_need_their_prompt_chunk(tmp_path) -> None:
+    header = ("phase,batch,tokens,context,prefill_tokens,layers,step_time_s,time_per_call_s,"
+              "power_w,energy_per_call_j\n")
+    path = tmp_path / "steps_bf16.csv"
+    path.write_text(header + "mixed,64,1,1024,512,32,0.02,0.02,600,12\n")
+    (f,) = load_step_files(path=path)
+    assert f.steps[0].prefill_tokens == 512
+    report = validate_steps(path=path, gpu="H100-SXM")
+    assert report.rows[0].shape == "b=64 ctx=1024 +prompt=512"
+    for bad in ("mixed,64,1,1024,0,32,0.02,0.02,600,12\n", "decode,64,1,1024,512,32,0.02,0.02,600,12\n"):
+        path.write_text(header + bad)
+        with pytest.raises(MeasurementError, match="prefill_tokens"):
+            load_step_files(path=path)

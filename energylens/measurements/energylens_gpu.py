@@ -190,7 +190,7 @@ STEPS_NAME = re.compile(r"steps(_[a-z0-9]+)?\.csv")
 GPU_FILE = "gpu.txt"  # ``nvidia-smi --query-gpu=name,... --format=csv`` of the run's board
 STEP_COLUMNS = ("phase", "batch", "tokens", "context", "step_time_s", "time_per_call_s",
                 "power_w", "energy_per_call_j")
-STEP_PHASES = ("decode", "prefill")
+STEP_PHASES = ("decode", "prefill", "mixed")
 IDLE_PHASES = ("idle", "idle_after")
 SOFTWARE_POWER_CAP = 0x4  # NVML clock event reason: the board held under its power limit
 
@@ -202,7 +202,7 @@ class StepTime:
     and energy over back-to-back replays."""
 
     row: int  # 1 = first data row of the file
-    phase: str  # decode, prefill
+    phase: str  # decode, prefill, mixed (decode sequences and a prompt chunk in one step)
     batch: int
     tokens: int
     context: int
@@ -214,6 +214,7 @@ class StepTime:
     energy_per_call_j: float  # = power_w x time_per_call_s
     sm_clock_mhz: float | None
     power_capped: bool  # NVML reported the software power cap (0x4) in the window
+    prefill_tokens: int = 0  # a mixed step's prompt chunk (causal, no cached prefix)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,7 +271,7 @@ def _step_file(path: Path) -> StepFile:
             continue
         steps.append(_step(path, number, row, phase=phase, default_dtype=file_dtype))
     if not steps:
-        raise MeasurementError(f"{path}: no decode or prefill rows")
+        raise MeasurementError(f"{path}: no decode, prefill or mixed rows")
     dtypes = sorted({s.weight_dtype for s in steps})
     if len(dtypes) > 1:
         raise MeasurementError(f"{path}: rows of several weight dtypes ({', '.join(dtypes)}); "
@@ -296,7 +297,13 @@ def _step(path: Path, number: int, row: dict[str, str], *, phase: str,
         except ValueError:
             raise MeasurementError(f"{path}: column 'clock_event_reasons' has {mask!r} in "
                                    f"row {number} (expected hexadecimal masks)") from None
+    prompt = (_count(path, number, row, "prefill_tokens")
+              if (row.get("prefill_tokens") or "").strip() else 0)
+    if (phase == "mixed") != (prompt > 0):
+        raise MeasurementError(f"{path}: row {number}: a 'mixed' step, and only one, has "
+                               f"prefill_tokens > 0 (phase {phase!r}, prefill_tokens {prompt})")
     return StepTime(row=number, phase=phase, batch=_count(path, number, row, "batch"),
+                    prefill_tokens=prompt,
                     tokens=_count(path, number, row, "tokens"), context=cached, layers=layers,
                     weight_dtype=dtype,
                     step_time_s=_number(path, number, row, "step_time_s"),

@@ -29,12 +29,12 @@ FFN = ("b", "m", "f")  # one token's FFN activation (one of gate / up)
 REDUCED = ("b", "m")  # one value per token
 
 
-def _tensor(name: str, ranks: tuple[str, ...], dtype: str | None = None) -> TensorRef:
+def script_tensor(name: str, ranks: tuple[str, ...], dtype: str | None = None) -> TensorRef:
     ref = TensorRef(name=name, ranks=ranks)
     return ref if dtype is None else quantised_tensor(ref, dtype)
 
 
-def _pass(name: str, reads: tuple[TensorRef, ...], write: TensorRef, *,
+def script_pass(name: str, reads: tuple[TensorRef, ...], write: TensorRef, *,
           kind: OpKind = "elementwise", function: str = "add", sizes: dict[str, int]) -> Kernel:
     """One eager PyTorch op: a kernel reading ``reads`` and writing ``write`` (1 FLOP per
     element; its class by ``function``: ``silu_mul`` an activation, others elementwise)."""
@@ -48,22 +48,22 @@ def _pass(name: str, reads: tuple[TensorRef, ...], write: TensorRef, *,
 def script_kernels(*, hidden: int, ffn: int, fp8: bool) -> tuple[Kernel, ...]:
     """The extra kernels of one layer of the script (see the module docstring)."""
     sizes = {"d": hidden, "f": ffn}
-    x = _tensor("X", ROW)
-    xf, x2 = _tensor("XF", ROW, "fp32"), _tensor("X2", ROW, "fp32")
-    ms, me, rs = (_tensor(n, REDUCED, "fp32") for n in ("MS", "ME", "RS"))
-    rb = _tensor("RB", REDUCED)
-    norm = (_pass("to_fp32", (x,), xf, function="copy", sizes=sizes),
-            _pass("pow", (xf,), x2, sizes=sizes),
-            _pass("mean", (x2,), ms, kind="reduction", sizes=sizes),
-            _pass("add_eps", (ms,), me, sizes=sizes),
-            _pass("rsqrt", (me,), rs, sizes=sizes),
-            _pass("to_bf16", (rs,), rb, function="copy", sizes=sizes),
-            _pass("mul_rsqrt", (x, rb), _tensor("XR", ROW), sizes=sizes))
-    silu = _pass("silu", (_tensor("G", FFN),), _tensor("SG", FFN), function="silu_mul",
+    x = script_tensor("X", ROW)
+    xf, x2 = script_tensor("XF", ROW, "fp32"), script_tensor("X2", ROW, "fp32")
+    ms, me, rs = (script_tensor(n, REDUCED, "fp32") for n in ("MS", "ME", "RS"))
+    rb = script_tensor("RB", REDUCED)
+    norm = (script_pass("to_fp32", (x,), xf, function="copy", sizes=sizes),
+            script_pass("pow", (xf,), x2, sizes=sizes),
+            script_pass("mean", (x2,), ms, kind="reduction", sizes=sizes),
+            script_pass("add_eps", (ms,), me, sizes=sizes),
+            script_pass("rsqrt", (me,), rs, sizes=sizes),
+            script_pass("to_bf16", (rs,), rb, function="copy", sizes=sizes),
+            script_pass("mul_rsqrt", (x, rb), script_tensor("XR", ROW), sizes=sizes))
+    silu = script_pass("silu", (script_tensor("G", FFN),), script_tensor("SG", FFN), function="silu_mul",
                  sizes=sizes)
     kernels: tuple[Kernel, ...] = (*norm, *norm, silu)
     if fp8:  # one pad per linear layer's input: N, O (hidden wide), N2, and Z (FFN wide)
-        pads = tuple(_pass(f"pad_{n}", (_tensor(n, ranks),), _tensor(f"{n}P", ranks),
+        pads = tuple(script_pass(f"pad_{n}", (script_tensor(n, ranks),), script_tensor(f"{n}P", ranks),
                            function="copy", sizes=sizes)
                      for n, ranks in (("N", ROW), ("O", ROW), ("N2", ROW), ("Z", FFN)))
         kernels = (*kernels, *pads)

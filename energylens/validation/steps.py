@@ -49,6 +49,7 @@ from energylens.measurements.energylens_gpu import (
 from energylens.model import ModelConfig, get_model
 from energylens.predict import calibration_for_gpu, step_context
 from energylens.validation.script_kernels import script_overhead
+from energylens.validation.script_torch_ops import fit_torch_classes, torch_ops_file
 
 #: The model ``measure_decode_step.py`` builds (its shapes, random weights).
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -101,6 +102,7 @@ class StepRow:
     measured_energy_j: float
     measured_power_w: float
     predicted: StepPrice
+    prefill_tokens: int = 0
 
     @property
     def errors(self) -> dict[str, float]:
@@ -111,10 +113,12 @@ class StepRow:
 
     @property
     def shape(self) -> str:
-        """``b=.. ctx=..`` (decode) or ``b=.. tokens=..`` (prefill)."""
-        if self.phase == "decode":
+        """``b=.. ctx=..`` (decode; mixed adds ``+prompt=..``) or ``b=.. tokens=..``
+        (prefill)."""
+        if self.phase in ("decode", "mixed"):
             extra = f" t={self.tokens}" if self.tokens != 1 else ""
-            return f"b={self.batch}{extra} ctx={self.context}"
+            prompt = f" +prompt={self.prefill_tokens}" if self.phase == "mixed" else ""
+            return f"b={self.batch}{extra} ctx={self.context}{prompt}"
         cached = f" ctx={self.context}" if self.context else ""
         return f"b={self.batch} tokens={self.tokens}{cached}"
 
@@ -123,7 +127,8 @@ class StepRow:
         p = self.predicted
         return {"gpu": self.gpu, "dtype": self.dtype, "phase": self.phase, "batch": self.batch,
                 "tokens": self.tokens, "context": self.context,
-                "power_capped": self.power_capped, "sm_clock_mhz": self.sm_clock_mhz,
+                "prefill_tokens": self.prefill_tokens, "power_capped": self.power_capped,
+                "sm_clock_mhz": self.sm_clock_mhz,
                 "measured": {"time_s": self.measured_time_s, "energy_j": self.measured_energy_j,
                              "power_w": self.measured_power_w},
                 "predicted": {"time_s": p.latency_s, "energy_j": p.energy_j,
@@ -277,9 +282,16 @@ def file_calibration(*, file: StepFile, gpu: GPU, calibration: Calibration) -> C
     """``calibration`` as the file's steps are priced with, the kernels the script ran
     where this project timed them on the same GPU: an FP8 file's GEMMs at the measured
     cuBLAS ratio (:func:`script_fp8_ratio`), decode attention at SDPA's measured streaming
-    (:func:`script_decode_attention`). The shipped constants describe an engine's kernels
-    (vLLM's FP8 linear layer, its paged decode attention)."""
+    (:func:`script_decode_attention`), the small kernels at PyTorch's measured speed
+    (:mod:`energylens.validation.script_torch_ops`). The shipped constants describe an
+    engine's kernels (vLLM's FP8 linear layer, its paged decode attention, fused norms)."""
     resolved = calibration_for_gpu(calibration, gpu)
+    torch_ops = torch_ops_file(file.path)
+    if torch_ops is not None:
+        model = _model()
+        resolved = resolved.with_kernel(gpu.name, **fit_torch_classes(
+            path=torch_ops, gpu=gpu, constants=resolved.kernel(gpu.name),
+            heads=model.num_heads, kv_heads=model.num_kv_heads))
     ratio = script_fp8_ratio(file=file, gpu=gpu) if file.weight_dtype == "fp8" else None
     if ratio is not None:
         resolved = resolved.with_kernel(gpu.name, fp8_gemm_efficiency_ratio=ratio)
@@ -299,17 +311,22 @@ def steps_context(*, gpu: GPU, dtype: str, calibration: Calibration) -> StepCont
 
 
 def price_step(*, ctx: StepContext, phase: str, batch: int, tokens: int,
-               context: int) -> StepPrice:
+               context: int, prefill_tokens: int = 0) -> StepPrice:
     """The cost model's price of one engine-free step and the script's own extra kernels
-    (see the module docstring)."""
-    if phase == "decode":
-        group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
-                              context=float(context))
+    (see the module docstring). A mixed step is the decode group and one prompt of
+    ``prefill_tokens`` (no cached prefix) in one pass, as continuous batching prices it."""
+    if phase in ("decode", "mixed"):
+        seqs = [SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
+                              context=float(context))]
     else:
-        group = SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
-                              context=float(context + tokens))
-    cost = step_cost(ctx=ctx, seqs=[group])
-    extra_s, extra_compute_j, extra_memory_j = script_overhead(ctx=ctx, tokens=batch * tokens)
+        seqs = [SequenceGroup(sequences=float(batch), new_tokens=float(tokens),
+                              context=float(context + tokens))]
+    if phase == "mixed":
+        seqs.append(SequenceGroup(sequences=1.0, new_tokens=float(prefill_tokens),
+                                  context=float(prefill_tokens)))
+    cost = step_cost(ctx=ctx, seqs=seqs)
+    extra_s, extra_compute_j, extra_memory_j = script_overhead(
+        ctx=ctx, tokens=batch * tokens + (prefill_tokens if phase == "mixed" else 0))
     latency = float(cost.latency_s) + extra_s
     return StepPrice(latency_s=latency,
                      compute_energy_j=float(cost.compute_energy_j) + extra_compute_j,
@@ -360,8 +377,10 @@ def priced_row(*, step: StepTime, gpu: GPU, ctx: StepContext) -> StepRow:
                    tokens=step.tokens, context=step.context, power_capped=step.power_capped,
                    sm_clock_mhz=step.sm_clock_mhz, measured_time_s=step.step_time_s,
                    measured_energy_j=step.energy_per_call_j, measured_power_w=step.power_w,
+                   prefill_tokens=step.prefill_tokens,
                    predicted=price_step(ctx=ctx, phase=step.phase, batch=step.batch,
-                                        tokens=step.tokens, context=step.context))
+                                        tokens=step.tokens, context=step.context,
+                                        prefill_tokens=step.prefill_tokens))
 
 
 def _metric(errors: list[float]) -> MetricError:

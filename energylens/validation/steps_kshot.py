@@ -75,7 +75,8 @@ class _Pricer:
     def fit_row(self, step: StepTime) -> FitRow:
         def predict(calibration: Calibration) -> dict[str, float]:
             price = price_step(ctx=self.context(calibration), phase=step.phase,
-                               batch=step.batch, tokens=step.tokens, context=step.context)
+                               batch=step.batch, tokens=step.tokens, context=step.context,
+                               prefill_tokens=step.prefill_tokens)
             return {"time_s": price.latency_s, "energy_j": price.energy_j}
 
         return FitRow(gpu=self.gpu.name,
@@ -85,7 +86,8 @@ class _Pricer:
 
 def _features(step: StepTime) -> list[float]:
     return [1.0 if step.phase == "prefill" else 0.0, float(np.log(step.batch)),
-            float(np.log(step.tokens)), float(np.log1p(step.context))]
+            float(np.log(step.tokens)), float(np.log1p(step.context)),
+            float(np.log1p(step.prefill_tokens))]
 
 
 def k_shot_steps(*, path: str | Path, k: int, seed: int = 0, gpu: str | None = None,
