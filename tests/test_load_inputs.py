@@ -26,6 +26,8 @@ TRACES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "traces
     ({"num_requests": -5}, "num_requests must be an integer >= 1"),
     ({"num_requests": 2.5}, "num_requests must be an integer >= 1"),
     ({"request_rate": 1.0, "concurrency": 4}, "not both"),
+    ({"shared_prefix_tokens": -1}, "shared_prefix_tokens must be an integer >= 0"),
+    ({"shared_prefix_tokens": 2.5}, "shared_prefix_tokens must be an integer >= 0"),
 ])
 def test_bad_load_fields_are_one_line_config_errors(fields: dict[str, object],
                                                     message: str) -> None:
@@ -39,6 +41,8 @@ def test_other_kinds_refuse_load_fields() -> None:
         Workload(kind="batch", request_rate=2.0)
     with pytest.raises(ConfigError, match="request_rate, slo: only a 'load' workload"):
         Workload(kind="serving", request_rate=2.0, slo=("ttft_p90_s<=1",))
+    with pytest.raises(ConfigError, match="shared_prefix_tokens: only a 'load' workload"):
+        Workload(kind="batch", shared_prefix_tokens=100)
 
 
 @pytest.mark.parametrize("text", ["ttft<=1", "ttft_p90_s<=-1", "ttft_p90_s<=nan",
@@ -88,7 +92,8 @@ def test_a_missing_trace_is_a_one_line_cli_error(tmp_path: Path,
 @pytest.mark.parametrize("argv", [
     ["--request-rate", "nan"], ["--request-rate", "-1"], ["--concurrency", "0"],
     ["--request-rate", "1", "--concurrency", "2"], ["--slo", "ttft<1"],
-    ["--num-requests", "1.5"],
+    ["--num-requests", "1.5"], ["--shared-prefix-tokens", "-5"],
+    ["--shared-prefix-tokens", "many"],
 ])
 def test_bad_cli_options_exit_2_in_one_line(argv: list[str],
                                             capsys: pytest.CaptureFixture[str]) -> None:

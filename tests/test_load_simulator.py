@@ -319,3 +319,49 @@ def test_a_closed_loop_whose_clients_do_not_all_fit_runs_on_what_the_pool_holds(
     too_big = predict(model="llama-3.1-70b", gpu=GPU, workload=Workload(
         kind="load", concurrency=8, input_tokens=512, output_tokens=64))
     assert not too_big.feasible and "weights" in (too_big.infeasible_reason or "")
+
+
+def test_a_shared_prefix_is_cached_once_and_never_computed() -> None:
+    """At vanishing load a prompt of 4,000 tokens whose first 3,000 every request shares
+    costs one chunk of its other 1,000 tokens over the 3,000 cached (step_cost's price of
+    that chunk): a prefix-cache hit. Decode steps are unchanged (attention still reads
+    the whole context)."""
+    ctx = _placement().ctx
+    both = dict(request_rate=0.01, num_requests=20, input_tokens=4000, output_tokens=64)
+    cold = _load(**both)
+    warm = _load(**both, shared_prefix_tokens=3000)
+    chunk = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=1.0, new_tokens=1000.0,
+                                                    context=4000.0)])
+    chunk = chunk + engine_cost(ctx=ctx, sequences=1)
+    assert warm.load["ttft_p50_s"] == pytest.approx(float(chunk.latency_s), rel=0.03)
+    assert warm.load["ttft_p50_s"] < 0.5 * cold.load["ttft_p50_s"]
+    assert warm.load["tpot_p50_s"] == pytest.approx(cold.load["tpot_p50_s"], rel=1e-3)
+
+
+def test_a_shared_prefix_is_held_once_in_the_kv_pool() -> None:
+    """48 requests of 2,048 + 256 tokens sharing 1,536: the pool of 8,500 tokens holds the
+    prefix once and each request's own 512 + 256 beside it, so many more run at once than
+    without sharing, every token is generated once, and the peak held stays in the pool."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=64, max_context=2304, budget=2048)
+    limits = SchedulerLimits(token_budget=2048, max_sequences=64, kv_tokens=8500,
+                             prefill_scheduling="mixed-chunked")
+    runs = {}
+    for prefix in (0, 1536):
+        requests = Requests(input_tokens=np.full(48, 2048), output_tokens=np.full(48, 256),
+                            arrival_s=None, clients=16, shared_prefix=prefix)
+        runs[prefix] = simulate(requests=requests, table=table, limits=limits)
+        assert int(np.sum(runs[prefix].tokens_out)) == 48 * 256
+        assert runs[prefix].peak_kv_tokens <= 8500
+    assert np.mean(runs[1536].running) > 2 * np.mean(runs[0].running)
+    assert int(np.sum(runs[1536].preemptions)) <= int(np.sum(runs[0].preemptions))
+    assert runs[1536].makespan_s < runs[0].makespan_s
+
+
+def test_a_shared_prefix_keeps_littles_law() -> None:
+    """At 10 requests/s (below the replica's capacity, a stationary queue)."""
+    load = _load(request_rate=10.0, num_requests=2000, input_tokens=2048, output_tokens=128,
+                 shared_prefix_tokens=1024)
+    in_system = float(load.load["mean_running"]) + float(load.load["mean_queue_length"])
+    little = float(load.load["requests_per_s"]) * float(load.load["e2e_mean_s"])
+    assert in_system == pytest.approx(little, rel=0.03)

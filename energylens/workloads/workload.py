@@ -9,7 +9,8 @@ from energylens.errors import ConfigError
 
 #: Fields only the ``load`` kind reads (requests arriving over time).
 LOAD_FIELDS = ("request_rate", "concurrency", "trace", "num_requests", "seed", "arrival_cv",
-               "length_cv", "slo", "capacity_attainment", "warmup_fraction")
+               "length_cv", "slo", "capacity_attainment", "warmup_fraction",
+               "shared_prefix_tokens")
 #: Share of a load run's requests (by arrival) left out of its statistics at each end:
 #: the warm-up while the queue fills and the drain after the last arrival (assumed).
 DEFAULT_WARMUP_FRACTION = 0.1
@@ -35,7 +36,11 @@ class Workload:
     also find the highest request rate at which that share of requests meets them;
     ``warmup_fraction``: the share of requests left out at each end of the run (default
     :data:`DEFAULT_WARMUP_FRACTION`; 0 averages over every request, as a benchmark of
-    ``num_requests`` requests reports)."""
+    ``num_requests`` requests reports); ``shared_prefix_tokens``: the first tokens of every
+    prompt are the same (a system prompt) and the engine's prefix cache holds them once
+    (vLLM's automatic prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse,
+    all on by default): each prompt computes only its other tokens, its KV cache shares
+    the prefix's blocks, and the cache is warm from the first request."""
 
     kind: str = "batch"
     batch: float = 1  # may be fractional in ``serving`` (a measured mean)
@@ -51,6 +56,7 @@ class Workload:
     slo: tuple[str, ...] = ()
     capacity_attainment: float | None = None  # also find the rate sustained at this share
     warmup_fraction: float | None = None  # None: DEFAULT_WARMUP_FRACTION
+    shared_prefix_tokens: int = 0  # prompt tokens every request shares (cached once)
 
     def __post_init__(self) -> None:
         from energylens.workloads.registry import kind_names
@@ -75,6 +81,9 @@ class Workload:
             raise ConfigError(f"warmup_fraction must be a share in [0, 0.5), got {warmup}")
         if not math.isfinite(self.length_cv) or self.length_cv < 0:
             raise ConfigError(f"length_cv must be a finite number >= 0, got {self.length_cv}")
+        prefix = self.shared_prefix_tokens
+        if isinstance(prefix, bool) or int(prefix) != prefix or prefix < 0:
+            raise ConfigError(f"shared_prefix_tokens must be an integer >= 0, got {prefix}")
         for name in ("concurrency", "num_requests"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):

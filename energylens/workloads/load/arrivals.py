@@ -36,13 +36,15 @@ class Trace:
 class Requests:
     """The requests one replica serves, in arrival order. ``arrival_s`` is None in a
     closed loop of ``clients`` clients. ``prefilled``: each arrives with its prompt's KV
-    cache and first token (a decode pool of a disaggregated deployment)."""
+    cache and first token (a decode pool of a disaggregated deployment). ``shared_prefix``:
+    prompt tokens every request shares, cached once (at most a prompt's length - 1)."""
 
     input_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     arrival_s: np.ndarray | None
     clients: int
     prefilled: bool = False
+    shared_prefix: int = 0
 
     @property
     def count(self) -> int:
@@ -116,7 +118,8 @@ def replica_requests(*, workload: Workload, replicas: int, count: int) -> Reques
         clients = max(1, round(closed_loop_clients(workload) / replicas))
     pick = slice(0, total, replicas)
     return Requests(input_tokens=inputs[pick], output_tokens=outputs[pick],
-                    arrival_s=None if arrival is None else arrival[pick], clients=clients)
+                    arrival_s=None if arrival is None else arrival[pick], clients=clients,
+                    shared_prefix=workload.shared_prefix_tokens)
 
 
 def request_lengths(workload: Workload) -> tuple[float, float, float]:

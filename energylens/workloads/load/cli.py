@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,21 @@ def _share(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _integer_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") \
+                from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+_count = _integer_at_least(1)
+_tokens = _integer_at_least(0)
 
 
 def _seed(text: str) -> int:
@@ -93,6 +101,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                             "its own timestamps)")
     group.add_argument("--length-cv", type=float, default=0.0,
                        help="gamma CV of request lengths around --input/--output-tokens")
+    group.add_argument("--shared-prefix-tokens", type=_tokens, default=0, metavar="N",
+                       help="prompt tokens every request shares (a system prompt), held once "
+                            "in the engine's prefix cache and never recomputed (default 0)")
     group.add_argument("--num-requests", type=_count,
                        help="requests to simulate (default: enough for a steady state)")
     group.add_argument("--warmup-fraction", type=_share,
@@ -122,7 +133,8 @@ def load_fields(args: argparse.Namespace) -> dict[str, Any]:
             "trace": args.trace, "arrival_cv": args.arrival_cv, "length_cv": args.length_cv,
             "num_requests": args.num_requests, "seed": args.seed, "slo": tuple(args.slo),
             "capacity_attainment": args.capacity_attainment,
-            "warmup_fraction": args.warmup_fraction}
+            "warmup_fraction": args.warmup_fraction,
+            "shared_prefix_tokens": args.shared_prefix_tokens}
 
 
 def pool_prediction(args: argparse.Namespace, *, workload: Workload,

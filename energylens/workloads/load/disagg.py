@@ -149,7 +149,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         mine = slice(k, count, n_prefill)
         run = simulate(requests=Requests(
             input_tokens=stream.input_tokens[mine], output_tokens=np.ones_like(
-                stream.output_tokens[mine]), arrival_s=stream.arrival_s[mine], clients=0),
+                stream.output_tokens[mine]), arrival_s=stream.arrival_s[mine], clients=0,
+            shared_prefix=stream.shared_prefix),
             table=pre_table, limits=pre.limits)
         first[mine] = run.first_token_s
         pre_runs.append(run)
@@ -161,7 +162,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
                                 max_context=longest, budget=dec.limits.token_budget)
     dec_run = simulate(requests=Requests(
         input_tokens=stream.input_tokens[order], output_tokens=stream.output_tokens[order],
-        arrival_s=ready[order], clients=0, prefilled=True), table=dec_table, limits=dec.limits)
+        arrival_s=ready[order], clients=0, prefilled=True, shared_prefix=stream.shared_prefix),
+        table=dec_table, limits=dec.limits)
     # the user's clock: from arrival at the prefill pool; first token when the cache lands
     seen = replace(dec_run, arrival_s=stream.arrival_s[order], first_token_s=ready[order])
     d_ctx, p_ctx = dec.placement.ctx, pre.placement.ctx

@@ -12,7 +12,8 @@ of it fits the step's remaining budget (no chunking; a prompt longer than the wh
 is chunked alone); ``prefill-first`` runs a step of prompts alone whenever there are any
 to prefill, and the decodes wait for it. Iterations that only decode, with no arrival or
 completion due, are advanced together (their number is known), so the cost is per event,
-not per token.
+not per token. A workload's shared prompt prefix is held once in the pool and never
+computed: each prompt's first chunk starts after it (prefix caching, warm).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     gen = [0] * n_req  # tokens generated so far
     computed = [0] * n_req  # prompt (and recomputed) tokens cached so far
     target = list(inp)  # tokens a prefill must cache: the prompt, plus outputs on recompute
+    shared = [min(requests.shared_prefix, i - 1) for i in inp]  # prompt tokens cached once
     if requests.prefilled:  # the prompt's cache and first token arrive with the request
         computed, gen = list(inp), [1] * n_req
     base = [0] * n_req  # cached tokens when decoding started
@@ -160,7 +162,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     prefilling: list[int] = []
     decoding: set[int] = set()
     heap: list[tuple[int, int, int]] = []  # (last decode iteration, request, epoch)
-    decode_kv = 0  # KV tokens of the decoding requests
+    decode_kv = 0  # KV tokens of the decoding requests (their contexts, shared prefix too)
+    decode_shared = 0  # of which the shared prefix's, held once in the pool
     prefill_kv = 0  # KV tokens of the prefilling requests
     peak_kv = 0.0
     t = 0.0
@@ -173,7 +176,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     chunk_cached: list[int] = []
 
     def kv_free() -> float:
-        return kv_cap - decode_kv - prefill_kv - half_block * len(running)
+        return (kv_cap - requests.shared_prefix - (decode_kv - decode_shared) - prefill_kv
+                - half_block * len(running))
 
     def finish_request(r: int) -> None:
         nonlocal issued
@@ -184,17 +188,18 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             issued += 1
 
     def preempt_last() -> None:
-        nonlocal decode_kv, prefill_kv
+        nonlocal decode_kv, decode_shared, prefill_kv
         r = next(reversed(running))
         del running[r]
         if r in decoding:
             decoding.discard(r)
             decode_kv -= base[r] + it - start[r]
+            decode_shared -= shared[r]
             gen[r] += it - start[r]  # the tokens it decoded are kept (and recomputed)
             epoch[r] += 1
         else:
             prefilling.remove(r)
-            prefill_kv -= computed[r]
+            prefill_kv -= computed[r] - shared[r]
         computed[r] = 0
         target[r] = inp[r] + gen[r]
         preempted[r] += 1
@@ -210,13 +215,14 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             waiting.append(r)
         # prompts cached elsewhere join the decodes as soon as their cache fits
         while waiting and computed[waiting[0]] == target[waiting[0]] and len(running) < cap \
-                and kv_free() - half_block >= target[waiting[0]] + 1:
+                and kv_free() - half_block >= target[waiting[0]] - shared[waiting[0]] + 1:
             r = waiting.popleft()
             admitted[r] = first[r] = t
             running[r] = None
             decoding.add(r)
             base[r], start[r] = computed[r], it
             decode_kv += computed[r]
+            decode_shared += shared[r]
             heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
         if not running and not waiting:
             if not pending:
@@ -239,15 +245,17 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             room -= n
         while waiting and budget > 0 and len(running) < cap:
             r = waiting[0]
-            n = min(target[r], budget)
-            if room - half_block < n or (whole and n < target[r] and chunks):
+            cached = max(computed[r], shared[r])  # the shared prefix is in the cache
+            n = min(target[r] - cached, budget)
+            if room - half_block < n or (whole and n < target[r] - cached and chunks):
                 break
             waiting.popleft()
             if math.isnan(admitted[r]):
                 admitted[r] = t
             running[r] = None
             prefilling.append(r)
-            chunks.append((r, n, 0))
+            computed[r] = cached
+            chunks.append((r, n, cached))
             budget -= n
             room -= n + half_block
         if not chunks and d == 0:
@@ -298,7 +306,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             if computed[r] < target[r]:
                 continue
             prefilling.remove(r)
-            prefill_kv -= computed[r]
+            prefill_kv -= computed[r] - shared[r]
             gen[r] += 1
             completed += 1
             if math.isnan(first[r]):
@@ -309,6 +317,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             decoding.add(r)
             base[r], start[r] = computed[r], it
             decode_kv += computed[r]
+            decode_shared += shared[r]
             heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
         rec["tokens"].append(tokens + completed)
         barren = 0 if tokens + completed else barren + 1
@@ -321,9 +330,11 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
                 continue
             decoding.discard(r)
             decode_kv -= base[r] + it - start[r]
+            decode_shared -= shared[r]
             gen[r] = out[r]
             finish_request(r)
-        peak_kv = max(peak_kv, decode_kv + prefill_kv)
+        peak_kv = max(peak_kv, decode_kv - decode_shared + prefill_kv
+                      + (requests.shared_prefix if running else 0))
 
     ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running", "stalled")
     arrays = {k: np.asarray(v, dtype=np.int64 if k in ints else float) for k, v in rec.items()}

@@ -15,7 +15,7 @@ from energylens.workloads.load.metrics import SLO
 
 #: Workload keys only a ``load`` workload reads (``Workload`` fields of the same name).
 LOAD_KEYS = ("request_rate", "concurrency", "num_requests", "seed", "arrival_cv", "length_cv",
-             "slo", "capacity_attainment", "warmup_fraction")
+             "slo", "capacity_attainment", "warmup_fraction", "shared_prefix_tokens")
 
 
 def load_values(spec: Mapping[str, Any], *, trace: str | None) -> dict[str, Any]:
