@@ -261,6 +261,22 @@ def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path:
     assert p["tpot_s"] > 0 and p["request_throughput_per_s"] > 0
 
 
+def test_a_load_rows_shared_prefix_is_predicted_as_cached(tmp_path: Path) -> None:
+    """The same open loop (3 requests/s) with 3,000 of its 4,000 prompt tokens shared: a
+    much shorter TTFT (each prompt computes a quarter of its tokens) and no longer TPOT;
+    a batch row may not carry one."""
+    path = _write(tmp_path, f"{HEADER},request_rate,shared_prefix_tokens,tpot_s\n"
+                            "llama-3.1-8b,H100,1,1,vllm,load,,4000,200,3,,0.02\n"
+                            "llama-3.1-8b,H100,1,1,vllm,load,,4000,200,3,3000,0.02\n"
+                            "llama-3.1-8b,H100,1,1,vllm,batch,1,4000,200,,3000,0.02\n")
+    cold, warm, batch = validate_measured(load_user_csv(path),
+                                          calibration=default_calibration()).rows
+    assert cold.error is None and warm.error is None
+    assert warm.predicted["ttft_p50_s"] < 0.5 * cold.predicted["ttft_p50_s"]
+    assert warm.predicted["tpot_s"] <= cold.predicted["tpot_s"]
+    assert "shared_prefix_tokens" in (batch.error or "")
+
+
 def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_does(
         tmp_path: Path) -> None:
     """NVFP4 and Qwen3-32B per-tensor FP8 rows ran NVIDIA Model Optimizer checkpoints (FP8

@@ -54,6 +54,9 @@ NUMBERS = ("freq_mhz", "batch", "concurrency", "request_rate", "input_tokens", "
 #: A load row's benchmark size: the requests its means and percentiles were taken over
 #: (all of them, as benchmark_serving, GenAI-Perf and AIConfigurator report).
 RUN_COUNTS = ("num_requests",)
+#: A load row's prompt tokens every request shares, held once by the engine's prefix cache
+#: (``Workload.shared_prefix_tokens``; blank or 0: none).
+SHARED_PREFIX = "shared_prefix_tokens"
 WORKLOADS = ("batch", "serving", "load")
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
@@ -61,7 +64,7 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
-         IDENTICAL_PROMPTS,
+         IDENTICAL_PROMPTS, SHARED_PREFIX,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.
@@ -173,7 +176,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
             values[column] = _attention_dp(path, raw, number)
         elif column == IDENTICAL_PROMPTS:
             values[column] = _flag(path, column, raw, number)
-        elif column == "speculative_tokens":
+        elif column in ("speculative_tokens", SHARED_PREFIX):
             values[column] = 0 if raw == "0" else _count(path, column, raw, number)
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
@@ -291,6 +294,9 @@ def _workload(v: dict[str, Any]) -> Workload:
     if v[IDENTICAL_PROMPTS] and kind != "batch":
         raise UnsupportedRow(f"{IDENTICAL_PROMPTS} describes a static batch; a {kind} row's "
                              "sequences are at different steps")
+    if v[SHARED_PREFIX] and kind != "load":
+        raise UnsupportedRow(f"{SHARED_PREFIX} is a load row's (requests sharing a cached "
+                             f"prefix); a {kind} row has none")
     for column in ("input_tokens", "output_tokens"):
         if v[column] is None:
             raise UnsupportedRow(f"no {column}: needed to predict a {kind} row")
@@ -314,6 +320,8 @@ def _workload(v: dict[str, Any]) -> Workload:
                              "(open loop)")
     if v["num_requests"] is not None:  # a benchmark of these requests, averaged over all
         extra |= {"num_requests": v["num_requests"], "warmup_fraction": 0.0}
+    if v[SHARED_PREFIX]:
+        extra |= {"shared_prefix_tokens": v[SHARED_PREFIX]}
     return Workload(kind="load", batch=v["batch"] or 1, **lengths, **extra)
 
 
