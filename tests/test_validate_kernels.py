@@ -144,3 +144,33 @@ def test_untimed_rows_are_counted_not_loaded(tmp_path):
         "dtype,layer,m,n,k,time_s,weight_bytes\nbf16,x,16,4096,4096,-1,33554432\n")
     with pytest.raises(MeasurementError, match="must be positive"):
         load_kernel_run(path=tmp_path)
+
+
+def test_a_small_kernel_run_is_priced_as_the_layers_kernels():
+    """An elementwise.csv run (no GEMMs): its 240 hot timings of four ops, each priced at
+    least at its class's launch floor and at least as long as streaming its bytes at HBM
+    peak over its class's share (a memory-bound kernel)."""
+    from energylens.validation.kernels import validate_kernels
+
+    small = RUN.parent / "2026-11-29-a"
+    run = load_kernel_run(path=small)
+    assert run.gemm == () and run.elementwise == small / "elementwise.csv"
+    report = validate_kernels(run=run)
+    assert len(report.rows) == 240
+    assert {g.kernel for g in report.groups} == {"rmsnorm", "rope", "silu x mul", "residual add"}
+    floors = {"rmsnorm": CONSTANTS.norm_overhead_s, "rope": CONSTANTS.rope_overhead_s,
+              "silu x mul": CONSTANTS.activation_overhead_s,
+              "residual add": CONSTANTS.elementwise_overhead_s}
+    assert all(r.predicted_s >= floors[r.kernel] * (1 - 1e-9) for r in report.rows)
+    adds = [r for r in report.rows if r.kernel == "residual add" and r.shape.startswith(
+        "llama3.1-8b/tp1 tokens=16384")]
+    (add,) = adds  # x + y -> out: three 16,384 x 4,096 bf16 tensors
+    peak_s = 3 * 16384 * 4096 * 2 / (H200.hbm_bandwidth_bytes_per_s
+                                      * CONSTANTS.elementwise_bandwidth_efficiency)
+    assert add.predicted_s >= peak_s * (1 - 1e-6)
+
+
+def test_a_folder_without_gemms_or_small_kernels_is_refused(tmp_path):
+    (tmp_path / "device.json").write_text('{"name": "NVIDIA H200"}')
+    with pytest.raises(MeasurementError, match="gemm.csv or an elementwise.csv"):
+        load_kernel_run(path=tmp_path)

@@ -5,7 +5,9 @@ holds ``device.json`` (the board as NVML and PyTorch report it: ``name`` resolve
 the hardware database), ``gemm.csv`` (``dtype, layer, m, n, k, time_s, weight_bytes``:
 ``y = x @ W^T`` with ``x`` m x k and ``W`` n x k, seconds per call) and, optionally,
 ``attention.csv`` (PyTorch SDPA: ``phase, batch, q_len, kv_len, heads_q, heads_kv,
-head_dim, causal, time_s``). A row the script could not time (its ``error`` column set,
+head_dim, causal, time_s``); a run of ``benchmarks/gpu/measure_elementwise.py`` holds
+``elementwise.csv`` instead of ``gemm.csv`` (the layer's small kernels, read where they are
+priced). A row the script could not time (its ``error`` column set,
 ``time_s`` empty) is counted, not loaded. Anything else unreadable is a one-line
 :class:`MeasurementError`.
 
@@ -32,6 +34,9 @@ from energylens.measurements.formats import _csv_rows, read_text
 DEVICE_FILE = "device.json"
 GEMM_FILE = "gemm.csv"
 ATTENTION_FILE = "attention.csv"
+#: The layer's small kernels (``benchmarks/gpu/measure_elementwise.py``), read where they
+#: are priced (:mod:`energylens.calibration.fit_elementwise`).
+ELEMENTWISE_FILE = "elementwise.csv"
 GEMM_COLUMNS = ("dtype", "layer", "m", "n", "k", "time_s", "weight_bytes")
 ATTENTION_COLUMNS = ("phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim",
                      "causal", "time_s")
@@ -76,6 +81,7 @@ class KernelRun:
     gemm: tuple[GemmTime, ...]
     attention: tuple[AttentionTime, ...]
     untimed: int  # rows the script could not time (``error`` set)
+    elementwise: Path | None = None  # the run's elementwise.csv, if it has one
 
 
 def load_kernel_run(*, path: str | Path) -> KernelRun:
@@ -86,13 +92,19 @@ def load_kernel_run(*, path: str | Path) -> KernelRun:
     if not folder.is_dir():
         raise MeasurementError(f"{folder}: not a folder (expected a run folder holding "
                                f"{DEVICE_FILE} and {GEMM_FILE})")
-    for name in (DEVICE_FILE, GEMM_FILE):
-        if not (folder / name).is_file():
-            raise MeasurementError(f"{folder}: no {name} (not a run folder of measure_kernels.py)")
-    gemm_rows, gemm_untimed = _rows(folder / GEMM_FILE, GEMM_COLUMNS)
-    gemm = tuple(_gemm(folder / GEMM_FILE, number, row) for number, row in gemm_rows)
-    if not gemm:
-        raise MeasurementError(f"{folder / GEMM_FILE}: no timed rows")
+    elementwise = folder / ELEMENTWISE_FILE
+    if not (folder / DEVICE_FILE).is_file() or not (
+            (folder / GEMM_FILE).is_file() or elementwise.is_file()):
+        raise MeasurementError(f"{folder}: no {DEVICE_FILE} with a {GEMM_FILE} or an "
+                               f"{ELEMENTWISE_FILE} (not a run folder of measure_kernels.py "
+                               f"or measure_elementwise.py)")
+    gemm: tuple[GemmTime, ...] = ()
+    gemm_untimed = 0
+    if (folder / GEMM_FILE).is_file():
+        gemm_rows, gemm_untimed = _rows(folder / GEMM_FILE, GEMM_COLUMNS)
+        gemm = tuple(_gemm(folder / GEMM_FILE, number, row) for number, row in gemm_rows)
+        if not gemm:
+            raise MeasurementError(f"{folder / GEMM_FILE}: no timed rows")
     attention: tuple[AttentionTime, ...] = ()
     attention_untimed = 0
     if (folder / ATTENTION_FILE).is_file():
@@ -100,7 +112,8 @@ def load_kernel_run(*, path: str | Path) -> KernelRun:
         attention = tuple(_attention(folder / ATTENTION_FILE, number, row)
                           for number, row in attention_rows)
     return KernelRun(path=folder, device_name=_device_name(folder / DEVICE_FILE), gemm=gemm,
-                     attention=attention, untimed=gemm_untimed + attention_untimed)
+                     attention=attention, untimed=gemm_untimed + attention_untimed,
+                     elementwise=elementwise if elementwise.is_file() else None)
 
 
 def _device_name(path: Path) -> str:

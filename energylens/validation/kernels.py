@@ -8,6 +8,10 @@ attention family's fused ``qk+soft+av`` kernel (prefill: ``m = p = q_len``; deco
 ``p = kv_len``), as :mod:`energylens.calibration.fit_kv_attention` prices it. Both with the
 GPU's calibrated kernel constants (its own, or those it borrows).
 
+The small kernels of an ``elementwise.csv`` (RMSNorm, rope, SiLU x mul, the residual add;
+``benchmarks/gpu/measure_elementwise.py``, hot rows) are priced as the layer's kernels of
+their class (:mod:`energylens.calibration.fit_elementwise`), memory-bound.
+
 Rows are grouped by (kernel, dtype, regime); the regime is the datasheet roofline on the
 cost model's own FLOP and byte counts: compute-bound when FLOPs / peak(dtype) >= bytes /
 HBM peak, memory-bound otherwise.
@@ -142,9 +146,35 @@ def validate_kernels(*, run: KernelRun, gpu: str | None = None,
         rows.append(KernelRow(kernel=f"attention {a.phase}", dtype="bf16",
                               regime=roofline_regime(cost=cost, dtype="bf16", gpu=spec),
                               shape=shape, measured_s=a.time_s, predicted_s=float(cost.latency_s)))
+    if run.elementwise is not None:
+        rows += small_kernel_rows(path=run.elementwise, gpu=spec, constants=constants)
     return KernelReport(path=str(run.path), gpu=spec.name, calibration=cal.source,
                         rows=tuple(rows), groups=group_errors(rows=rows), untimed=run.untimed,
                         unpriced=unpriced)
+
+
+#: The Vidur op a small kernel is priced as -> the name its rows are grouped under.
+SMALL_KERNELS = {"input_layernorm": "rmsnorm", "attn_rope": "rope", "mlp_act": "silu x mul",
+                 "add": "residual add"}
+
+
+def small_kernel_rows(*, path: Path, gpu: GPU, constants: KernelConstants) -> list[KernelRow]:
+    """The hot rows of an ``elementwise.csv`` (each call on the same tensors, as a forward
+    pass hands an activation on), each priced as the layer's kernel of its class."""
+    from energylens.calibration.fit_elementwise import elementwise_cases
+    from energylens.calibration.fit_kernels import predict_cases
+
+    cases = elementwise_cases(path)
+    rows = []
+    for case, predicted in zip(cases, predict_cases(cases, gpu=gpu, constants=constants),
+                               strict=True):
+        for tokens, measured, price in zip(case.num_tokens, case.measured_s,
+                                           np.broadcast_to(predicted, case.num_tokens.shape),
+                                           strict=True):
+            rows.append(KernelRow(kernel=SMALL_KERNELS[case.op], dtype="bf16",
+                                  regime=MEMORY_BOUND, shape=f"{case.model} tokens={int(tokens)}",
+                                  measured_s=float(measured), predicted_s=float(price)))
+    return rows
 
 
 def group_errors(*, rows: list[KernelRow]) -> tuple[GroupError, ...]:
