@@ -365,3 +365,15 @@ def test_a_shared_prefix_keeps_littles_law() -> None:
     in_system = float(load.load["mean_running"]) + float(load.load["mean_queue_length"])
     little = float(load.load["requests_per_s"]) * float(load.load["e2e_mean_s"])
     assert in_system == pytest.approx(little, rel=0.03)
+
+
+def test_a_shared_prefix_longer_than_the_prompts_leaves_each_its_last_token() -> None:
+    """A prefix of 100,000 tokens on 2,000-token prompts: each prompt computes its last
+    token only (one token over 1,999 cached), and the pool holds 1,999 shared tokens."""
+    ctx = _placement().ctx
+    load = _load(request_rate=0.01, num_requests=10, input_tokens=2000, output_tokens=16,
+                 shared_prefix_tokens=100_000)
+    one = step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=1.0, new_tokens=1.0,
+                                                  context=2000.0)])
+    one = one + engine_cost(ctx=ctx, sequences=1)
+    assert load.load["ttft_p50_s"] == pytest.approx(float(one.latency_s), rel=0.03)

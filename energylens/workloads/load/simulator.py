@@ -131,6 +131,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     computed = [0] * n_req  # prompt (and recomputed) tokens cached so far
     target = list(inp)  # tokens a prefill must cache: the prompt, plus outputs on recompute
     shared = [min(requests.shared_prefix, i - 1) for i in inp]  # prompt tokens cached once
+    held = max(shared, default=0)  # the shared prefix's tokens in the pool
     if requests.prefilled:  # the prompt's cache and first token arrive with the request
         computed, gen = list(inp), [1] * n_req
     base = [0] * n_req  # cached tokens when decoding started
@@ -176,7 +177,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     chunk_cached: list[int] = []
 
     def kv_free() -> float:
-        return (kv_cap - requests.shared_prefix - (decode_kv - decode_shared) - prefill_kv
+        return (kv_cap - held - (decode_kv - decode_shared) - prefill_kv
                 - half_block * len(running))
 
     def finish_request(r: int) -> None:
@@ -333,8 +334,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             decode_shared -= shared[r]
             gen[r] = out[r]
             finish_request(r)
-        peak_kv = max(peak_kv, decode_kv - decode_shared + prefill_kv
-                      + (requests.shared_prefix if running else 0))
+        peak_kv = max(peak_kv, decode_kv - decode_shared + prefill_kv + (held if running else 0))
 
     ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running", "stalled")
     arrays = {k: np.asarray(v, dtype=np.int64 if k in ints else float) for k, v in rec.items()}
