@@ -40,11 +40,24 @@ def test_a_concurrency_knob_makes_a_closed_loop() -> None:
     assert many.metrics["mean_running"] > 20
 
 
+def test_a_study_workload_may_share_a_prompt_prefix() -> None:
+    """``shared_prefix_tokens`` in a study's workload reaches the simulator: 1,500 of 2,000
+    prompt tokens cached shorten TTFT at the same request rate."""
+    fixed = {"kind": "load", "input_tokens": 2000, "output_tokens": 64, "request_rate": 2,
+             "num_requests": 200}
+    cold = problem_from_study(problem={"model": "llama-3.1-8b", "workload": fixed},
+                              source=STUDY).evaluate({"gpu": "H100", "tp": 1})
+    warm = problem_from_study(problem={"model": "llama-3.1-8b", "workload": {
+        **fixed, "shared_prefix_tokens": 1500}}, source=STUDY).evaluate({"gpu": "H100", "tp": 1})
+    assert warm.metrics["ttft_p50_s"] < 0.5 * cold.metrics["ttft_p50_s"]
+
+
 @pytest.mark.parametrize(("workload", "params", "message"), [
     ({**WORKLOAD, "slo": "ttft<=1"}, (), "workload.slo: SLO 'ttft<=1'"),
     ({**WORKLOAD, "slo": [1]}, (), "workload.slo: expected a bound"),
     ({**WORKLOAD, "request_rate": -1}, (), "request_rate must be a finite number > 0"),
     ({**WORKLOAD, "num_requests": "many"}, (), "workload.num_requests: expected a number"),
+    ({**WORKLOAD, "shared_prefix_tokens": -3}, (), "shared_prefix_tokens must be an integer"),
     ({**WORKLOAD, "trace": "missing.csv"}, (), "workload.trace: "),
     ({"kind": "batch", "request_rate": 3}, (), "only a 'load' workload reads it"),
     ({"kind": "serving"}, ("request_rate",), "request_rate: expected workload kind 'load'"),
