@@ -110,7 +110,6 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
     runtime = get_runtime(deployment.runtime)
     calibration = runtime.calibration_for(calibration=calibration, gpu=gpu.name,
                                           version=deployment.runtime_version,
-                                          pp=deployment.pp,
                                           mha=model.mla is None
                                           and model.num_kv_heads == model.num_heads,
                                           paged_decode=runtime.decodes_paged(
@@ -131,4 +130,6 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
         clock=ClockState.at(gpu=gpu, freq_mhz=deployment.freq_mhz, constants=constants),
         routing=deployment.routing, pp=deployment.pp, runtime=runtime,
         speculation=deployment.speculation,
+        cpu_overlapped=runtime.overlaps_cpu(version=deployment.runtime_version,
+                                            pp=deployment.pp),
     )

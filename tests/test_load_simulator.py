@@ -377,3 +377,36 @@ def test_a_shared_prefix_longer_than_the_prompts_leaves_each_its_last_token() ->
                                                   context=2000.0)])
     one = one + engine_cost(ctx=ctx, sequences=1)
     assert load.load["ttft_p50_s"] == pytest.approx(float(one.latency_s), rel=0.03)
+
+
+@pytest.mark.parametrize(("release", "overlapped"), [("0.13.0", False), ("0.19.0", True)])
+def test_an_overlapped_engines_cpu_work_runs_beside_each_step(release: str,
+                                                              overlapped: bool) -> None:
+    """vLLM 0.19 (async scheduling) prepares each step on the CPU while the GPUs run the
+    one before: every decode-only iteration of a closed loop of 256 clients lasts the
+    longer of the GPUs' step and the CPU's work, where 0.13 takes their sum; the price
+    tables agree with the scheduler's steps, and at this batch the CPU's work (0.67 ms +
+    256 x 39 us) outlasts Llama-3.2-1B's step on an H100 (the host sets the pace)."""
+    from energylens.workloads.load.costs import interpolate
+
+    gpu, model = load_gpu(GPU), get_model("llama-3.2-1b")
+    cal = require_constants(calibration=default_calibration(), gpu=gpu)
+    ctx = step_context(model=model, gpu=gpu, calibration=cal,
+                       deployment=Deployment(runtime_version=release))
+    assert ctx.cpu_overlapped is overlapped
+    placement = Placement(ctx=ctx, model=model, replicas=1, gpus=1, sequences=1.0)
+    result = simulate_replica(placement=placement, workload=Workload(
+        kind="load", concurrency=256, num_requests=1024, input_tokens=128, output_tokens=32))
+    sim, table = result.sim, result.table
+    assert table.engine_overlapped is overlapped
+    np.testing.assert_allclose(sim._price(table)[:, 0], sim.wall_s, rtol=1e-9)
+    dl, _, _ = table.latency_lists()
+    host_bound = 0
+    for i in np.flatnonzero((sim.prefill_tokens == 0) & (sim.decode > 0)):
+        d = int(sim.decode[i])
+        gpu_s = interpolate(table.contexts, dl[d], float(sim.context[i]))
+        cpu_s = table.engine_idle_s + table.engine_busy_s_per_sequence * d
+        expected = max(gpu_s, cpu_s) if overlapped else gpu_s + cpu_s
+        assert sim.wall_s[i] / sim.count[i] == pytest.approx(expected, rel=1e-9)
+        host_bound += d == 256 and cpu_s > gpu_s
+    assert host_bound > 0

@@ -399,6 +399,11 @@ def test_priors_fill_what_nothing_identified_and_leave_vllm_alone() -> None:
     assert runtimes["trtllm/H100-SXM"].step_overhead_s == 7e-3  # fitted stays
     trt = get_runtime("trtllm")
     assert runtimes["trtllm/H100-SXM"].per_sequence_overhead_s == trt.prior_per_sequence_overhead_s
+    # SGLang's priors are vLLM's on the same GPU (prior_overheads_from), not its own floats
+    assert get_runtime("sglang").prior_overheads_from == "vllm"
+    sglang = runtimes["sglang/H100-SXM"]
+    assert (sglang.step_overhead_s, sglang.per_sequence_overhead_s) == (1e-3, 0.0)
+    assert "vllm's on H100-SXM" in prov["runtimes/sglang/H100-SXM"]["step_overhead_s"]["note"]
     on_nvidia = {n for n in runtime_names() if "nvidia" in get_runtime(n).gpu_vendors}
     for name in on_nvidia - {"vllm"}:
         entry = prov[f"runtimes/{name}/H100-SXM"]["per_sequence_overhead_s"]

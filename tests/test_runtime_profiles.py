@@ -414,10 +414,11 @@ def test_the_step_overhead_hides_behind_the_overlap_scheduler(
         name: str, version: str | None, hidden: bool) -> None:
     """A runtime's step and per-sequence overheads (fitted on an earlier release:
     TensorRT-LLM's on the bench's pre-1.0 engines, vLLM's on ML.ENERGY's 0.11) are charged
-    before its ``overlap_scheduler_since`` (TensorRT-LLM 1.0's overlap scheduler, vLLM
-    0.14's default async scheduling) and hidden from it on, also for the release the
-    profile describes (None): a batch-16 decode step differs by exactly step + 16 x
-    per-sequence overhead between a release before and the one asked."""
+    after the GPUs' step before its ``overlap_scheduler_since`` (TensorRT-LLM 1.0's overlap
+    scheduler, vLLM 0.14's default async scheduling) and run beside it from then on, also
+    for the release the profile describes (None): a batch-16 decode step, longer than the
+    CPU's work, differs by exactly step + 16 x per-sequence overhead between a release
+    before and the one asked."""
     since, profile, before = _OVERLAP[name]
     runtime = get_runtime(name)
     assert runtime.overlap_scheduler_since == since and runtime.version == profile
@@ -436,6 +437,29 @@ def test_the_step_overhead_hides_behind_the_overlap_scheduler(
     charged = c.step_overhead_s + 16 * c.per_sequence_overhead_s
     assert tpot(before) - tpot(version) == pytest.approx(
         charged if hidden else 0.0, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 64, 512])
+def test_an_overlapped_step_lasts_the_longer_of_the_gpus_and_the_cpus_work(batch: int) -> None:
+    """Under vLLM 0.19's async scheduling the CPU prepares step n + 1 while the GPUs run
+    step n: a decode step lasts max(GPU step, CPU work), where vLLM 0.13 (no overlap, the
+    same kernels) takes their sum. At 512 sequences of 128 + 1,024 tokens the CPU's work
+    (0.67 ms + 512 x 39 us on H100) outlasts Llama-3.2-1B's step, so it sets the TPOT
+    there: an overlapped engine is never charged less than its host's time."""
+    c = default_calibration().runtime(runtime="vllm", gpu="H100-SXM")
+    cpu = c.step_overhead_s + batch * c.per_sequence_overhead_s
+    work = Workload(kind="serving", batch=batch, input_tokens=128, output_tokens=1024)
+
+    def tpot(release: str) -> float:
+        d = Deployment(num_gpus=1, runtime="vllm", runtime_version=release)
+        out = predict(model="llama-3.2-1b", gpu="H100-SXM", deployment=d, workload=work)
+        assert out.tpot_s is not None
+        return out.tpot_s
+
+    gpu = tpot("0.13.0") - cpu
+    assert tpot("0.19.0") == pytest.approx(max(gpu, cpu), rel=1e-6)
+    if batch == 512:
+        assert cpu > gpu  # the host sets the step: the case the overlap must not hide
 
 
 @pytest.mark.parametrize("pp", [1, 2])

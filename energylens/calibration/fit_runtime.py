@@ -610,7 +610,8 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                 prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """On every GPU the reference runtime (vLLM) has constants for and the runtime runs on,
     each other runtime's overheads that nothing identified (no fit, nothing borrowed) take
-    its profile's priors, marked ``assumed`` with the profile's source; a runtime with its
+    its profile's priors, or the overheads of its ``prior_overheads_from`` runtime on that
+    GPU, marked ``assumed`` with the profile's source; a runtime with its
     own all-reduce but no measured table of it on a GPU takes vLLM's (one-/two-shot
     NVLink peer-memory kernels alike; assumed). vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
@@ -624,6 +625,7 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                   "per_sequence_overhead_s": (profile.prior_per_sequence_overhead_s,
                                               profile.provenance["prior_per_sequence_overhead_s"]
                                               .source)}
+        lender = profile.prior_overheads_from
         for gpu in gpus:
             if load_gpu(gpu).vendor not in profile.gpu_vendors:
                 continue  # it does not run there (RuntimeProfile.check refuses it)
@@ -632,6 +634,13 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
             changes = {name: value for name, (value, _) in priors.items() if name not in own}
             notes = {name: f"prior of runtimes/{runtime}.yaml: {priors[name][1]}"
                      for name in changes}
+            lent = runtimes.get(runtime_key(runtime=lender, gpu=gpu)) if lender else None
+            if lent is not None:
+                why = profile.provenance["prior_overheads_from"].source
+                for name in changes:
+                    changes[name] = getattr(lent, name)
+                    notes[name] = (f"{lender}'s on {gpu} (prior_overheads_from of "
+                                   f"runtimes/{runtime}.yaml: {why})")
             reference = runtimes[runtime_key(runtime=AIC_REFERENCE, gpu=gpu)]
             if (profile.custom_allreduce_max_bytes > 0 and reference.allreduce_latency_s > 0
                     and not any(name in own for name in ALLREDUCE_CONSTANTS)):

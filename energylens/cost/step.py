@@ -97,6 +97,9 @@ class StepContext:
     pp: int
     runtime: RuntimeProfile
     speculation: Speculation | None = None  # speculative decoding (None: one token a step)
+    # the runtime's scheduler prepares step n + 1 on the CPU while the GPUs run step n
+    # (RuntimeProfile.overlaps_cpu): its engine time runs beside a step, not after it
+    cpu_overlapped: bool = False
 
     @property
     def tokens_per_decode_step(self) -> float:
@@ -468,10 +471,32 @@ def decode_step_cost(*, ctx: StepContext, seqs: list[SequenceGroup],
 def engine_cost(*, ctx: StepContext, sequences: Size) -> StepCost:
     """The runtime's own time in one step on a replica: a fixed part the GPUs idle through
     (static power only, charged by the caller over the wall time) and a part per running
-    sequence during which they draw busy power."""
+    sequence during which they draw busy power. Join it to the GPUs' step with
+    :func:`with_engine`."""
     # the runtime hooks are written for a number; their arithmetic broadcasts over arrays
     idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                  sequences=cast(float, sequences))
     busy_j = ctx.constants.busy_power_w * busy_s * ctx.replica_gpus
     return StepCost(latency_s=idle_s + busy_s, compute_energy_j=busy_j, memory_energy_j=0.0,
                     communication_energy_j=0.0, communication_s=0.0)
+
+
+def join_engine_s(*, ctx: StepContext, gpu_s: Size, engine_s: Size) -> Size:
+    """Wall time of a step whose GPUs work ``gpu_s`` and whose runtime works ``engine_s`` on
+    the CPU: one after the other, or, under an overlap scheduler (``ctx.cpu_overlapped``),
+    side by side, so that the longer of the two sets the step (a host-bound engine at a
+    large batch of a small model)."""
+    if ctx.cpu_overlapped:
+        return cast(Size, np.maximum(gpu_s, engine_s))
+    return gpu_s + engine_s
+
+
+def with_engine(*, ctx: StepContext, cost: StepCost, engine: StepCost) -> StepCost:
+    """The GPUs' ``cost`` of a step joined with the runtime's ``engine`` cost of it
+    (:func:`join_engine_s`); overlapped, the engine's CPU work adds no GPU energy (the GPUs
+    draw static power while they wait for a host-bound step, charged over the wall time by
+    the caller)."""
+    if not ctx.cpu_overlapped:
+        return cost + engine
+    return replace(cost, latency_s=join_engine_s(ctx=ctx, gpu_s=cost.latency_s,
+                                                 engine_s=engine.latency_s))

@@ -144,6 +144,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "custom_allreduce_max_bytes": float,
     "prior_step_overhead_s": float,
     "prior_per_sequence_overhead_s": float,
+    "prior_overheads_from": lambda v: None if v is None else str(v),
     "uneven_head_sharding": bool,
     "redundant_expert_slots": bool,
     "speculative_decoding": bool,
@@ -187,7 +188,8 @@ class RuntimeProfile:
     ep_layer_overhead_until: str | None  # the release from which an EP MoE layer has no
     # fixed time of its own (None: the calibrated one holds for every release)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
-    # overlaps the GPU's step by default: no step or per-sequence overhead (None: never)
+    # overlaps the GPU's step by default: its step and per-sequence work runs beside the
+    # GPUs' step and sets it only where it outlasts it (None: never)
     overlap_scheduler_with_pp: bool  # whether it stays on under pipeline parallelism
     legacy_overheads_until: str | None  # releases before it take the LEGACY_FIELDS of the
     # calibration's ``<name>@legacy`` sections (None: one set for all releases)
@@ -205,6 +207,8 @@ class RuntimeProfile:
     # measurement identifies them (the cost model reads the calibration file, not these).
     prior_step_overhead_s: float
     prior_per_sequence_overhead_s: float
+    prior_overheads_from: str | None  # a runtime whose (fitted or borrowed) overheads on
+    # the same GPU are the priors instead of the two above (None: those two)
     uneven_head_sharding: bool  # splits attention in whole KV groups, unevenly where tp
     # does not divide them (DeepSpeed AutoTP) instead of refusing the layout
     redundant_expert_slots: bool  # an EP degree that does not divide the experts runs
@@ -400,7 +404,7 @@ class RuntimeProfile:
         return gpu_vendor not in self.flash_decode_vendors or sliding_window
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
-                        version: str | None = None, pp: int = 1,
+                        version: str | None = None,
                         mha: bool = False, paged_decode: bool = True) -> Calibration:
         """``calibration`` with the kernel constants of ``gpu`` as this engine's kernels
         reach them: efficiencies times its (runtime, GPU) scales (all 1: ``calibration``
@@ -408,11 +412,9 @@ class RuntimeProfile:
         ``mha`` model, one query head per KV head, at ``mha_kv_bandwidth_scale`` where the
         engine has one), in release
         ``version`` (None: the profile's): from ``ep_layer_overhead_until`` on, an
-        expert-parallel MoE layer carries no fixed time of its own; from
-        ``overlap_scheduler_since`` on, the engine's CPU work per step (fitted on earlier
-        releases) hides behind the GPU's step, unless the deployment has ``pp`` > 1
-        stages and the engine turns its overlap scheduler off for them
-        (``overlap_scheduler_with_pp``); before ``legacy_overheads_until``, the
+        expert-parallel MoE layer carries no fixed time of its own (the engine's CPU work
+        per step is kept: whether it runs beside the GPU's step is :meth:`overlaps_cpu`);
+        before ``legacy_overheads_until``, the
         :data:`LEGACY_FIELDS` are those of the ``<name>@legacy`` section where the GPU has
         one (an earlier engine generation, fitted on its own measurements), and its unsplit
         decode attention (``paged_attention_v1_above``) where ``paged_decode`` (see
@@ -439,11 +441,18 @@ class RuntimeProfile:
                 out = _with_v1(out, gpu, c.v1_kv_bandwidth_share, self.paged_attention_v1_above)
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
-        if (c.step_overhead_s, c.per_sequence_overhead_s) != (0.0, 0.0) \
-                and since(self.overlap_scheduler_since) \
-                and (pp == 1 or self.overlap_scheduler_with_pp):
-            out = _without(out, self.name, gpu, ("step_overhead_s", "per_sequence_overhead_s"))
         return out
+
+    def overlaps_cpu(self, *, version: str | None = None, pp: int = 1) -> bool:
+        """Whether release ``version`` (None: the profile's) prepares step n + 1 on the CPU
+        while the GPUs run step n (from ``overlap_scheduler_since`` on, unless the
+        deployment has ``pp`` > 1 stages and the engine turns its overlap scheduler off for
+        them, ``overlap_scheduler_with_pp``): its per-step and per-sequence CPU work
+        (fitted on earlier releases) then sets a step only where it outlasts the GPUs'."""
+        since = self.overlap_scheduler_since
+        return since is not None \
+            and release_key(version or self.version) >= release_key(since) \
+            and (pp == 1 or self.overlap_scheduler_with_pp)
 
 
 _DIM_NAMES = {"tp": "tensor", "pp": "pipeline", "ep": "expert",

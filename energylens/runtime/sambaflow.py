@@ -33,12 +33,12 @@ class SambaFlow(RuntimeProfile):
     """SambaFlow: no launch command (SambaStudio's flags are not documented in reach)."""
 
     def calibration_for(self, *, calibration: Calibration, gpu: str,
-                        version: str | None = None, pp: int = 1,
+                        version: str | None = None,
                         mha: bool = False, paged_decode: bool = True) -> Calibration:
         """The base scales and overheads, with every per-kernel and per-collective fixed
         time of ``gpu`` at zero."""
         return _without_floors(super().calibration_for(calibration=calibration, gpu=gpu,
-                                                       version=version, pp=pp, mha=mha,
+                                                       version=version, mha=mha,
                                                        paged_decode=paged_decode), gpu)
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:

@@ -21,7 +21,9 @@ from energylens.cost.step import (
     StepCost,
     decode_step_cost,
     engine_cost,
+    join_engine_s,
     step_cost,
+    with_engine,
 )
 from energylens.cost.work import Size
 from energylens.workloads.capacity import kv_capped
@@ -125,8 +127,9 @@ class StaticBatch:
         # per token a sequence gains (a speculative step yields several)
         decode_cost = decode_step_cost(ctx=ctx, seqs=[SequenceGroup(
             sequences=sequences, new_tokens=1.0, context=contexts)], pipelined=True)
-        per_step = (_mean_over_points(decode_cost, points_ndim=contexts.ndim)
-                    + engine.scaled(1.0 / ctx.tokens_per_decode_step))
+        per_step = with_engine(ctx=ctx, cost=_mean_over_points(decode_cost,
+                                                               points_ndim=contexts.ndim),
+                               engine=engine.scaled(1.0 / ctx.tokens_per_decode_step))
         tpot = value(per_step.latency_s)
         static_w = ctx.constants.static_power_w
         replicas, gpus = placement.replicas * 1.0, placement.gpus
@@ -146,8 +149,8 @@ def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
     as the first (its attention to the chunks before it left out); over an array of
     batches the passes share the smallest batch's tokens per prompt."""
     if chunk is None:
-        return step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=sequences, new_tokens=input_tokens,
-                                                      context=input_tokens)]) + engine
+        return with_engine(ctx=ctx, cost=step_cost(ctx=ctx, seqs=[SequenceGroup(
+            sequences=sequences, new_tokens=input_tokens, context=input_tokens)]), engine=engine)
     tokens = sequences * input_tokens
     passes = np.maximum(np.ceil(tokens / chunk), 1.0)
     per_pass = tokens / passes
@@ -156,13 +159,14 @@ def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
                           context=new_tokens)
     one = step_cost(ctx=ctx, seqs=[group])
     engine = engine_cost(ctx=ctx, sequences=group.sequences)
-    total = (one + engine).scaled(value(passes))
+    total = with_engine(ctx=ctx, cost=one, engine=engine).scaled(value(passes))
     if ctx.pp > 1 and ctx.runtime.pipelines_prompt_passes:
         # a pass enters the first stage as the one before leaves it: the passes take
         # passes + pp - 1 stage times instead of pp each (same work, same energy)
         stages = value((passes + ctx.pp - 1.0) / (passes * ctx.pp))
-        total = replace(total, latency_s=engine.latency_s * value(passes)
-                        + one.latency_s * value(passes) * stages)
+        total = replace(total, latency_s=join_engine_s(
+            ctx=ctx, gpu_s=one.latency_s * value(passes) * stages,
+            engine_s=engine.latency_s * value(passes)))
     return total
 
 

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from energylens.cost.memory import MemoryUse
-from energylens.cost.step import ZERO, SequenceGroup, decode_step_cost, engine_cost, step_cost
+from energylens.cost.step import (
+    ZERO,
+    SequenceGroup,
+    decode_step_cost,
+    engine_cost,
+    step_cost,
+    with_engine,
+)
 from energylens.cost.work import Size
 from energylens.workloads.capacity import kv_capped
 from energylens.workloads.registry import MemoryDemand, Placement, register
@@ -109,19 +116,20 @@ class SteadyState:
         decode_seqs = SequenceGroup(sequences=batch, new_tokens=1.0, context=s_in + s_out / 2)
         arrivals = batch / s_out
         engine = engine_cost(ctx=ctx, sequences=batch)
-        plain = step_cost(ctx=ctx, seqs=[decode_seqs], pipelined=True) + engine
+        plain = with_engine(ctx=ctx, cost=step_cost(ctx=ctx, seqs=[decode_seqs], pipelined=True),
+                            engine=engine)
         # A speculative step yields several tokens per sequence: a step here is the share
         # of one that yields one token each, and a prompt's admission adds its whole work.
-        decode_only = plain if ctx.speculation is None else (
-            decode_step_cost(ctx=ctx, seqs=[decode_seqs], pipelined=True)
-            + engine.scaled(1.0 / ctx.tokens_per_decode_step))
+        decode_only = plain if ctx.speculation is None else with_engine(
+            ctx=ctx, cost=decode_step_cost(ctx=ctx, seqs=[decode_seqs], pipelined=True),
+            engine=engine.scaled(1.0 / ctx.tokens_per_decode_step))
         speculative = decode_only + plain.scaled(-1.0)  # zero without speculation
         points = arrival_mixture(arrivals)
         counts = [count for count, _ in points]
-        costs = [decode_only if np.ndim(count) == 0 and count == 0 else step_cost(
-            ctx=ctx, seqs=[decode_seqs, SequenceGroup(sequences=count, new_tokens=s_in,
-                                                      context=s_in)], pipelined=True)
-                 + engine + speculative for count in counts]
+        costs = [decode_only if np.ndim(count) == 0 and count == 0 else with_engine(
+            ctx=ctx, cost=step_cost(ctx=ctx, seqs=[decode_seqs, SequenceGroup(
+                sequences=count, new_tokens=s_in, context=s_in)], pipelined=True),
+            engine=engine) + speculative for count in counts]
         mean = sum((cost.scaled(prob) for cost, (_, prob) in zip(costs, points, strict=True)),
                    ZERO)
         step_s = value(mean.latency_s)

@@ -109,6 +109,8 @@ class StepTable:
     engine_busy_s_per_sequence: float
     engine_busy_j_per_sequence: float  # busy energy of the replica's GPUs per sequence
     # (one attention rank's share under data-parallel attention)
+    # the engine's time runs beside each step, not after it (StepContext.cpu_overlapped)
+    engine_overlapped: bool = False
 
     @classmethod
     def build(cls, *, ctx: StepContext, max_decode: int, max_context: int, budget: int,
@@ -143,8 +145,9 @@ class StepTable:
                    contexts=[float(c) for c in contexts], cached=[float(c) for c in cached],
                    engine_idle_s=float(idle_s) * share,
                    engine_busy_s_per_sequence=float(per_seq_s) * share,
-                   engine_busy_j_per_sequence=float(
-                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j) / ranks * share)
+                   engine_busy_j_per_sequence=0.0 if ctx.cpu_overlapped else float(
+                       engine_cost(ctx=stage, sequences=1.0).compute_energy_j) / ranks * share,
+                   engine_overlapped=ctx.cpu_overlapped)
 
     def latency_lists(self) -> tuple[list[list[float]], list[float], list[list[float]]]:
         """The latency tables as Python lists (the scheduler's fast path)."""

@@ -174,7 +174,8 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     if not multi.any():  # one-token requests: the step a second token would take alone
         alone = interpolate(table.contexts, table.decode[1, :, 0].tolist(),
                             float(np.mean(run.input_tokens[kept])) + 1.0)
-        tpot = np.array([alone + table.engine_idle_s + table.engine_busy_s_per_sequence])
+        engine_s = table.engine_idle_s + table.engine_busy_s_per_sequence
+        tpot = np.array([max(alone, engine_s) if table.engine_overlapped else alone + engine_s])
     step = run.wall_s / run.count
     end = run.start_s + run.wall_s
     share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s

@@ -104,12 +104,14 @@ class SimRun:
         cost = interpolate_many(table.contexts, table.decode, d, self.context)
         cost = cost + table.merged[d + self.prefill_tokens] - table.merged[d]
         sequences = (d + self.chunks).astype(float)
-        cost[:, 0] += table.engine_idle_s + table.engine_busy_s_per_sequence * sequences
         cost[:, 1] += table.engine_busy_j_per_sequence * sequences
         if len(self.chunk_record):  # records with chunks are single steps
             chunk = interpolate_many(table.cached, table.chunk, self.chunk_new,
                                      self.chunk_cached.astype(float))
             np.add.at(cost, self.chunk_record, chunk)
+        engine_s = table.engine_idle_s + table.engine_busy_s_per_sequence * sequences
+        cost[:, 0] = (np.maximum(cost[:, 0], engine_s) if table.engine_overlapped
+                      else cost[:, 0] + engine_s)
         cost = np.maximum(cost, 0.0)
         cost[:, 0] = np.maximum(cost[:, 0], MIN_STEP_S)
         return cost * self.count[:, None]
@@ -150,6 +152,10 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     dl, fl, cl = table.latency_lists()
     contexts, cached_pts = table.contexts, table.cached
     idle_s, per_seq_s = table.engine_idle_s, table.engine_busy_s_per_sequence
+    overlapped = table.engine_overlapped
+
+    def join(gpu_s: float, engine_s: float) -> float:  # join_engine_s on floats
+        return max(gpu_s, engine_s) if overlapped else gpu_s + engine_s
     budget_max, cap, kv_cap = limits.token_budget, limits.max_sequences, limits.kv_tokens
     whole = limits.prefill_scheduling == "mixed-whole"
     prefill_first = limits.prefill_scheduling == "prefill-first"
@@ -269,11 +275,12 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             steps = heap[0][0] - it + 1
             ctx0 = decode_kv / d + 1.0
             if pending:
-                step_s = interpolate(contexts, dl[d], ctx0) + idle_s + per_seq_s * d
+                step_s = join(interpolate(contexts, dl[d], ctx0), idle_s + per_seq_s * d)
                 steps = min(steps, max(1, math.ceil((pending[0][0] - t) / step_s)))
             steps = max(1, min(steps, int(kv_free() // d)))
             mid = ctx0 + (steps - 1) / 2
-            step_s = max(interpolate(contexts, dl[d], mid) + idle_s + per_seq_s * d, MIN_STEP_S)
+            step_s = max(join(interpolate(contexts, dl[d], mid), idle_s + per_seq_s * d),
+                         MIN_STEP_S)
             wall = step_s * steps
             prefill_tokens = 0
             tokens = d * steps
@@ -283,13 +290,13 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             prefill_tokens = sum(n for _, n, _ in chunks)
             mid = decode_kv / d + 1.0 if d else 1.0
             wall = (interpolate(contexts, dl[d], mid) if d else 0.0) \
-                + fl[d + prefill_tokens] - fl[d] + idle_s + per_seq_s * (d + len(chunks))
+                + fl[d + prefill_tokens] - fl[d]
             for _, n, k in chunks:
                 wall += interpolate(cached_pts, cl[n], k)
                 chunk_rec.append(len(rec["start"]))
                 chunk_new.append(n)
                 chunk_cached.append(k)
-            wall = max(wall, MIN_STEP_S)
+            wall = max(join(wall, idle_s + per_seq_s * (d + len(chunks))), MIN_STEP_S)
             steps = 1 if d or not decoding else 0  # waiting decodes do not advance
             tokens = d
             completed = 0
