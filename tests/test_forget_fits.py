@@ -50,6 +50,18 @@ def test_a_gpu_without_a_fitted_relative_falls_back_to_the_profiles_priors() -> 
                          "collective_sync_s": 0.0}
 
 
+def test_a_runtime_whose_priors_are_another_runtimes_takes_its_values_on_the_gpu() -> None:
+    # SGLang's overheads are vLLM's on the same GPU (prior_overheads_from), as calibrate
+    # writes them: a blind SGLang section on a GPU no relative fits stands in with those.
+    doc = {"runtimes": {
+        "vllm": {"H100-SXM": {"step_overhead_s": {"value": 7e-4, "kind": "fitted"}}},
+        "sglang": {"H100-SXM": {"step_overhead_s": {
+            "value": 1e-3, "kind": "fitted", "fitted_on": ["user.csv"]}}}}}
+    assert get_runtime("sglang").prior_overheads_from == "vllm"
+    assert forgotten_fields(document=doc, data_file="user.csv", runtime="sglang",
+                            gpu="H100-SXM") == {"step_overhead_s": 7e-4}
+
+
 def test_a_gpu_with_a_fitted_relative_takes_the_relatives_values() -> None:
     # GH200 borrows from H100 SXM, where TensorRT-LLM's overheads were fitted on H100 rows.
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="trtllm", gpu="GH200")

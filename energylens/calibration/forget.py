@@ -8,7 +8,8 @@ the rows it is scored on. :func:`forget_fits` replaces each runtime constant of
 (runtime, GPU) whose provenance says it was fitted on the file with what ``calibrate``
 gives a (runtime, GPU) no data identifies: the value a relative GPU (``engines_from``,
 then ``borrows_from``, followed down the chain) has fitted from data of its own, else the
-runtime profile's prior for the two overheads, else the field's default (no overhead,
+runtime profile's prior for the two overheads (its ``prior_overheads_from`` runtime's on the
+GPU where it names one), else the field's default (no overhead,
 scale 1). A runtime's ``@legacy`` sections (the overheads of its earlier releases) are
 forgotten with it; without a relative's fit they stand in with the runtime's own section,
 as a GPU without a legacy fit is priced. Kernel and link constants are left alone:
@@ -51,7 +52,12 @@ def _stand_in(document: dict[str, Any], *, runtime: str, gpu: str, field: str) -
         if isinstance(entry, dict):
             return float(entry["value"])
     elif field in _PRIORS and runtime != "vllm":  # vLLM, the reference, has no prior
-        return float(getattr(get_runtime(runtime), f"prior_{field}"))
+        profile = get_runtime(runtime)
+        lender = profile.prior_overheads_from  # as calibrate's fill_priors: its values
+        entry = _section(document, runtime=lender, gpu=gpu).get(field) if lender else None
+        if isinstance(entry, dict):
+            return float(entry["value"])
+        return float(getattr(profile, f"prior_{field}"))
     return float(getattr(RuntimeConstants(), field))
 
 
