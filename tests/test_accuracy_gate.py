@@ -80,9 +80,16 @@ KNOWN_MISSES: dict[str, float] = {
     # (Without Blackwell's FP8 extra, the H100 floor alone took B200 gpu-count to 24.1 %
     # through the EP-layer overhead its folds borrow from H100: not landed that way.)
     # Six limits lowered to today's + 1.5.
-    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.173,
-    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.159,
-    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.156,
+    # Thirty-second session (2026-11-29): the FP8/FP4 GEMM efficiency ratio read as the
+    # GEMM's own once the input's quantisation is taken apart in AIConfigurator's layer
+    # times (H100 0.603 -> 0.854, H200 0.641 -> 0.922; Blackwell FP8 keeps the layer
+    # median: calibration/fit_precision.py): H100 precision energy 15.8 -> 15.3 %, ITL 9.4
+    # -> 9.1, gpu-count energy 8.6 -> 7.9, task energy 14.4 -> 14.3, dense -> MoE 14.1 ->
+    # 13.9 (ITL 10.6 -> 10.5), MoE -> dense 8.4 -> 8.6, hybrid 12.1 -> 12.2; B200 within 0.1.
+    # Three limits lowered to today's + 1.5.
+    "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.168,
+    "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.158,
+    "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.154,
     "Regime-out H100-SXM family: fit dense, predict MoE: inter-token latency": 0.117,
     "Regime-out H100-SXM family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.135,
     "Regime-out B200 gpu-count: fit 1-2 GPUs, predict 4-8: energy per output token": 0.236,
