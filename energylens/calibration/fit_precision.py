@@ -134,7 +134,8 @@ def fit_layer_sum(shapes: ShapeRatios, rows: np.ndarray) -> LayerSum:
 
 
 def fit_precision(*, path: Path, field: str) -> FitResult | None:
-    """``field`` of the GPU of ``path``: the median efficiency ratio, with its error."""
+    """``field`` of the GPU of ``path``: the GEMM's ratio of the layer sum where the sum
+    holds and predicts held-out shapes better, else the median ratio; with its error."""
     shapes = read_shapes(path=path, field=field)
     if shapes is None:
         return None
