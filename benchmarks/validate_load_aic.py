@@ -5,6 +5,7 @@ Usage: python benchmarks/validate_load_aic.py [--rows CSV | --silicon FILE] [--j
        python benchmarks/validate_load_aic.py --prompt-load [--rows CSV]
        python benchmarks/validate_load_aic.py --prefill-ratio [--rows CSV]
        python benchmarks/validate_load_aic.py --campaigns [--json RESULT]
+       python benchmarks/validate_load_aic.py --layouts [--json RESULT]
        python benchmarks/validate_load_aic.py --write-accuracy [--json RESULT]
        python benchmarks/validate_load_aic.py --unrecorded-kv-dtype fp8 [--save OUT.json]
        python benchmarks/validate_load_aic.py --scale-bound [--json RESULT]
@@ -136,6 +137,32 @@ def campaigns(result: dict[str, Any]) -> None:
         print(f"| {engine} | {gpu} | {model} | {campaign} | {len(pairs)} | "
               f"{statistics.mean(abs(e) for e in tpot):.1f} % | {statistics.median(tpot):+.1f} % | "
               f"{statistics.mean(abs(e) for e in ttft):.1f} % | {statistics.median(ttft):+.1f} % |")
+
+
+def layouts(result: dict[str, Any]) -> None:
+    """TPOT MAPE and median signed error per (engine, parallel layout) over the MoE models'
+    rows without attention DP: experts split by TP alone against experts placed by EP."""
+    from energylens.model import get_model
+
+    is_moe: dict[str, bool] = {}
+    errors: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    for row in result["rows"]:
+        measured, predicted = row["input"], row["predicted"]
+        if not predicted or int(measured.get("attention_dp") or 1) > 1:
+            continue
+        name = str(measured["model"])
+        if name not in is_moe:
+            is_moe[name] = get_model(name).moe is not None
+        if is_moe[name]:
+            key = (measured["runtime"], int(measured.get("tp") or 1), int(measured.get("ep") or 1))
+            errors[key].append((predicted["tpot_s"] / measured["tpot_s"] - 1) * 100)
+    print("| engine | layout | rows | TPOT MAPE | TPOT median error |")
+    print("|---|---|---|---|---|")
+    for (engine, tp, ep), signed in sorted(errors.items()):
+        layout = f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
+        print(f"| {engine} | {layout} | {len(signed)} | "
+              f"{statistics.mean(abs(e) for e in signed):.1f} % | "
+              f"{statistics.median(signed):+.1f} % |")
 
 
 def with_kv_dtype(rows: Path, kv_dtype: str, folder: Path) -> Path:
@@ -416,6 +443,8 @@ def main() -> None:
                         help="per campaign, the prompt work rows report over their capacity")
     parser.add_argument("--campaigns", action="store_true",
                         help="TPOT error per measurement campaign instead of per engine/GPU")
+    parser.add_argument("--layouts", action="store_true",
+                        help="TPOT error of the MoE models' rows per engine and TP/EP layout")
     parser.add_argument("--scale-bound", action="store_true",
                         help="the least TPOT MAPE one factor per engine / GPU / model reaches")
     parser.add_argument("--engine-time-bound", action="store_true",
@@ -447,6 +476,9 @@ def main() -> None:
         args.save.write_text(json.dumps(result))
     if args.campaigns:
         campaigns(result)
+        return
+    if args.layouts:
+        layouts(result)
         return
     if args.scale_bound:
         scale_bound(result)
