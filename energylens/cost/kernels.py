@@ -73,6 +73,11 @@ class Kernel:
         return any("p" in op.ranks for op in self.ops)
 
     @cached_property
+    def scans_all_keys(self) -> bool:
+        """Whether an op scans every cached key where attention reads only picked ones."""
+        return any(op.all_keys for op in self.ops)
+
+    @cached_property
     def per_expert(self) -> bool:
         """Whether an op reads the routed-token or expert ranks (``t``, ``x``)."""
         return any(rank in ("t", "x") for op in self.ops for rank in op.ranks)

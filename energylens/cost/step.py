@@ -153,11 +153,20 @@ def _compiled_prompt(group: LayerGroup, degrees: tuple[tuple[str, int], ...],
                          degrees=dict(degrees), fusion=fusion)
 
 
+def kernel_window(group: LayerGroup, kernel: Kernel) -> float | None:
+    """Keys per query ``kernel`` reads at most: the group's sliding window, and where an
+    indexer picks the keys (DSA), its top-k for every context kernel but the indexer's."""
+    if group.sparse_keys is None or kernel.scans_all_keys:
+        return group.window
+    return group.sparse_keys if group.window is None else min(group.window, group.sparse_keys)
+
+
 def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, Size],
                       absorbed: KernelCost, first: bool) -> KernelCost:
     """``absorbed`` (a context kernel of the decode form) where the phase decodes (one new
     token), the prompt form's context kernels where it prefills (``first``: their sum on
-    the layer's first context kernel, nothing on the others)."""
+    the layer's first context kernel, nothing on its other MLA ones; the indexer's keep
+    their own)."""
     prompt = _compiled_prompt(group, ctx.degrees, ctx.fusion)
     assert prompt is not None
     prefill = np.asarray(phase["m"]) > 1.0
@@ -169,9 +178,9 @@ def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, S
         for kernel in prompt.kernels:
             if not kernel.touches_context:
                 continue
-            cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
-                               constants=ctx.constants.for_prompt_attention(), clock=ctx.clock,
-                               weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
+            cost = kernel_cost(kernel=kernel, phase=phase, window=kernel_window(group, kernel),
+                               gpu=ctx.gpu, constants=ctx.constants.for_prompt_attention(),
+                               clock=ctx.clock, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                compute_slowdown=1.0)
             total = {f: total[f] + getattr(cost, f) for f in fields}
     return KernelCost(**{f: np.where(prefill, total[f], getattr(absorbed, f)) if np.ndim(prefill)
@@ -242,7 +251,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     latencies: dict[int, Size] = {}
     compute_j: Size = 0.0
     memory_j: Size = 0.0
-    first_context = next((i for i, k in enumerate(compiled.kernels) if k.touches_context), -1)
+    first_context = next((i for i, k in enumerate(compiled.kernels)
+                          if k.touches_context and not k.scans_all_keys), -1)
     for index, kernel in enumerate(compiled.kernels):
         context = kernel.touches_context
         phases = attention if context else [merged if _all_tokens(kernel) else local]
@@ -250,12 +260,12 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         for position, phase in enumerate(phases):
             cost = shared.get((index, position)) if same_on_every_rank and shared else None
             if cost is None:
-                cost = kernel_cost(kernel=kernel, phase=phase, window=group.window, gpu=ctx.gpu,
-                                   constants=constants, clock=ctx.clock,
+                cost = kernel_cost(kernel=kernel, phase=phase, window=kernel_window(group, kernel),
+                                   gpu=ctx.gpu, constants=constants, clock=ctx.clock,
                                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                    compute_slowdown=slowdown if index in overlapping else 1.0)
                 if (context and group.prompt_attention is not None
-                        and not seqs[position].verifying):
+                        and not kernel.scans_all_keys and not seqs[position].verifying):
                     cost = _with_prompt_form(ctx=ctx, group=group, phase=phase, absorbed=cost,
                                              first=index == first_context)
                 if same_on_every_rank and shared is not None:

@@ -44,6 +44,9 @@ class LayerGroup:
     #: The context ops prompt tokens take instead of ``layer``'s (MLA: decompressed keys
     #: and values, not the absorbed latent), or None where both phases run the same ones.
     prompt_attention: LayerSpec | None = None
+    #: Keys each query attends to where an indexer picks them (DSA's index_topk: MLA reads
+    #: at most that many; the indexer itself and the KV cache keep every key), else None.
+    sparse_keys: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +171,7 @@ def _parse_op(*, op_name: str, body: Any, norm: str, bypass: Bypass) -> Einsum:
         text=text,
         persistent_output=bool(body.get("persistent", False)),
         causal=body.get("causal"),
+        all_keys=bool(body.get("all_keys", False)),
     )
 
 
@@ -304,15 +308,16 @@ def _split_by_window(
     window = model.sliding_window
     share = model.num_sliding_layers / model.num_layers if window else 0.0
     prompt = prompt_attention(model)
+    sparse = model.mla.index_topk if model.mla is not None and model.mla.index_topk else None
     bound: list[LayerGroup] = []
     for name, layer, count, sizes, is_moe in groups:
         sliding = count * share
         if sliding > 0:
             bound.append(LayerGroup(name=f"{name}-sliding", layer=layer, count=sliding,
                                     window=window, sizes=sizes, is_moe=is_moe,
-                                    prompt_attention=prompt))
+                                    prompt_attention=prompt, sparse_keys=sparse))
         if count - sliding > 0:
             bound.append(LayerGroup(name=name, layer=layer, count=count - sliding,
                                     window=None, sizes=sizes, is_moe=is_moe,
-                                    prompt_attention=prompt))
+                                    prompt_attention=prompt, sparse_keys=sparse))
     return bound

@@ -33,6 +33,11 @@ FUNCTION_FLOPS_PER_ELEMENT: dict[str, tuple[OpKind, float]] = {
     "dispatch": ("gather", 0.0),
     "combine": ("gather", 1.0),
     "topk": ("reduction", 2.0),
+    # a fast Walsh-Hadamard transform over the reduced rank (log2(128) = 7 butterflies
+    # and a scale per element at width 128; DSA's indexer rotates q and k before FP8)
+    "hadamard": ("reduction", 8.0),
+    # a tensor times a broadcast vector or scalar (DSA's head weights x query scales)
+    "scale": ("elementwise", 1.0),
     # dynamic activation quantisation before an FP8/INT8/FP4 GEMM: |x|, the row's (or
     # block's) max and the scaled cast (assumed 3 per element)
     "quant": ("reduction", 3.0),
@@ -81,6 +86,9 @@ class Einsum:
     flops_per_element: float = 0.0
     persistent_output: bool = False
     causal: tuple[str, str] | None = None  # (query rank, key rank) under a causal mask
+    #: Scans every cached key where the layer's attention reads only the keys an indexer
+    #: picks (DSA's indexer); the same op in prompt and decode steps.
+    all_keys: bool = False
 
     @cached_property  # an op is immutable; the cost model asks for its ranks per kernel price
     def ranks(self) -> tuple[str, ...]:
@@ -101,7 +109,8 @@ def _tensor(name: str, ranks: str) -> TensorRef:
 
 
 def parse_einsum(
-    *, name: str, text: str, persistent_output: bool = False, causal: str | None = None
+    *, name: str, text: str, persistent_output: bool = False, causal: str | None = None,
+    all_keys: bool = False,
 ) -> Einsum:
     """Parse one op from named-rank notation; raises :class:`SpecError` naming the op."""
     causal_pair = _parse_causal(name=name, causal=causal)
@@ -116,7 +125,7 @@ def parse_einsum(
         op = Einsum(
             name=name, output=out, inputs=tuple(args), kind=kind, function=function,
             reduced_ranks=tuple(match.group(3)[len(function) + 1:]), flops_per_element=flops,
-            persistent_output=persistent_output, causal=causal_pair,
+            persistent_output=persistent_output, causal=causal_pair, all_keys=all_keys,
         )
     else:
         match = _CONTRACTION.match(text)
@@ -129,7 +138,7 @@ def parse_einsum(
             inputs.append(_tensor(groups[4], groups[5]))
         kind = "contraction" if len(inputs) == 2 else "copy"
         op = Einsum(name=name, output=out, inputs=tuple(inputs), kind=kind,
-                    persistent_output=persistent_output, causal=causal_pair)
+                    persistent_output=persistent_output, causal=causal_pair, all_keys=all_keys)
     _check_ranks(op)
     return op
 

@@ -1,8 +1,8 @@
 """DeepSeek-V2 / V3 / R1, Kimi-K2 / K2.5 and GLM-5 (the same template): MLA attention,
 routed and shared experts after the first dense layers. GLM-5's sparse-attention indexer
 (``index_n_heads`` heads of ``index_head_dim`` scoring the context, ``index_topk`` keys
-kept per query) is priced beside MLA (``families/dsa_indexer.yaml``); MLA itself is still
-priced over the whole context (an overestimate above ``index_topk`` tokens)."""
+kept per query) is priced beside MLA (``families/dsa_indexer.yaml``), and MLA's context
+kernels read at most ``index_topk`` keys per query."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConf
     f["attention"], f["head_dim"], f["num_kv_heads"] = "MLA", nope + rope, f["num_heads"]
     routed_moe(cfg, f)
     if cfg.has("index_topk"):
-        f["notes"] += (f"; sparse-attention indexer priced, MLA over the whole context (not "
-                       f"the {cfg.integer('index_topk')} keys it keeps per query)")
+        f["notes"] += (f"; sparse-attention indexer priced over the whole context, MLA over "
+                       f"the {cfg.integer('index_topk')} keys it keeps per query")
     return finish(f)
 
 
