@@ -319,6 +319,9 @@ def test_a_closed_loop_whose_clients_do_not_all_fit_runs_on_what_the_pool_holds(
     too_big = predict(model="llama-3.1-70b", gpu=GPU, workload=Workload(
         kind="load", concurrency=8, input_tokens=512, output_tokens=64))
     assert not too_big.feasible and "weights" in (too_big.infeasible_reason or "")
+    assert isinstance(too_big, LoadPrediction)  # serves nothing, so meets no SLO
+    assert too_big.load["goodput_requests_per_s"] == 0.0 and too_big.load["goodput_per_gpu"] == 0.0
+    assert too_big.load["slo_attainment"] == 0.0 and too_big.load["slo_met"] is False
 
 
 def test_a_shared_prefix_is_cached_once_and_never_computed() -> None:

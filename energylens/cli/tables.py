@@ -30,6 +30,9 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
     console.print(f"[bold]{result.model}[/] on {result.num_gpus} x {result.gpu} "
                   f"({result.workload} workload): feasible: {str(result.feasible).lower()} "
                   f"({status})")
+    if not result.feasible:
+        console.print("[yellow]the figures below price the deployment as if it fit: it cannot "
+                      "run as given[/]")
     summary = Table(show_header=False)
     summary.add_column("metric")
     summary.add_column("value", justify="right")

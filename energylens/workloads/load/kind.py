@@ -222,6 +222,10 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         load[key] = float(load[key]) * engines
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
     reason = memory.shortfall(gpu_name=ctx.gpu.name)
+    if reason is not None:  # a deployment that does not fit serves no request, let alone
+        # one within its SLOs (the latencies stay those of the simulated run, as labelled)
+        load |= {"goodput_requests_per_s": 0.0, "goodput_per_gpu": 0.0,
+                 "slo_attainment": 0.0, "slo_met": False}
     return LoadPrediction(
         model=placement.model.name, gpu=ctx.gpu.name, num_gpus=placement.gpus, workload=name,
         feasible=reason is None, infeasible_reason=reason,
