@@ -481,6 +481,37 @@ def test_k_shot_never_fits_on_a_screened_row(tmp_path: Path) -> None:
     assert all(o.screened is not None for o in report.rows[:3])
 
 
+def test_a_row_marked_screened_is_predicted_never_fitted_and_scored_apart(
+        tmp_path: Path) -> None:
+    """A ``screened`` reason of the user's (or a converter's: a host-paced run) keeps the
+    row out of every fit and of the headline error, reported per kind beside it."""
+    text = (f"{HEADER},screened,tpot_s\n"
+            "llama-3.1-8b,H100,1,1,vllm,batch,8,128,128,,0.009\n"
+            "llama-3.1-8b,H100,1,1,vllm,batch,16,128,128,host-bound: GPUs idle,0.050\n"
+            "llama-3.1-8b,H100,1,1,vllm,batch,32,128,128,,0.011\n")
+    measurements = load_user_csv(_write(tmp_path, text))
+    report = validate_measured(measurements, calibration=default_calibration())
+    assert [o.screened for o in report.rows] == [None, "host-bound: GPUs idle", None]
+    metrics = report.metrics
+    assert metrics["tpot_s"]["n"] == 2 and metrics["tpot_s[host-bound]"]["n"] == 1
+    assert metrics["tpot_s[with host-bound]"]["n"] == 3 and "tpot_s[impossible]" not in metrics
+    _, skipped = fit_rows(measurements)
+    assert skipped == [(2, "host-bound: GPUs idle")]
+    shot = k_shot(measurements, k=2, group_by=["gpu"], seed=0, calibration=default_calibration())
+    assert [o.fitted_on for o in shot.rows] == [True, False, True]
+
+
+def test_the_mlenergy_converter_marks_the_runs_the_host_paced(tmp_path: Path) -> None:
+    """ML.ENERGY's Llama-3.1-8B chat run on one B200 drew 449 W at 128 sequences against
+    617 W at 64 (ITL 26.7 against 9.0 ms): the GPU idled, the row is screened; the 64
+    sequences' row, hotter than every smaller batch of its series, is not."""
+    converted = load_user_csv(_convert("mlenergy", MLENERGY, tmp_path))
+    llama = {int(r.values["max_num_seqs"]): r for r in converted.rows
+             if r.values["model"] == "meta-llama/Llama-3.1-8B-Instruct" and r.values["gpu"] == "B200"}
+    assert str(llama[128].values["screened"]).startswith("host-bound: ")
+    assert llama[64].values["screened"] is None
+
+
 def test_a_row_the_kv_cache_decided_carries_a_note(tmp_path: Path) -> None:
     """Llama-3.1-70B BF16 on 2 H100 cannot hold 1,024 sequences of 2,048 + 1,024 tokens:
     the row says so (its KV precision matters); 8 sequences fit and carry no note."""

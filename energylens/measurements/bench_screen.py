@@ -41,16 +41,26 @@ Row = TypeVar("Row")
 Stat = TypeVar("Stat")
 
 
+def screen_kind(reason: str | None) -> str | None:
+    """The kind of a screen reason (``impossible``, ``host-bound``: its text before the
+    first colon), or None for a row not screened."""
+    return None if reason is None else reason.split(":", 1)[0].strip()
+
+
 def screened_summary(rows: Sequence[Row], *, summary: Callable[[list[Row]], dict[str, Stat]],
-                     screened: Callable[[Row], bool]) -> dict[str, Stat]:
+                     kind: Callable[[Row], str | None]) -> dict[str, Stat]:
     """``summary`` per metric over the rows not screened; where some are, beside each
-    metric ``<metric>[impossible]`` over those alone and ``<metric>[with impossible]``
-    over all (the convention of every validation summary)."""
-    out = summary([r for r in rows if not screened(r)])
-    apart = [r for r in rows if screened(r)]
-    if apart:
-        out.update({f"{name}[{SCREEN}]": v for name, v in summary(apart).items()})
-        out.update({f"{name}[with {SCREEN}]": v for name, v in summary(list(rows)).items()})
+    metric ``<metric>[<kind>]`` over each kind's rows alone (``[impossible]``,
+    ``[host-bound]``) and ``<metric>[with <kinds>]`` over all (``[with impossible]``; the
+    convention of every validation summary)."""
+    out = summary([r for r in rows if kind(r) is None])
+    kinds = sorted({k for k in map(kind, rows) if k is not None})
+    for name in kinds:
+        out.update({f"{metric}[{name}]": v
+                    for metric, v in summary([r for r in rows if kind(r) == name]).items()})
+    if kinds:
+        out.update({f"{metric}[with {' and '.join(kinds)}]": v
+                    for metric, v in summary(list(rows)).items()})
     return out
 
 

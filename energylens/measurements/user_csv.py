@@ -57,6 +57,10 @@ RUN_COUNTS = ("num_requests",)
 #: A load row's prompt tokens every request shares, held once by the engine's prefix cache
 #: (``Workload.shared_prefix_tokens``; blank or 0: none).
 SHARED_PREFIX = "shared_prefix_tokens"
+#: Why a row is no measurement of the deployment's GPU work (``host-bound: ...``: the host
+#: paced the run; ``<kind>: <why>``): predicted, never fitted on, scored apart as
+#: ``<metric>[<kind>]``. The ML.ENERGY converter writes it for host-paced runs.
+SCREENED = "screened"
 WORKLOADS = ("batch", "serving", "load")
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
@@ -64,7 +68,7 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
-         IDENTICAL_PROMPTS, SHARED_PREFIX,
+         IDENTICAL_PROMPTS, SHARED_PREFIX, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 #: Spellings of runtimes in published files -> registry names.

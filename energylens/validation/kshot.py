@@ -26,8 +26,13 @@ from energylens.calibration.overlay import FitRow, Overlay, apply_overlay, fit_o
 from energylens.cost.constants import Calibration
 from energylens.errors import EnergyLensError, MeasurementError
 from energylens.hardware import load_gpu
-from energylens.measurements.bench_screen import screened_summary, user_row_impossible
+from energylens.measurements.bench_screen import (
+    screen_kind,
+    screened_summary,
+    user_row_impossible,
+)
 from energylens.measurements.user_csv import (
+    SCREENED,
     Case,
     UnsupportedRow,
     UserMeasurements,
@@ -51,9 +56,9 @@ class BlindBase:
 @dataclass
 class RowOutcome:
     """One row: its columns, what was predicted, why not, whether it was fitted on, and
-    why it is screened (faster than reading the weights allows: predicted, never fitted on
-    nor counted in the headline error), and what the KV cache decided in the prediction
-    (``note``: a row whose unrecorded KV precision may matter)."""
+    why it is screened (faster than reading the weights allows, or a run the host paced:
+    predicted, never fitted on nor counted in the headline error), and what the KV cache
+    decided in the prediction (``note``: a row whose unrecorded KV precision may matter)."""
 
     row: UserRow
     predicted: dict[str, float] = field(default_factory=dict)
@@ -85,10 +90,10 @@ class MeasuredReport:
     @property
     def metrics(self) -> dict[str, dict[str, float | int | None]]:
         """MAPE and count per measured metric over predicted rows not fitted on; screened
-        rows apart, as ``<metric>[impossible]``, and with the others as ``<metric>[with
-        impossible]`` (the convention of ``validate --all``)."""
+        rows apart, per kind (``<metric>[impossible]``, ``<metric>[host-bound]``), and with
+        the others as ``<metric>[with <kinds>]`` (the convention of ``validate --all``)."""
         return screened_summary([o for o in self.rows if o.error is None and not o.fitted_on],
-                                summary=_mape, screened=lambda o: o.screened is not None)
+                                summary=_mape, kind=lambda o: screen_kind(o.screened))
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` object."""
@@ -105,7 +110,12 @@ def _mape(outcomes: list[RowOutcome]) -> dict[str, dict[str, float | int | None]
 
 
 def screen(row: UserRow, case: Case) -> str | None:
-    """Why ``row`` cannot have run as described (:func:`user_row_impossible`), or None."""
+    """Why ``row`` is no measurement of the deployment's GPU work, or None: its own
+    ``screened`` reason (a host-paced run its converter or user marked), else why it cannot
+    have run as described (:func:`user_row_impossible`)."""
+    marked = row.values.get(SCREENED)
+    if marked:
+        return str(marked)
     return user_row_impossible(
         config=case.model, gpu=case.gpu, num_gpus=int(row.values["num_gpus"]),
         weight_dtype=case.deployment.weight_dtype, output_tokens=case.workload.output_tokens,

@@ -91,13 +91,14 @@ def _measurements(dataset: Dataset, folder: Path) -> UserMeasurements:
     return load_user_csv(path)
 
 
-#: Per group: rows, rows predicted, rows screened as impossible, and the APEs scored.
+#: Per group: rows, rows predicted, rows screened, and the APEs scored.
 GroupErrors = dict[str, tuple[int, int, int, list[float]]]
 
 
 def group_errors(report: MeasuredReport, *, group_by: Sequence[str], metric: str) -> GroupErrors:
-    """Per group: rows, rows predicted, rows screened as impossible (never fitted on nor
-    scored, as in ``validate``), and the APEs of ``metric`` on the rows not fitted on."""
+    """Per group: rows, rows predicted, rows screened (impossible or host-bound: never
+    fitted on nor scored, as in ``validate``), and the APEs of ``metric`` on the rows not
+    fitted on."""
     out: GroupErrors = {}
     for outcome in report.rows:
         key = group_key(outcome.row, group_by)
@@ -166,10 +167,10 @@ def render(results: list[tuple[Dataset, int, int, dict]], datasets: Sequence[Dat
         lines += [f"### {dataset.name}", "",
                   f"Target: MAPE <= {100 * dataset.limit:.0f} % at K = {dataset.target_k}. "
                   f"K > 0: mean over {seeds} seeds of the group's MAPE on the rows not "
-                  "fitted on. Rows screened as impossible (faster than reading the weights "
-                  "once per pass at peak bandwidth) are predicted, never fitted on nor "
-                  "scored.", "",
-                  "| group | rows | predicted | impossible | "
+                  "fitted on. Screened rows (impossible: faster than reading the weights "
+                  "once per pass at peak bandwidth; host-bound: runs the host paced) are "
+                  "predicted, never fitted on nor scored.", "",
+                  "| group | rows | predicted | screened | "
                   + " | ".join(f"K={k} MAPE %" for k in ks) + " | target met |",
                   "|---|---|---|---|" + "---|" * len(ks) + "---|"]
         for key in sorted(sizes):

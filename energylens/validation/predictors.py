@@ -26,7 +26,7 @@ from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
 from energylens.hardware import load_gpu
 from energylens.measurements import bench_screen, inference_bench, mlenergy
-from energylens.measurements.bench_screen import screened_summary
+from energylens.measurements.bench_screen import screen_kind, screened_summary
 from energylens.measurements.formats import MeasurementRow, load_measurements
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import HEAD_OPS, VIDUR_OPS, Geometry, op_latency_s
@@ -99,10 +99,10 @@ def metric_errors(rows: list[RowResult],
     """Mean/median absolute percentage error per metric over rows with a prediction.
 
     Screened rows (:mod:`energylens.measurements.bench_screen`) are left out of each
-    metric and reported beside it: ``<metric>[impossible]`` over them alone and
-    ``<metric>[with impossible]`` over every row."""
+    metric and reported beside it: ``<metric>[<kind>]`` over each kind's rows alone
+    (``[impossible]``) and ``<metric>[with <kinds>]`` over every row."""
     return screened_summary([r for r in rows if r.error is None and (keep is None or keep(r))],
-                            summary=_ape_summary, screened=lambda r: r.screened is not None)
+                            summary=_ape_summary, kind=lambda r: screen_kind(r.screened))
 
 
 def _ape_summary(rows: list[RowResult]) -> dict[str, MetricError]:

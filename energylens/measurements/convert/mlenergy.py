@@ -3,10 +3,12 @@
 The input length is not in the data: each task's assumed value
 (:data:`energylens.measurements.mlenergy.TASK_INPUT_TOKENS`) is written, and the task is
 carried in a ``task`` column. ``median_itl_ms`` is the median inter-token latency
-(``itl_p50_s``). Layouts as vLLM launched them: ``expert_parallel = n`` with
-``tensor_parallel = 1`` is ``--tensor-parallel-size n --enable-expert-parallel`` (``tp = ep
-= n``); ``data_parallel = expert_parallel = n`` is data-parallel attention, whose
-``avg_batch_size`` counts every rank's sequences (see :mod:`energylens.measurements.mlenergy`).
+(``itl_p50_s``). Runs the host paced (:mod:`energylens.measurements.mlenergy_screen`,
+screened over the file's rows) carry a ``screened`` reason: predicted, never fitted on.
+Layouts as vLLM launched them: ``expert_parallel = n`` with ``tensor_parallel = 1`` is
+``--tensor-parallel-size n --enable-expert-parallel`` (``tp = ep = n``); ``data_parallel =
+expert_parallel = n`` is data-parallel attention, whose ``avg_batch_size`` counts every
+rank's sequences (see :mod:`energylens.measurements.mlenergy`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from typing import Any
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.formats import load_measurements
 from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
+from energylens.measurements.mlenergy_screen import host_bound_rows, row_key
+
+#: The ``screened`` reason of a run the host paced (mlenergy_screen's rules).
+HOST_BOUND = ("host-bound: the GPUs idled part of each step (cooler than a smaller batch of "
+              "the same run series, or slower and cooler than the model's chat run; "
+              "energylens/measurements/mlenergy_screen.py)")
 
 
 def _layout(v: dict[str, Any]) -> dict[str, Any]:
@@ -32,7 +40,9 @@ def _layout(v: dict[str, Any]) -> dict[str, Any]:
 def convert(path: Path, options: Options) -> Converted:
     """One row per configuration of a task or model file."""
     out = Converted(rows=[])
-    for row in load_measurements(format="mlenergy", path=path, gpu=options.gpu).rows:
+    rows = load_measurements(format="mlenergy", path=path, gpu=options.gpu).rows
+    paced = host_bound_rows((row.input, row.measured) for row in rows)
+    for row in rows:
         v, m = row.input, row.measured
         task = str(v["task"])
         out.rows.append({
@@ -43,7 +53,8 @@ def convert(path: Path, options: Options) -> Converted:
             "itl_p50_s": m["median_itl_ms"] / 1e3, "output_tokens_per_s":
                 m["output_throughput_tokens_per_sec"], "power_w": m["avg_power_watts"],
             "energy_per_output_token_j": m["energy_per_token_joules"], "task": task,
-            "max_num_seqs": v["max_num_seqs"]})
+            "max_num_seqs": v["max_num_seqs"],
+            "screened": HOST_BOUND if row_key(v) in paced else ""})
     out.notes.append(f"input_tokens: the assumed mean prompt of each task "
                      f"({', '.join(f'{k} {v:g}' for k, v in TASK_INPUT_TOKENS.items())}); "
                      "ML.ENERGY does not record it")
