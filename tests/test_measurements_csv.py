@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from energylens.calibration.file import default_calibration
@@ -224,6 +225,7 @@ def test_k_shot_with_k_0_is_plain_validation(tmp_path: Path) -> None:
     zero = k_shot(measurements, k=0, group_by=["gpu"], seed=3,
                   calibration=default_calibration()).as_dict()
     assert all(row.pop("fitted_on") is False for row in zero["rows"])
+    assert set(zero.pop("groups")) == {"gpu=H100", "gpu=A100"}  # k-shot adds its groups
     assert zero == plain
 
 
@@ -570,3 +572,25 @@ def test_llm_inference_bench_ttft_files_become_prefill_rows_of_the_whole_batch(
         p = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
                     workload=case.workload)
         assert r.predicted["ttft_s"] == pytest.approx(p.prefill.latency_s, rel=1e-6)
+
+
+def test_k_shot_reports_each_groups_error_on_the_rows_it_did_not_fit(tmp_path: Path) -> None:
+    """Per group the MAPE over the group's rows not fitted on (the pooled metrics' rows,
+    split); plain validation has no groups."""
+    text = (f"{HEADER},tpot_s\n" + "".join(
+        f"llama-3.1-8b,{gpu},1,1,vllm,batch,{b},128,128,{t}\n"
+        for gpu, t in (("H100", 0.009), ("A100", 0.013)) for b in (1, 4, 16, 64)))
+    measurements = load_user_csv(_write(tmp_path, text))
+    report = k_shot(measurements, k=1, group_by=["gpu"], seed=0,
+                    calibration=default_calibration())
+    groups = report.groups
+    assert set(groups) == {"gpu=H100", "gpu=A100"}
+    assert all(g["tpot_s"]["n"] == 3 for g in groups.values())  # 4 rows, 1 fitted on
+    for key, gpu in (("gpu=H100", "H100"), ("gpu=A100", "A100")):
+        mine = [o for o in report.rows if o.row.values["gpu"] == gpu and not o.fitted_on]
+        expected = np.mean([abs(o.predicted["tpot_s"] / o.row.measured["tpot_s"] - 1)
+                            for o in mine])
+        assert groups[key]["tpot_s"]["mape"] == pytest.approx(expected, abs=1e-6)
+    assert report.as_dict()["groups"] == groups
+    assert "groups" not in validate_measured(measurements,
+                                             calibration=default_calibration()).as_dict()

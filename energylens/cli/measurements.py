@@ -126,6 +126,17 @@ def validate_measurements(args: argparse.Namespace) -> int:
     for name, err in report.metrics.items():  # escaped: "[impossible]" is not markup
         summary.add_row(escape(name), f"{100 * float(err['mape'] or 0):.1f} %", str(err["n"]))
     console.print(summary)
+    groups = report.groups
+    if groups:
+        scored = [m for m in measurements.metrics if any(m in g for g in groups.values())]
+        per_group = Table(title=f"MAPE per {args.group_by} (rows not fitted on, not screened)")
+        for column in ("group", *scored):
+            per_group.add_column(column, justify="left" if column == "group" else "right")
+        for key, errors in groups.items():
+            per_group.add_row(escape(key), *(
+                f"{100 * float(errors[m]['mape'] or 0):.1f} % ({errors[m]['n']})"
+                if m in errors else "-" for m in scored))
+        console.print(per_group)
     for key, overlay in report.overlays.items():
         moved = ", ".join(f"{k} x{v:.3f}" for k, v in overlay.factors.items()) or "nothing moved"
         console.print(f"overlay {key}: {moved}", highlight=False)

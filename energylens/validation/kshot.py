@@ -86,18 +86,34 @@ class MeasuredReport:
 
     rows: list[RowOutcome]
     overlays: dict[str, Overlay] = field(default_factory=dict)
+    group_by: tuple[str, ...] = ()  # the columns of the k-shot groups (none: one group)
 
     @property
     def metrics(self) -> dict[str, dict[str, float | int | None]]:
         """MAPE and count per measured metric over predicted rows not fitted on; screened
         rows apart, per kind (``<metric>[impossible]``, ``<metric>[host-bound]``), and with
         the others as ``<metric>[with <kinds>]`` (the convention of ``validate --all``)."""
-        return screened_summary([o for o in self.rows if o.error is None and not o.fitted_on],
-                                summary=_mape, kind=lambda o: screen_kind(o.screened))
+        return _scored_summary(self.rows)
+
+    @property
+    def groups(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
+        """:attr:`metrics` per group (``col=value,...``) of the k-shot ``group_by``."""
+        members: dict[str, list[RowOutcome]] = defaultdict(list)
+        for outcome in self.rows:
+            members[group_key(outcome.row, self.group_by)].append(outcome)
+        return {key: _scored_summary(rows) for key, rows in sorted(members.items())} \
+            if self.group_by else {}
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``--json`` object."""
-        return {"rows": [r.as_dict() for r in self.rows], "metrics": self.metrics}
+        """The ``--json`` object (``groups`` where the rows were grouped)."""
+        out = {"rows": [r.as_dict() for r in self.rows], "metrics": self.metrics}
+        return out | {"groups": self.groups} if self.group_by else out
+
+
+def _scored_summary(rows: list[RowOutcome]) -> dict[str, dict[str, float | int | None]]:
+    """MAPE per metric over ``rows`` predicted and not fitted on, screened ones apart."""
+    return screened_summary([o for o in rows if o.error is None and not o.fitted_on],
+                            summary=_mape, kind=lambda o: screen_kind(o.screened))
 
 
 def _mape(outcomes: list[RowOutcome]) -> dict[str, dict[str, float | int | None]]:
@@ -225,7 +241,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
                               calibration=calibration, blind=blind)
              for key, members in groups.items()}
     outcomes = MeasuredReport(rows=[_outcome(row, bases[group_key(row, group_by)])
-                                    for row in measurements.rows])
+                                    for row in measurements.rows], group_by=tuple(group_by))
     for outcome in outcomes.rows:
         outcome.fitted_on = False
     for key in sorted(groups):
