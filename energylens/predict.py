@@ -30,8 +30,8 @@ from energylens.workloads.result import PhaseResult, Prediction
 if TYPE_CHECKING:  # pandas is loaded by predict_many only (a fresh `predict` stays light)
     import pandas as pd
 
-__all__ = ["PhaseResult", "Prediction", "calibration_for_gpu", "place", "predict",
-           "predict_many", "step_context"]
+__all__ = ["PhaseResult", "Prediction", "calibration_for_gpu", "checked_context", "place",
+           "predict", "predict_many", "step_context"]
 
 
 def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment | None = None,
@@ -40,23 +40,32 @@ def predict(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment 
     """Predict one deployment. Raises an :class:`energylens.errors.EnergyLensError` for
     impossible configurations and unknown names; a valid configuration that does not fit
     in memory comes back with ``feasible=False`` and the reason."""
-    model_cfg = get_model(model) if isinstance(model, str) else model
-    gpu_spec = load_gpu(gpu) if isinstance(gpu, str) else gpu
     deployment = deployment or Deployment()
     workload = workload or Workload()
-    cal = resolve_calibration(calibration)
-    cal = calibration_for_gpu(cal, gpu_spec)  # own, borrowed, or a one-line error
-    model_cfg = sharded_model(deployment=deployment, model=model_cfg)
-    check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
-                     gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
-                     gpu_sm_count=gpu_spec.sm_count)
-    ctx = step_context(model=model_cfg, gpu=gpu_spec, deployment=deployment, calibration=cal)
+    model_cfg, ctx = checked_context(model=model, gpu=gpu, deployment=deployment,
+                                     calibration=calibration)
     kind = get_kind(workload.kind)
     placement, memory = place(ctx=ctx, model=model_cfg, kind=kind, workload=workload,
                               batch=workload.batch, replicas=deployment.replicas,
                               gpus=deployment.total_gpus, max_num_seqs=deployment.max_num_seqs,
                               prefill_chunk_tokens=deployment.prefill_chunk_tokens)
     return kind.run(placement=placement, workload=workload, memory=memory)
+
+
+def checked_context(*, model: str | ModelConfig, gpu: str | GPU, deployment: Deployment,
+                    calibration: Calibration | str | Path | None = None,
+                    ) -> tuple[ModelConfig, StepContext]:
+    """The model as ``deployment`` shards it and its step context, the deployment checked
+    (a one-line error for an impossible one) and the GPU's calibration resolved."""
+    model_cfg = get_model(model) if isinstance(model, str) else model
+    gpu_spec = load_gpu(gpu) if isinstance(gpu, str) else gpu
+    cal = calibration_for_gpu(resolve_calibration(calibration), gpu_spec)  # own or borrowed
+    model_cfg = sharded_model(deployment=deployment, model=model_cfg)
+    check_deployment(deployment=deployment, model=model_cfg, gpu_name=gpu_spec.name,
+                     gpu_clock_range=(gpu_spec.min_clock_mhz, gpu_spec.boost_clock_mhz),
+                     gpu_sm_count=gpu_spec.sm_count)
+    return model_cfg, step_context(model=model_cfg, gpu=gpu_spec, deployment=deployment,
+                                   calibration=cal)
 
 
 def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload: Workload,

@@ -26,6 +26,7 @@ from energylens.workloads.load.cli import (
 
 if TYPE_CHECKING:
     from energylens.validation.expected_error import ExpectedError
+    from energylens.workloads.result import Prediction
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -133,6 +134,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                         "one prompt measure)")
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also show where a decode step's and a prefill step's time goes (GEMMs, "
+                        "experts, attention, vector ops, communication, engine)")
     p.add_argument("--launch-command", action="store_true",
                    help="print the script that starts this deployment on its runtime instead "
                         "(with --json: a launch_command field in the object)")
@@ -172,9 +176,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
     expected = _expected_error(args, deployment=deployment, workload=workload,
                                kv_limited=limit is not None)
+    breakdown = _breakdown(args, result=result, deployment=deployment, workload=workload) \
+        if args.breakdown else None
     if args.json:
         print(json.dumps({**result.as_dict(),
-                          "expected_error": None if expected is None else expected.as_dict()}))
+                          "expected_error": None if expected is None else expected.as_dict(),
+                          **({} if breakdown is None else {"breakdown": breakdown})}))
         return 0
 
     from energylens.cli.tables import capacity_note, print_prediction
@@ -194,7 +201,29 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         console().print(capacity_note(limit=limit, deployment=deployment), highlight=False)
     if expected is not None:
         console().print(expected.line(), highlight=False)
+    if breakdown is not None:
+        from energylens.cli.tables import print_breakdown
+
+        print_breakdown(breakdown, console=console())
     return 0
+
+
+def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Deployment,
+               workload: Workload) -> dict[str, Any]:
+    """``--breakdown``: a decode step at the run's batch (a load run's mean running
+    sequences) and one prompt's prefill, per class of work."""
+    from energylens.cost.breakdown import representative_breakdown
+    from energylens.predict import checked_context
+
+    if args.prefill_pool is not None or args.decode_pool is not None:
+        raise ConfigError("--breakdown prices one deployment's steps, not a disaggregated pair")
+    running = float(getattr(result, "load", {}).get("mean_running", workload.batch))
+    _, ctx = checked_context(model=args.model, gpu=args.gpu, deployment=deployment,
+                             calibration=args.calibration)
+    steps = representative_breakdown(ctx=ctx, sequences=running,
+                                     input_tokens=workload.input_tokens,
+                                     output_tokens=workload.output_tokens)
+    return {"decode_sequences": max(running, 1.0), **steps}
 
 
 def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workload: Workload,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
     from rich.console import Console
@@ -95,3 +95,27 @@ def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> N
                   f"mean running {float(load['mean_running']):.1f}, mean queue "
                   f"{float(load['mean_queue_length']):.2f}, preemptions {int(load['preemptions'])}, "
                   f"idle energy {float(load['idle_energy_j']):,.0f} J", highlight=False)
+
+
+def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:
+    """``predict --breakdown``: milliseconds and share of a decode and a prefill step per
+    class of work (:mod:`energylens.cost.breakdown`)."""
+    from rich.table import Table
+
+    from energylens.cost.breakdown import CLASSES
+
+    steps = {"decode": f"decode step ({float(breakdown['decode_sequences']):g} sequences)",
+             "prefill": "prefill (one prompt)"}
+    table = Table(title="Where a step's time goes (critical GPU)")
+    table.add_column("work")
+    for title in steps.values():
+        table.add_column(title, justify="right")
+    totals = {step: sum(breakdown[step].values()) for step in steps}
+    for label in CLASSES:
+        if not any(label in breakdown[step] for step in steps):
+            continue
+        table.add_row(label, *(
+            f"{breakdown[step][label] * 1e3:,.3f} ms ({breakdown[step][label] / totals[step]:.0%})"
+            if label in breakdown[step] else "-" for step in steps))
+    table.add_row("step", *(f"{totals[step] * 1e3:,.3f} ms" for step in steps))
+    console.print(table)

@@ -15,6 +15,8 @@ which kernels share SMs, not just how fast they run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from functools import lru_cache
@@ -232,6 +234,14 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, local, attention
 
 
+#: Where the steps priced inside :func:`energylens.cost.breakdown.step_breakdown` report the
+#: time on the critical GPU of each kernel (a Kernel) and of the rest ("communication":
+#: exposed collectives; "expert-parallel layer": the runtime's fixed time per EP MoE
+#: layer), all of a group's layers together; None: not recorded.
+STEP_RECORDER: ContextVar[Callable[[Kernel | str, Size], None] | None] = ContextVar(
+    "STEP_RECORDER", default=None)
+
+
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                 critical: bool, shared: dict[tuple[int, int], KernelCost] | None = None,
                 ) -> tuple[Size, Size, Size, Size, Size]:
@@ -294,6 +304,11 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         else:
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
+    record = STEP_RECORDER.get()
+    if record is not None and critical:
+        for index, kernel in enumerate(compiled.kernels):
+            record(kernel, latencies[index] * group.count)
+        record("communication", exposed * group.count)
     return latency, compute_j, memory_j, comm_j, exposed
 
 
@@ -401,6 +416,10 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                                         critical=False, shared=shared)
     if expert_parallel:
         latency = latency + ctx.runtime_constants.ep_moe_layer_overhead_s
+        record = STEP_RECORDER.get()
+        if record is not None:
+            record("expert-parallel layer", ctx.runtime_constants.ep_moe_layer_overhead_s
+                   * group.count)
     gpus = degrees["tp"] * adp
     return StepCost(latency_s=latency * group.count,
                     compute_energy_j=compute_j * gpus * group.count,
