@@ -135,8 +135,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--breakdown", action="store_true",
-                   help="also show where a decode step's and a prefill step's time goes (GEMMs, "
-                        "experts, attention, vector ops, communication, engine)")
+                   help="also show where a decode step's and a prefill step's time and energy "
+                        "go (GEMMs, experts, attention, vector ops, communication, engine, "
+                        "static power)")
     p.add_argument("--launch-command", action="store_true",
                    help="print the script that starts this deployment on its runtime instead "
                         "(with --json: a launch_command field in the object)")
@@ -223,7 +224,8 @@ def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Depl
     steps = representative_breakdown(ctx=ctx, sequences=running,
                                      input_tokens=workload.input_tokens,
                                      output_tokens=workload.output_tokens)
-    return {"decode_sequences": max(running, 1.0), **steps}
+    return {"decode_sequences": max(running, 1.0),
+            **{name: step.as_dict() for name, step in steps.items()}}
 
 
 def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workload: Workload,

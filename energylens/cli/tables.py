@@ -98,24 +98,34 @@ def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> N
 
 
 def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:
-    """``predict --breakdown``: milliseconds and share of a decode and a prefill step per
-    class of work (:mod:`energylens.cost.breakdown`)."""
+    """``predict --breakdown``: time (critical GPU) and energy (all the replica's GPUs) of a
+    decode step and of one prompt's prefill per class of work (energylens.cost.breakdown)."""
     from rich.table import Table
 
     from energylens.cost.breakdown import CLASSES
 
     steps = {"decode": f"decode step ({float(breakdown['decode_sequences']):g} sequences)",
              "prefill": "prefill (one prompt)"}
-    table = Table(title="Where a step's time goes (critical GPU)")
+    table = Table(title="Where a step's time (critical GPU) and energy (all GPUs) go")
     table.add_column("work")
     for title in steps.values():
-        table.add_column(title, justify="right")
-    totals = {step: sum(breakdown[step].values()) for step in steps}
+        table.add_column(f"{title}: time", justify="right")
+        table.add_column("energy", justify="right")
+    totals = {(step, unit): sum(breakdown[step][unit].values())
+              for step in steps for unit in ("seconds", "joules")}
+
+    def cell(step: str, unit: str, label: str) -> str:
+        value = breakdown[step][unit].get(label)
+        if value is None:
+            return "-"
+        shown = f"{value * 1e3:,.3f} ms" if unit == "seconds" else f"{value:,.3f} J"
+        return f"{shown} ({value / totals[(step, unit)]:.0%})"
+
     for label in CLASSES:
-        if not any(label in breakdown[step] for step in steps):
-            continue
-        table.add_row(label, *(
-            f"{breakdown[step][label] * 1e3:,.3f} ms ({breakdown[step][label] / totals[step]:.0%})"
-            if label in breakdown[step] else "-" for step in steps))
-    table.add_row("step", *(f"{totals[step] * 1e3:,.3f} ms" for step in steps))
+        if any(label in breakdown[step][unit] for step in steps for unit in ("seconds", "joules")):
+            table.add_row(label, *(cell(step, unit, label) for step in steps
+                                   for unit in ("seconds", "joules")))
+    table.add_row("step", *(f"{totals[(step, 'seconds')] * 1e3:,.3f} ms" if unit == "seconds"
+                            else f"{totals[(step, 'joules')]:,.3f} J"
+                            for step in steps for unit in ("seconds", "joules")))
     console.print(table)

@@ -1,7 +1,9 @@
-"""Where one forward step's time goes: its kernels by class, the collectives the GPUs wait
-for, the pipeline and the engine's own time (``predict --breakdown``)."""
+"""Where one forward step's time and energy go: its kernels by class, the collectives, the
+pipeline, the engine's own time and the GPUs' static power (``predict --breakdown``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,13 +15,18 @@ from energylens.cost.step import (
     StepContext,
     engine_cost,
     join_engine_s,
+    micro_batches,
     step_cost,
 )
 from energylens.cost.work import Size
+from energylens.model.families import LayerGroup
 
-#: Classes in the order a table lists them; the shares of one step sum to its wall time.
+#: Classes in the order a table lists them. Times on the critical GPU sum to the step's
+#: wall time; energies over the replica's GPUs to its energy (``static``: the static power
+#: of every GPU over the wall time, which has no time of its own).
 CLASSES = ("GEMM", "MoE experts", "attention", "norm, rope, activation", "quantisation",
-           "other vector ops", "communication", "expert-parallel layer", "pipeline", "engine")
+           "other vector ops", "communication", "expert-parallel layer", "pipeline", "engine",
+           "static")
 
 
 def kernel_class(kernel: Kernel) -> str:
@@ -36,36 +43,62 @@ def kernel_class(kernel: Kernel) -> str:
         else "other vector ops"
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepBreakdown:
+    """Seconds on the critical GPU and joules over the replica's GPUs per class (classes
+    with neither left out)."""
+
+    seconds: dict[str, float]
+    joules: dict[str, float]
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """``{"seconds": {...}, "joules": {...}}``."""
+        return {"seconds": dict(self.seconds), "joules": dict(self.joules)}
+
+
 def step_breakdown(*, ctx: StepContext, seqs: list[SequenceGroup],
-                   pipelined: bool = True) -> dict[str, float]:
-    """Seconds of one step of ``seqs`` per class (:data:`CLASSES`, zero ones left out) on
-    the critical GPU; they sum to the step's wall time with the engine's time joined as the
-    runtime joins it (beside the GPUs under an overlap scheduler: only what outlasts them).
+                   pipelined: bool = True) -> StepBreakdown:
+    """One step of ``seqs`` per class (:data:`CLASSES`). The engine's time is joined as the
+    runtime joins it (beside the GPUs under an overlap scheduler: only what outlasts them);
     ``pipeline`` is what pipeline stages add (bubbles, sends, other micro-batches)."""
     seconds = dict.fromkeys(CLASSES, 0.0)
+    per_gpu_j: dict[tuple[int, int | str], tuple[str, float]] = {}
 
-    def record(item: Kernel | str, latency: Size) -> None:
+    def record(group: LayerGroup, item: Kernel | str, latency: Size, energy: Size,
+               critical: bool) -> None:
         label = item if isinstance(item, str) else kernel_class(item)
-        seconds[label] += float(np.max(latency))
+        if critical:
+            seconds[label] += float(np.max(latency))
+        # the mean rank's pass, where there is one, comes after the critical GPU's
+        key = id(item) if isinstance(item, Kernel) else item
+        per_gpu_j[(id(group), key)] = (label, float(np.max(energy)))
 
     token = STEP_RECORDER.set(record)
     try:
-        gpu_s = float(np.max(step_cost(ctx=ctx, seqs=seqs, pipelined=pipelined).latency_s))
+        step = step_cost(ctx=ctx, seqs=seqs, pipelined=pipelined)
     finally:
         STEP_RECORDER.reset(token)
+    gpu_s = float(np.max(step.latency_s))
     priced = sum(seconds.values())
     seconds["pipeline"] = gpu_s - priced if gpu_s - priced > 1e-9 * gpu_s else 0.0
     sequences = sum(float(np.max(s.sequences)) for s in seqs)
-    engine_s = float(np.max(engine_cost(ctx=ctx, sequences=sequences).latency_s))
-    seconds["engine"] = float(np.max(join_engine_s(ctx=ctx, gpu_s=gpu_s, engine_s=engine_s))) \
-        - gpu_s
-    return {label: value for label, value in seconds.items() if value > 0.0}
-
-
+    engine = engine_cost(ctx=ctx, sequences=sequences)
+    wall = float(np.max(join_engine_s(ctx=ctx, gpu_s=gpu_s, engine_s=engine.latency_s)))
+    seconds["engine"] = wall - gpu_s
+    joules = dict.fromkeys(CLASSES, 0.0)
+    # one micro-batch's layers were recorded, on one GPU of each stage's tp x adp
+    ranks = dict(ctx.degrees)["tp"] * ctx.attention_ranks
+    micro = float(np.max(micro_batches(ctx=ctx, seqs=seqs)))
+    for label, energy in per_gpu_j.values():
+        joules[label] += energy * ranks * micro
+    joules["engine"] = 0.0 if ctx.cpu_overlapped else float(np.max(engine.compute_energy_j))
+    joules["static"] = ctx.constants.static_power_w * ctx.replica_gpus * wall
+    return StepBreakdown(seconds={k: v for k, v in seconds.items() if v > 0.0},
+                         joules={k: v for k, v in joules.items() if v > 0.0})
 
 
 def representative_breakdown(*, ctx: StepContext, sequences: float, input_tokens: float,
-                             output_tokens: float) -> dict[str, dict[str, float]]:
+                             output_tokens: float) -> dict[str, StepBreakdown]:
     """:func:`step_breakdown` of a decode step of ``sequences`` running sequences halfway
     through their outputs, and of one prompt's prefill."""
     decode = SequenceGroup(sequences=max(sequences, 1.0), new_tokens=1.0,

@@ -234,12 +234,14 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     return merged, local, attention
 
 
-#: Where the steps priced inside :func:`energylens.cost.breakdown.step_breakdown` report the
-#: time on the critical GPU of each kernel (a Kernel) and of the rest ("communication":
-#: exposed collectives; "expert-parallel layer": the runtime's fixed time per EP MoE
-#: layer), all of a group's layers together; None: not recorded.
-STEP_RECORDER: ContextVar[Callable[[Kernel | str, Size], None] | None] = ContextVar(
-    "STEP_RECORDER", default=None)
+#: Where the steps priced inside :func:`energylens.cost.breakdown.step_breakdown` report,
+#: for all of a group's layers together, each kernel's (a Kernel) and the rest's
+#: ("communication": collectives, their exposed time; "expert-parallel layer": the
+#: runtime's fixed time per EP MoE layer) time and dynamic energy on one GPU, from the
+#: critical GPU's pass (``critical``) or the mean rank's (EP and data-parallel attention
+#: price both: time comes from the first, energy from the second); None: not recorded.
+STEP_RECORDER: ContextVar[Callable[[LayerGroup, Kernel | str, Size, Size, bool], None]
+                          | None] = ContextVar("STEP_RECORDER", default=None)
 
 
 def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
@@ -259,6 +261,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                    if compiled.collectives and _overlaps(ctx) else set())
     slowdown = ctx.gpu.sm_count / np.maximum(ctx.gpu.sm_count - ctx.overlap_sms, 1)
     latencies: dict[int, Size] = {}
+    energies: dict[int, Size] = {}
     compute_j: Size = 0.0
     memory_j: Size = 0.0
     first_context = next((i for i, k in enumerate(compiled.kernels)
@@ -281,6 +284,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                 if same_on_every_rank and shared is not None:
                     shared[(index, position)] = cost
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
+            energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \
+                + cost.memory_energy_j
             compute_j = compute_j + cost.compute_energy_j
             memory_j = memory_j + cost.memory_energy_j
     comm_j: Size = 0.0
@@ -305,10 +310,11 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
     record = STEP_RECORDER.get()
-    if record is not None and critical:
+    if record is not None:
         for index, kernel in enumerate(compiled.kernels):
-            record(kernel, latencies[index] * group.count)
-        record("communication", exposed * group.count)
+            record(group, kernel, latencies[index] * group.count,
+                   energies[index] * group.count, critical)
+        record(group, "communication", exposed * group.count, comm_j * group.count, critical)
     return latency, compute_j, memory_j, comm_j, exposed
 
 
@@ -417,9 +423,9 @@ def _group_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     if expert_parallel:
         latency = latency + ctx.runtime_constants.ep_moe_layer_overhead_s
         record = STEP_RECORDER.get()
-        if record is not None:
-            record("expert-parallel layer", ctx.runtime_constants.ep_moe_layer_overhead_s
-                   * group.count)
+        if record is not None:  # the GPUs idle through it: no dynamic energy
+            record(group, "expert-parallel layer",
+                   ctx.runtime_constants.ep_moe_layer_overhead_s * group.count, 0.0, True)
     gpus = degrees["tp"] * adp
     return StepCost(latency_s=latency * group.count,
                     compute_energy_j=compute_j * gpus * group.count,
@@ -445,6 +451,13 @@ def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
         + ctx.runtime_constants.stage_handoff_s
 
 
+def micro_batches(*, ctx: StepContext, seqs: list[SequenceGroup]) -> Size:
+    """Micro-batches a step of ``seqs`` is split into: up to one per pipeline stage, never
+    fewer than one sequence each."""
+    batch = sum(s.sequences for s in seqs)
+    return np.maximum(1.0, np.minimum(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
+
+
 def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = False) -> StepCost:
     """One step through the whole model, pipelined over ``pp`` micro-batches when possible.
 
@@ -454,8 +467,7 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
     scheduler does: every stage is busy and a step, in which each micro-batch passes every
     stage once, takes pp stage times (fewer micro-batches than stages leave stages idle, the
     step is still pp stage times)."""
-    batch = sum(s.sequences for s in seqs)
-    micro = np.maximum(1.0, np.minimum(float(ctx.pp), np.floor(batch))) if ctx.pp > 1 else 1.0
+    micro = micro_batches(ctx=ctx, seqs=seqs)
     micro_seqs = [replace(s, sequences=s.sequences / micro) for s in seqs]
     total = _head_cost(ctx=ctx, seqs=micro_seqs)
     for group in ctx.graph.groups:
