@@ -185,6 +185,16 @@ def _with_launch(code: int, args: argparse.Namespace) -> int:
     if written:
         print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
               "launch_command column of pareto.csv)")
+    from energylens.study.breakdown_report import write_front_breakdown
+
+    for path in write_front_breakdown(
+            results=config.results, model=problem.model, fixed=dict(config.space.fixed),
+            knobs=tuple(config.space.names),
+            deployment_of=lambda p: deployment_from_params(
+                params=p, boost_mhz=load_gpu(str(p.get("gpu", "H100"))).boost_clock_mhz,
+                routing=problem.routing),
+            workload_of=lambda p: workload_from_params(params=p, base=problem.workload)):
+        print(f"wrote {path}")
     from energylens.study.load_report import write_load_report
 
     for path in write_load_report(results=config.results, problem=problem, name=config.name,
