@@ -21,6 +21,11 @@ def _ctx(model: str, gpu: str, deployment: Deployment):  # type: ignore[no-untyp
     ("llama-3.1-8b", "H100", Deployment()),                                  # engine after
     ("llama-3.1-70b", "H100", Deployment(tp=4, pp=2)),                        # pipeline
     ("qwen3-30b-a3b", "H100", Deployment(tp=4, ep=4, moe_tp=1, num_gpus=4, runtime="sglang")),
+    # data-parallel attention: time from the critical rank, energy from the mean one
+    ("deepseek-r1", "H200", Deployment(tp=1, ep=8, attention_dp=8, num_gpus=8,
+                                       runtime="sglang")),
+    # a draft head: its prompt pass prices the LM head a second time
+    ("deepseek-r1", "H200", Deployment(tp=8, ep=8, moe_tp=1, num_gpus=8, speculative_tokens=2)),
 ])
 def test_the_classes_sum_to_the_step_with_the_engine_joined(model: str, gpu: str,
                                                             deployment: Deployment) -> None:

@@ -62,16 +62,17 @@ def step_breakdown(*, ctx: StepContext, seqs: list[SequenceGroup],
     runtime joins it (beside the GPUs under an overlap scheduler: only what outlasts them);
     ``pipeline`` is what pipeline stages add (bubbles, sends, other micro-batches)."""
     seconds = dict.fromkeys(CLASSES, 0.0)
-    per_gpu_j: dict[tuple[int, int | str], tuple[str, float]] = {}
+    # per group (by identity) and pass (critical GPU, mean rank): joules per GPU by class;
+    # a group priced by both passes takes its energy from the mean rank's
+    per_gpu_j: dict[tuple[int, bool], dict[str, float]] = {}
 
     def record(group: LayerGroup, item: Kernel | str, latency: Size, energy: Size,
                critical: bool) -> None:
         label = item if isinstance(item, str) else kernel_class(item)
         if critical:
             seconds[label] += float(np.max(latency))
-        # the mean rank's pass, where there is one, comes after the critical GPU's
-        key = id(item) if isinstance(item, Kernel) else item
-        per_gpu_j[(id(group), key)] = (label, float(np.max(energy)))
+        by_class = per_gpu_j.setdefault((id(group), critical), {})
+        by_class[label] = by_class.get(label, 0.0) + float(np.max(energy))
 
     token = STEP_RECORDER.set(record)
     try:
@@ -89,8 +90,11 @@ def step_breakdown(*, ctx: StepContext, seqs: list[SequenceGroup],
     # one micro-batch's layers were recorded, on one GPU of each stage's tp x adp
     ranks = dict(ctx.degrees)["tp"] * ctx.attention_ranks
     micro = float(np.max(micro_batches(ctx=ctx, seqs=seqs)))
-    for label, energy in per_gpu_j.values():
-        joules[label] += energy * ranks * micro
+    for (group_id, critical), by_class in per_gpu_j.items():
+        if critical and (group_id, False) in per_gpu_j:
+            continue  # the mean rank's pass prices this group's energy
+        for label, energy in by_class.items():
+            joules[label] += energy * ranks * micro
     joules["engine"] = 0.0 if ctx.cpu_overlapped else float(np.max(engine.compute_energy_j))
     joules["static"] = ctx.constants.static_power_w * ctx.replica_gpus * wall
     return StepBreakdown(seconds={k: v for k, v in seconds.items() if v > 0.0},
