@@ -88,8 +88,8 @@ def test_every_real_config_reads(path: Path) -> None:
 @pytest.mark.parametrize("path", REAL_CONFIGS, ids=lambda p: p.name.removesuffix("_config.json"))
 def test_real_configs_of_zoo_checkpoints_match_the_zoo(path: Path) -> None:
     """Where the checkpoint resolves to a zoo entry, the file gives the entry's shapes
-    (the zoo models gpt-oss in 16 bits; the base Mixtral-8x22B has the older vocabulary,
-    as the entry's disagreements record)."""
+    (the base Mixtral-8x22B has the older vocabulary, as the entry's disagreements
+    record)."""
     stem = path.name.removesuffix("_config.json")
     try:
         entry = get_model(resolve(stem.replace("--", "/", 1)).name)

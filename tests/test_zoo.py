@@ -288,6 +288,7 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
         "sliding_window": 128, "attention_bias": True, "vocab_size": 201088,
         "tie_word_embeddings": False,
         "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "quantization_config": {"quant_method": "mxfp4"},  # as the released checkpoint's
     }  # fmt: skip
     assert _shapes(load_hf_config(_write(tmp_path, "oss", gpt_oss))) == _shapes(
         get_model("gpt-oss-120b")
