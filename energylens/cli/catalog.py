@@ -168,7 +168,8 @@ def footprint(model: ModelConfig) -> dict[str, Any]:
                           kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
 
     one = use(model.weight_dtype)
-    return {"weight_bytes": {d: use(d).weights_bytes for d in SHOWN_DTYPES},
+    shown = dict.fromkeys((*SHOWN_DTYPES, model.weight_dtype))  # the checkpoint's too
+    return {"weight_bytes": {d: use(d).weights_bytes for d in shown},
             "kv_bytes_per_token": one.kv_cache_bytes,
             "state_bytes_per_sequence": one.state_bytes}
 
