@@ -138,6 +138,10 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="also show where a decode step's and a prefill step's time and energy "
                         "go (GEMMs, experts, attention, vector ops, communication, engine, "
                         "static power)")
+    p.add_argument("--what-if", action="store_true",
+                   help="also predict the deployment with each of a few single changes (no "
+                        "fusion, FP8 KV cache, FP8 weights, lower clock, 2x TP, 2x batch, "
+                        "overlapped collectives) beside it")
     p.add_argument("--launch-command", action="store_true",
                    help="print the script that starts this deployment on its runtime instead "
                         "(with --json: a launch_command field in the object)")
@@ -179,10 +183,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                                kv_limited=limit is not None)
     breakdown = _breakdown(args, result=result, deployment=deployment, workload=workload) \
         if args.breakdown else None
+    variants = _what_if(args, deployment=deployment, workload=workload) if args.what_if \
+        else None
     if args.json:
         print(json.dumps({**result.as_dict(),
                           "expected_error": None if expected is None else expected.as_dict(),
-                          **({} if breakdown is None else {"breakdown": breakdown})}))
+                          **({} if breakdown is None else {"breakdown": breakdown}),
+                          **({} if variants is None else {"what_if": variants})}))
         return 0
 
     from energylens.cli.tables import capacity_note, print_prediction
@@ -206,7 +213,23 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         from energylens.cli.tables import print_breakdown
 
         print_breakdown(breakdown, console=console())
+    if variants is not None:
+        from energylens.cli.tables import print_what_if
+
+        print_what_if(variants, console=console())
     return 0
+
+
+def _what_if(args: argparse.Namespace, *, deployment: Deployment,
+             workload: Workload) -> list[dict[str, object]]:
+    """``--what-if``: the deployment and each single change, predicted (energylens.whatif)."""
+    from energylens.whatif import what_if
+
+    if args.prefill_pool is not None or args.decode_pool is not None:
+        raise ConfigError("--what-if changes one deployment, not a disaggregated pair")
+    return [v.as_dict() for v in what_if(model=args.model, gpu=args.gpu,
+                                         deployment=deployment, workload=workload,
+                                         calibration=args.calibration)]
 
 
 def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Deployment,

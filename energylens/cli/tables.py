@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
@@ -128,4 +128,33 @@ def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:
     table.add_row("step", *(f"{totals[(step, 'seconds')] * 1e3:,.3f} ms" if unit == "seconds"
                             else f"{totals[(step, 'joules')]:,.3f} J"
                             for step in steps for unit in ("seconds", "joules")))
+    console.print(table)
+
+
+def print_what_if(variants: Sequence[Mapping[str, Any]], *, console: Console) -> None:
+    """``predict --what-if``: each single change's figures and their change against the
+    deployment as given (the first row)."""
+    from rich.table import Table
+
+    base = variants[0]
+    table = Table(title="What one change would do (against the first row)")
+    columns = (("energy/token", "energy_per_output_token_j", "{:.4f} J"),
+               ("TPOT", "tpot_s", "{:.2f} ms"), ("TTFT", "ttft_s", "{:.1f} ms"),
+               ("output tokens/s", "output_tokens_per_s", "{:,.0f}"))
+    for name in ("change", *(c for c, _, _ in columns), "GPUs"):
+        table.add_column(name, justify="left" if name == "change" else "right")
+    for variant in variants:
+        if not variant["feasible"]:
+            table.add_row(str(variant["change"]), *(["-"] * len(columns)),
+                          f"{variant['num_gpus'] or '-'}  ({variant['reason']})")
+            continue
+        cells = []
+        for _, key, fmt in columns:
+            value = float(variant[key])
+            scale = 1e3 if key in ("tpot_s", "ttft_s") else 1.0
+            text = fmt.format(value * scale)
+            if variant is not base and base["feasible"]:
+                text += f" ({value / float(base[key]) - 1:+.0%})"
+            cells.append(text)
+        table.add_row(str(variant["change"]), *cells, str(variant["num_gpus"]))
     console.print(table)
