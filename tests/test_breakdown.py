@@ -72,3 +72,12 @@ def test_predict_breakdown_in_json(capsys) -> None:  # type: ignore[no-untyped-d
     assert out["decode_sequences"] == 16
     assert out["decode"]["seconds"]["GEMM"] > out["decode"]["seconds"]["attention"] > 0
     assert out["prefill"]["joules"]["GEMM"] > 0 and out["prefill"]["joules"]["static"] > 0
+
+
+def test_the_breakdown_table_lists_the_classes_and_the_step(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["predict", "--model", "qwen3-30b-a3b", "--gpu", "H100", "--workload",
+                 "serving", "--batch", "64", "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    for label in ("MoE experts", "attention", "static", "decode step (64 sequences)",
+                  "prefill (one prompt)"):
+        assert label in out

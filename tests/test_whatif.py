@@ -72,3 +72,13 @@ def test_predict_what_if_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = json.loads(capsys.readouterr().out)["what_if"]
     assert rows[0]["change"] == "as given" and all(r["feasible"] for r in rows)
     assert {"energy_per_output_token_j", "tpot_s", "ttft_s"} <= set(rows[1])
+
+
+def test_the_what_if_table_prints_every_row_and_why_one_cannot_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--tp", "32",
+                 "--num-gpus", "32", "--what-if"]) == 0
+    out = capsys.readouterr().out
+    for change in ("as given", "no fused kernels", "FP8 KV cache", "clock x0.8", "2x batch"):
+        assert change in out
+    assert "does not divide" in out  # the 2x TP row says why it cannot run
