@@ -261,7 +261,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                    if compiled.collectives and _overlaps(ctx) else set())
     slowdown = ctx.gpu.sm_count / np.maximum(ctx.gpu.sm_count - ctx.overlap_sms, 1)
     latencies: dict[int, Size] = {}
-    energies: dict[int, Size] = {}
+    record = STEP_RECORDER.get()
+    energies: dict[int, Size] = {}  # per kernel, only for a recorder (off the hot path)
     compute_j: Size = 0.0
     memory_j: Size = 0.0
     first_context = next((i for i, k in enumerate(compiled.kernels)
@@ -284,8 +285,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                 if same_on_every_rank and shared is not None:
                     shared[(index, position)] = cost
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
-            energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \
-                + cost.memory_energy_j
+            if record is not None:
+                energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \
+                    + cost.memory_energy_j
             compute_j = compute_j + cost.compute_energy_j
             memory_j = memory_j + cost.memory_energy_j
     comm_j: Size = 0.0
@@ -309,7 +311,6 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         else:
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
-    record = STEP_RECORDER.get()
     if record is not None:
         for index, kernel in enumerate(compiled.kernels):
             record(group, kernel, latencies[index] * group.count,
