@@ -123,6 +123,12 @@ MLA_PROMPT_AT_BOUND = (
     "where FlashAttention-style kernels overlap them): not identified, so the GPU keeps "
     "what its relative's fit gives it")
 
+#: Why an MLA decode-attention fit is reported, not applied: no better than the
+#: grouped-query kernel's price on the same rows.
+MLA_DECODE_NO_BETTER = (
+    "its rows, each half of the head counts predicted from a fit on the other, come out no "
+    "closer than the grouped-query kernel's price of them: the GPU keeps that price")
+
 
 @dataclass
 class CalibrationData:
@@ -137,6 +143,7 @@ class CalibrationData:
     context_attention_tables: list[Path] = field(default_factory=list)
     moe_tables: list[Path] = field(default_factory=list)
     mla_prompt_tables: list[Path] = field(default_factory=list)
+    mla_decode_tables: list[Path] = field(default_factory=list)
     # serving runtimes (energylens.calibration.fit_runtime)
     runtime_kernels: list[Path] = field(default_factory=list)
     llm_inference_bench: list[Path] = field(default_factory=list)
@@ -152,7 +159,7 @@ class CalibrationData:
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
                        *self.custom_allreduce, *self.gemm_tables,
                        *self.decode_attention_tables, *self.context_attention_tables,
-                       *self.moe_tables, *self.mla_prompt_tables,
+                       *self.moe_tables, *self.mla_prompt_tables, *self.mla_decode_tables,
                        *self.runtime_kernels,
                        *self.llm_inference_bench, *self.nccl_tests, *self.power_tables,
                        *self.stream_tables, *self.elementwise_tables})
@@ -181,6 +188,8 @@ def discover(root: Path) -> CalibrationData:
             "*/moe/vllm/*/moe_perf.parquet")),
         mla_prompt_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/mla/trtllm/*/context_mla_perf.parquet")),
+        mla_decode_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/mla/trtllm/*/generation_mla_perf.parquet")),
         runtime_kernels=aic_tables(root / "aiconfigurator" / "kernels"),
         llm_inference_bench=sorted((root / "llm-inference-bench").glob("All_results.csv")),
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
@@ -349,6 +358,11 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     for path in data.mla_prompt_tables:
         _fit_mla_prompt(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out,
                         log=log)
+    if data.mla_decode_tables and not (data.decode_attention_tables or data.mla_prompt_tables
+                                       or data.context_attention_tables or data.moe_tables):
+        borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
+    for path in data.mla_decode_tables:
+        _fit_mla_decode(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
 
     for path in data.custom_allreduce:
         _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
@@ -835,6 +849,45 @@ def _fit_mla_prompt(*, path: Path, kernels: dict[str, KernelConstants],
         fits[fit_id]["why_not_applied"] = MLA_PROMPT_AT_BOUND
         return
     kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
+    prov.setdefault(f"kernels/{table.gpu}", {}).update(
+        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+         for k, v in result.values.items()})
+
+
+def _fit_mla_decode(*, path: Path, kernels: dict[str, KernelConstants],
+                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                    log: Callable[[str], None]) -> None:
+    """MLA's decode-form attention constants of one GPU from TensorRT-LLM's MLA generation
+    table: applied where the held-out halves (fitted on alternate head counts) come out
+    closer than the grouped-query kernel's price of the same rows. Always held out: the
+    rule needs it."""
+    from energylens.calibration.fit_mla_decode import fit_mla_decode, predicted_s, read_table
+
+    table = read_table(path=path)
+    if table.gpu not in kernels:
+        return  # no kernel constants to price the kernel with (no data, no relative)
+    constants = kernels[table.gpu]
+    result = fit_mla_decode(table=table, constants=constants, leave_out=True)
+    everything = np.ones(table.latency_s.size, dtype=bool)
+    grouped = predicted_s(table=table, rows=everything, gpu=load_gpu(table.gpu),
+                          constants=replace(constants, mla_decode_efficiency_max=0.0))
+    grouped_mape = float(np.mean(np.abs(grouped / table.latency_s - 1.0)))
+    fit_id = f"aiconfigurator-mla-decode/{table.gpu}"
+    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
+    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+    fits[fit_id]["grouped_query_price_mape"] = round(grouped_mape, 4)
+    held = result.leave_out["latency"].mape
+    applied = held < grouped_mape
+    log(f"kernels {table.gpu}: MLA decode efficiency = "
+        f"{result.values['mla_decode_efficiency_max']:.3f}, cache bandwidth = "
+        f"{result.values['mla_decode_kv_bandwidth_efficiency']:.3f} on {result.n_points} "
+        f"MLA generation rows (held out {held:.1%}, the grouped-query price {grouped_mape:.1%})"
+        + ("" if applied else ": reported, not applied"))
+    fits[fit_id]["applied"] = applied
+    if not applied:
+        fits[fit_id]["why_not_applied"] = MLA_DECODE_NO_BETTER
+        return
+    kernels[table.gpu] = replace(constants, **result.values)
     prov.setdefault(f"kernels/{table.gpu}", {}).update(
         {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
          for k, v in result.values.items()})

@@ -31,6 +31,25 @@ class KernelConstants:
     # them on TensorRT-LLM's MLA context table); 0 = priced as the grouped-query kernel.
     prompt_attention_efficiency_max: float = 0.0
     prompt_attention_m_half: float = 0.0
+    # MLA's decode (weight-absorbed) attention, FlashMLA-style kernels (TensorRT-LLM's MLA
+    # generation kernel, FlashMLA, FlashInfer's trtllm-gen MLA): every query head of a
+    # sequence meets the one shared latent cache, the heads (x new tokens) the MMA's rows in
+    # tiles of ``MLA_DECODE_ROW_TILE``. Its own share of the MMA peak, of HBM peak on the
+    # latent cache, fixed time per (sequence, row tile) and per launch
+    # (calibration/fit_mla_decode.py fits them on TensorRT-LLM's MLA generation table);
+    # efficiency 0 = priced as the grouped-query kernel.
+    mla_decode_efficiency_max: float = 0.0
+    mla_decode_kv_bandwidth_efficiency: float = 0.0
+    mla_decode_tile_s: float = 0.0
+    mla_decode_overhead_s: float = 0.0
+    # How a fused attention kernel's rows fill tensor-core tiles: 0 = the GEMM ramp
+    # rows / (rows + gemm_m_half); > 0 = padded to whole tiles of this many rows, one
+    # row tile per (sequence, KV head) work tile (MLA decode: MLA_DECODE_ROW_TILE).
+    attention_row_tile: float = 0.0
+    # Compute capability from which a fused attention kernel's MMAs run in the KV cache's
+    # dtype where the GPU has that rate (an FP8 cache on Blackwell); 0 = always BF16 (an
+    # FP8 cache dequantised to BF16 in the kernel).
+    attention_kv_mma_from_cc: float = 0.0
     memory_efficiency_max: float = 0.80  # fraction of HBM peak reached by large streams
     memory_half_bytes: float = 1.0e6  # bytes at which achieved bandwidth is half its max
     kv_bandwidth_efficiency: float = 0.80  # fraction of HBM peak fused attention reaches on KV
@@ -93,6 +112,29 @@ class KernelConstants:
     int4_expert_bandwidth_ratio: float = 1.0
 
 
+    def for_mla_decode(self) -> KernelConstants:
+        """The constants MLA's decode-form attention is priced with: its own efficiency,
+        cache bandwidth, tile and launch times, rows padded to whole tiles and MMAs in an
+        FP8 cache's dtype on Blackwell, where they are set (efficiency > 0); the
+        grouped-query kernel's otherwise."""
+        if self.mla_decode_efficiency_max <= 0.0:
+            return self
+        found = _MLA_DECODE.get(id(self))
+        if found is not None and found[0] is self:
+            return found[1]
+        derived = replace(self, attention_efficiency_max=self.mla_decode_efficiency_max,
+                          attention_m_half=0.0,
+                          kv_bandwidth_efficiency=self.mla_decode_kv_bandwidth_efficiency,
+                          attention_tile_s=self.mla_decode_tile_s,
+                          kernel_overhead_s=self.mla_decode_overhead_s,
+                          roofline_sharpness=MLA_DECODE_ROOFLINE_SHARPNESS,
+                          attention_row_tile=MLA_DECODE_ROW_TILE,
+                          attention_kv_mma_from_cc=MLA_DECODE_KV_MMA_FROM_CC)
+        if len(_MLA_DECODE) >= 4096:
+            _MLA_DECODE.clear()
+        _MLA_DECODE[id(self)] = (self, derived)
+        return derived
+
     def for_prompt_attention(self) -> KernelConstants:
         """The constants MLA's prompt-form attention is priced with: its own efficiency and
         ramp where they are set (> 0), the grouped-query kernel's otherwise."""
@@ -100,6 +142,28 @@ class KernelConstants:
             return self
         return replace(self, attention_efficiency_max=self.prompt_attention_efficiency_max,
                        attention_m_half=self.prompt_attention_m_half)
+
+
+#: Query rows (heads x new tokens of a sequence) one MLA decode work tile holds: FlashMLA
+#: runs 64 query heads per thread block (deepseek-ai/FlashMLA, block_size_m = 64; recalled,
+#: assumed), and TensorRT-LLM's MLA generation table (AIConfigurator, every Hopper and
+#: Blackwell GPU) takes the same time at 1-64 heads per GPU where the kernel streams the
+#: cache, and twice it at 128 heads on H100/H200 where it computes.
+MLA_DECODE_ROW_TILE = 64.0
+#: Compute capability from which MLA decode with an FP8 latent cache runs FP8 MMAs: in
+#: that table the 128-head FP8-cache shapes reach 2.8 PFLOP/s on B200 and GB200 (1,024
+#: sequences of 16k tokens), above their dense BF16 peak (2.25): FP8 MMAs (10.0); on H100
+#: and H200 at most 0.75, below theirs (0.99): BF16 after dequantisation.
+MLA_DECODE_KV_MMA_FROM_CC = 10.0
+#: The p-norm joining MLA decode's compute and cache-stream times: nearly their maximum.
+#: The kernels overlap them (warp-specialised: producer warps load the cache, consumer
+#: warps run the MMAs; FlashMLA, trtllm-gen; recalled, assumed). Fitted as a fifth
+#: constant it comes out 3.5-4.5 on H100/H200 at the same held-out error (12.3-12.6 % against
+#: 12.0-12.5 %) and at its bound on B200.
+MLA_DECODE_ROOFLINE_SHARPNESS = 16.0
+#: for_mla_decode's results by identity of the constants (kept beside them: a recycled id
+#: never returns another object's), so that kernel plans keyed by identity are reused.
+_MLA_DECODE: dict[int, tuple[KernelConstants, KernelConstants]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -151,11 +151,13 @@ class KernelPlan:
 
 
 def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelConstants,
-             weight_dtype: str) -> OpPlan:
+             weight_dtype: str, kv_dtype: str) -> OpPlan:
     if op.kind != "contraction":
         return OpPlan(op=op, local=local, contraction=False)
     weight = next((t for t in op.inputs if t.name.startswith("W")), None)
     dtype = "bf16" if weight is None else weight_dtype_of(weight, weight_dtype)
+    if weight is None and op.causal and _kv_mma(gpu=gpu, constants=constants, kv_dtype=kv_dtype):
+        dtype = kv_dtype
     dtype = COMPUTE_DTYPE.get(dtype, dtype)
     return OpPlan(op=op, local=local, contraction=True, dtype=dtype,
                   peak_flops_per_s=gpu.peak_flops_per_s(dtype),
@@ -165,6 +167,14 @@ def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelCo
                   merge_key=((op.inputs[0].name, op.contracted_ranks) if weight is not None
                              else (op.name, ())),
                   grouped_expert=EXPERT_WEIGHT_RANK in op.ranks, gemm=gemm_ranks(op))
+
+
+def _kv_mma(*, gpu: GPU, constants: KernelConstants, kv_dtype: str) -> bool:
+    """Whether a context contraction's MMAs run in the KV cache's dtype on ``gpu``
+    (``attention_kv_mma_from_cc``; only a narrower dtype the GPU has a rate for)."""
+    return (bool(constants.attention_kv_mma_from_cc) and kv_dtype not in ("bf16", "fp16")
+            and kv_dtype in gpu.dense_flops_per_s
+            and (gpu.compute_capability or 0.0) >= constants.attention_kv_mma_from_cc)
 
 
 def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weight_dtype: str,
@@ -209,7 +219,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
     tile_ranks, tile_sizes = _attention_tiles(kernel)
     return KernelPlan(
         ops=tuple(_op_plan(op=op, local=local, gpu=gpu, constants=constants,
-                           weight_dtype=weight_dtype)
+                           weight_dtype=weight_dtype, kv_dtype=kv_dtype)
                   for op, local in zip(kernel.ops, kernel.op_sizes, strict=True)),
         tensors=tuple(_tensor_plan(kernel=kernel, tensor=t, appended=appended,
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, window=window)

@@ -248,6 +248,10 @@ def attention_efficiency(*, rows: Size, queries: Size, keys: Size, window: float
     attention_m_half), X = r x ``keys`` (p, clipped to the window), which is m x r for a
     prompt without cached prefix. Decode (m = 1) runs a split-KV kernel whose fixed work
     per tile is ``attention_tile_s``: no ramp."""
+    if constants.attention_row_tile:  # rows padded to whole tiles (MLA decode)
+        tiles = _ceil(rows / constants.attention_row_tile) if _scalar(rows) \
+            else np.ceil(rows / constants.attention_row_tile)
+        return constants.attention_efficiency_max * rows / (tiles * constants.attention_row_tile)
     eff = constants.attention_efficiency_max * rows / (rows + constants.gemm_m_half)
     if not constants.attention_m_half:
         return eff
@@ -389,11 +393,21 @@ def _memory_s(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size], nbyte
     time = nbytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
     if plan.tile_ranks and constants.attention_tile_s:
         tiles = rank_product(plan.tile_ranks, {**plan.tile_sizes, **phase})
+        if constants.attention_row_tile:  # each work tile's rows in whole row tiles
+            tiles = tiles * _row_tiles(plan=plan, phase=phase, tile=constants.attention_row_tile)
         time = time + tiles * constants.attention_tile_s
     if plan.tile_ranks and constants.v1_kv_bandwidth_share:
         time = _unsplit_decode_s(plan=plan, phase=phase, nbytes=nbytes, gpu=gpu,
                                  constants=constants, split_s=time)
     return time
+
+
+def _row_tiles(*, plan: KernelPlan, phase: dict[str, Size], tile: float) -> Size:
+    """Row tiles of ``tile`` rows the first context contraction's GEMM rows (new tokens x
+    query heads per KV head) take in one work tile."""
+    item = next(i for i in plan.ops if i.contraction and i.op.causal)
+    rows = rank_product(cast(GemmRanks, item.gemm).rows, {**item.local, **phase})
+    return _ceil(rows / tile) if _scalar(rows) else np.ceil(rows / tile)
 
 
 def _unsplit_decode_s(*, plan: KernelPlan, phase: dict[str, Size], nbytes: Size, gpu: GPU,

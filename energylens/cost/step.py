@@ -274,12 +274,18 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         for position, phase in enumerate(phases):
             cost = shared.get((index, position)) if same_on_every_rank and shared else None
             if cost is None:
+                # MLA's context kernels: the decode (absorbed) form's own constants, the
+                # prompt form substituted where a phase prefills
+                mla = context and ctx.graph.model.mla is not None \
+                    and not kernel.scans_all_keys
                 cost = kernel_cost(kernel=kernel, phase=phase, window=kernel_window(group, kernel),
-                                   gpu=ctx.gpu, constants=constants, clock=ctx.clock,
+                                   gpu=ctx.gpu,
+                                   constants=constants.for_mla_decode() if mla else constants,
+                                   clock=ctx.clock,
                                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                                    compute_slowdown=slowdown if index in overlapping else 1.0)
-                if (context and group.prompt_attention is not None
-                        and not kernel.scans_all_keys and not seqs[position].verifying):
+                if mla and group.prompt_attention is not None \
+                        and not seqs[position].verifying:
                     cost = _with_prompt_form(ctx=ctx, group=group, phase=phase, absorbed=cost,
                                              first=index == first_context)
                 if same_on_every_rank and shared is not None:
