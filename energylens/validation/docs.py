@@ -506,6 +506,10 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "- MLA prompt attention against TensorRT-LLM's measured kernel on H100, H200, B200 and "
         "GB200, per prompt length: [kernels-h200.md](kernels-h200.md) "
         "(`python benchmarks/validate_mla_context.py`).",
+        "- MLA decode attention against TensorRT-LLM's measured kernel on H100, H200, B200 and "
+        "GB200, and the whole MLA attention module against AIConfigurator's module tables "
+        "(never fitted on): [kernels-h200.md](kernels-h200.md) "
+        "(`python benchmarks/validate_mla_decode.py [--module]`).",
         "- Few-shot calibration to your own measurements (`calibrate --from`, `validate "
         "measurements --k-shot`): the K = 0, 1, 3, 5 curves per dataset in "
         "[k-shot.md](k-shot.md); the measurement CSV in [measurements.md](measurements.md).",
