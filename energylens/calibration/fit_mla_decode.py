@@ -22,8 +22,9 @@ are deployed), every batch and context, both cache dtypes.
 
 Honesty: the rows are split by head count (alternate values); each half's fit predicts the
 other half, and that held-out error is reported. Only the Hopper and Blackwell tables
-(TensorRT-LLM 1.3) are read: the A100 and L40S tables (1.0) time another kernel, which
-streams the cache at ~37 % of HBM peak and is not what serving engines run there.
+(TensorRT-LLM 1.3) are copied into ``data/measurements``: the A100 and L40S tables (1.0)
+time another kernel, which streams the cache at ~37 % of HBM peak and is not what serving
+engines run there; those GPUs borrow a relative's constants as for every other kernel.
 """
 
 from __future__ import annotations
