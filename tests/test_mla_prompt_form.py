@@ -74,3 +74,40 @@ def test_decode_steps_keep_the_absorbed_form_and_prompts_get_cheaper() -> None:
     mixed = [*decode, *prompt]  # each sequence group takes its own form
     assert _step(absorbed_only, mixed) - _step(graph, mixed) == pytest.approx(
         _step(absorbed_only, prompt) - _step(graph, prompt), rel=0.02)
+
+
+def _kernel_seconds(seqs: list[SequenceGroup]) -> dict[str, float]:
+    """Seconds per kernel name over the MoE layers of one DeepSeek-V3 step (H200, TP 8)."""
+    from energylens.cost.step import STEP_RECORDER
+
+    gpu = load_gpu("H200")
+    ctx = step_context(model=get_model("deepseek-v3"), gpu=gpu, deployment=Deployment(tp=TP),
+                       calibration=calibration_for_gpu(default_calibration(), gpu))
+    seconds: dict[str, float] = {}
+
+    def record(group, item, latency, energy, critical):  # type: ignore[no-untyped-def]
+        if critical and group.layer.name == "moe" and not isinstance(item, str):
+            seconds[item.name] = seconds.get(item.name, 0.0) + float(latency)
+
+    token = STEP_RECORDER.set(record)
+    try:
+        step_cost(ctx=ctx, seqs=seqs)
+    finally:
+        STEP_RECORDER.reset(token)
+    return seconds
+
+
+def test_absorb_and_value_up_projection_run_on_decode_tokens_only() -> None:
+    """The prompt form has no absorb and no value up-projection (kv_b / v_b decompress the
+    latent instead): a prompt-only step runs neither; in a step mixing 32 decodes with a
+    prompt they run on the 32 decode tokens, as in a step of the decodes alone."""
+    decode = [SequenceGroup(sequences=32.0, new_tokens=1.0, context=4096.0)]
+    prompt = [SequenceGroup(sequences=1.0, new_tokens=4096.0, context=4096.0)]
+    alone = _kernel_seconds(decode)
+    assert alone["absorb"] > 0.0 and alone["uv"] > 0.0
+    only_prompt = _kernel_seconds(prompt)
+    assert only_prompt["absorb"] == 0.0 and only_prompt["uv"] == 0.0
+    assert only_prompt["q_b"] > alone["q_b"]  # the prompt's other GEMMs do run
+    mixed = _kernel_seconds([*decode, *prompt])
+    for name in ("absorb", "uv"):
+        assert mixed[name] == pytest.approx(alone[name], rel=1e-9)

@@ -78,6 +78,12 @@ class Kernel:
         return any(op.all_keys for op in self.ops)
 
     @cached_property
+    def decode_form_only(self) -> bool:
+        """Whether an op runs only in a layer's decode form (MLA's absorb, value
+        up-projection): prompt tokens take the prompt form's ops instead."""
+        return any(op.decode_form for op in self.ops)
+
+    @cached_property
     def per_expert(self) -> bool:
         """Whether an op reads the routed-token or expert ranks (``t``, ``x``)."""
         return any(rank in ("t", "x") for op in self.ops for rank in op.ranks)

@@ -189,6 +189,25 @@ def _with_prompt_form(*, ctx: StepContext, group: LayerGroup, phase: dict[str, S
                          else (total[f] if prefill else getattr(absorbed, f)) for f in fields})
 
 
+def _decode_token_share(seqs: list[SequenceGroup]) -> Size:
+    """The share of a step's new tokens that decode (one new token, or a verify pass of
+    drafts) rather than prefill a prompt (an array where the groups' sizes are)."""
+    total: Size = 0.0
+    decode: Size = 0.0
+    for s in seqs:
+        tokens = s.sequences * s.new_tokens
+        total = total + tokens
+        if s.verifying:
+            decode = decode + tokens
+        elif isinstance(s.new_tokens, np.ndarray):
+            decode = decode + np.where(s.new_tokens <= 1.0, tokens, 0.0)
+        elif s.new_tokens <= 1.0:
+            decode = decode + tokens
+    if isinstance(total, np.ndarray) or isinstance(decode, np.ndarray):
+        return np.where(np.asarray(total) > 0, decode / np.maximum(total, 1e-30), 1.0)
+    return float(decode / total) if total > 0 else 1.0
+
+
 def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                  critical: bool,
                  ) -> tuple[dict[str, Size], dict[str, Size], list[dict[str, Size]]]:
@@ -267,9 +286,24 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     memory_j: Size = 0.0
     first_context = next((i for i, k in enumerate(compiled.kernels)
                           if k.touches_context and not k.scans_all_keys), -1)
+    # a decode-form-only kernel (MLA's absorb, value up-projection) runs on the decode
+    # tokens of the step: prompts take the prompt form's ops instead
+    decode_share = _decode_token_share(seqs) if group.prompt_attention is not None else 1.0
     for index, kernel in enumerate(compiled.kernels):
         context = kernel.touches_context
         phases = attention if context else [merged if _all_tokens(kernel) else local]
+        runs: np.ndarray | None = None  # 0 where a decode-form kernel has no decode token
+        if kernel.decode_form_only:
+            if isinstance(decode_share, np.ndarray):
+                runs = (decode_share > 0.0).astype(float)
+                share = np.maximum(decode_share, 1e-9)
+                phases = [{**phase, "m": phase["m"] * share} for phase in phases]
+            elif decode_share <= 0.0:  # a prompt-only step: the kernel does not run
+                latencies[index] = 0.0
+                energies[index] = 0.0
+                continue
+            elif decode_share < 1.0:
+                phases = [{**phase, "m": phase["m"] * decode_share} for phase in phases]
         same_on_every_rank = shared is not None and (context or not kernel.per_expert)
         for position, phase in enumerate(phases):
             cost = shared.get((index, position)) if same_on_every_rank and shared else None
@@ -290,6 +324,9 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                                              first=index == first_context)
                 if same_on_every_rank and shared is not None:
                     shared[(index, position)] = cost
+            if runs is not None:
+                cost = KernelCost(**{f.name: getattr(cost, f.name) * runs
+                                     for f in dataclass_fields(KernelCost)})
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
             if record is not None:
                 energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \

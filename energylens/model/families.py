@@ -172,6 +172,7 @@ def _parse_op(*, op_name: str, body: Any, norm: str, bypass: Bypass) -> Einsum:
         persistent_output=bool(body.get("persistent", False)),
         causal=body.get("causal"),
         all_keys=bool(body.get("all_keys", False)),
+        decode_form=bool(body.get("decode_form", False)),
     )
 
 

@@ -89,6 +89,9 @@ class Einsum:
     #: Scans every cached key where the layer's attention reads only the keys an indexer
     #: picks (DSA's indexer); the same op in prompt and decode steps.
     all_keys: bool = False
+    #: Runs only in the decode (weight-absorbed) form of a layer with a prompt form (MLA's
+    #: absorb and value up-projection): a prompt's tokens take the prompt form's ops instead.
+    decode_form: bool = False
 
     @cached_property  # an op is immutable; the cost model asks for its ranks per kernel price
     def ranks(self) -> tuple[str, ...]:
@@ -110,7 +113,7 @@ def _tensor(name: str, ranks: str) -> TensorRef:
 
 def parse_einsum(
     *, name: str, text: str, persistent_output: bool = False, causal: str | None = None,
-    all_keys: bool = False,
+    all_keys: bool = False, decode_form: bool = False,
 ) -> Einsum:
     """Parse one op from named-rank notation; raises :class:`SpecError` naming the op."""
     causal_pair = _parse_causal(name=name, causal=causal)
@@ -126,6 +129,7 @@ def parse_einsum(
             name=name, output=out, inputs=tuple(args), kind=kind, function=function,
             reduced_ranks=tuple(match.group(3)[len(function) + 1:]), flops_per_element=flops,
             persistent_output=persistent_output, causal=causal_pair, all_keys=all_keys,
+            decode_form=decode_form,
         )
     else:
         match = _CONTRACTION.match(text)
@@ -138,7 +142,8 @@ def parse_einsum(
             inputs.append(_tensor(groups[4], groups[5]))
         kind = "contraction" if len(inputs) == 2 else "copy"
         op = Einsum(name=name, output=out, inputs=tuple(inputs), kind=kind,
-                    persistent_output=persistent_output, causal=causal_pair, all_keys=all_keys)
+                    persistent_output=persistent_output, causal=causal_pair, all_keys=all_keys,
+                    decode_form=decode_form)
     _check_ranks(op)
     return op
 
