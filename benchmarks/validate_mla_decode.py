@@ -1,7 +1,7 @@
 """The cost model's price of MLA decode attention against TensorRT-LLM's measured kernel.
 
 Usage: python benchmarks/validate_mla_decode.py [--calibration FILE] [--runtime trtllm]
-       [--min-heads N] [--csv OUT.csv] [--module]
+       [--min-heads N] [--csv OUT.csv] [--module [--prompt]]
 
 AIConfigurator times TensorRT-LLM's MLA generation (decode) attention alone
 (``data/measurements/aiconfigurator/kernels/<gpu>/mla/trtllm/1.3.0rc20/generation_mla_perf
@@ -20,7 +20,10 @@ on (``mla_generation_module_perf.parquet``, TensorRT-LLM on H100, H200 and B200:
 module's GEMMs, norms, rope, absorbed BMMs and attention, BF16 or block-FP8 GEMMs): the sum
 of the model's kernels of the MLA layer from ``q_a`` to ``o`` in one decode step of
 DeepSeek-V3 on one GPU at tensor parallelism 128 / ``num_heads`` (from a step's own
-breakdown, so the runtime's fusions and kernel scales apply).
+breakdown, so the runtime's fusions and kernel scales apply). ``--module --prompt`` does
+the same for a prompt step (``mla_context_module_perf.parquet``: ``batch_size`` prompts of
+``isl`` tokens, no cached prefix; H100, H200, B200 and GB200), whose MLA context kernels the
+model prices in the decompressed form.
 """
 
 from __future__ import annotations
@@ -91,13 +94,14 @@ GEMMS = {"bfloat16": "bf16", "fp8_block": "fp8"}
 
 
 def price_module(*, folder: str, calibration: Path | None, runtime: str,
-                 min_heads: int) -> pd.DataFrame:
+                 min_heads: int, prompt: bool = False) -> pd.DataFrame:
     """One row per measured module shape (BF16 and block-FP8 GEMMs): measured and predicted
-    seconds of the attention module of one layer."""
+    seconds of the attention module of one layer in a decode step (``prompt``: a prompt
+    step)."""
     from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
 
-    path = next((TABLES / folder / "mla" / "trtllm").glob("*/mla_generation_module_perf.parquet"),
-                None)
+    name = "mla_context_module_perf" if prompt else "mla_generation_module_perf"
+    path = next((TABLES / folder / "mla" / "trtllm").glob(f"*/{name}.parquet"), None)
     if path is None:
         return pd.DataFrame()
     table = pd.read_parquet(path)
@@ -123,16 +127,18 @@ def price_module(*, folder: str, calibration: Path | None, runtime: str,
                     seconds[name] = seconds.get(name, 0.0) + float(np.max(latency)) / group.count
 
             token = STEP_RECORDER.set(record)
+            tokens = int(shape.isl) if prompt else 1
+            context = int(shape.isl) if prompt else int(shape.step)
             try:
                 step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=int(shape.batch_size),
-                                                       new_tokens=1, context=int(shape.step))])
+                                                       new_tokens=tokens, context=context)])
             finally:
                 STEP_RECORDER.reset(token)
             module = sum(v for k, v in seconds.items()
                          if k in MODULE or (k.startswith("quant") and "E" not in k))
             rows.append({"gpu": gpu.name, "kv_dtype": KV[str(kv)], "gemm": GEMMS[str(gemm)],
                          "heads": int(heads), "batch": int(shape.batch_size),
-                         "context": float(shape.step),
+                         "context": float(context),
                          "measured_s": float(shape.latency) * 1e-3, "predicted_s": module})
     return pd.DataFrame(rows)
 
@@ -160,12 +166,19 @@ def main() -> int:
     parser.add_argument("--csv", type=Path, help="also write every priced row here")
     parser.add_argument("--module", action="store_true",
                         help="the whole attention module against the module table")
+    parser.add_argument("--prompt", action="store_true",
+                        help="with --module: prompt steps against the context module table")
     args = parser.parse_args()
-    price = price_module if args.module else price_table
-    frame = pd.concat([price(folder=folder, calibration=args.calibration,
-                             runtime=args.runtime, min_heads=args.min_heads)
-                       for folder in GPUS if (TABLES / folder / "mla").is_dir()],
-                      ignore_index=True)
+    folders = [f for f in GPUS if (TABLES / f / "mla").is_dir()]
+    if args.module:
+        frame = pd.concat([price_module(folder=f, calibration=args.calibration,
+                                        runtime=args.runtime, min_heads=args.min_heads,
+                                        prompt=args.prompt) for f in folders],
+                          ignore_index=True)
+    else:
+        frame = pd.concat([price_table(folder=f, calibration=args.calibration,
+                                       runtime=args.runtime, min_heads=args.min_heads)
+                           for f in folders], ignore_index=True)
     report(frame)
     if args.csv:
         frame.to_csv(args.csv, index=False)
