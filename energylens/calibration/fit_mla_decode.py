@@ -30,16 +30,15 @@ engines run there; those GPUs borrow a relative's constants as for every other k
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_custom_allreduce import table_gpu
+from energylens.calibration.fit_mla_prompt import HEADS, MIN_HEADS, mla_attention_kernel
 from energylens.calibration.fitting import FitResult, fit_kernel_table, least_squares_log
 from energylens.cost.constants import KernelConstants
-from energylens.cost.kernels import Kernel
 from energylens.cost.roofline import ClockState, kernel_cost
 from energylens.hardware import GPU, load_gpu
 
@@ -50,11 +49,6 @@ FIELDS = ("mla_decode_efficiency_max", "mla_decode_kv_bandwidth_efficiency",
 BOUNDS = ((0.05, 1.0), (0.1, 1.0), (0.0, 1e-6), (0.0, 1e-4))
 #: The times are searched in these units (every unknown of order 1-100 for the solver).
 _UNITS = (1.0, 1.0, 1e-9, 1e-6)
-MODEL = "deepseek-ai/DeepSeek-V3"
-HEADS = 128
-#: Fewest query heads per GPU kept (as fit_mla_prompt: tensor parallelism <= 8).
-MIN_HEADS = 16
-KERNEL = "qk+soft+av"
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 
 
@@ -97,21 +91,6 @@ def read_table(*, path: Path) -> MlaDecodeTable:
                           latency_s=rows["latency"].to_numpy(dtype=float) * 1e-3)
 
 
-@lru_cache(maxsize=16)
-def _decode_kernel(heads: int) -> tuple[Kernel, float | None]:
-    """The decode form's fused attention kernel of one GPU holding ``heads`` query heads,
-    and the layer's attention window."""
-    from energylens.cost.kernels import compile_layer
-    from energylens.model import get_model
-    from energylens.model.families import build_graph
-
-    group = next(g for g in build_graph(get_model(MODEL)).groups
-                 if g.prompt_attention is not None)
-    compiled = compile_layer(layer=group.layer, sizes=group.sizes,
-                             degrees={"tp": HEADS // heads}, fusion=frozenset({"attention"}))
-    return next(k for k in compiled.kernels if k.name == KERNEL), group.window
-
-
 def predicted_s(*, table: MlaDecodeTable, rows: np.ndarray, gpu: GPU,
                 constants: KernelConstants) -> np.ndarray:
     """The cost model's time of the decode-form attention kernel for ``rows`` (a mask)."""
@@ -120,7 +99,7 @@ def predicted_s(*, table: MlaDecodeTable, rows: np.ndarray, gpu: GPU,
     picked = np.flatnonzero(rows)
     out = np.empty(picked.size)
     for heads in np.unique(table.heads[picked]):
-        kernel, window = _decode_kernel(int(heads))
+        kernel, window = mla_attention_kernel(heads=int(heads), prompt=False)
         for kv_dtype in np.unique(table.kv_dtype[picked]):
             mine = (table.heads[picked] == heads) & (table.kv_dtype[picked] == kv_dtype)
             at = picked[mine]

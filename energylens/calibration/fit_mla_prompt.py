@@ -91,18 +91,20 @@ def read_table(*, path: Path) -> MlaPromptTable:
                           latency_s=rows["latency"].to_numpy(dtype=float) * 1e-3)
 
 
-@lru_cache(maxsize=16)
-def _prompt_kernel(heads: int) -> tuple[Kernel, float | None]:
-    """The prompt form's fused attention kernel of one GPU holding ``heads`` query heads,
-    and the layer's attention window."""
+@lru_cache(maxsize=32)
+def mla_attention_kernel(*, heads: int, prompt: bool) -> tuple[Kernel, float | None]:
+    """DeepSeek-V3's fused MLA attention kernel on one GPU holding ``heads`` query heads,
+    in the prompt (decompressed) form or the decode (absorbed) one, and the layer's
+    attention window."""
     from energylens.model import get_model
     from energylens.model.families import build_graph
 
     group = next(g for g in build_graph(get_model(MODEL)).groups
                  if g.prompt_attention is not None)
-    assert group.prompt_attention is not None
-    compiled = compile_layer(layer=group.prompt_attention, sizes=group.sizes,
-                             degrees={"tp": HEADS // heads}, fusion=frozenset({"attention"}))
+    layer = group.prompt_attention if prompt else group.layer
+    assert layer is not None
+    compiled = compile_layer(layer=layer, sizes=group.sizes, degrees={"tp": HEADS // heads},
+                             fusion=frozenset({"attention"}))
     return next(k for k in compiled.kernels if k.name == KERNEL), group.window
 
 
@@ -116,7 +118,7 @@ def predicted_s(*, table: MlaPromptTable, rows: np.ndarray, gpu: GPU,
     for heads in np.unique(table.heads[picked]):
         mine = table.heads[picked] == heads
         at = picked[mine]
-        kernel, window = _prompt_kernel(int(heads))
+        kernel, window = mla_attention_kernel(heads=int(heads), prompt=True)
         phase = {"b": table.batch[at], "m": table.isl[at], "p": table.isl[at],
                  "n": np.ones(at.size), "t": np.ones(at.size)}
         cost = kernel_cost(kernel=kernel, phase=phase, window=window, gpu=gpu,
