@@ -24,9 +24,12 @@ __all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "c
 #: W8A8/W4A4 checkpoint's activation quantisation runs: ``quant`` in the norm or
 #: activation kernel that made the input, ``epilogue_quant`` in the epilogue of the
 #: attention kernel or plain GEMM that made it (without them, a quantisation kernel of its
-#: own before the linear layer); ``qk_norm_rope``: a query/key norm inside the rotary kernel.
+#: own before the linear layer); ``qk_norm_rope``: a query/key norm inside the rotary kernel;
+#: ``conv``: a recurrent mixer's causal convolution over all its channels, state update
+#: included, in one kernel; ``mixer_proj`` / ``mixer_gates``: a Gated DeltaNet mixer's z
+#: projection merged into its q/k/v GEMM, its b and a projections into one GEMM.
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epilogue_quant",
-           "qk_norm_rope")
+           "qk_norm_rope", "conv", "mixer_proj", "mixer_gates")
 #: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")

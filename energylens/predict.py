@@ -128,8 +128,8 @@ def step_context(*, model: ModelConfig, gpu: GPU, deployment: Deployment,
     return StepContext(
         graph=build_graph(model), gpu=gpu, calibration=calibration,
         degrees=tuple(sorted(deployment.degrees(model).items())),
-        fusion=frozenset(runtime.default_fusions if deployment.fusion is None
-                         else deployment.fusion),
+        fusion=frozenset(runtime.fusions_at(version=deployment.runtime_version)
+                         if deployment.fusion is None else deployment.fusion),
         weight_dtype=deployment.weight_dtype or model.weight_dtype,
         # ``auto`` (None): the runtime's default for the checkpoint in its release (vLLM
         # before 0.12: the activations' bf16; TensorRT-LLM: what the checkpoint declares).

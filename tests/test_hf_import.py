@@ -53,7 +53,7 @@ _SKIP = {"name", "hf_id", "notes", "params_total_published", "params_active_publ
 
 
 def _shapes(model: ModelConfig, *, dtype: bool = True) -> dict:
-    skip = _SKIP if dtype else _SKIP | {"weight_dtype", "kv_dtype"}
+    skip = _SKIP if dtype else _SKIP | {"weight_dtype", "kv_dtype", "held_16bit"}
     return {k: v for k, v in dataclasses.asdict(model).items() if k not in skip}
 
 
@@ -238,7 +238,10 @@ def test_every_zoo_entry_has_a_builder_and_a_writer(model: ModelConfig) -> None:
 @pytest.mark.parametrize("model", ZOO, ids=lambda m: m.name)
 def test_round_trip_through_config_json_predicts_the_same(tmp_path: Path,
                                                           model: ModelConfig) -> None:
-    """zoo entry -> written config.json -> --model path: the same shapes and predictions."""
+    """zoo entry -> written config.json -> --model path: the same shapes and predictions.
+    A config.json does not carry ``held_16bit`` (checkpoint exclude lists are neither
+    written nor read yet, docs/models.md): the round trip is of the entry without it."""
+    model = dataclasses.replace(model, held_16bit=())
     path = tmp_path / model.name / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(write_hf_config(model, model_type=model_info(model.name).model_type)))
@@ -281,11 +284,16 @@ def test_no_writer_is_one_line(capsys) -> None:
         write_hf_config(get_model("llama-3.1-8b"), model_type="acme")
 
 
-def test_linear_attention_layers_become_mamba2_mixers_with_the_same_state() -> None:
+def test_linear_attention_layers_become_gated_deltanet_mixers() -> None:
     """Qwen3.5-397B-A17B (a real config): 45 Gated DeltaNet layers of 64 value heads x 128,
     keys 16 x 128, each a mixer block and an MoE block; 15 attention layers. Its published
-    397B total and 17B active (the name) within 2 %; the full-attention approximation
-    missed the active count by 13 %."""
+    397B total within 2 %; its active count as summed by hand from the config (the name's
+    17B is rounded): 60 MoE blocks of 10 routed + 1 shared experts (3 x 4096 x 1024 each)
+    and a 512-way router, 8.431B; 45 mixers (q/k/v 4096 x 12288, z 4096 x 8192, b and a
+    4096 x 64 each, out 8192 x 4096, the convolution's 4 x 12288 taps, A, dt bias, the
+    norm), 5.311B; 15 attention layers (q with its gate 4096 x 16384, k/v 4096 x 1024,
+    o 8192 x 4096), 1.573B; embedding and LM head 2 x 248320 x 4096, 2.034B; 121 norms:
+    17.349B. The full-attention approximation missed the active count by 13 %."""
     model, notes = _load(REAL / "Qwen--Qwen3.5-397B-A17B_config.json")
     hybrid = model.hybrid
     assert hybrid is not None and model.num_layers == 120
@@ -294,7 +302,9 @@ def test_linear_attention_layers_become_mamba2_mixers_with_the_same_state() -> N
     assert (hybrid.ssm_heads, hybrid.ssm_head_dim, hybrid.ssm_state_size,
             hybrid.ssm_groups) == (64, 128, 128, 16)
     total, active = parameter_count(model)
-    assert total == pytest.approx(397e9, rel=0.02) and active == pytest.approx(17e9, rel=0.02)
+    assert total == pytest.approx(397e9, rel=0.02)
+    assert active == pytest.approx(17.3488e9, rel=1e-4)
+    assert hybrid.mixer == "gated_deltanet"
     assert not notes  # its family has a builder: the approximations are in the notes
     assert "45 linear-attention (Gated DeltaNet) layers of 60" in model.notes
     assert hybrid.ssm_state_dtype == "fp32"  # mamba_ssm_dtype float32

@@ -220,7 +220,10 @@ def _write(tmp_path: Path, name: str, cfg: dict) -> Path:
 
 
 def _shapes(m: ModelConfig) -> dict:
-    skip = {"name", "hf_id", "notes", "params_total_published", "params_active_published"}
+    """The fields a config.json gives (not what a checkpoint's exclude list keeps 16-bit:
+    ``held_16bit`` is read from the zoo only, docs/models.md)."""
+    skip = {"name", "hf_id", "notes", "params_total_published", "params_active_published",
+            "held_16bit"}
     return {k: v for k, v in dataclasses.asdict(m).items() if k not in skip}
 
 

@@ -15,6 +15,7 @@ from energylens.cli.tables import console
 from energylens.cost.memory import memory_use
 from energylens.hardware import GPU, list_gpus, load_gpu
 from energylens.model import ModelConfig, build_graph, get_model, list_models, parameter_count
+from energylens.model.config import MIXERS
 from energylens.model.hf import supported_model_types
 from energylens.model.zoo import ModelInfo, model_info, resolve
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
@@ -22,7 +23,7 @@ from energylens.runtime.profile import RuntimeProfile
 
 __all__ = ["FAMILIES", "SHOWN_DTYPES", "family_of", "footprint", "register"]
 
-#: ``--family`` values: the FFN kind, or a hybrid of attention and Mamba-2 mixers.
+#: ``--family`` values: the FFN kind, or a hybrid of attention and recurrent mixers.
 FAMILIES = ("dense", "moe", "hybrid")
 #: Weight formats ``models show`` prices (every format a checkpoint name or config selects).
 SHOWN_DTYPES = ("bf16", "fp8", "int4", "nvfp4")
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def family_of(model: ModelConfig) -> str:
-    """``hybrid`` for a model with Mamba-2 mixers, else its FFN family."""
+    """``hybrid`` for a model with recurrent mixers, else its FFN family."""
     return "hybrid" if model.hybrid is not None else model.family
 
 
@@ -102,7 +103,7 @@ def _attention(model: ModelConfig) -> str:
         text += f", {model.num_sliding_layers}/{model.num_layers} sliding {model.sliding_window}"
     if model.hybrid is not None:
         text += (f" in {model.hybrid.count('*')} of {model.num_layers} blocks, "
-                 f"{model.hybrid.count('M')} Mamba-2")
+                 f"{model.hybrid.count('M')} {MIXERS[model.hybrid.mixer]}")
     return text
 
 

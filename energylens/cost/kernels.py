@@ -26,9 +26,9 @@ from typing import Literal
 
 from energylens.cost.work import (
     EXPERT_WEIGHT_RANK,
-    UNQUANTISED_WEIGHTS,
     gemm_ranks,
     quantised_tensor,
+    weight_dtype_of,
 )
 from energylens.model.spec import (
     FUNCTION_FLOPS_PER_ELEMENT,
@@ -159,7 +159,7 @@ def compile_layer(*, layer: LayerSpec, sizes: dict[str, int], degrees: dict[str,
         if activation_dtype is not None:
             for tensor, local in _unfused_quantisations(layer=layer, kernel=kernel,
                                                         kernels=kernels, kernel_of=kernel_of,
-                                                        fusion=fusion):
+                                                        fusion=fusion, dtype=activation_dtype):
                 if tensor.name not in quantised:
                     quantised.add(tensor.name)
                     kernels.append(_quantisation_kernel(tensor=tensor, local=local,
@@ -207,19 +207,20 @@ def _make_kernel(*, layer: LayerSpec, members: list[str], sizes: dict[str, int],
     )
 
 
-def _quantises_activation(op: Einsum) -> bool:
-    """Whether ``op`` is a linear layer whose GEMM reads quantised activations under a
-    W8A8/W4A4 checkpoint: a contraction with a quantised weight, no expert rank (fused MoE
-    kernels quantise inside, and their kernel tables time them so) and no batch rank
-    (batched GEMMs such as MLA's absorbed projections run in 16 bits)."""
+def _quantises_activation(op: Einsum, dtype: str) -> bool:
+    """Whether ``op`` is a linear layer whose GEMM reads ``dtype`` activations under a
+    W8A8/W4A4 checkpoint of that dtype: a contraction with a weight the checkpoint
+    quantises, no expert rank (fused MoE kernels quantise inside, and their kernel tables
+    time them so) and no batch rank (batched GEMMs such as MLA's absorbed projections run
+    in 16 bits)."""
     weight = next((t for t in op.inputs if t.name.startswith("W")), None)
     return (op.kind == "contraction" and weight is not None
-            and weight.name not in UNQUANTISED_WEIGHTS
+            and weight_dtype_of(weight, dtype) == dtype
             and EXPERT_WEIGHT_RANK not in weight.ranks and not gemm_ranks(op).batch)
 
 
 def _unfused_quantisations(*, layer: LayerSpec, kernel: Kernel, kernels: list[Kernel],
-                           kernel_of: dict[str, int], fusion: frozenset[str],
+                           kernel_of: dict[str, int], fusion: frozenset[str], dtype: str,
                            ) -> list[tuple[TensorRef, dict[str, int]]]:
     """Activations ``kernel``'s linear layers read that no earlier kernel quantised on its
     way out, with their local sizes. A kernel with a vector op (norm, activation, add) can
@@ -230,7 +231,7 @@ def _unfused_quantisations(*, layer: LayerSpec, kernel: Kernel, kernels: list[Ke
     producer = {op.output.name: op.name for op in layer.ops}
     out = []
     for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
-        if not _quantises_activation(op):
+        if not _quantises_activation(op, dtype):
             continue
         for tensor in op.inputs:
             if tensor.name.startswith("W") or tensor not in kernel.reads:

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energylens.model.spec import STATE_ELEMENT_BYTES, STATE_TENSORS, Einsum, TensorRef
+from energylens.model.spec import (
+    HELD_MARK,
+    STATE_ELEMENT_BYTES,
+    STATE_TENSORS,
+    Einsum,
+    TensorRef,
+)
 
 Size = float | np.ndarray
 ACTIVATION_BYTES = 2.0  # bf16 activations (and the KV cache unless its dtype says otherwise)
@@ -129,16 +135,23 @@ def quantised_tensor(tensor: TensorRef, dtype: str) -> TensorRef:
 #: and every ``mlp.gate``; MiniMax-M2.5 and GLM-5-FP8 likewise; NVIDIA's Llama-3.1-70B-FP8
 #: and Qwen3-235B-A22B-NVFP4 ``exclude_modules``: lm_head, the routers; DeepSeek-V3's card:
 #: embedding, output head and MoE gating stay in higher precision). The embedding table is a
-#: lookup, not a linear layer, and stays 16-bit too (:data:`EMBEDDING_BYTES`).
-UNQUANTISED_WEIGHTS = ("WLM", "WR")
+#: lookup, not a linear layer, and stays 16-bit too (:data:`EMBEDDING_BYTES`). A Gated
+#: DeltaNet mixer's b and a projections (``WGB``, ``WGA``: one output per value head, 64 in
+#: Qwen3.5, below one 128-wide block of its FP8 release's block scales) are assumed kept in
+#: 16 bits (NVIDIA's Qwen3.5-397B-A17B-NVFP4 ``ignore`` list keeps every linear-attention
+#: projection so).
+UNQUANTISED_WEIGHTS = ("WLM", "WR", "WGB", "WGA")
 EMBEDDING_BYTES = 2.0
 
 
 def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
-    """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype``."""
+    """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype`` (16 bits
+    where the checkpoint keeps it so: :data:`UNQUANTISED_WEIGHTS`, and the weights a model's
+    ``held_16bit`` marks for that dtype)."""
     if weight_dtype in ("bf16", "fp16"):
         return weight_dtype
-    if tensor.name in UNQUANTISED_WEIGHTS:
+    name, _, held = tensor.name.partition(HELD_MARK)
+    if name in UNQUANTISED_WEIGHTS or weight_dtype in held.split("_"):
         return "bf16"
     if weight_dtype in EXPERT_ONLY_DTYPES and EXPERT_WEIGHT_RANK not in tensor.ranks:
         return "bf16"

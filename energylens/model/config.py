@@ -53,7 +53,17 @@ class MLAConfig:
 
 #: Blocks of a hybrid ``layer_pattern``, one character each (Nemotron-H's
 #: ``hybrid_override_pattern``): each block has its own pre-norm and residual.
-BLOCK_KINDS = {"M": "Mamba-2 mixer", "*": "self-attention", "-": "dense MLP", "E": "MoE"}
+BLOCK_KINDS = {"M": "recurrent mixer", "*": "self-attention", "-": "dense MLP", "E": "MoE"}
+
+#: Recurrent token mixers a hybrid's ``M`` blocks may be, each a family part of that name
+#: (``energylens/data/families/<name>.yaml``). Both keep a state of heads x head width x
+#: state width per sequence; ``ssm_groups`` are Mamba-2's B/C groups or Gated DeltaNet's
+#: key heads, ``ssm_state_size`` the state width (Gated DeltaNet: the key head width).
+MIXERS = {"mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet"}
+
+
+#: Checkpoint dtypes below 16 bits (``held_16bit`` keys).
+LOW_BIT_DTYPES = ("fp8", "int8", "int4", "mxfp4", "nvfp4")
 
 
 #: Element size of each SSM state dtype an engine offers.
@@ -62,8 +72,9 @@ SSM_STATE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True, kw_only=True)
 class HybridConfig:
-    """A model of single-purpose blocks, some with a Mamba-2 (SSD) token mixer instead of
-    attention (NVIDIA Nemotron-H; the layout also fits Jamba- and Qwen3-Next-style models)."""
+    """A model of single-purpose blocks, some with a recurrent token mixer instead of
+    attention: Mamba-2 (SSD; NVIDIA Nemotron-H, Jamba-style models) or Gated DeltaNet
+    (Qwen3-Next, Qwen3.5)."""
 
     layer_pattern: str  # one BLOCK_KINDS character per block, in order
     ssm_heads: int  # mamba_num_heads
@@ -74,11 +85,14 @@ class HybridConfig:
     #: dtype the engine keeps the SSM state in (vLLM ``--mamba-ssm-cache-dtype``; the
     #: convolution state stays in the activation dtype)
     ssm_state_dtype: str = "bf16"
+    mixer: str = "mamba2"  # a MIXERS name
 
     def __post_init__(self) -> None:
         if self.ssm_state_dtype not in SSM_STATE_BYTES:
             raise ModelConfigError(f"ssm_state_dtype {self.ssm_state_dtype!r}: expected one of "
                              f"{', '.join(SSM_STATE_BYTES)}")
+        if self.mixer not in MIXERS:
+            raise ModelConfigError(f"mixer {self.mixer!r}: expected one of {', '.join(MIXERS)}")
 
     @property
     def ssm_state_bytes(self) -> int:
@@ -132,6 +146,10 @@ class ModelConfig:
     #: A sigmoid gate on the attention output, from a second query-sized projection of the
     #: layer input (Qwen3-Next, Qwen3.5: ``attn_output_gate``).
     attention_output_gate: bool = False
+    #: Weights (family tensor names, e.g. ``WQA``) that the model's published checkpoint of
+    #: a low-bit dtype keeps in 16 bits, per dtype: its quantisation config's exclude list
+    #: (NVIDIA's NVFP4 releases of the large MoE models keep attention 16-bit).
+    held_16bit: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def layer_kv_heads(self) -> tuple[int, ...]:
         """KV heads of each layer, in order."""
@@ -188,6 +206,12 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
     decoder the families can build: positive sizes, heads that split into KV groups, MoE and
     MLA sections that agree with ``family`` and ``attention``, windows within the layers."""
     m = model
+    for dtype, weights in m.held_16bit:
+        if dtype not in LOW_BIT_DTYPES or not weights \
+                or not all(isinstance(w, str) and w.startswith("W") for w in weights):
+            raise ModelConfigError(f"{where}: held_16bit needs a low-bit dtype "
+                                   f"({', '.join(LOW_BIT_DTYPES)}) -> weight names (W...), "
+                                   f"got {show_value((dtype, weights))}")
     _check_fields(m, where, "")
     if m.norm_type not in get_args(NormType):
         raise ModelConfigError(f"{where}: norm_type must be one of {get_args(NormType)}, "

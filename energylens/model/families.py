@@ -3,8 +3,9 @@
 A layer is assembled from parts in ``energylens/data/families``: attention, then a dense
 MLP (gated or plain) or routed experts (plus optional shared experts). A model is a set
 of layer groups (dense/MoE x full/sliding attention) with layer counts, and a head. A
-hybrid model (``ModelConfig.hybrid``) is a set of single-purpose blocks instead: Mamba-2
-mixers, attention, dense MLPs and MoE, counted from its layer pattern.
+hybrid model (``ModelConfig.hybrid``) is a set of single-purpose blocks instead: recurrent
+mixers (Mamba-2 or Gated DeltaNet), attention, dense MLPs and MoE, counted from its layer
+pattern.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from energylens.errors import SpecError
 from energylens.model.config import ModelConfig
 from energylens.model.spec import (
+    HELD_MARK,
     STATE_ELEMENT_BYTES,
     Einsum,
     LayerSpec,
@@ -89,6 +91,7 @@ class Bypass:
 
     ops: dict[str, tuple[str, str]]  # op name -> (its output tensor, the tensor read instead)
     fill: dict[str, str] = field(default_factory=dict)  # placeholder -> text
+    held: dict[str, str] = field(default_factory=dict)  # weight -> its name with HELD_MARK
 
 
 #: Ranks the query/key norm reduces over: each head's width, or every head of the rank.
@@ -111,7 +114,17 @@ def model_bypass(model: ModelConfig) -> Bypass:
     if model.parallel_block:
         ops["norm2"] = ("N2", "N")
     fill = {} if model.qk_norm is None else {"qk_norm": QK_NORM_RANKS[model.qk_norm]}
-    return Bypass(ops=ops, fill=fill)
+    return Bypass(ops=ops, fill=fill, held=held_weights(model))
+
+
+def held_weights(model: ModelConfig) -> dict[str, str]:
+    """Each weight ``model``'s low-bit checkpoints keep in 16 bits -> its name marked with
+    the dtypes of those checkpoints (:data:`HELD_MARK`)."""
+    dtypes: dict[str, list[str]] = {}
+    for dtype, weights in model.held_16bit:
+        for weight in weights:
+            dtypes.setdefault(weight, []).append(dtype)
+    return {w: w + HELD_MARK + "_".join(sorted(d)) for w, d in dtypes.items()}
 
 
 #: The shared parts as a model without optional ops reads them (no query/key norm, no
@@ -166,6 +179,8 @@ def _parse_op(*, op_name: str, body: Any, norm: str, bypass: Bypass) -> Einsum:
         text = text.replace(f"{{{placeholder}}}", value)
     for output, stand_in in bypass.ops.values():
         text = re.sub(rf"\b{output}\[", f"{stand_in}[", text)
+    for weight, marked in bypass.held.items():
+        text = re.sub(rf"\b{weight}\[", f"{marked}[", text)
     return parse_einsum(
         name=op_name,
         text=text,
@@ -196,6 +211,7 @@ def prompt_attention(model: ModelConfig) -> LayerSpec | None:
     if model.mla is None:
         return None
     return parse_layer(name="attention-prompt", parts=[family_part("attention_mla_prompt")],
+                       bypass=Bypass(ops={}, held=held_weights(model)),
                        norm=_norm(model))
 
 
@@ -227,8 +243,9 @@ def _moe_parts(model: ModelConfig) -> tuple[list[dict[str, Any]], dict[str, int]
 
 
 def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
-    """One group per block kind of the pattern: Mamba-2 mixer, attention (its part keeps
-    the pre-FFN norm, an extra norm where no FFN block follows), dense MLP, MoE."""
+    """One group per block kind of the pattern: recurrent mixer (its ``mixer`` family:
+    Mamba-2 or Gated DeltaNet), attention (its part keeps the pre-FFN norm, an extra norm
+    where no FFN block follows), dense MLP, MoE."""
     hybrid = model.hybrid
     assert hybrid is not None
     norm = _norm(model)
@@ -236,7 +253,7 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     ffn_norm = family_part("ffn_norm")
     kinds: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {
-        "M": ([family_part("mamba2")],
+        "M": ([family_part(hybrid.mixer)],
               {"d": model.hidden_size, "g": hybrid.ssm_groups,
                "r": hybrid.ssm_heads // hybrid.ssm_groups, "e": hybrid.ssm_head_dim,
                "s": hybrid.ssm_state_size, "w": hybrid.conv_kernel,

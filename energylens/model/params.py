@@ -33,13 +33,19 @@ def _attention_params(m: ModelConfig, *, kv_heads: int | None = None) -> int:
     return params
 
 
-def _mamba_params(m: ModelConfig) -> int:
-    """One Mamba-2 mixer: in_proj (z, x, B, C, dt), the convolution with its bias, A, D and
-    the dt bias per head, the gated norm and out_proj."""
+def _mixer_params(m: ModelConfig) -> int:
+    """One recurrent mixer. Mamba-2: in_proj (z, x, B, C, dt), the convolution with its
+    bias, A, D and the dt bias per head, the gated norm and out_proj. Gated DeltaNet: the
+    q/k/v, z, b and a projections, the convolution over q, k and v (no bias), A and the dt
+    bias per value head, the gated norm over one head's width and out_proj."""
     h = m.hybrid
     assert h is not None
     inner = h.ssm_heads * h.ssm_head_dim
     conv_channels = inner + 2 * h.ssm_groups * h.ssm_state_size
+    if h.mixer == "gated_deltanet":
+        in_proj = m.hidden_size * (inner + conv_channels + 2 * h.ssm_heads)
+        return in_proj + h.conv_kernel * conv_channels + 2 * h.ssm_heads + h.ssm_head_dim \
+            + inner * m.hidden_size
     in_proj = m.hidden_size * (inner + conv_channels + h.ssm_heads)
     return in_proj + (h.conv_kernel + 1) * conv_channels + 3 * h.ssm_heads + inner \
         + inner * m.hidden_size
@@ -50,7 +56,7 @@ def _hybrid_count(m: ModelConfig, *, embed: int, norm: int) -> tuple[float, floa
     h = m.hybrid
     assert h is not None
     mult = 3 if m.gated_mlp else 2
-    blocks = {"M": _mamba_params(m), "*": _attention_params(m),
+    blocks = {"M": _mixer_params(m), "*": _attention_params(m),
               "-": mult * m.hidden_size * m.ffn_size}
     total = active = float(embed + norm + m.num_layers * norm)
     for kind in ("M", "*", "-"):

@@ -58,6 +58,11 @@ IN_PLACE_FUNCTIONS = frozenset({"rope"})
 STATE_TENSORS = ("S", "SN")
 STATE_ELEMENT_BYTES = "state_element_bytes"
 
+#: What a weight's name carries when a model's published low-bit checkpoints keep it in 16
+#: bits (``ModelConfig.held_16bit``): ``WQA__16_nvfp4`` is ``WQA``, 16-bit in the NVFP4
+#: checkpoint (the dtypes joined by ``_``).
+HELD_MARK = "__16_"
+
 _TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"
 _CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?\s*$")
 _FUNCTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*([a-z_]+)\((.*)\)\s*$")

@@ -282,6 +282,12 @@ def _entry_to_config(name: str, entry: dict[str, Any], where: str) -> ModelConfi
         data["hybrid"] = _section(HybridConfig, data["hybrid"], where, "hybrid")
     if isinstance(data.get("kv_heads_per_layer"), list):  # checked with the rest below
         data["kv_heads_per_layer"] = tuple(data["kv_heads_per_layer"])
+    held = data.get("held_16bit")
+    if held is not None:  # {dtype: [weights]} -> ((dtype, (weights...)), ...)
+        if not isinstance(held, dict) or not all(isinstance(v, list) for v in held.values()):
+            raise ModelConfigError(f"{where}: held_16bit must map a dtype to a list of "
+                                   f"weight names, got {show_value(held)}")
+        data["held_16bit"] = tuple((str(k), tuple(v)) for k, v in held.items())
     for key in ("params_total_published", "params_active_published"):
         value = data.get(key)
         if value is not None:

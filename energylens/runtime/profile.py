@@ -89,9 +89,11 @@ def _optional_float(value: Any) -> float | None:
 
 def release_key(version: str) -> tuple[int, ...]:
     """``1.3.0rc20`` -> (1, 3, 0): the numeric release, for ordering (pre-release tags
-    count as their release)."""
-    numbers = re.findall(r"\d+", version.lstrip("vV").split("rc")[0].split("+")[0])
-    if not numbers:
+    count as their release). A build named otherwise (``nightly-dev-20260216-d3bae71e``,
+    ``glm5-hopper``) has no release number: its digits are a date or a model's name."""
+    text = version.lstrip("vV")
+    numbers = re.findall(r"\d+", text.split("rc")[0].split("+")[0])
+    if not numbers or not text[:1].isdigit():
         raise ConfigError(f"{version!r} is not a release number (e.g. 0.12.0)")
     return tuple(int(n) for n in numbers[:3])
 
@@ -132,6 +134,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "checkpoint_kv_since": _release,
     "sparse_attention_fp8_kv_from": _optional_float,
     "ep_layer_overhead_until": _release,
+    "deltanet_projections_merged_since": _release,
     "overlap_scheduler_since": _release,
     "overlap_scheduler_with_pp": bool,
     "legacy_overheads_until": _release,
@@ -187,6 +190,9 @@ class RuntimeProfile:
     # stores FP8 for a model with DeepSeek Sparse Attention (an indexer; None: never)
     ep_layer_overhead_until: str | None  # the release from which an EP MoE layer has no
     # fixed time of its own (None: the calibrated one holds for every release)
+    deltanet_projections_merged_since: str | None  # the release from which a Gated
+    # DeltaNet mixer's z projection runs in its q/k/v GEMM and b with a in one GEMM (the
+    # ``mixer_proj`` and ``mixer_gates`` fusions; None: never)
     overlap_scheduler_since: str | None  # the release from which the CPU's step preparation
     # overlaps the GPU's step by default: its step and per-sequence work runs beside the
     # GPUs' step and sets it only where it outlasts it (None: never)
@@ -442,6 +448,15 @@ class RuntimeProfile:
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
         return out
+
+    def fusions_at(self, *, version: str | None = None) -> frozenset[str]:
+        """The fusions release ``version`` (None: the profile's) runs by default: the
+        profile's, with a Gated DeltaNet mixer's merged projections from
+        ``deltanet_projections_merged_since`` on."""
+        since = self.deltanet_projections_merged_since
+        if since is not None and release_key(version or self.version) >= release_key(since):
+            return self.default_fusions | {"mixer_proj", "mixer_gates"}
+        return self.default_fusions
 
     def overlaps_cpu(self, *, version: str | None = None, pp: int = 1) -> bool:
         """Whether release ``version`` (None: the profile's) prepares step n + 1 on the CPU

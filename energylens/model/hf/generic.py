@@ -271,9 +271,9 @@ LINEAR = ("linear_num_value_heads", "linear_value_head_dim", "linear_num_key_hea
 
 def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
                       moe_flags: list[bool]) -> None:
-    """Layers of linear (recurrent) attention: Mamba-2 mixers with the same state (value
-    heads x value width x key width, keys shared by the heads of a key group), each layer
-    a mixer block then its FFN block; without the linear_* sizes, full attention."""
+    """Layers of linear (recurrent) attention: Gated DeltaNet mixers (value heads x value
+    width x key width of state, keys shared by the heads of a key group), each layer a
+    mixer block then its FFN block; without the linear_* sizes, full attention."""
     linear = kinds.count("linear")
     if f["sliding_window"] is not None or any(r.first((k,)) is None for k in LINEAR):
         r.notes.append(f"{linear} linear-attention (recurrent) layers of {len(kinds)} modelled "
@@ -289,10 +289,9 @@ def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
         ssm_heads=heads, ssm_head_dim=r.cfg.integer("linear_value_head_dim"),
         ssm_state_size=r.cfg.integer("linear_key_head_dim"), ssm_groups=groups,
         conv_kernel=r.cfg.integer("linear_conv_kernel_dim", default=4),
-        ssm_state_dtype=ssm_state_dtype(r.cfg))
+        ssm_state_dtype=ssm_state_dtype(r.cfg), mixer="gated_deltanet")
     f["num_layers"] = 2 * len(kinds)  # a mixer block and an FFN block per layer
-    r.notes.append(f"{linear} linear-attention (Gated DeltaNet) layers of {len(kinds)} "
-                   f"modelled as Mamba-2 mixers with the same state")
+    r.notes.append(f"{linear} linear-attention (Gated DeltaNet) layers of {len(kinds)}")
 
 
 def _extras(r: _Reader) -> None:

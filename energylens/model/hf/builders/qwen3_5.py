@@ -1,6 +1,6 @@
 """Qwen3.5 MoE: per layer a Gated DeltaNet (linear attention) or gated full-attention
 mixer, then a MoE block of routed experts and one shared expert. Read by the generic
-decoder (which models the linear-attention layers as Mamba-2 mixers with the same state);
+decoder (which models the linear-attention layers as Gated DeltaNet mixers);
 this module makes the family a supported one and writes it back."""
 
 from __future__ import annotations
