@@ -11,8 +11,13 @@ from typing import Any
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, check_model_config, show_value
 from energylens.model.hf.common import declared_qk_norm
+from energylens.model.hf.exclusions import declared_held_16bit
 from energylens.model.hf.generic import build_generic
-from energylens.model.hf.quantization import declared_kv_dtype, declared_weight_dtype
+from energylens.model.hf.quantization import (
+    declared_kv_dtype,
+    declared_weight_dtype,
+    quantization_section,
+)
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import registered_builders
 
@@ -32,8 +37,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     (:func:`energylens.model.hf.supported_model_types`); a type without one is read as a
     generic decoder from the standard fields, with a :class:`ModelApproximationWarning`
     naming what was approximated. The weight dtype follows ``quantization_config`` (or
-    an ``hf_quant_config.json`` beside the file), and so does the KV-cache precision it
-    declares. The model is named after the folder
+    an ``hf_quant_config.json`` beside the file), and so do the KV-cache precision it
+    declares and the weights its exclude list keeps in 16 bits
+    (:mod:`energylens.model.hf.exclusions`). The model is named after the folder
     holding ``config.json`` (or the file, without ``_config``). Anything wrong with the
     file (unreadable, not UTF-8, not a JSON object, no model_type, missing or malformed
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
@@ -67,7 +73,12 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         notes.append(warning)
     if dtype is not None:
         model = dataclasses.replace(model, weight_dtype=dtype)
-    model = dataclasses.replace(model, kv_dtype=declared_kv_dtype(*sections))
+    hf_layers = cfg.raw("num_hidden_layers")
+    held, held_notes = declared_held_16bit(
+        model=model, section=quantization_section(*sections), dtype=dtype,
+        hf_layers=hf_layers if isinstance(hf_layers, int) else model.num_layers)
+    notes += held_notes
+    model = dataclasses.replace(model, kv_dtype=declared_kv_dtype(*sections), held_16bit=held)
     if notes:
         model = dataclasses.replace(model, notes=f"{model.notes}; approximated: {'; '.join(notes)}")
     check_model_config(model, where=str(path))

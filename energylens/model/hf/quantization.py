@@ -17,14 +17,18 @@ from energylens.model.hf.reader import HFConfig
 _FP8_ALGOS = ("FP8", "FP8_BLOCK", "FP8_PER_CHANNEL_PER_TOKEN", "W8A8_FP8")
 
 
+def quantization_section(*sections: HFConfig | None) -> HFConfig | None:
+    """The first of ``sections`` that is present: the one a checkpoint's quantisation is
+    read from."""
+    return next((s for s in sections if s is not None), None)
+
+
 def declared_weight_dtype(*sections: HFConfig | None) -> tuple[str | None, str | None]:
     """(weight dtype, warning) from the first of ``sections`` that is present: a
     ``quantization_config`` object or the ``quantization`` object of an
     ``hf_quant_config.json``. (None, None) when none is present."""
-    for section in sections:
-        if section is not None:
-            return _dtype_of(section)
-    return None, None
+    section = quantization_section(*sections)
+    return (None, None) if section is None else _dtype_of(section)
 
 
 def _dtype_of(q: HFConfig) -> tuple[str | None, str | None]:

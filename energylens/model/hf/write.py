@@ -7,6 +7,7 @@ from typing import Any
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig
 from energylens.model.hf.common import qk_norm_json
+from energylens.model.hf.exclusions import exclude_list
 from energylens.model.hf.registry import registered_writers
 
 #: The ``quantization_config`` a checkpoint of each weight dtype declares (what the loader
@@ -17,6 +18,10 @@ QUANTIZATION_CONFIGS: dict[str, dict[str, Any]] = {
     "nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
     "mxfp4": {"quant_method": "mxfp4"},
 }
+#: The key under which each dtype's ``quantization_config`` lists the modules it keeps in
+#: 16 bits (ModelOpt's ``ignore``; Hugging Face's FP8, AWQ and MXFP4 configs
+#: ``modules_to_not_convert``).
+EXCLUDE_KEYS = {"nvfp4": "ignore"}
 
 
 def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
@@ -34,5 +39,9 @@ def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     text = fields.get("text_config")  # a vision-language checkpoint: the decoder's section
     (text if isinstance(text, dict) else fields).update(qk_norm_json(model, model_type=model_type))
     if model.weight_dtype in QUANTIZATION_CONFIGS:
-        fields["quantization_config"] = dict(QUANTIZATION_CONFIGS[model.weight_dtype])
+        quantization = dict(QUANTIZATION_CONFIGS[model.weight_dtype])
+        held = exclude_list(model)
+        if held:
+            quantization[EXCLUDE_KEYS.get(model.weight_dtype, "modules_to_not_convert")] = held
+        fields["quantization_config"] = quantization
     return fields
