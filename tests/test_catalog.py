@@ -4,11 +4,13 @@ computed ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from energylens.cli.catalog import footprint
 from energylens.cli.main import main
 from energylens.cost.work import DTYPE_BYTES
 from energylens.hardware import list_gpus, load_gpu
@@ -77,6 +79,22 @@ def test_models_show_moe_active_and_mla_kv(capsys) -> None:
     assert shown["name"] == "deepseek-v3" and shown["weight_dtype"] == "fp8"
     assert shown["active_params"] < shown["total_params"] / 10
     assert shown["kv_bytes_per_token"] == 61 * (512 + 64) * 2  # one latent per layer
+
+
+def test_models_show_names_the_weights_a_checkpoint_keeps_16_bit(capsys) -> None:
+    """DeepSeek-V3's NVFP4 release keeps MLA's q_a, q_b, kv_a and kv_b (o_proj is NVFP4);
+    its NVFP4 weight bytes count them at 2 bytes: 61 layers of q_a 7168 x 1536, q_b 1536 x
+    128 x 192, kv_a 7168 x 576, and kv_b as the absorbed form holds it, 128 heads of
+    192 x 576 (keys) and 576 x 128 (values; rope dims included, docs/models.md), each
+    (2 - 0.5625) bytes more."""
+    shown = _json(capsys, "models", "show", "deepseek-v3", "--json")
+    assert shown["held_16bit"] == {"nvfp4": ["WQA", "WQB", "WKVA", "WUK", "WUV"]}
+    held = 61 * (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 128 * (192 * 576 + 576 * 128))
+    plain = dataclasses.replace(get_model("deepseek-v3"), held_16bit=())
+    assert shown["weight_bytes"]["nvfp4"] - footprint(plain)["weight_bytes"]["nvfp4"] == \
+        pytest.approx(held * (DTYPE_BYTES["bf16"] - DTYPE_BYTES["nvfp4"]), rel=1e-9)
+    assert main(["models", "show", "deepseek-v3"]) == 0
+    assert "kept 16-bit in nvfp4" in capsys.readouterr().out
 
 
 def test_models_show_a_config_json(tmp_path: Path, capsys) -> None:

@@ -193,6 +193,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         "aliases": [a.name for a in info.aliases] if info else [],
         "params_total_published": model.params_total_published,
         "params_active_published": model.params_active_published, "notes": model.notes,
+        "held_16bit": {dtype: list(weights) for dtype, weights in model.held_16bit},
     }
     if args.json:
         print(json.dumps(record))
@@ -215,6 +216,9 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         ("active parameters", f"{active / 1e9:.2f}B per token"),
         ("weights", ", ".join(f"{d} {b / 1e9:.1f} GB" for d, b in sizes["weight_bytes"].items())
          + f" (the checkpoint: {model.weight_dtype})"),
+        *((f"kept 16-bit in {dtype}", f"{', '.join(weights)} (the {dtype} checkpoint's "
+           "exclude list; weights in the model's family spec)")
+          for dtype, weights in model.held_16bit),
         ("KV cache", f"{sizes['kv_bytes_per_token'] / 1e3:.1f} kB per token (16-bit)"),
         ("recurrent state", f"{sizes['state_bytes_per_sequence'] / 1e6:.2f} MB per sequence"),
         ("verification", info.verification if info else "a local config.json"),
