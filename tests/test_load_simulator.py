@@ -8,7 +8,7 @@ import pytest
 
 from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration
-from energylens.cost.step import SequenceGroup, engine_cost, step_cost
+from energylens.cost.step import SequenceGroup, decode_step_cost, engine_cost, step_cost
 from energylens.deployment import Deployment
 from energylens.hardware import load_gpu
 from energylens.model.zoo import get_model
@@ -116,6 +116,41 @@ def test_the_price_tables_match_step_cost_on_mixed_steps() -> None:
         exact = exact + engine_cost(ctx=ctx, sequences=d + len(chunks))
         sim = _single_step(table, d=d, context=c, chunks=chunks)
         assert sim == pytest.approx(float(exact.latency_s), rel=0.03)
+
+
+@pytest.mark.parametrize(("model", "gpu", "deployment"), [
+    (MODEL, GPU, Deployment()),
+    ("deepseek-v3", "B200", Deployment(tp=8, runtime="trtllm", speculative_tokens=3,
+                                       draft_acceptance=0.67)),
+])
+def test_the_grids_hold_each_points_own_step_price(model: str, gpu: str,
+                                                   deployment: Deployment) -> None:
+    """The grids are priced in one vectorised call each; at their own points they equal
+    one step_cost call per step (a one-token chunk decodes, a longer one prefills; MLA's
+    prompt form and the draft head's prompt pass included)."""
+    gpu_spec = load_gpu(gpu)
+    cal = require_constants(calibration=default_calibration(), gpu=gpu_spec)
+    ctx = step_context(model=get_model(model), gpu=gpu_spec, deployment=deployment,
+                       calibration=cal)
+    table = StepTable.build(ctx=ctx, max_decode=16, max_context=2048, budget=512)
+
+    def one(*, sequences: float, new_tokens: float, context: float, decode: bool = False) -> float:
+        price = decode_step_cost if decode else step_cost
+        return float(price(ctx=ctx, seqs=[SequenceGroup(
+            sequences=sequences, new_tokens=new_tokens, context=context)]).latency_s)
+
+    for d in (1, 3, 8, 16):
+        for i in (0, 5, len(table.contexts) - 1):
+            assert table.decode[d, i, 0] == pytest.approx(one(
+                sequences=d, new_tokens=1.0, context=table.contexts[i], decode=True), rel=1e-12)
+    for t in (1, 6, 528):
+        assert table.merged[t, 0] == pytest.approx(one(sequences=t, new_tokens=1.0,
+                                                       context=1.0), rel=1e-12)
+    for n in (1, 2, 96, 512):
+        for j in (0, len(table.cached) - 1):
+            chunk = one(sequences=1.0, new_tokens=n, context=n + table.cached[j]) \
+                - table.merged[n, 0]
+            assert table.chunk[n, j, 0] == pytest.approx(chunk, rel=1e-12, abs=1e-15)
 
 
 def _single_step(table: StepTable, *, d: int, context: float,

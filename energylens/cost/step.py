@@ -53,7 +53,7 @@ class SequenceGroup:
     """``sequences`` sequences each adding ``new_tokens`` to a context of ``context``."""
 
     sequences: Size
-    new_tokens: float
+    new_tokens: Size
     context: Size
     #: Decode tokens checked in one pass (speculative decoding's drafts): attention keeps
     #: its decode form (MLA's absorbed latent), not the prompt form of ``new_tokens`` > 1.
@@ -516,7 +516,7 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
     total = _head_cost(ctx=ctx, seqs=micro_seqs)
     for group in ctx.graph.groups:
         total = total + _group_cost(ctx=ctx, group=group, seqs=micro_seqs)
-    prompts = [s for s in micro_seqs if s.new_tokens > 1 and not s.verifying]
+    prompts = [s for s in micro_seqs if _prefills(s) and not s.verifying]
     if ctx.draft_layers and prompts:  # the draft head reads the prompt too (its own cache)
         total = total + _group_cost(ctx=ctx, group=ctx.graph.draft_group, seqs=prompts) \
             + _head_cost(ctx=ctx, seqs=prompts)
@@ -530,6 +530,15 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
                     memory_energy_j=total.memory_energy_j * micro,
                     communication_energy_j=total.communication_energy_j * micro,
                     communication_s=total.communication_s * micro / stages + rounds * send)
+
+
+def _prefills(group: SequenceGroup) -> bool:
+    """Whether ``group`` reads prompt tokens (more than one new token per sequence); an
+    array of new-token counts (a price grid's axis) must lie on one side of one."""
+    prefill = np.asarray(group.new_tokens) > 1.0
+    if np.all(prefill) or not np.any(prefill):
+        return bool(np.all(prefill))
+    raise ValueError("a grid of new-token counts mixes decode (1) and prompt (> 1) steps")
 
 
 def decode_step_cost(*, ctx: StepContext, seqs: list[SequenceGroup],

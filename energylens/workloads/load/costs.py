@@ -120,20 +120,23 @@ class StepTable:
         together (the prices of one rank's scheduler)."""
         contexts = np.unique(np.round(np.linspace(1.0, max(max_context, 2), CONTEXT_POINTS)))
         d_axis = _geometric_axis(max_decode)
-        decode = np.stack([_price(ctx, [SequenceGroup(sequences=d, new_tokens=1.0,
-                                                      context=contexts)], ranks,
-                                  decode=True).T
-                           for d in d_axis])
+        # each grid in one vectorised call: sizes broadcast (axis point x context point)
+        decode = np.moveaxis(_price(ctx, [SequenceGroup(
+            sequences=d_axis[:, None], new_tokens=1.0, context=contexts[None, :])], ranks,
+            decode=True), 0, -1)
         t_axis = _geometric_axis(budget + max_decode)
-        merged = _fill_integers(t_axis, np.stack([
-            _price(ctx, [SequenceGroup(sequences=t, new_tokens=1.0, context=1.0)], ranks)[:, 0]
-            for t in t_axis]), budget + max_decode)
+        merged = _fill_integers(t_axis, _price(ctx, [SequenceGroup(
+            sequences=t_axis, new_tokens=1.0, context=1.0)], ranks).T, budget + max_decode)
         cached = np.unique(np.round(np.linspace(0.0, max(max_context, 1), CONTEXT_POINTS)))
         n_axis = _geometric_axis(budget)
-        chunk = np.stack([
-            _price(ctx, [SequenceGroup(sequences=1.0, new_tokens=n, context=n + cached)],
-                   ranks).T
-            - merged[int(n)] for n in n_axis])
+        # a one-token chunk decodes, longer ones prefill: priced apart (the step's forms)
+        one = _price(ctx, [SequenceGroup(sequences=1.0, new_tokens=1.0, context=1.0 + cached)],
+                     ranks).T[None]
+        longer = n_axis[n_axis > 1.0]
+        chunks = np.moveaxis(_price(ctx, [SequenceGroup(
+            sequences=1.0, new_tokens=longer[:, None], context=longer[:, None] + cached[None, :])],
+            ranks), 0, -1) if len(longer) else np.zeros((0, *one.shape[1:]))
+        chunk = np.concatenate((one, chunks)) - merged[n_axis.astype(int)][:, None, :]
         idle_s, per_seq_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                         sequences=1.0)
         stage = replace(ctx, pp=1)  # a virtual engine's busy GPUs: one stage's share
