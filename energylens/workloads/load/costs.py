@@ -89,10 +89,13 @@ def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int,
 def _fill_integers(axis: np.ndarray, values: np.ndarray, top: int) -> np.ndarray:
     """Values at every integer 0..top, linear between grid points (and through 0 at 0)."""
     xs = np.concatenate(([0.0], axis))
-    ys = np.concatenate((np.zeros_like(values[:1]), values))
+    ys = np.concatenate((np.zeros_like(values[:1]), values)).reshape(len(xs), -1)
     grid = np.arange(top + 1, dtype=float)
-    flat = ys.reshape(len(xs), -1)
-    out = np.stack([np.interp(grid, xs, flat[:, j]) for j in range(flat.shape[1])], axis=-1)
+    # one set of brackets and weights for every column (np.interp's, column by column)
+    right = np.clip(np.searchsorted(xs, grid, side="right"), 1, len(xs) - 1)
+    x0, x1 = xs[right - 1], xs[right]
+    weight = np.clip((grid - x0) / (x1 - x0), 0.0, 1.0)[:, None]
+    out = ys[right - 1] + (ys[right] - ys[right - 1]) * weight
     return out.reshape((top + 1, *values.shape[1:]))
 
 
