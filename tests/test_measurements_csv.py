@@ -195,6 +195,7 @@ def test_unknown_columns_are_carried_through_unchanged_and_named_once(tmp_path: 
     assert report["metrics"]["ttft_s"]["n"] == 2
     notes = [line for line in captured.err.splitlines() if "not part of the format" in line]
     assert len(notes) == 1 and "notes, id" in notes[0]
+    assert "\x1b" not in captured.err  # no progress bar where stderr is not a terminal
 
 
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,8 +205,11 @@ def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyP
                             "llama-3.1-8b,H100,1,1,no-such-engine,batch,4,512,128,,,,0.01\n"
                             "llama-3.1-8b,H100,1,1,vllm,batch,4,,128,,,,0.01\n")
     monkeypatch.setattr(user_csv, "kind_names", lambda: ("batch", "serving"))
+    done: list[int] = []  # the progress callback: once per row, refused rows too
     errors = [o.error for o in validate_measured(load_user_csv(path),
-                                                 calibration=default_calibration()).rows]
+                                                 calibration=default_calibration(),
+                                                 on_row=lambda: done.append(1)).rows]
+    assert len(done) == 4
     assert "ep x moe_tp = 2 != tp x attention_dp = 4" in (errors[0] or "")
     assert errors[1] == ("serving under load is not simulated (no workload kind named 'load' "
                          "is registered)")

@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
 from energylens.errors import CalibrationFileError, ConfigError, MeasurementError
 from energylens.measurements.convert import FORMATS
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from energylens.validation.kshot import BlindBase
@@ -84,6 +87,28 @@ def _blind(calibration: Calibration, data_file: str | None) -> BlindBase | None:
     return BlindBase(document=document, data_file=data_file)
 
 
+def _with_row_progress(run: Callable[[Callable[[], None]], T], *, rows: int, what: str) -> T:
+    """``run(on_row)`` under a bar of ``rows`` rows on stderr (where it is a terminal: a
+    redirected stderr, or ``--json`` piped on, gets no escape codes)."""
+    if not sys.stderr.isatty():
+        return run(lambda: None)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(what, total=rows)
+        return run(lambda: progress.advance(task))
+
+
 def validate_measurements(args: argparse.Namespace) -> int:
     """``energylens validate measurements FILE.csv [--k-shot K --group-by COLS]``."""
     from rich.console import Console  # on use: other commands never load rich
@@ -102,10 +127,13 @@ def validate_measurements(args: argparse.Namespace) -> int:
         print(f"energylens: note: column{'s' if many else ''} {', '.join(measurements.ignored)} "
               f"{'are' if many else 'is'} not part of the format: carried through, ignored",
               file=sys.stderr)
-    with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
-        if args.k_shot is None:
-            report = validate_measured(measurements, calibration=calibration)
-        else:
+    if args.k_shot is None:
+        report = _with_row_progress(
+            lambda on_row: validate_measured(measurements, calibration=calibration,
+                                             on_row=on_row),
+            rows=len(measurements.rows), what=f"predicting the rows of {args.file}")
+    else:
+        with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
             group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
             report = k_shot(measurements, k=args.k_shot, group_by=group_by, seed=args.seed,
                             calibration=calibration,

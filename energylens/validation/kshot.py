@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,9 +175,15 @@ def _outcome(row: UserRow, calibration: Calibration) -> RowOutcome:
     return outcome
 
 
-def validate_measured(measurements: UserMeasurements, *, calibration: Calibration) -> MeasuredReport:
-    """Predict every row with ``calibration``."""
-    return MeasuredReport(rows=[_outcome(r, calibration) for r in measurements.rows])
+def validate_measured(measurements: UserMeasurements, *, calibration: Calibration,
+                      on_row: Callable[[], None] | None = None) -> MeasuredReport:
+    """Predict every row with ``calibration``; ``on_row`` is called after each (progress)."""
+    outcomes = []
+    for row in measurements.rows:
+        outcomes.append(_outcome(row, calibration))
+        if on_row is not None:
+            on_row()
+    return MeasuredReport(rows=outcomes)
 
 
 def spread_pick(features: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
