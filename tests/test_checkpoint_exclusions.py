@@ -79,6 +79,8 @@ def test_each_spelling_of_an_entry(tmp_path: Path) -> None:
         (_fp8(modules_to_not_convert=["proj"]), ()),  # not a whole dotted part
         (_fp8(ignore=["model.layers.*.self_attn"]), ("WK", "WO", "WQ", "WV")),
         (_fp8(ignore=["re:.*mlp\\.(gate|up)_proj$"]), ("WG", "WU")),
+        (_fp8(ignore=["re:^language_model\\.model\\.layers\\.\\d+\\.self_attn\\.o_proj$"]),
+         ("WO",)),  # anchored to a vision-language checkpoint's prefix
         (_fp8(ignore=["re:("]), ()),  # does not compile: names nothing
         (_fp8(ignore=["mtp.layers.0*", "model.visual*", "lm_head"]), ()),
     ]

@@ -7,7 +7,8 @@ Three spellings carry the list: ModelOpt's ``exclude_modules`` (``hf_quant_confi
 ``modules_to_not_convert`` (names matched as a dotted part of a module's name). Each entry
 is matched against the module names the checkpoint's layers hold in the Hugging Face
 layout (``model.layers.<i>.self_attn.q_proj`` ...; an entry's own prefix before
-``layers.``, such as ``model.language_model.``, is read as ``model.``), each name standing
+``layers.``, such as ``model.language_model.``, is read as ``model.``, and a ``re:``
+pattern is tried under each of :data:`LAYER_PREFIXES`), each name standing
 for the family weights it carries (:data:`ATTENTION`, :data:`MLA` ...). Entries of the
 multi-token-prediction or vision modules, which the cost model does not price, are
 skipped. A weight is held in 16 bits when the list names it in at least half of the layers
@@ -30,6 +31,9 @@ from energylens.model.hf.reader import HFConfig
 EXCLUDE_KEYS = ("exclude_modules", "ignore", "modules_to_not_convert")
 #: Prefixes (before ``layers.``) of modules the cost model does not price.
 UNPRICED_PREFIXES = ("mtp", "visual", "vision", "mm_projector")
+#: Prefixes checkpoints put before ``layers.`` (a decoder, a vision-language model's text
+#: decoder either way round, Nemotron-H): a ``re:`` pattern may be anchored to any of them.
+LAYER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "backbone.")
 
 #: Grouped-query / multi-head attention: module (within a layer) -> weights it holds.
 ATTENTION = {"self_attn.q_proj": ("WQ",), "self_attn.k_proj": ("WK",),
@@ -162,8 +166,9 @@ def _matches(entry: str, name: str) -> bool:
     """Whether exclude-list ``entry`` names module ``name``: a regular expression (``re:``;
     one that does not compile names nothing), a glob, or a dotted part of the name."""
     if entry.startswith("re:"):
+        layer = name.removeprefix("model.")
         try:
-            return re.match(entry[3:], name) is not None
+            return any(re.match(entry[3:], prefix + layer) for prefix in LAYER_PREFIXES)
         except re.error:
             return False
     if any(c in entry for c in "*?["):  # a module's pattern names its children too
