@@ -2,13 +2,15 @@
 count, prefill included, and a check of the rows against the GPU's HBM peak.
 
 Usage: python benchmarks/validate_moe_prefill.py [--tables DIR] [--gpus h100_sxm,h200_sxm]
-       [--csv OUT.csv]
+       [--kernels triton|all] [--csv OUT.csv]
 
 ``energylens calibrate`` fits the fused-MoE HBM share on the decode rows (<= 128 tokens) of
 AIConfigurator's vLLM MoE tables (``energylens/calibration/fit_moe.py``; the shipped copies
 hold those rows only). This script reads the whole tables from ``../shared/data/
 aiconfigurator/kernels`` (``--tables``), the same balanced-routing, larger-than-L2 Triton
-rows, fastest kernel per shape, 1 to 16,384 tokens, and prices each row with the shipped
+rows, fastest kernel per shape (``--kernels all``: every kernel family, as the Blackwell
+tables need, which time FlashInfer's kernels only), 1 to 16,384 tokens, and prices each row
+with the shipped
 calibration exactly as the fit does (``fit_moe.case_latency_s``: top-k, dispatch, gate+up,
 activation, down, combine). Prints predicted / measured per weight dtype and token band,
 and per expert split for DeepSeek-V3's shape (hidden 7,168, 256 experts, top 8), and how
@@ -34,10 +36,13 @@ SHARED = ROOT.parent / "shared" / "data" / "aiconfigurator" / "kernels"
 BANDS = [0, 16, 128, 1024, 4096, 16384]
 
 
-def price_rows(*, path: Path) -> pd.DataFrame:
-    """Every kept row of one table: measured and predicted seconds, and the bandwidth its
-    weight reads would need."""
-    table = fit_moe.read_table(path=path, max_tokens=BANDS[-1])
+def price_rows(*, path: Path, family: str | None) -> pd.DataFrame | None:
+    """Every kept row of one table (kernels of ``family``; None: all): measured and
+    predicted seconds, and the bandwidth its weight reads would need. None if it keeps
+    no row."""
+    table = fit_moe.read_table(path=path, max_tokens=BANDS[-1], family=family)
+    if not table.cases:
+        return None
     gpu = load_gpu(table.gpu)
     constants = default_calibration().kernel(table.gpu)
     rows = []
@@ -72,6 +77,9 @@ def main() -> int:
     parser.add_argument("--tables", type=Path, default=SHARED)
     parser.add_argument("--gpus", default="h100_sxm,h200_sxm",
                         help="table folders (default: the Hopper GPUs the fit uses)")
+    parser.add_argument("--kernels", choices=("triton", "all"), default="triton",
+                        help="kernel families priced (default: vLLM's Triton kernels, the ones "
+                             "the GPUs' constants describe; Blackwell tables have none)")
     parser.add_argument("--csv", type=Path, help="also write every priced row here")
     args = parser.parse_args()
     paths = [sorted((args.tables / gpu / "moe" / "vllm").glob("*/moe_perf.parquet"))[-1]
@@ -79,7 +87,12 @@ def main() -> int:
              if list((args.tables / gpu / "moe" / "vllm").glob("*/moe_perf.parquet"))]
     if not paths:
         parser.error(f"no vLLM MoE tables under {args.tables}")
-    frame = pd.concat([price_rows(path=p) for p in paths], ignore_index=True)
+    family = fit_moe.KERNEL_FAMILY if args.kernels == "triton" else None
+    frames = [f for f in (price_rows(path=p, family=family) for p in paths) if f is not None]
+    if not frames:
+        parser.error(f"no {args.kernels} kernel rows in the tables of {args.gpus} "
+                     "(Blackwell tables time FlashInfer's kernels: --kernels all)")
+    frame = pd.concat(frames, ignore_index=True)
     report(frame)
     if args.csv:
         frame.to_csv(args.csv, index=False)
