@@ -79,13 +79,15 @@ def declared_held_16bit(*, model: ModelConfig, section: HFConfig | None,
     if dtype not in LOW_BIT_DTYPES or not entries:
         return (), []
     layers = layer_modules(model=model, hf_layers=hf_layers)
+    every, by_layer = _by_layer(entries)
     having: dict[str, int] = {}
     named: dict[str, set[int]] = {}
     for index, modules in enumerate(layers):
         for weight in {w for weights in modules.values() for w in weights}:
             having[weight] = having.get(weight, 0) + 1
+        candidates = every + by_layer.get(index, [])
         for module, weights in modules.items():
-            if any(_matches(entry, f"model.layers.{index}.{module}") for entry in entries):
+            if any(_matches(entry, f"model.layers.{index}.{module}") for entry in candidates):
                 for weight in weights:
                     named.setdefault(weight, set()).add(index)
     held, split = [], []
@@ -160,6 +162,20 @@ def _entries(section: HFConfig | None) -> list[str]:
                 entry = "model.layers." + rest
             entries.append(entry)
     return entries
+
+
+def _by_layer(entries: list[str]) -> tuple[list[str], dict[int, list[str]]]:
+    """(entries that may name any layer, entries naming one layer by its index): a list
+    writes most entries per layer, and each needs testing against its own layer only."""
+    every: list[str] = []
+    by_layer: dict[int, list[str]] = {}
+    for entry in entries:
+        index, dot, _ = entry.removeprefix("model.layers.").partition(".")
+        if entry.startswith("model.layers.") and dot and index.isdigit():
+            by_layer.setdefault(int(index), []).append(entry)
+        else:
+            every.append(entry)
+    return every, by_layer
 
 
 def _matches(entry: str, name: str) -> bool:
