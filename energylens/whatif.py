@@ -96,3 +96,27 @@ def what_if(*, model: str, gpu: str, deployment: Deployment, workload: Workload,
         out.append(Variant(change=change, deployment=dep, workload=load, prediction=found,
                            reason=None if found.feasible else found.infeasible_reason))
     return out
+
+
+#: GPUs per replica the fitting hint tries at most when the deployment names no GPU count.
+HINT_MAX_GPUS = 64
+
+
+def smallest_fitting_split(*, model: str, gpu: str, deployment: Deployment,
+                           workload: Workload,
+                           calibration: Calibration | str | Path | None = None) -> Deployment | None:
+    """A deployment that does not fit in memory, with its tensor parallelism doubled until it
+    does: the first that fits (None if none does). With ``num_gpus`` given the GPU count stays
+    and the replicas become fewer; without it each doubling doubles the GPUs."""
+    total = deployment.num_gpus or HINT_MAX_GPUS
+    tp = 2 * deployment.tp
+    while (candidate := replace(deployment, tp=tp, dp=None)).gpus_per_replica <= total:
+        try:
+            found = predict(model=model, gpu=gpu, deployment=candidate, workload=workload,
+                            calibration=calibration)
+        except EnergyLensError:  # this split cannot run the model (heads, experts)
+            found = None
+        if found is not None and found.feasible:
+            return candidate
+        tp *= 2
+    return None

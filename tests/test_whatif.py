@@ -82,3 +82,28 @@ def test_the_what_if_table_prints_every_row_and_why_one_cannot_run(
     for change in ("as given", "no fused kernels", "FP8 KV cache", "clock x0.8", "2x batch"):
         assert change in out
     assert "does not divide" in out  # the 2x TP row says why it cannot run
+
+
+def test_the_fitting_split_is_the_first_doubling_whose_weights_fit() -> None:
+    """Llama-3.1-70B in bf16 holds 141 GB of weights: one 80 GiB H100 cannot, two can
+    (70.5 GB each beside the 5 GB reserve); four GPUs given as replicas of one GPU each
+    become two replicas of two; held to one GPU in all, no split fits."""
+    from energylens.whatif import smallest_fitting_split
+
+    batch = Workload(kind="batch", batch=1, input_tokens=512, output_tokens=128)
+    alone = smallest_fitting_split(model="llama-3.1-70b", gpu="H100", deployment=Deployment(),
+                                   workload=batch)
+    assert alone is not None and alone.tp == 2 and alone.num_gpus is None
+    four = smallest_fitting_split(model="llama-3.1-70b", gpu="H100",
+                                  deployment=Deployment(num_gpus=4), workload=batch)
+    assert four is not None and (four.tp, four.replicas, four.num_gpus) == (2, 2, 4)
+    assert smallest_fitting_split(model="llama-3.1-70b", gpu="H100",
+                                  deployment=Deployment(num_gpus=1), workload=batch) is None
+
+
+def test_predict_says_which_split_fits_when_the_replicas_do_not(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "hint: it fits with --tp 2, 2 replicas of 2 GPUs" in out
+    assert "4 data-parallel replicas of 1 GPU each" in out

@@ -205,6 +205,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
                         "are per token gained)", highlight=False)
     print_prediction(result, console=console())
+    if not result.feasible and args.prefill_pool is None and args.decode_pool is None:
+        _print_fitting_split(args, deployment=deployment, workload=workload)
     if limit is not None:
         console().print(capacity_note(limit=limit, deployment=deployment), highlight=False)
     if expected is not None:
@@ -218,6 +220,27 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
         print_what_if(variants, console=console())
     return 0
+
+
+def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
+                         workload: Workload) -> None:
+    """Under a deployment that does not fit: the smallest doubling of its tensor
+    parallelism that does, as the flags to give (nothing when none does)."""
+    from energylens.whatif import smallest_fitting_split
+
+    split = smallest_fitting_split(model=args.model, gpu=args.gpu, deployment=deployment,
+                                   workload=workload, calibration=args.calibration)
+    if split is None:
+        return
+    replicas = "" if split.num_gpus is None else (
+        f", {split.replicas} replica{'s' if split.replicas > 1 else ''} of "
+        f"{split.gpus_per_replica} GPUs")
+    now = (f"{deployment.replicas} data-parallel replicas of {deployment.gpus_per_replica} "
+           "GPU" + ("s" if deployment.gpus_per_replica > 1 else "") + " each"
+           if deployment.replicas > 1 else "")
+    console().print(f"hint: it fits with --tp {split.tp}{replicas}"
+                    + (f" (as given: {now}; --num-gpus alone adds replicas, --tp splits the "
+                       "model)" if now else ""), highlight=False)
 
 
 def _what_if(args: argparse.Namespace, *, deployment: Deployment,
