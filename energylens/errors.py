@@ -71,3 +71,7 @@ class ProblemError(EnergyLensError):
 
 class RegressionError(EnergyLensError):
     """A workload regression that cannot be fitted."""
+
+
+class OutputPathError(EnergyLensError):
+    """A file a command was asked to write where it cannot (names the path)."""

@@ -484,6 +484,9 @@ CATALOGUE = [
     Case("calibrate over an existing file", files("calibrate --output study.yaml"), "exists; use --force"),
     Case("calibrate into a folder", files("calibrate --output ."), "is a folder"),
     Case("calibrate into an unwritable folder", denied_calibration, "cannot write into"),
+    Case("a load plot into a folder (before the run is simulated)",
+         files("predict --model llama-3.1-8b --gpu h100 --workload load --request-rate 2 "
+               "--plot ."), "--plot is a folder"),
     Case(
         "calibrate with a missing measurement file",
         files("calibrate --output c.yaml --mlenergy nope.json"),

@@ -313,3 +313,17 @@ def test_linear_attention_layers_become_gated_deltanet_mixers() -> None:
     path = REAL / "Qwen--Qwen3.5-397B-A17B_config.json"
     result = predict(model=str(path), gpu="h100", deployment=Deployment(tp=8, pp=2))
     assert result.feasible and result.tpot_s > 0
+
+
+def test_a_checkpoint_folder_reads_its_config_json(tmp_path: Path) -> None:
+    """A local checkpoint folder stands for the config.json in it (named after the folder);
+    a folder without one is a one-line error, not an unknown zoo name."""
+    folder = tmp_path / "My-Llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(
+        write_hf_config(get_model("llama-3.1-8b"), model_type="llama")))
+    model = get_model(str(folder))
+    assert model.name == "My-Llama"
+    assert _shapes(model) == _shapes(get_model("llama-3.1-8b"))
+    with pytest.raises(ModelConfigError, match="a folder without a config.json"):
+        get_model(str(tmp_path))

@@ -253,6 +253,9 @@ def test_serving_mean_step_is_the_poisson_mixture_of_whole_prompt_steps():
     mean_step = p0 * step_s(0) + p1 * step_s(1) + tail * step_s((a - p1) / tail)
     assert p.output_tokens_per_s == pytest.approx(batch / mean_step, rel=1e-9)
     assert p.tpot_s == pytest.approx(step_s(0), rel=1e-9)  # median step admits no prompt
+    # The phases split that mean step: decode-only time, and what the prompts add to it.
+    assert p.decode.latency_s == pytest.approx(step_s(0), rel=1e-9)
+    assert p.prefill.latency_s == pytest.approx(mean_step - step_s(0), rel=1e-9)
     # Pricing a sliver of a prompt in every step instead would wake more experts per step.
     assert batch / step_s(a) < p.output_tokens_per_s
 

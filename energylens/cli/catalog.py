@@ -17,7 +17,7 @@ from energylens.hardware import GPU, list_gpus, load_gpu
 from energylens.model import ModelConfig, build_graph, get_model, list_models, parameter_count
 from energylens.model.config import MIXERS
 from energylens.model.hf import supported_model_types
-from energylens.model.zoo import ModelInfo, model_info, resolve
+from energylens.model.zoo import ModelInfo, is_local_config, model_info, resolve
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.runtime.profile import RuntimeProfile
 
@@ -179,7 +179,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     model = get_model(args.name)
-    local = args.name.lower().endswith(".json")
+    local = is_local_config(args.name)
     info = None if local else model_info(model.name)
     found = None if local else resolve(args.name)
     total, active = parameter_count(model)

@@ -7,14 +7,16 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from energylens.cli.paths import check_output
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
-from energylens.model.zoo import resolve
+from energylens.model.zoo import is_local_config, resolve
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load.cli import (
@@ -170,6 +172,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             draft_acceptance=args.draft_acceptance)
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
+    if args.plot:
+        check_output(Path(args.plot), force=True, flag="--plot")
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
         model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
         calibration=args.calibration)
@@ -194,7 +198,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     from energylens.cli.tables import capacity_note, print_prediction
 
-    if args.dtype is None and not args.model.lower().endswith(".json"):
+    if args.dtype is None and not is_local_config(args.model):
         found = resolve(args.model)
         if found.weight_dtype is not None:
             console().print(f"model: {found.describe()}", highlight=False)
@@ -369,6 +373,10 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+    except OSError as exc:  # a file the user named that cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"energylens: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("energylens: interrupted", file=sys.stderr)
         return 130

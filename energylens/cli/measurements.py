@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
 from energylens.errors import CalibrationFileError, ConfigError, MeasurementError
@@ -53,12 +54,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     out = Path(args.output)
-    if out.is_dir():
-        raise MeasurementError(f"{out}: --output is a folder; expected a file path")
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise MeasurementError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    check_output(out, force=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
     print(f"wrote {len(converted.rows)} rows to {out}", file=sys.stderr)
     return 0
 

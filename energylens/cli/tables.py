@@ -54,9 +54,12 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
     under_load = isinstance(result, LoadPrediction)
     # under load the phases are the run's measured window, summed over its steps: the
     # steps that carry prompts and the decode-only ones, each with its wall time
+    steady = result.workload == "serving"
     breakdown = Table(title="Energy over the measured window, per kind of step (J)"
-                      if under_load else "Energy breakdown (J)")
-    for column in ("steps" if under_load else "phase", "time" if under_load else "latency",
+                      if under_load else "One mean step: decode and the prompts it admits (J)"
+                      if steady else "Energy breakdown (J)")
+    for column in ("steps" if under_load else "phase",
+                   "time" if under_load or steady else "latency",
                    "compute", "memory", "communication", "static", "total"):
         breakdown.add_column(column, justify="right")
     names = ("with prompts", "decode only") if under_load else ("prefill", "decode")

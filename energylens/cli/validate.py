@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
-from energylens.errors import CalibrationDataError, CalibrationFileError
+from energylens.errors import CalibrationDataError
 from energylens.measurements.formats import FORMATS
 
 
@@ -242,7 +241,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_csv is not None:
         from energylens.cli.measurements import calibrate_overlay
 
-        _check_output(output, force=args.force)
+        check_output(output, force=args.force)
         return calibrate_overlay(args)
     roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
     extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
@@ -255,7 +254,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise CalibrationDataError(f"{path}: no such measurement file")
     data = merge(*(discover(r) for r in roots), extra)
-    _check_output(output, force=args.force)  # before minutes of fitting, not after
+    check_output(output, force=args.force)  # before minutes of fitting, not after
     start = time.time()
 
     def log(message: str) -> None:
@@ -272,23 +271,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             f"range (not identified by the data): {', '.join(unidentified)}; "
             f"--allow-unidentified accepts them")
     return 0
-
-
-def _check_output(output: Path, *, force: bool) -> None:
-    """Refuse an --output that exists (without --force), is a folder, or cannot be written."""
-    if output.is_dir():
-        raise CalibrationFileError(f"{output}: --output is a folder; expected a file path")
-    if output.exists() and not force:
-        raise CalibrationFileError(f"{output}: exists; use --force to overwrite it")
-    folder = output.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:  # the one sure test, for root too: create a file there (and remove it)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".energylens-probe-")
-    except OSError as exc:
-        raise CalibrationFileError(f"{output}: cannot write into {folder} ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ import dataclasses
 import difflib
 import functools
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -411,11 +412,24 @@ def _checkpoint(requested: str, short: str) -> str:
     return _zoo().models[short].hf_id
 
 
+def is_local_config(name: str) -> bool:
+    """Whether ``name`` is a local checkpoint rather than a zoo name or HF id: a path ending
+    in ``.json`` or an existing folder (a checkpoint's, holding its ``config.json``)."""
+    return name.lower().endswith(".json") or Path(name).is_dir()
+
+
 def get_model(name: str) -> ModelConfig:
     """The ModelConfig for a zoo name / alias / HF id, or for a local ``config.json`` path
-    (any name ending in ``.json``; a missing or unreadable file is a ModelConfigError)."""
+    (any name ending in ``.json``) or checkpoint folder holding one; a missing or
+    unreadable file is a ModelConfigError."""
     if name.lower().endswith(".json"):
         return load_hf_config(name)
+    if Path(name).is_dir():
+        config = Path(name) / "config.json"
+        if not config.is_file():
+            raise ModelConfigError(f"{name}: a folder without a config.json (a checkpoint "
+                                   "folder or a config.json path is expected)")
+        return load_hf_config(config)
     return _get_named(name)
 
 

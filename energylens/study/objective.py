@@ -342,7 +342,8 @@ def _model(value: Any, source: Path) -> ModelConfig:
     if not isinstance(value, str) or not value.strip():
         raise ProblemError(f"{source}: model: expected a zoo name, HF id or config.json path, "
                            f"got {value!r}")
-    name = str(_relative(source, value)) if value.lower().endswith(".json") else value
+    beside = _relative(source, value)  # a local checkpoint is named from the study file
+    name = str(beside) if value.lower().endswith(".json") or beside.is_dir() else value
     try:
         return get_model(name)
     except ValueError as exc:  # every EnergyLensError is a ValueError

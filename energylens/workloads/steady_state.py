@@ -153,8 +153,10 @@ class SteadyState:
             "energy_per_output_token_j": per_token, "energy_per_request_j": per_token * s_out,
             "avg_power_w": whole["energy_j"] / step_s,
             "output_tokens_per_s": tokens_per_step / step_s, "running_batch": batch,
-            **{f"prefill_{k}": v for k, v in {**prefill, "latency_s": step_s}.items()},
-            **{f"decode_{k}": v for k, v in {**decode, "latency_s": step_s}.items()},
+            # the phases split one mean step: its decode-only time and what prompts add
+            **{f"prefill_{k}": v
+               for k, v in {**prefill, "latency_s": np.maximum(step_s - decode_s, 0.0)}.items()},
+            **{f"decode_{k}": v for k, v in {**decode, "latency_s": decode_s}.items()},
         }
 
     def _capped(self, *, placement: Placement, workload: Workload,

@@ -179,5 +179,6 @@ def write_plot(args: argparse.Namespace, *, workload: Workload, deployment: Depl
                        calibration=require_constants(calibration=base, gpu=gpu))
     placement = Placement(ctx=ctx, model=model, replicas=deployment.replicas,
                           gpus=deployment.total_gpus, sequences=1.0)
+    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
     write_load_plot(placement=placement, workload=workload, path=Path(args.plot))
     print(f"energylens: wrote {args.plot}", file=sys.stderr)
