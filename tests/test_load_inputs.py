@@ -141,3 +141,17 @@ def test_plot_writes_the_rate_sweep_and_time_series(tmp_path: Path,
     code = main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--plot",
                  str(tmp_path / "no.png")])
     assert code == 2 and not (tmp_path / "no.png").exists()
+
+
+def test_an_open_loop_past_the_service_rate_is_flagged(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every request at once (1e9/s) cannot be kept up with; 2 requests/s of Llama-3.1-8B
+    on an H100 (a service rate near 35/s) can, and neither a closed loop is flagged."""
+    base = ["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--workload", "load",
+            "--num-requests", "300", "--json"]
+    assert main([*base, "--request-rate", "1e9"]) == 0
+    err = capsys.readouterr().err
+    assert "does not keep up" in err and err.count("\n") == 1
+    for load in (["--request-rate", "2"], ["--concurrency", "64"]):
+        assert main([*base, *load]) == 0
+        assert "keep up" not in capsys.readouterr().err

@@ -22,6 +22,7 @@ from energylens.workloads import kind_names
 from energylens.workloads.load.cli import (
     add_load_arguments,
     load_fields,
+    overload_warning,
     pool_prediction,
     write_plot,
 )
@@ -178,6 +179,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
         calibration=args.calibration)
     write_plot(args, workload=workload, deployment=deployment)
+    overload = overload_warning(result, workload=workload)
+    if overload is not None:
+        print(f"energylens: warning: {overload}", file=sys.stderr)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
     from energylens.workloads.capacity import kv_cache_limit

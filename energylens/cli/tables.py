@@ -98,6 +98,10 @@ def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> N
                   f"mean running {float(load['mean_running']):.1f}, mean queue "
                   f"{float(load['mean_queue_length']):.2f}, preemptions {int(load['preemptions'])}, "
                   f"idle energy {float(load['idle_energy_j']):,.0f} J", highlight=False)
+    if "capacity_requests_per_s" in load:
+        console.print(f"capacity: {float(load['capacity_requests_per_s']):.3g} requests/s "
+                      f"({float(load['capacity_per_gpu']):.3g} per GPU) with the SLO "
+                      "attainment asked and the engine keeping up", highlight=False)
 
 
 def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:

@@ -191,13 +191,14 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     reasons = [r for r in (pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
                            dec.memory.shortfall(gpu_name=d_ctx.gpu.name)) if r]
     if workload.capacity_attainment is not None:
-        from energylens.workloads.load.capacity import bisect_capacity
+        from energylens.workloads.load.capacity import Probe, bisect_capacity
 
-        def probe_at(rate: float) -> tuple[float, float]:
-            probe = predict_disaggregated(
+        def probe_at(rate: float) -> Probe:
+            found = predict_disaggregated(
                 model=model_cfg, prefill=prefill, decode=decode, calibration=cal,
-                workload=replace(workload, request_rate=rate, capacity_attainment=None))
-            return float(probe.load["slo_attainment"]), float(probe.load["requests_per_s"])
+                workload=replace(workload, request_rate=rate, capacity_attainment=None)).load
+            return Probe(float(found["slo_attainment"]), float(found["requests_per_s"]),
+                         float(found["completed_share"]))
 
         rate = bisect_capacity(run=probe_at, target=workload.capacity_attainment)
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)

@@ -84,6 +84,9 @@ class LoadMetrics:
     preemptions: int
     peak_kv_tokens: float
     measured_requests: int
+    # requests completed between the first and last measured arrival, over the measured
+    # arrivals: near 1 where the engine keeps up, the service over the offered rate past it
+    completed_share: float = 1.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         """Flat JSON form (the latency keys at the top level)."""
@@ -93,7 +96,8 @@ class LoadMetrics:
                 "idle_energy_j": self.idle_energy_j, "iteration_energy_j": self.iteration_energy_j,
                 "total_energy_j": self.energy_j, "mean_running": self.mean_running,
                 "mean_queue_length": self.mean_waiting, "preemptions": self.preemptions,
-                "peak_kv_tokens": self.peak_kv_tokens, "measured_requests": self.measured_requests}
+                "peak_kv_tokens": self.peak_kv_tokens, "measured_requests": self.measured_requests,
+                "completed_share": self.completed_share}
 
 
 def warmup_share(workload: Workload) -> float:
@@ -203,6 +207,9 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     window_j = float(np.sum(dynamic * share[:, None])) + static_per_s * window
     tokens = float(np.sum(run.tokens_out * share))
     completions = float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b)))
+    last_arrival = float(run.arrival_s[kept[-1]])
+    completed_share = float(np.sum((run.finish_s >= t_a) & (run.finish_s <= last_arrival))) \
+        / len(kept) if last_arrival > t_a else 1.0
     wall_share = run.wall_s * share
     prefill_rows = run.prefill_tokens > 0
 
@@ -223,7 +230,7 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
         mean_running=float(np.sum(run.running * wall_share)) / window,
         mean_waiting=float(np.sum(run.waiting * wall_share)) / window,
         preemptions=int(run.preemptions.sum()), peak_kv_tokens=run.peak_kv_tokens,
-        measured_requests=len(kept))
+        measured_requests=len(kept), completed_share=completed_share)
 
 
 #: Metrics a study may use on a ``load`` workload (name -> meaning [unit]).
