@@ -166,3 +166,13 @@ def test_a_load_prediction_reports_its_window_per_kind_of_step_in_seconds(capsys
         assert f"{out[phase]['latency_s']:,.2f} s" in row
     # the window spans many requests: far longer than one request's end-to-end latency
     assert out["prefill"]["latency_s"] + out["decode"]["latency_s"] > 10 * out["e2e_mean_s"]
+
+
+def test_weights_without_tensor_cores_of_their_format_are_noted(capsys):
+    """An A100 has no FP8 units and a Hopper GPU no FP4 ones: the prediction says the GEMMs
+    are priced in BF16; an H100 runs FP8 natively and gets no note."""
+    for gpu, dtype, shown in (("a100", "fp8", "no FP8 tensor cores"),
+                              ("h100", "nvfp4", "no FP4 tensor cores"), ("h100", "fp8", None)):
+        assert main(["predict", "--model", "llama-3.1-8b", "--gpu", gpu, "--dtype", dtype]) == 0
+        out = capsys.readouterr().out
+        assert (shown in out) if shown else ("tensor cores" not in out)

@@ -206,6 +206,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         found = resolve(args.model)
         if found.weight_dtype is not None:
             console().print(f"model: {found.describe()}", highlight=False)
+    emulated = _emulated_precision(args, deployment=deployment)
+    if emulated is not None:
+        console().print(emulated, highlight=False)
     speculation = deployment.speculation
     if speculation is not None:
         console().print(f"speculative decoding: {speculation.draft_tokens} drafts per step, "
@@ -249,6 +252,24 @@ def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
     console().print(f"hint: it fits with --tp {split.tp}{replicas}"
                     + (f" (as given: {now}; --num-gpus alone adds replicas, --tp splits the "
                        "model)" if now else ""), highlight=False)
+
+
+def _emulated_precision(args: argparse.Namespace, *, deployment: Deployment) -> str | None:
+    """A note where the weights' format has no tensor-core rate on the GPU (FP8 on an A100,
+    NVFP4 on Hopper): the model prices them read at their width and multiplied in BF16, as
+    the engines' weight-only kernels (Marlin) run them."""
+    from energylens.cost.work import COMPUTE_DTYPE
+    from energylens.hardware import load_gpu
+    from energylens.model.zoo import get_model
+
+    weights = deployment.weight_dtype or get_model(args.model).weight_dtype
+    compute = COMPUTE_DTYPE.get(weights, weights)
+    gpu = load_gpu(args.gpu)
+    if compute in ("bf16", "fp16") or compute in gpu.dense_flops_per_s:
+        return None
+    return (f"note: {gpu.name} has no {compute.upper()} tensor cores: the {weights.upper()} "
+            "weights are priced read at their width and multiplied in BF16 (weight-only, as "
+            "the engines' Marlin kernels run them)")
 
 
 def _what_if(args: argparse.Namespace, *, deployment: Deployment,
