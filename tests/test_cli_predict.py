@@ -176,3 +176,19 @@ def test_weights_without_tensor_cores_of_their_format_are_noted(capsys):
         assert main(["predict", "--model", "llama-3.1-8b", "--gpu", gpu, "--dtype", dtype]) == 0
         out = capsys.readouterr().out
         assert (shown in out) if shown else ("tensor cores" not in out)
+
+
+def test_json_says_what_was_predicted_with_defaults_resolved(capsys):
+    """An alias keeps the name asked beside the model found; the runtime's release, the
+    checkpoint's precision and the layout are the ones the prediction used."""
+    assert main(["predict", "--model", "deepseek-r1", "--gpu", "h200", "--tp", "8",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    found = out["configuration"]
+    assert found["model_requested"] == "deepseek-r1" and out["model"] == "deepseek-v3"
+    from energylens.runtime.registry import get_runtime
+
+    assert found["runtime"] == "vllm" and found["runtime_version"] == get_runtime("vllm").version
+    assert found["weight_dtype"] == "fp8"  # the checkpoint's own
+    assert (found["tp"], found["gpus_per_replica"], found["replicas"]) == (8, 8, 1)
+    assert found["workload"]["kind"] == "batch"

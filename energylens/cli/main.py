@@ -195,6 +195,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         else None
     if args.json:
         print(json.dumps({**result.as_dict(),
+                          "configuration": _configuration(args, deployment=deployment,
+                                                          workload=workload),
                           "expected_error": None if expected is None else expected.as_dict(),
                           **({} if breakdown is None else {"breakdown": breakdown}),
                           **({} if variants is None else {"what_if": variants})}))
@@ -252,6 +254,33 @@ def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
     console().print(f"hint: it fits with --tp {split.tp}{replicas}"
                     + (f" (as given: {now}; --num-gpus alone adds replicas, --tp splits the "
                        "model)" if now else ""), highlight=False)
+
+
+def _configuration(args: argparse.Namespace, *, deployment: Deployment,
+                   workload: Workload) -> dict[str, Any]:
+    """What was predicted, with every default resolved (``predict --json``): the model as
+    asked and as found, the runtime and its release, the precisions, the layout and the
+    workload's fields."""
+    from dataclasses import asdict
+
+    out: dict[str, Any] = {"model_requested": args.model, "gpu_requested": args.gpu}
+    if args.prefill_pool is None and args.decode_pool is None:
+        from energylens.predict import checked_context
+
+        _, ctx = checked_context(model=args.model, gpu=args.gpu, deployment=deployment,
+                                 calibration=args.calibration)
+        out.update(runtime=ctx.runtime.name,
+                   runtime_version=deployment.runtime_version or ctx.runtime.version,
+                   weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype, tp=deployment.tp,
+                   pp=deployment.pp, ep=deployment.ep, attention_dp=deployment.attention_dp,
+                   moe_tp=deployment.expert_tp, replicas=deployment.replicas,
+                   gpus_per_replica=deployment.gpus_per_replica,
+                   fusion=sorted(ctx.fusion),
+                   freq_mhz=deployment.freq_mhz or ctx.gpu.boost_clock_mhz,
+                   speculative_tokens=deployment.speculative_tokens)
+    out["workload"] = {k: v for k, v in asdict(workload).items() if v not in (None, (), 0)
+                       or k in ("kind", "seed")}
+    return out
 
 
 def _emulated_precision(args: argparse.Namespace, *, deployment: Deployment) -> str | None:
