@@ -77,7 +77,7 @@ def test_cli_pools(capsys: pytest.CaptureFixture[str]) -> None:
                  "--decode-pool", "H200:1:2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["num_gpus"] == 3 and out["decode_pool_gpus"] == 2
-    assert "H200" in out["gpu"] and "H100" in out["gpu"]
+    assert out["gpu"] == "1 x H100-SXM (prefill) + 2 x H200-SXM (decode)"
     code = main(["predict", "--model", MODEL, "--gpu", "H100", "--workload", "load",
                  "--request-rate", "2", "--prefill-pool", "H100:1"])
     assert code == 2 and "needs both" in capsys.readouterr().err

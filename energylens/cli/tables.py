@@ -27,7 +27,10 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
 
     console = console or Console()
     status = "[green]feasible[/]" if result.feasible else f"[red]infeasible[/]: {result.infeasible_reason}"
-    console.print(f"[bold]{result.model}[/] on {result.num_gpus} x {result.gpu} "
+    pooled = " + " in result.gpu  # a disaggregated pair names each pool's GPUs
+    where = f"{result.gpu}, {result.num_gpus} GPUs" if pooled \
+        else f"{result.num_gpus} x {result.gpu}"
+    console.print(f"[bold]{result.model}[/] on {where} "
                   f"({result.workload} workload): feasible: {str(result.feasible).lower()} "
                   f"({status})")
     if not result.feasible:

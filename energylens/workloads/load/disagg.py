@@ -204,7 +204,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)
     lat = metrics.latency_s
     return LoadPrediction(
-        model=model_cfg.name, gpu=f"{p_ctx.gpu.name} (prefill) + {d_ctx.gpu.name} (decode)",
+        model=model_cfg.name, gpu=f"{pre.placement.gpus} x {p_ctx.gpu.name} (prefill) + "
+            f"{dec.placement.gpus} x {d_ctx.gpu.name} (decode)",
         num_gpus=gpus, workload="load", feasible=not reasons,
         infeasible_reason="; ".join(reasons) or None,
         memory_per_gpu_gb=float(max(pre.memory.total_bytes, dec.memory.total_bytes)) / 1e9,
