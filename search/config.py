@@ -229,6 +229,9 @@ def load_study(path: str | Path, *, schema: ProblemSchema | None = None) -> Stud
     path = Path(path)
     data = read_yaml(path, error_type=StudyError)
     check = Checker(source=str(path), error_type=StudyError)
+    if isinstance(data, dict) and "knobs" in data and "space" not in data:
+        raise StudyError(f"{path}: this is a space file (it has 'knobs'); a study file names "
+                         f"it under 'space:' (`energylens study init` writes one)")
     allowed = None if schema is None else (*_GENERIC_KEYS, *schema.keys)
     check.mapping(data, "", allowed=allowed)
     for key in ("space", "objectives"):

@@ -479,6 +479,8 @@ CATALOGUE = [
         run_first("study", "worker", "study.yaml"),
         "workers need engine 'optuna'",
     ),
+    Case("a space file given where a study file goes", files("study check space.yaml"),
+         "this is a space file"),
     Case("init over an existing file", files("study init study.yaml"), "study.yaml: exists; use --force"),
     Case("init into a folder", files("study init ."), "is a folder"),
     Case("calibrate over an existing file", files("calibrate --output study.yaml"), "exists; use --force"),

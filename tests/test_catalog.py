@@ -153,3 +153,21 @@ def test_gpus_list_and_show_every_number_with_its_source(capsys) -> None:
     assert main(["gpus", "show", "X9000"]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
 
+
+
+def test_runtimes_json_lists_every_profile_with_its_release(capsys) -> None:  # type: ignore[no-untyped-def]
+    from energylens.runtime import get_runtime, runtime_names
+
+    assert main(["runtimes", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["runtimes"]
+    assert [r["name"] for r in rows] == list(runtime_names())
+    trtllm = next(r for r in rows if r["name"] == "trtllm")
+    assert trtllm["version"] == get_runtime("trtllm").version
+    assert trtllm["prefill_scheduling"] == "mixed-whole"
+
+
+def test_an_engine_spelled_as_its_project_spells_it_is_accepted(capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--runtime tensorrt-llm`` is TensorRT-LLM, as the measurement CSV reads it."""
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--runtime",
+                 "TensorRT-LLM", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["configuration"]["runtime"] == "trtllm"

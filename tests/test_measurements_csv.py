@@ -241,6 +241,15 @@ def test_k_shot_scores_only_rows_not_fitted_on(tmp_path: Path, capsys) -> None: 
     fitted = [r["input"]["gpu"] for r in report["rows"] if r["fitted_on"]]
     assert sorted(fitted) == ["A100", "A100", "H100", "H100"]
     assert report["metrics"]["ttft_s"]["n"] == 6
+    assert "nothing is scored" not in capsys.readouterr().err
+
+
+def test_k_shot_says_when_every_row_was_fitted_on(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Groups no larger than K leave no row to score: one note instead of an empty table."""
+    path = _write(tmp_path, f"{HEADER},ttft_s\n{K_SHOT_ROWS}")
+    assert main(["validate", "measurements", str(path), "--k-shot", "2",
+                 "--group-by", "gpu,batch,input_tokens", "--json"]) == 0
+    assert "nothing is scored" in capsys.readouterr().err
 
 
 def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     gshow.set_defaults(handler=_cmd_gpus_show)
 
     r = sub.add_parser("runtimes", help="list the serving runtimes")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(handler=_cmd_runtimes)
 
 
@@ -371,33 +372,50 @@ def _cmd_gpus_show(args: argparse.Namespace) -> int:
 SHARE_OF = {"hbm": "HBM", "free": "free after weights", "static": "HBM, weights + KV"}
 
 
+def _runtime_row(r: RuntimeProfile) -> dict[str, Any]:
+    """One runtime's facts as the ``runtimes`` listing shows them (a value the engine
+    derives from the GPU and layout is the profile's, flagged ``..._by_gpu``)."""
+    by_gpu = {hook: getattr(type(r), hook) is not getattr(RuntimeProfile, hook)
+              for hook in ("memory_share_on", "prefill_chunk_on")}
+    return {"name": r.name, "display_name": r.display_name, "version": r.version,
+            "default_fusions": sorted(r.default_fusions),
+            "memory_share": r.memory_utilization, "memory_share_of": r.memory_share_of,
+            "memory_share_by_gpu": by_gpu["memory_share_on"], "reserve_bytes": r.reserve_bytes,
+            "prefill_chunk_tokens": r.prefill_chunk_tokens,
+            "prefill_chunk_by_gpu": by_gpu["prefill_chunk_on"],
+            "prefill_scheduling": r.prefill_scheduling, "kv_auto": r.auto_kv_dtype,
+            "sparse_attention_fp8_kv_from": r.sparse_attention_fp8_kv_from,
+            "expert_parallel_layout": r.expert_parallel_layout,
+            "custom_allreduce_max_bytes": r.custom_allreduce_max_bytes,
+            "speculative_decoding": r.speculative_decoding}
+
+
 def _cmd_runtimes(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    rows = [_runtime_row(get_runtime(name)) for name in runtime_names()]
+    if args.json:
+        print(json.dumps({"runtimes": rows}))
+        return 0
     table = Table(title="Serving runtimes (--runtime)")
     for column in ("name", "default fusions", "memory share", "reserve GB", "prefill chunk",
                    "prompts scheduled", "KV auto", "EP layout", "own all-reduce up to",
                    "draft heads"):
         table.add_column(column)
-    for name in runtime_names():
-        r = get_runtime(name)
-        # a value the engine derives from the GPU (and layout): the profile's, marked
-        by_gpu = {hook: getattr(type(r), hook) is not getattr(RuntimeProfile, hook)
-                  for hook in ("memory_share_on", "prefill_chunk_on")}
-        share = f"{r.memory_utilization:.0%}" + (" (by GPU)" if by_gpu["memory_share_on"] else "")
-        kv_auto = r.auto_kv_dtype + (f"; fp8 for sparse attention on CC >= "
-                                     f"{r.sparse_attention_fp8_kv_from:g}"
-                                     if r.sparse_attention_fp8_kv_from is not None else "")
-        table.add_row(f"{r.name} ({r.display_name})", ",".join(sorted(r.default_fusions)),
-                      f"{share} of {SHARE_OF[r.memory_share_of]}",
-                      f"{r.reserve_bytes / 1e9:.1f}",
-                      str(r.prefill_chunk_tokens) + (" (by GPU)" if by_gpu["prefill_chunk_on"]
-                                                     else ""),
-                      r.prefill_scheduling, kv_auto,
-                      r.expert_parallel_layout,
-                      f"{r.custom_allreduce_max_bytes / 2**20:.0f} MiB"
-                      if r.custom_allreduce_max_bytes else "-",
-                      "yes" if r.speculative_decoding else "-")
+    for row in rows:
+        share = f"{row['memory_share']:.0%}" + (" (by GPU)" if row["memory_share_by_gpu"] else "")
+        kv_auto = row["kv_auto"] + (f"; fp8 for sparse attention on CC >= "
+                                    f"{row['sparse_attention_fp8_kv_from']:g}"
+                                    if row["sparse_attention_fp8_kv_from"] is not None else "")
+        table.add_row(f"{row['name']} ({row['display_name']})", ",".join(row["default_fusions"]),
+                      f"{share} of {SHARE_OF[row['memory_share_of']]}",
+                      f"{row['reserve_bytes'] / 1e9:.1f}",
+                      str(row["prefill_chunk_tokens"])
+                      + (" (by GPU)" if row["prefill_chunk_by_gpu"] else ""),
+                      row["prefill_scheduling"], kv_auto, row["expert_parallel_layout"],
+                      f"{row['custom_allreduce_max_bytes'] / 2**20:.0f} MiB"
+                      if row["custom_allreduce_max_bytes"] else "-",
+                      "yes" if row["speculative_decoding"] else "-")
     console().print(table)
     return 0
 

@@ -17,7 +17,7 @@ from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment,
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import is_local_config, resolve
-from energylens.runtime import DEFAULT_RUNTIME, runtime_names
+from energylens.runtime import DEFAULT_RUNTIME, runtime_name, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load.cli import (
     add_load_arguments,
@@ -112,7 +112,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", choices=kind_names(), default="batch",
                    help="batch: one static batch; serving: continuous batching; load: "
                         "requests arriving over time, simulated")
-    p.add_argument("--runtime", choices=runtime_names(), default=DEFAULT_RUNTIME,
+    p.add_argument("--runtime", type=runtime_name, choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
     p.add_argument("--runtime-version", default=None, metavar="RELEASE",
                    help="the engine's release, e.g. 0.19.0 (default: the one its profile "

@@ -136,6 +136,10 @@ def validate_measurements(args: argparse.Namespace) -> int:
             report = k_shot(measurements, k=args.k_shot, group_by=group_by, seed=args.seed,
                             calibration=calibration,
                             blind=_blind(calibration, args.forget_fits_on))
+    if args.k_shot is not None and not any(e["n"] for e in report.metrics.values()):
+        print(f"energylens: note: every row was fitted on (no group of {args.group_by} has "
+              f"more than K = {args.k_shot} rows): nothing is scored; group by fewer columns "
+              "or lower --k-shot", file=sys.stderr)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0

@@ -27,7 +27,7 @@ from energylens.hardware import load_gpu
 from energylens.measurements.formats import read_text
 from energylens.model.config import ModelConfig
 from energylens.model.zoo import get_model
-from energylens.runtime import get_runtime, runtime_names
+from energylens.runtime import get_runtime, runtime_name, runtime_names
 from energylens.runtime.profile import release_key
 from energylens.workloads import Prediction, Workload, kind_names
 
@@ -71,12 +71,6 @@ KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *S
          IDENTICAL_PROMPTS, SHARED_PREFIX, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
-#: Spellings of runtimes in published files -> registry names.
-RUNTIME_SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm",
-                     "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trtllm": "trtllm",
-                     "deepspeed-mii": "deepspeed-mii", "deepspeed": "deepspeed-mii",
-                     "mii": "deepspeed-mii", "lmdeploy": "lmdeploy", "llama.cpp": "llama.cpp",
-                     "llamacpp": "llama.cpp"}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
            "float8": "fp8", "fp8_block": "fp8", "fp4": "nvfp4"}
 
@@ -164,10 +158,6 @@ def _flag(path: Path, column: str, raw: str, row: int) -> bool:
     raise _fail(path, f"column '{column}' must be true or false, got {raw!r} in row {row}")
 
 
-def _runtime(raw: str) -> str:
-    return RUNTIME_SPELLINGS.get(raw.strip().lower(), raw.strip().lower())
-
-
 def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) -> UserRow:
     values: dict[str, Any] = dict.fromkeys(KNOWN)
     for column in header:
@@ -185,7 +175,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
         elif column in RUNTIME_COLUMNS:
-            values[column] = _runtime(raw)
+            values[column] = runtime_name(raw)
         else:
             values[column] = raw
     for column in REQUIRED:

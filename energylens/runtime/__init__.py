@@ -8,7 +8,7 @@ from importlib import import_module
 from pkgutil import iter_modules
 
 from energylens.runtime.profile import RuntimeProfile
-from energylens.runtime.registry import get_runtime, runtime_names
+from energylens.runtime.registry import get_runtime, runtime_name, runtime_names
 
 DEFAULT_RUNTIME = "vllm"
 
@@ -16,4 +16,4 @@ for _module in iter_modules(__path__):
     if _module.name not in ("profile", "registry", "launch"):
         import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["DEFAULT_RUNTIME", "RuntimeProfile", "get_runtime", "runtime_names"]
+__all__ = ["DEFAULT_RUNTIME", "RuntimeProfile", "get_runtime", "runtime_name", "runtime_names"]

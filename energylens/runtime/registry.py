@@ -31,6 +31,18 @@ def get_runtime(name: str) -> RuntimeProfile:
     return _RUNTIMES[key]
 
 
+#: Other spellings of runtimes (published files, engines' own names) -> registry names.
+SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm",
+             "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii", "llamacpp": "llama.cpp"}
+
+
+def runtime_name(spelling: str) -> str:
+    """The registry name of a runtime spelled ``spelling`` (``tensorrt-llm`` -> ``trtllm``);
+    anything else lower-cased as it is."""
+    key = spelling.strip().lower()
+    return SPELLINGS.get(key, key)
+
+
 def runtime_names() -> tuple[str, ...]:
     """Every registered runtime, in registration order."""
     return tuple(_RUNTIMES)
