@@ -96,7 +96,8 @@ def refuse_existing(config: StudyConfig) -> None:
     if n_done:
         raise StudyStateError(
             f"study {config.name!r} already has {n_done} completed trials in "
-            f"{display_storage(config.storage)}; resume it, or run it under --new-study NAME"
+            f"{display_storage(config.storage)}; resume it (`study resume`), run it under "
+            "--new-study NAME, or remove that storage to start over"
         )
 
 
