@@ -118,9 +118,12 @@ def test_precision_words_set_the_weight_dtype(query: str, expected: str, dtype: 
     # one asked for (what a launch command serves); nothing else differs
     assert model.kv_dtype == ("fp8" if query.startswith("nvidia/") else None)
     assert model.hf_id == query
+    # another checkpoint's context is its own: known only for an alias that records it
+    # (Qwen3-30B-A3B-Instruct-2507 serves 262,144 tokens, the entry's checkpoint 40,960)
+    assert model.max_context_tokens == {"Qwen/Qwen3-235B-A22B-FP8": 40960}.get(query)
     base = get_model(expected)
-    assert dataclasses.replace(model, weight_dtype="bf16", kv_dtype=None,
-                               hf_id=base.hf_id) == base
+    assert dataclasses.replace(model, weight_dtype="bf16", kv_dtype=None, hf_id=base.hf_id,
+                               max_context_tokens=base.max_context_tokens) == base
     assert dtype in found.describe() and expected in found.describe()
 
 
@@ -188,6 +191,7 @@ _LLAMA = {
     "attention_bias": False,
     "rms_norm_eps": 1e-5,
     "rope_theta": 500000.0,
+    "max_position_embeddings": 131072,
 }
 
 _QWEN3_MOE = {
@@ -205,6 +209,7 @@ _QWEN3_MOE = {
     "decoder_sparse_step": 1,
     "mlp_only_layers": [],
     "vocab_size": 151936,
+    "max_position_embeddings": 40960,
     "tie_word_embeddings": False,
     "use_sliding_window": False,
     "sliding_window": None,
@@ -267,7 +272,7 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
         "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": False, "max_position_embeddings": 163840,
         "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
     }  # fmt: skip
     assert _shapes(load_hf_config(_write(tmp_path, "ds", deepseek))) == _shapes(
@@ -278,7 +283,7 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
         "intermediate_size_mlp": 16384, "num_attention_heads": 40, "num_key_value_heads": 8,
         "head_dim": 128, "num_hidden_layers": 48, "num_local_experts": 128,
         "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 8192,
-        "no_rope_layers": [], "vocab_size": 202048,
+        "no_rope_layers": [], "vocab_size": 202048, "max_position_embeddings": 1048576,
     }  # fmt: skip
     cfg = {"model_type": "llama4", "text_config": maverick_text, "tie_word_embeddings": False}
     assert _shapes(load_hf_config(_write(tmp_path, "mav", cfg))) == _shapes(
@@ -289,7 +294,7 @@ def test_load_deepseek_llama4_gpt_oss_bloom(tmp_path: Path) -> None:
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
         "num_hidden_layers": 36, "num_local_experts": 128, "num_experts_per_tok": 4,
         "sliding_window": 128, "attention_bias": True, "vocab_size": 201088,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": False, "max_position_embeddings": 131072,
         "layer_types": ["sliding_attention", "full_attention"] * 18,
         "quantization_config": {"quant_method": "mxfp4"},  # as the released checkpoint's
     }  # fmt: skip

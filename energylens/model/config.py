@@ -150,6 +150,10 @@ class ModelConfig:
     #: a low-bit dtype keeps in 16 bits, per dtype: its quantisation config's exclude list
     #: (NVIDIA's NVFP4 releases of the large MoE models keep attention 16-bit).
     held_16bit: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Longest sequence (prompt + generated tokens) the checkpoint serves: its config.json
+    #: ``max_position_embeddings`` (the length an engine such as vLLM takes as the model's
+    #: context by default). None: unknown, and no request is checked against it.
+    max_context_tokens: int | None = None
 
     def layer_kv_heads(self) -> tuple[int, ...]:
         """KV heads of each layer, in order."""
@@ -236,6 +240,11 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
     ):
         raise ModelConfigError(f"{where}: sliding_window must be null or an integer >= 1, "
                                f"got {show_value(m.sliding_window)}")
+    context = m.max_context_tokens
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int)
+                                or not 1 <= context <= MAX_SIZE):
+        raise ModelConfigError(f"{where}: max_context_tokens must be null or an integer >= 1, "
+                               f"got {show_value(context)}")
     if m.num_sliding_layers > m.num_layers:
         raise ModelConfigError(f"{where}: num_sliding_layers = {m.num_sliding_layers} exceeds "
                                f"num_layers = {m.num_layers}")

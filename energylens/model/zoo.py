@@ -41,9 +41,10 @@ from energylens.model.config import (
 from energylens.model.hf import load_hf_config
 from energylens.yamlfile import safe_load
 
-__all__ = ["ACTIVE_COUNT_EXCLUSIONS", "PRECISION_TOKENS", "RELEASE_TOKENS", "VERIFICATION_LEVELS",
-           "Alias", "ModelInfo", "Resolution", "Zoo", "get_model", "list_models", "model_aliases",
-           "model_info", "parse_models_yaml", "resolve", "resolve_model_name"]
+__all__ = ["ACTIVE_COUNT_EXCLUSIONS", "CONTEXT_SOURCE_PREFIX", "PRECISION_TOKENS", "RELEASE_TOKENS",
+           "VERIFICATION_LEVELS", "Alias", "ModelInfo", "Resolution", "Zoo", "get_model",
+           "list_models", "model_aliases", "model_info", "parse_models_yaml", "resolve",
+           "resolve_model_name"]
 
 #: How an entry's facts were checked, best first (the first word of ``verification``):
 #: a verbatim config.json of the checkpoint was read; a verbatim config of a sibling with
@@ -86,7 +87,10 @@ _META_KEYS = frozenset({"aliases", "verification", "source", "disagreements", "m
                         "params_total_disagreement", "params_active_disagreement"})
 #: Matrices a published active count may leave out (a lookup, or the output projection).
 ACTIVE_COUNT_EXCLUSIONS = ("input_embedding", "output_embedding")
-_ALIAS_KEYS = frozenset({"name", "hf_id", "note"})
+_ALIAS_KEYS = frozenset({"name", "hf_id", "note", "max_context_tokens"})
+#: How a models.yaml ``source`` line naming where the entry's ``max_context_tokens`` was
+#: read starts (every entry that sets one has such a line).
+CONTEXT_SOURCE_PREFIX = "max_context_tokens:"
 
 
 # --------------------------------------------------------------------------- zoo data
@@ -99,6 +103,10 @@ class Alias:
     name: str
     hf_id: str | None  # its Hugging Face repo id, when it is a checkpoint of its own
     note: str  # what the equivalence rests on ("config read ..." or a model card statement)
+    #: The context (``max_position_embeddings``) of the alias's own checkpoint, where a
+    #: config of it was read (the note says which); None: unknown. A checkpoint's context
+    #: may differ from the entry's (Llama-4-Scout-Instruct's 10M against the base's 256K).
+    max_context_tokens: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,6 +161,10 @@ def parse_models_yaml(text: str, *, source: str = "models.yaml") -> Zoo:
             raise ModelConfigError(f"{where}: expected a mapping of fields")
         models[name] = _entry_to_config(name, entry, where)
         info[name] = _entry_info(entry, where)
+        if models[name].max_context_tokens is not None and not any(
+                s.startswith(CONTEXT_SOURCE_PREFIX) for s in info[name].sources):
+            raise ModelConfigError(f"{where}: max_context_tokens needs a source line starting "
+                                   f"{CONTEXT_SOURCE_PREFIX!r} saying where it was read")
         keys = [name, models[name].hf_id]
         for alias in info[name].aliases:
             keys += [alias.name, *([alias.hf_id] if alias.hf_id else [])]
@@ -245,7 +257,14 @@ def _aliases(value: Any, where: str) -> tuple[Alias, ...]:
                 and (hf_id is None or isinstance(hf_id, str) and hf_id.strip())):
             raise ModelConfigError(f"{where}: alias {show_value(item)} needs a name and a "
                                    f"note (and a string hf_id if any)")
-        aliases.append(Alias(name=name, hf_id=hf_id, note=note))
+        context = item.get("max_context_tokens")
+        if context is not None and (
+                isinstance(context, bool) or not isinstance(context, int) or context < 1
+                or hf_id is None or "max_position_embeddings" not in note):
+            raise ModelConfigError(f"{where}: alias {name!r}: max_context_tokens must be an "
+                                   f"integer >= 1, of an alias with an hf_id whose note says "
+                                   f"where its max_position_embeddings was read")
+        aliases.append(Alias(name=name, hf_id=hf_id, note=note, max_context_tokens=context))
     return tuple(aliases)
 
 
@@ -392,7 +411,8 @@ def _get_named(name: str) -> ModelConfig:
     model = _zoo().models[found.name]
     checkpoint = _checkpoint(name, found.name)
     if checkpoint != model.hf_id:
-        model = dataclasses.replace(model, hf_id=checkpoint)
+        model = dataclasses.replace(model, hf_id=checkpoint,
+                                    max_context_tokens=_checkpoint_context(checkpoint, found.name))
     if found.weight_dtype is None:
         return model
     return dataclasses.replace(model, weight_dtype=found.weight_dtype,
@@ -410,6 +430,30 @@ def _checkpoint(requested: str, short: str) -> str:
         if alias.hf_id and alias.name.lower() == text.lower():
             return alias.hf_id
     return _zoo().models[short].hf_id
+
+
+def _checkpoint_context(checkpoint: str, short: str) -> int | None:
+    """The context of ``checkpoint`` (a checkpoint that resolved to the entry ``short``):
+    the entry's for the entry's own checkpoint, an alias's where it records one, else None
+    (unknown: an instruction tune, a re-release or a quantised copy may serve a longer or
+    shorter context than the entry's checkpoint, e.g. Qwen3-4B-Instruct-2507's 262,144
+    against Qwen3-4B's 40,960)."""
+    entry = _zoo().models[short]
+    if _same_repo(checkpoint, entry.hf_id):
+        return entry.max_context_tokens
+    for alias in _zoo().info[short].aliases:
+        if alias.hf_id and _same_repo(checkpoint, alias.hf_id):
+            return alias.max_context_tokens
+    return None
+
+
+def _same_repo(a: str, b: str) -> bool:
+    """Whether two repo ids name one repository: case aside, and a ``Meta-`` prefix of the
+    name aside (Meta renamed ``Meta-Llama-3.1-8B`` to ``Llama-3.1-8B``; the old id redirects)."""
+    def key(repo: str) -> tuple[str, str]:
+        org, _, name = repo.strip().lower().rpartition("/")
+        return org, name.removeprefix("meta-")
+    return key(a) == key(b)
 
 
 def is_local_config(name: str) -> bool:

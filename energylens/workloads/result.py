@@ -15,6 +15,9 @@ import numpy as np
 from energylens.cost.memory import MemoryUse
 from energylens.cost.step import StepCost
 from energylens.cost.work import Size
+from energylens.model.config import ModelConfig
+from energylens.model.context import context_shortfall
+from energylens.workloads.workload import Workload
 
 #: Fields of a phase; its columns are ``prefill_<field>`` and ``decode_<field>``.
 PHASE_FIELDS = ("latency_s", "energy_j", "compute_j", "memory_j", "communication_j", "static_j")
@@ -117,12 +120,20 @@ def marginal_phase(*, whole: dict[str, Size], rest: dict[str, Size]) -> dict[str
             **{k: value(v * scale) for k, v in parts.items()}}
 
 
-def feasibility(*, memory: MemoryUse, gpu_name: str) -> tuple[Any, Any]:
+def feasibility(*, memory: MemoryUse, gpu_name: str, model: ModelConfig,
+                workload: Workload) -> tuple[Any, Any]:
     """(feasible, infeasible reason): numbers for one configuration, a bool array and a list
-    of reasons (None where it fits) for many."""
+    of reasons (None where it fits) for many. A request longer than the model's context
+    (:func:`energylens.model.context.context_shortfall`) is infeasible in every
+    configuration, with that reason before any memory shortfall."""
+    context = context_shortfall(model=model, input_tokens=workload.input_tokens,
+                                output_tokens=workload.output_tokens)
     if np.ndim(memory.total_bytes) == 0:
-        reason = memory.shortfall(gpu_name=gpu_name)
+        reason = context or memory.shortfall(gpu_name=gpu_name)
         return reason is None, reason
+    if context is not None:
+        rows = int(np.size(memory.total_bytes))
+        return np.zeros(rows, dtype=bool), [context] * rows
     reasons = memory.shortfalls(gpu_name=gpu_name)
     return np.array([r is None for r in reasons]), reasons
 

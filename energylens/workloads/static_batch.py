@@ -100,7 +100,8 @@ class StaticBatch:
         total_energy = prefill["energy_j"] + decode["energy_j"]
         wall = prefill["latency_s"] + decode["latency_s"]
         output_tokens = batch * s_out
-        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name)
+        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name,
+                                       model=placement.model, workload=workload)
         return {
             "feasible": feasible, "infeasible_reason": reason, "num_gpus": placement.gpus,
             "memory_per_gpu_gb": value(memory.total_bytes / 1e9), "ttft_s": ttft,

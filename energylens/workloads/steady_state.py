@@ -145,7 +145,8 @@ class SteadyState:
         prefill = marginal_phase(whole=whole, rest=decode)
         tokens_per_step = batch * replicas
         per_token = whole["energy_j"] / tokens_per_step
-        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name)
+        feasible, reason = feasibility(memory=memory, gpu_name=ctx.gpu.name,
+                                       model=placement.model, workload=workload)
         return {
             "feasible": feasible, "infeasible_reason": reason, "num_gpus": gpus,
             "memory_per_gpu_gb": value(memory.total_bytes / 1e9),

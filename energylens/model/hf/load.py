@@ -39,7 +39,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     naming what was approximated. The weight dtype follows ``quantization_config`` (or
     an ``hf_quant_config.json`` beside the file), and so do the KV-cache precision it
     declares and the weights its exclude list keeps in 16 bits
-    (:mod:`energylens.model.hf.exclusions`). The model is named after the folder
+    (:mod:`energylens.model.hf.exclusions`). Its ``max_position_embeddings`` (the text
+    decoder's) is the model's context, unknown when absent. The model is named after the folder
     holding ``config.json`` (or the file, without ``_config``). Anything wrong with the
     file (unreadable, not UTF-8, not a JSON object, no model_type, missing or malformed
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
@@ -65,7 +66,10 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         model = builder(cfg, name=name, model_type=model_type)
     else:
         model, notes = build_generic(cfg, name=name, model_type=model_type)
-    model = dataclasses.replace(model, qk_norm=declared_qk_norm(cfg, model_type=model_type))
+    context = cfg.integer("max_position_embeddings") if cfg.has("max_position_embeddings") \
+        else None
+    model = dataclasses.replace(model, qk_norm=declared_qk_norm(cfg, model_type=model_type),
+                                max_context_tokens=context)
     sections = (top.section("quantization_config"), cfg.section("quantization_config"),
                 _quant_file(path))
     dtype, warning = declared_weight_dtype(*sections)

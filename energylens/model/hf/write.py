@@ -26,7 +26,8 @@ EXCLUDE_KEYS = {"nvfp4": "ignore"}
 
 def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     """``model`` as the ``config.json`` fields of ``model_type``: reading them back with
-    :func:`energylens.model.hf.load_hf_config` gives the same shapes and weight dtype.
+    :func:`energylens.model.hf.load_hf_config` gives the same shapes, weight dtype and
+    context (``max_position_embeddings``, where the model has one).
 
     Raises:
         ModelConfigError: no writer is registered for ``model_type``.
@@ -37,7 +38,10 @@ def write_hf_config(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
                                f"(writers: {', '.join(sorted(registered_writers()))})")
     fields = writer(model, model_type=model_type)
     text = fields.get("text_config")  # a vision-language checkpoint: the decoder's section
-    (text if isinstance(text, dict) else fields).update(qk_norm_json(model, model_type=model_type))
+    decoder = text if isinstance(text, dict) else fields
+    decoder.update(qk_norm_json(model, model_type=model_type))
+    if model.max_context_tokens is not None:
+        decoder["max_position_embeddings"] = model.max_context_tokens
     if model.weight_dtype in QUANTIZATION_CONFIGS:
         quantization = dict(QUANTIZATION_CONFIGS[model.weight_dtype])
         held = exclude_list(model)
