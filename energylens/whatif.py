@@ -12,6 +12,7 @@ from energylens.cost.constants import Calibration
 from energylens.deployment import Deployment
 from energylens.errors import EnergyLensError
 from energylens.hardware import load_gpu
+from energylens.model.context import context_shortfall
 from energylens.model.zoo import get_model
 from energylens.predict import predict
 from energylens.workloads import Prediction, Workload
@@ -108,6 +109,9 @@ def smallest_fitting_split(*, model: str, gpu: str, deployment: Deployment,
     """A deployment that does not fit in memory, with its tensor parallelism doubled until it
     does: the first that fits (None if none does). With ``num_gpus`` given the GPU count stays
     and the replicas become fewer; without it each doubling doubles the GPUs."""
+    if context_shortfall(model=get_model(model), input_tokens=workload.input_tokens,
+                         output_tokens=workload.output_tokens):
+        return None  # no split lengthens the model's context
     total = deployment.num_gpus or HINT_MAX_GPUS
     tp = 2 * deployment.tp
     while (candidate := replace(deployment, tp=tp, dp=None)).gpus_per_replica <= total:

@@ -54,6 +54,21 @@ def test_a_request_longer_than_the_context_is_infeasible(kind: str) -> None:
     assert result.infeasible_reason == TOO_LONG
 
 
+def test_a_load_of_too_long_requests_is_infeasible_colocated_or_disaggregated() -> None:
+    from energylens.workloads.load.disagg import Pool, predict_disaggregated
+
+    load = Workload(kind="load", request_rate=1.0, num_requests=20, input_tokens=200_000,
+                    output_tokens=128)
+    colocated = predict(model="llama-3.1-8b", gpu="h100", workload=load)
+    assert not colocated.feasible and colocated.infeasible_reason == TOO_LONG
+    pools = {p: Pool(gpu="H100", deployment=Deployment()) for p in ("prefill", "decode")}
+    split = predict_disaggregated(model="llama-3.1-8b", workload=load, **pools)
+    assert not split.feasible and split.infeasible_reason == TOO_LONG
+    fits = predict(model="llama-3.1-8b", gpu="h100",
+                   workload=dataclasses.replace(load, input_tokens=2_000))
+    assert fits.feasible
+
+
 def test_a_request_exactly_at_the_context_runs() -> None:
     at_limit = _predict(input_tokens=LLAMA_CONTEXT - 128, output_tokens=128)
     assert at_limit.feasible and at_limit.infeasible_reason is None

@@ -270,6 +270,9 @@ def test_round_trip_on_the_command_line(tmp_path: Path, capsys) -> None:
     assert main([*args, "--model", str(path)]) == 0
     local = json.loads(capsys.readouterr().out)
     assert local.pop("model") == "DeepSeek-V2-Lite" and zoo.pop("model") == "deepseek-v2-lite"
+    # the configuration echoes each request as given; what was predicted is the same
+    assert local["configuration"].pop("model_requested") == str(path)
+    assert zoo["configuration"].pop("model_requested") == "deepseek-v2-lite"
     assert local == zoo
 
 

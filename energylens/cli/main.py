@@ -178,6 +178,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
         model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
         calibration=args.calibration)
+    # the prediction reported a config.json's approximations once; what follows reads it again
+    warnings.simplefilter("ignore", ModelApproximationWarning)
     write_plot(args, workload=workload, deployment=deployment)
     overload = overload_warning(result, workload=workload)
     if overload is not None:
@@ -341,9 +343,7 @@ def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workloa
     from energylens.model.zoo import get_model
     from energylens.validation.expected_error import expected_error
 
-    with warnings.catch_warnings():  # a config.json's approximations were reported already
-        warnings.simplefilter("ignore", ModelApproximationWarning)
-        model = get_model(args.model)
+    model = get_model(args.model)
     return expected_error(model=model, gpu=load_gpu(args.gpu), deployment=deployment,
                           workload=workload, calibration=resolve_calibration(args.calibration),
                           kv_limited=kv_limited)

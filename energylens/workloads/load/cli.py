@@ -190,7 +190,8 @@ def overload_warning(result: Any, *, workload: Workload) -> str | None:
     with the rate it served; None otherwise (closed loops keep up by construction)."""
     from energylens.workloads.load.capacity import KEEPS_UP_SHARE
 
-    if not isinstance(result, LoadPrediction) or workload.concurrency is not None:
+    if not isinstance(result, LoadPrediction) or workload.concurrency is not None \
+            or not result.feasible:
         return None
     share = float(result.load.get("completed_share", 1.0))
     if share >= KEEPS_UP_SHARE:

@@ -37,7 +37,12 @@ from energylens.workloads.load.arrivals import (
     replica_requests,
 )
 from energylens.workloads.load.costs import StepTable
-from energylens.workloads.load.kind import LoadPrediction, kv_pool_tokens, rank_limits
+from energylens.workloads.load.kind import (
+    LoadPrediction,
+    kv_pool_tokens,
+    rank_limits,
+    request_context_shortfall,
+)
 from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
 from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, simulate
 from energylens.workloads.registry import Placement
@@ -188,7 +193,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     load["kv_transfer_mean_s"] = float(moved_s.mean())
     load["kv_transfer_j_per_request"] = float(moved_j.mean())
     load["prefill_pool_gpus"], load["decode_pool_gpus"] = pre.placement.gpus, dec.placement.gpus
-    reasons = [r for r in (pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
+    reasons = [r for r in (request_context_shortfall(model_cfg, workload),
+                           pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
                            dec.memory.shortfall(gpu_name=d_ctx.gpu.name)) if r]
     if workload.capacity_attainment is not None:
         from energylens.workloads.load.capacity import Probe, bisect_capacity

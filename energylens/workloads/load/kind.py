@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import StepContext
+from energylens.model.config import ModelConfig
+from energylens.model.context import context_shortfall
 from energylens.workloads.load.arrivals import (
     Requests,
     closed_loop_clients,
@@ -221,7 +223,8 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
     for key in ("mean_running", "mean_queue_length"):  # per replica: all its engines
         load[key] = float(load[key]) * engines
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus
-    reason = memory.shortfall(gpu_name=ctx.gpu.name)
+    reason = request_context_shortfall(placement.model, workload) \
+        or memory.shortfall(gpu_name=ctx.gpu.name)
     if reason is not None:  # a deployment that does not fit serves no request, let alone
         # one within its SLOs (the latencies stay those of the simulated run, as labelled)
         load |= {"goodput_requests_per_s": 0.0, "goodput_per_gpu": 0.0,
@@ -240,6 +243,17 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
                       joules=metrics.decode_only_window[1:], static_w=static_w,
                       gpus=ctx.replica_gpus / engines, replicas=replicas),
         running_batch=metrics.mean_running * engines, load=load)
+
+
+def request_context_shortfall(model: ModelConfig, workload: Workload) -> str | None:
+    """Whether the workload's requests outgrow the model's context: a trace's longest, or
+    the fixed lengths (a length spread's tail is refused request by request by an engine,
+    not the deployment, and is not checked)."""
+    if workload.trace:
+        _, _, longest = request_lengths(workload)
+        return context_shortfall(model=model, input_tokens=longest, output_tokens=0.0)
+    return context_shortfall(model=model, input_tokens=workload.input_tokens,
+                             output_tokens=workload.output_tokens)
 
 
 @dataclass(frozen=True)
