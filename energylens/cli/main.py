@@ -210,7 +210,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         found = resolve(args.model)
         if found.weight_dtype is not None:
             console().print(f"model: {found.describe()}", highlight=False)
-    emulated = _emulated_precision(args, deployment=deployment)
+    emulated = None if args.prefill_pool is not None or args.decode_pool is not None \
+        else _emulated_precision(args, deployment=deployment)  # pools name their own GPUs
     if emulated is not None:
         console().print(emulated, highlight=False)
     speculation = deployment.speculation
