@@ -14,10 +14,11 @@ if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
 
 
 def console() -> Console:
-    """A console that does not truncate tables when output is not a terminal."""
+    """A console that does not truncate tables when output is not a terminal, nor break its
+    lines of prose there (a pipe or a file keeps each line whole)."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return Console() if sys.stdout.isatty() else Console(width=200, soft_wrap=True)
 
 
 def print_prediction(result: Prediction, *, console: Console | None = None) -> None:
