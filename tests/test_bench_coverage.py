@@ -14,7 +14,7 @@ from energylens.hardware import load_gpu
 from energylens.measurements.formats import bench_gpu
 from energylens.measurements.inference_bench import (
     RUNTIMES,
-    UnmodelledFramework,
+    UnmodelledRow,
     bench_setup,
 )
 from energylens.predict import predict
@@ -35,7 +35,7 @@ def test_every_framework_maps_to_a_runtime_and_an_unknown_one_says_why_not() -> 
     assert set(RUNTIMES.values()) <= set(runtime_names())
     frameworks = {r["Framework"] for r in _rows()}
     assert frameworks == set(RUNTIMES)
-    with pytest.raises(UnmodelledFramework, match="framework MLC-LLM has no runtime profile"):
+    with pytest.raises(UnmodelledRow, match="framework MLC-LLM has no runtime profile"):
         bench_setup({"Framework": "MLC-LLM", "Num of Hardware": 1,
                      "Input Output Length": 128, "Batch Size": 1})
 

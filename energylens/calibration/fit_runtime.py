@@ -51,7 +51,7 @@ from energylens.measurements.bench_screen import SCREEN, floor_s
 from energylens.measurements.formats import load_measurements
 from energylens.measurements.inference_bench import (
     BenchSetup,
-    UnmodelledFramework,
+    UnmodelledRow,
     bench_setup,
     price,
 )
@@ -295,7 +295,7 @@ def bench_rows(files: list[Path]) -> tuple[dict[tuple[str, str], list[BenchRow]]
                 setup = bench_setup(v)
             except UnknownGPUError:
                 why = f"GPU {v['Hardware']} not in the database"
-            except UnmodelledFramework:
+            except UnmodelledRow:
                 why = f"framework {v['Framework']} has no runtime profile"
             else:
                 out.setdefault((setup.runtime, gpu), []).append(BenchRow(

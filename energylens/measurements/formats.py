@@ -12,8 +12,8 @@ file and, where relevant, the column or key. Formats (see ``data/measurements/SO
 - ``vidur-network``: Vidur ``all_reduce.csv`` / ``send_recv.csv`` (bytes, ms).
 - ``splitwise``: Splitwise-style prompt/token timing CSV (ms).
 - ``llmcompass-matmul``: LLMCompass ``matmul_<GPU>.csv`` (no header, units in the cells).
-- ``llm-inference-bench``: Argonne LLM-Inference-Bench ``All_results.csv`` and
-  ``power_results.csv`` (s, tokens/s, mW).
+- ``llm-inference-bench``: Argonne LLM-Inference-Bench ``All_results.csv``,
+  ``power_results.csv`` and ``TP_EP_PP_results.csv`` (s, tokens/s, mW).
 """
 
 from __future__ import annotations
@@ -489,6 +489,10 @@ def bench_gpu(hardware: str) -> str:
     return LIB_GPUS.get(hardware, hardware)
 
 
+#: The column of the bench's layout comparison (``Fig_5_b/TP_EP_PP_results.csv``) naming
+#: each row's parallelism (:data:`energylens.measurements.inference_bench.LAYOUTS`).
+LIB_LAYOUT = "Parallelism Type"
+
 #: Its ``avg_power`` column is in milliwatts: 222,122 for one A100 serving Llama-2-7B at
 #: batch 1 is 222 W, between the board's idle (~60 W) and its 400 W TDP.
 LIB_POWER_UNIT_W = 1e-3
@@ -497,7 +501,8 @@ LIB_POWER_UNIT_W = 1e-3
 def _load_llm_inference_bench(path: Path, gpu: str | None) -> list[MeasurementRow]:
     """Static batches of ``Batch Size`` requests of ``Input Output Length`` tokens in and
     out: end-to-end latency of the whole batch (s), throughput of input + output tokens
-    (tokens/s), average board power where measured (mW in the file, W here)."""
+    (tokens/s), average board power where measured (mW in the file, W here), and the
+    layout where the file names one (:data:`LIB_LAYOUT`)."""
     header, rows = _csv_rows(path, (*_LIB_INPUT, "Latency", "Throughput"))
     power = "avg_power" in header
     out = []
@@ -508,6 +513,8 @@ def _load_llm_inference_bench(path: Path, gpu: str | None) -> list[MeasurementRo
         for key in _LIB_INPUT[4:]:
             values[key] = _count(path, key, row[key], n)
         values["Num of Hardware"] = _count(path, "Num of Hardware", row["Num of Hardware"], n)
+        if LIB_LAYOUT in header:
+            values[LIB_LAYOUT] = _text(path, LIB_LAYOUT, row[LIB_LAYOUT], n)
         measured = {"latency_s": _positive(path, "Latency", row["Latency"], n),
                     "throughput_tokens_per_s": _positive(path, "Throughput", row["Throughput"], n)}
         if power:

@@ -6,12 +6,15 @@ A row is ``Batch Size`` prompts of ``Input Output Length`` tokens in and as many
 timed end to end. llama.cpp is the exception: its ``Batch
 Size`` is its prompt batch (``-b``), so a row is one sequence whose prompt runs in
 ceil(L / b) forward passes, split layer-wise over the devices (``-sm layer``).
+
+A row with a ``Parallelism Type`` (the bench's ``Fig_5_b/TP_EP_PP_results.csv``) ran the
+layout it names (:data:`LAYOUTS`); without one, tensor parallelism over every device.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +65,39 @@ def bench_devices(values: Mapping[str, Any]) -> int:
     return int(values["Num of Hardware"]) * DEVICES_PER_UNIT.get(str(values.get("Hardware")), 1)
 
 
-class UnmodelledFramework(Exception):
-    """A framework no runtime profile describes; the message is the reason reported."""
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """A row's parallel layout (:class:`~energylens.deployment.Deployment` fields)."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    moe_tp: int | None = None
+
+
+#: The bench's ``Parallelism Type`` labels (its ``Fig_5_b`` file: TensorRT-LLM on four
+#: A100s, spelt as there, typos included) -> the layout over the row's ``n`` devices, as
+#: :class:`~energylens.deployment.Deployment` fields. TensorRT-LLM splits attention over its
+#: whole ``tp_size`` and each MoE layer ``moe_tp_size x moe_ep_size = tp_size`` ways
+#: (TensorRT-LLM's expert-parallelism documentation; recalled, assumed): ``EP`` is
+#: attention over all ``n`` and whole experts spread ``n`` ways, ``Hybrid TP = 2 and EP =
+#: 2`` experts in two groups each split two ways. The hybrids name their split of four
+#: devices (2 x 2), as every one of the file's ran.
+LAYOUTS: dict[str, Callable[[int], Layout]] = {
+    "Tensor Parallelism": lambda n: Layout(tp=n),
+    "TP": lambda n: Layout(tp=n),
+    "Pipeline Parallelism": lambda n: Layout(pp=n),
+    "PP": lambda n: Layout(pp=n),
+    "EP": lambda n: Layout(tp=n, ep=n, moe_tp=1),
+    "Hybrid TP = 2 and EP = 2": lambda n: Layout(tp=4, ep=2, moe_tp=2),
+    "Hybrid TP = 2 and PP = 2": lambda n: Layout(tp=2, pp=2),
+    "Hybird Tensor (2) and Pipeline (2) Parallelism": lambda n: Layout(tp=2, pp=2),
+}
+
+
+class UnmodelledRow(Exception):
+    """A row this reading does not price (a framework no runtime profile describes, a
+    layout it does not know); the message is the reason reported."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +118,11 @@ class BenchSetup:
 
 
 def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
-    """The setup of a loaded row's ``input``; raises :class:`UnmodelledFramework`."""
+    """The setup of a loaded row's ``input``; raises :class:`UnmodelledRow`."""
     framework = str(values["Framework"])
     runtime = RUNTIMES.get(framework)
     if runtime is None:
-        raise UnmodelledFramework(f"framework {framework} has no runtime profile")
+        raise UnmodelledRow(f"framework {framework} has no runtime profile")
     n, tokens = bench_devices(values), int(values["Input Output Length"])
     batch = int(values["Batch Size"])
     if runtime == "llama.cpp":
@@ -96,8 +130,15 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
                           deployment=Deployment(runtime=runtime, pp=n, num_gpus=n,
                                                 prefill_chunk_tokens=batch),
                           sequences=1, tokens=tokens)
+    label = values.get("Parallelism Type")
+    layout_of = LAYOUTS.get(str(label)) if label else LAYOUTS["TP"]
+    if layout_of is None:
+        raise UnmodelledRow(f"parallelism type {label!r} is not read (known: "
+                            f"{', '.join(sorted(LAYOUTS))})")
+    layout = layout_of(n)
     return BenchSetup(runtime=runtime,
-                      deployment=Deployment(runtime=runtime, tp=n, num_gpus=n,
+                      deployment=Deployment(runtime=runtime, num_gpus=n, tp=layout.tp,
+                                            pp=layout.pp, ep=layout.ep, moe_tp=layout.moe_tp,
                                             runtime_version=RELEASES.get(framework),
                                             routing=Routing(identical_sequences=framework
                                                             in IDENTICAL_PROMPTS)),

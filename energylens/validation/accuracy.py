@@ -192,6 +192,26 @@ def _summary(rows: list[RowResult], extra: dict[str, Callable[[RowResult], bool]
     return summary
 
 
+def bench_layout(row: RowResult) -> str:
+    """The layout an LLM-Inference-Bench row ran, e.g. ``TP4 EP4`` (attention over four
+    GPUs, whole experts over four), ``PP4``, ``1 GPU``; ``-`` where it is not read."""
+    from energylens.measurements.inference_bench import UnmodelledRow, bench_setup
+
+    try:
+        d = bench_setup(row.input).deployment
+    except UnmodelledRow:
+        return "-"
+    parts = [f"{name}{degree}" for name, degree in (("TP", d.tp), ("PP", d.pp), ("EP", d.ep))
+             if degree > 1]
+    return " ".join(parts) or "1 GPU"
+
+
+def _layout_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], bool]]:
+    """One row group per layout the rows ran (:func:`bench_layout`)."""
+    return {layout: (lambda r, layout=layout: bench_layout(r) == layout)  # type: ignore[misc]
+            for layout in sorted({bench_layout(r) for r in rows})}
+
+
 def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], bool]]:
     """Row groups of ML.ENERGY rows; ``host-bound`` runs are screened over all of ``rows``
     (every task file: the screen compares a model's tasks)."""
@@ -337,6 +357,16 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             datasets[key] = Dataset(name=key, title=f"{title}, {framework} on {hardware} ({label})",
                                     files=[str(f) for f in files], rows=mine,
                                     summary=_summary(mine), unpredicted=notes)
+    for layout_file in sorted(bench.glob("Fig_5_b/TP_EP_PP_results.csv")):
+        rows, notes = _merge([validate(format="llm-inference-bench", path=layout_file,
+                                       calibration=calibration)])
+        datasets["llm-inference-bench-layouts"] = Dataset(
+            name="llm-inference-bench-layouts",
+            title="LLM-Inference-Bench layouts (tensor, pipeline, expert parallel and hybrids), "
+                  "TensorRT-LLM on 1-4 A100 40 GB (layouts never fitted; the engine's A100 "
+                  "constants fitted on All_results.csv, which repeats this file's TP rows)",
+            files=[str(layout_file)], rows=rows, summary=_summary(rows, extra=_layout_groups(rows)),
+            unpredicted=notes)
     for ttft_file in sorted(bench.glob("Fig_22/all_results_TTFT_ITL.csv")):
         rows = _ttft_rows(ttft_file, calibration)
         for hardware, framework in sorted({(str(r.input["gpu"]), str(r.input["framework"]))

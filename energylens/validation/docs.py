@@ -503,6 +503,10 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "AIConfigurator's measured serving rows at client concurrency 1-1,024, per engine and "
         "GPU: [load.md](load.md#error-on-published-measurements-under-load) "
         "(`python benchmarks/validate_load_aic.py`).",
+        "- Which parallel layout is fastest (tensor, pipeline, expert parallel, hybrids) against "
+        "LLM-Inference-Bench's TensorRT-LLM layout comparison on one to four A100s, per layout "
+        "and per batch (never fitted on): [layouts.md](layouts.md) "
+        "(`python benchmarks/validate_layouts.py`).",
         "- MLA prompt attention against TensorRT-LLM's measured kernel on H100, H200, B200 and "
         "GB200, per prompt length: [kernels-h200.md](kernels-h200.md) "
         "(`python benchmarks/validate_mla_context.py`).",

@@ -265,7 +265,7 @@ def _llm_inference_bench(rows: list[MeasurementRow], *, gpu: str | None, cal: Ca
             run = inference_bench.price(model=str(row.input["Model"]),
                                         gpu=gpu or str(row.context["gpu"]), setup=setup,
                                         calibration=cal)
-        except (inference_bench.UnmodelledFramework, UnknownModelError, UnknownGPUError,
+        except (inference_bench.UnmodelledRow, UnknownModelError, UnknownGPUError,
                 ConfigError) as exc:
             result.error = str(exc)
             continue

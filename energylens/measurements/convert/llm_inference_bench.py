@@ -1,7 +1,9 @@
-"""Argonne LLM-Inference-Bench ``All_results.csv`` / ``power_results.csv`` -> ``batch`` rows.
+"""Argonne LLM-Inference-Bench ``All_results.csv`` / ``power_results.csv`` /
+``TP_EP_PP_results.csv`` -> ``batch`` rows.
 
 A row is one static batch of ``Batch Size`` requests with ``Input Output Length`` tokens
-in and out on ``Num of Hardware`` GPUs (tensor parallel; an MI250 package counts as its two
+in and out on ``Num of Hardware`` GPUs (tensor parallel, or the layout its ``Parallelism
+Type`` names: ``tp``, ``pp``, ``ep``, ``moe_tp``; an MI250 package counts as its two
 GPUs, :func:`~energylens.measurements.inference_bench.bench_devices`): ``Latency`` is the whole batch
 end to end (``e2e_s``), ``Throughput`` input + output tokens per second
 (``total_tokens_per_s``), ``avg_power`` (mW in the file) the board power (``power_w``).
@@ -48,7 +50,7 @@ from energylens.measurements.inference_bench import (
     IDENTICAL_PROMPTS,
     RELEASES,
     RUNTIMES,
-    UnmodelledFramework,
+    UnmodelledRow,
     bench_devices,
     bench_setup,
 )
@@ -79,12 +81,13 @@ def convert(path: Path, options: Options) -> Converted:
         try:
             setup = bench_setup(v)
             layout = setup.deployment
-            tp, pp, chunk, sequences = (layout.tp, layout.pp, layout.prefill_chunk_tokens,
-                                        setup.sequences)
-        except UnmodelledFramework:  # converted as measured; refused when predicted
-            tp, pp, chunk, sequences = n, 1, None, 1 if one else batch
+            tp, pp, ep, moe_tp = layout.tp, layout.pp, layout.ep, layout.moe_tp
+            chunk, sequences = layout.prefill_chunk_tokens, setup.sequences
+        except UnmodelledRow:  # converted as measured; refused when predicted
+            tp, pp, ep, moe_tp, chunk, sequences = n, 1, 1, None, None, 1 if one else batch
         converted = {"model": v["Model"], "gpu": row.context["gpu"], "num_gpus": n, "tp": tp,
-                     "pp": pp if pp > 1 else None,
+                     "pp": pp if pp > 1 else None, "ep": ep if ep > 1 else None,
+                     "moe_tp": moe_tp,
                      "framework": AMBIGUOUS.get(str(v["Framework"]), v["Framework"]),
                      "runtime_version": RELEASES.get(str(v["Framework"])), "workload": "batch",
                      "identical_prompts": "true" if v["Framework"] in IDENTICAL_PROMPTS else None,
