@@ -607,3 +607,27 @@ def test_k_shot_reports_each_groups_error_on_the_rows_it_did_not_fit(tmp_path: P
     assert report.as_dict()["groups"] == groups
     assert "groups" not in validate_measured(measurements,
                                              calibration=default_calibration()).as_dict()
+
+
+def test_a_load_rows_length_spread_and_itl_percentiles(tmp_path: Path) -> None:
+    """A closed loop of 32 clients, fixed lengths and lengths of CV 0.8: the spread reaches
+    the workload and the ITL percentiles are predicted and ordered. With fixed lengths the
+    clients stay in lockstep cohorts (all prompts admitted together, their first token
+    from that step), so no decode step carries a prompt: p99 ITL is a decode step. Varied
+    lengths desynchronise them and prompts join decode steps: a p99 well above the
+    median. A batch row may not carry a spread; "0.0" reads as none."""
+    row = "llama-3.1-8b,H100,1,1,vllm,load,,512,256,32,{cv},0.02,0.03\n"
+    path = _write(tmp_path, f"{HEADER},concurrency,length_cv,itl_p90_s,itl_p99_s\n"
+                            + row.format(cv="0.0") + row.format(cv="0.8")
+                            + "llama-3.1-8b,H100,1,1,vllm,batch,1,512,256,,0.8,0.02,0.03\n")
+    measurements = load_user_csv(path)
+    assert row_case(measurements.rows[0]).workload.length_cv == 0.0
+    assert row_case(measurements.rows[1]).workload.length_cv == 0.8
+    fixed, spread, batch = validate_measured(measurements, calibration=default_calibration()).rows
+    for outcome in (fixed, spread):
+        assert outcome.error is None, outcome.error
+        p = outcome.predicted
+        assert 0 < p["itl_p50_s"] <= p["itl_p90_s"] <= p["itl_p99_s"]
+    assert fixed.predicted["itl_p99_s"] < 1.2 * fixed.predicted["itl_p50_s"]
+    assert spread.predicted["itl_p99_s"] > 2 * spread.predicted["itl_p50_s"]
+    assert "length_cv" in (batch.error or "")

@@ -57,6 +57,10 @@ RUN_COUNTS = ("num_requests",)
 #: A load row's prompt tokens every request shares, held once by the engine's prefix cache
 #: (``Workload.shared_prefix_tokens``; blank or 0: none).
 SHARED_PREFIX = "shared_prefix_tokens"
+#: A load row's spread of request lengths: the coefficient of variation of the gamma its
+#: input and output lengths are drawn from around their means (``Workload.length_cv``;
+#: blank or 0: every request of the stated lengths).
+LENGTH_CV = "length_cv"
 #: Why a row is no measurement of the deployment's GPU work (``host-bound: ...``: the host
 #: paced the run; ``<kind>: <why>``): predicted, never fitted on, scored apart as
 #: ``<metric>[<kind>]``. The ML.ENERGY converter writes it for host-paced runs.
@@ -64,11 +68,12 @@ SCREENED = "screened"
 WORKLOADS = ("batch", "serving", "load")
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-           "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s",
+           "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+           "e2e_p50_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
-         IDENTICAL_PROMPTS, SHARED_PREFIX, SCREENED,
+         IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
@@ -132,6 +137,14 @@ def _number(path: Path, column: str, raw: str, row: int) -> float:
     return value
 
 
+def _zero(raw: str) -> bool:
+    """Whether a cell reads as the number 0 ("0", "0.0", "0e0")."""
+    try:
+        return float(raw) == 0.0
+    except ValueError:
+        return False
+
+
 def _count(path: Path, column: str, raw: str, row: int) -> int:
     value = _number(path, column, raw, row)
     if not value.is_integer():
@@ -172,6 +185,8 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
             values[column] = _flag(path, column, raw, number)
         elif column in ("speculative_tokens", SHARED_PREFIX):
             values[column] = 0 if raw == "0" else _count(path, column, raw, number)
+        elif column == LENGTH_CV:
+            values[column] = 0.0 if _zero(raw) else _number(path, column, raw, number)
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
         elif column in RUNTIME_COLUMNS:
@@ -291,6 +306,9 @@ def _workload(v: dict[str, Any]) -> Workload:
     if v[SHARED_PREFIX] and kind != "load":
         raise UnsupportedRow(f"{SHARED_PREFIX} is a load row's (requests sharing a cached "
                              f"prefix); a {kind} row has none")
+    if v[LENGTH_CV] and kind != "load":
+        raise UnsupportedRow(f"{LENGTH_CV} is a load row's (requests of varied lengths); a "
+                             f"{kind} row's sequences have the stated lengths")
     for column in ("input_tokens", "output_tokens"):
         if v[column] is None:
             raise UnsupportedRow(f"no {column}: needed to predict a {kind} row")
@@ -316,6 +334,8 @@ def _workload(v: dict[str, Any]) -> Workload:
         extra |= {"num_requests": v["num_requests"], "warmup_fraction": 0.0}
     if v[SHARED_PREFIX]:
         extra |= {"shared_prefix_tokens": v[SHARED_PREFIX]}
+    if v[LENGTH_CV]:
+        extra |= {"length_cv": v[LENGTH_CV]}
     return Workload(kind="load", batch=v["batch"] or 1, **lengths, **extra)
 
 
@@ -356,7 +376,8 @@ def predicted_metrics(prediction: Prediction, workload: Workload) -> dict[str, f
         out.update(tpot_s=p.tpot_s, itl_s=p.tpot_s, e2e_s=e2e, e2e_p50_s=e2e,
                    ttft_p50_s=p.ttft_s, ttft_p90_s=p.ttft_s, ttft_p99_s=p.ttft_s,
                    tpot_p50_s=p.tpot_s, tpot_p90_s=p.tpot_s, tpot_p99_s=p.tpot_s,
-                   itl_p50_s=p.tpot_s, request_throughput_per_s=batch / e2e)
+                   itl_p50_s=p.tpot_s, itl_p90_s=p.tpot_s, itl_p99_s=p.tpot_s,
+                   request_throughput_per_s=batch / e2e)
     elif workload.kind == "serving":
         step = batch / p.output_tokens_per_s
         out.update(tpot_s=step, itl_s=step, tpot_p50_s=p.tpot_s, itl_p50_s=p.tpot_s,

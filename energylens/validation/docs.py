@@ -503,6 +503,10 @@ def render(report: AccuracyReport, plots: list[str]) -> str:
         "AIConfigurator's measured serving rows at client concurrency 1-1,024, per engine and "
         "GPU: [load.md](load.md#error-on-published-measurements-under-load) "
         "(`python benchmarks/validate_load_aic.py`).",
+        "- Inter-token latency percentiles (p50, p90, p99) of vLLM at a full running batch "
+        "against ML.ENERGY's runs (the load kind; p90 and p99 never fitted on): "
+        "[load.md](load.md#inter-token-latency-percentiles-at-a-full-batch-mlenergy) "
+        "(`python benchmarks/validate_mlenergy_itl.py`).",
         "- Which parallel layout is fastest (tensor, pipeline, expert parallel, hybrids) against "
         "LLM-Inference-Bench's TensorRT-LLM layout comparison on one to four A100s, per layout "
         "and per batch (never fitted on): [layouts.md](layouts.md) "
