@@ -137,12 +137,14 @@ def _number(path: Path, column: str, raw: str, row: int) -> float:
     return value
 
 
-def _zero(raw: str) -> bool:
-    """Whether a cell reads as the number 0 ("0", "0.0", "0e0")."""
+def _nonnegative(path: Path, column: str, raw: str, row: int) -> float:
     try:
-        return float(raw) == 0.0
+        value = float(raw)
     except ValueError:
-        return False
+        raise _fail(path, f"column '{column}' has non-numeric value {raw!r} in row {row}") from None
+    if not math.isfinite(value) or value < 0:
+        raise _fail(path, f"column '{column}' must be a number >= 0, got {raw!r} in row {row}")
+    return value
 
 
 def _count(path: Path, column: str, raw: str, row: int) -> int:
@@ -186,7 +188,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         elif column in ("speculative_tokens", SHARED_PREFIX):
             values[column] = 0 if raw == "0" else _count(path, column, raw, number)
         elif column == LENGTH_CV:
-            values[column] = 0.0 if _zero(raw) else _number(path, column, raw, number)
+            values[column] = _nonnegative(path, column, raw, number)
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
         elif column in RUNTIME_COLUMNS:
