@@ -12,6 +12,8 @@ file and, where relevant, the column or key. Formats (see ``data/measurements/SO
 - ``vidur-network``: Vidur ``all_reduce.csv`` / ``send_recv.csv`` (bytes, ms).
 - ``splitwise``: Splitwise-style prompt/token timing CSV (ms).
 - ``llmcompass-matmul``: LLMCompass ``matmul_<GPU>.csv`` (no header, units in the cells).
+- ``llmcompass-layer``: LLMCompass ``transformer_{prefill,decode}_<GPU>.csv`` (one GPT-3-175B
+  layer's twelve op times, one per line, seconds).
 - ``llm-inference-bench``: Argonne LLM-Inference-Bench ``All_results.csv``,
   ``power_results.csv`` and ``TP_EP_PP_results.csv`` (s, tokens/s, mW).
 """
@@ -467,6 +469,60 @@ def _load_llmcompass_matmul(path: Path, gpu: str | None) -> list[MeasurementRow]
     return out
 
 
+# --- LLMCompass transformer layer --------------------------------------------------------
+
+#: The ops of ``transformer_{prefill,decode}_<GPU>.csv``, one per line in this order
+#: (``data/measurements/SOURCES.md``, row ``llmcompass/``: LLMCompass ``ae/figure5``).
+LLMCOMPASS_LAYER_OPS: tuple[str, ...] = (
+    "qkv", "q_mul_k", "a_mul_v", "wo", "w1", "w2", "softmax", "layernorm_mha",
+    "layernorm_ffn", "gelu", "allreduce_mha", "allreduce_ffn")
+LLMCOMPASS_PHASES = ("prefill", "decode")
+#: The layer LLMCompass timed (its paper, ISCA 2024, Fig. 5): GPT-3-175B, batch 8, 2,048
+#: tokens per sequence (decode: one new token after 2,048 of context), tensor parallel 4.
+LLMCOMPASS_LAYER_SETUP = {"batch": 8, "tokens": 2048, "tp": 4}
+#: The file names a GPU ``A100``; which card: decode's W1 GEMM reads its 12,288 x 12,288
+#: fp16 TP-4 shard (302 MB) in 186 us = 1.62 TB/s, and W2 the same, above the 40 GB card's
+#: 1.555 TB/s HBM peak (NVIDIA A100 datasheet) and below the 80 GB SXM card's 2.039 TB/s:
+#: only the 80 GB card can stream it that fast.
+LLMCOMPASS_GPUS: dict[str, str] = {"A100": "A100-80GB-SXM"}
+#: Above any one op of this layer on one A100: the largest, prefill's W1 GEMM
+#: (2 x 16,384 x 12,288 x 12,288 FLOPs = 4.9e12), takes 16 ms at the 312 TFLOP/s fp16
+#: peak; a value of a second or more is a file in milliseconds.
+MAX_LAYER_OP_S = 1.0
+
+
+def _load_llmcompass_layer(path: Path, gpu: str | None) -> list[MeasurementRow]:
+    """Twelve op times in seconds (no header, one per line, :data:`LLMCOMPASS_LAYER_OPS`);
+    phase and GPU from the name ``transformer_<phase>_<GPU>.csv``."""
+    text = read_text(path)
+    parts = path.stem.split("_")
+    phase = next((p for p in parts if p in LLMCOMPASS_PHASES), None)
+    if phase is None:
+        raise _fail(path, "cannot infer the phase from the name (expected "
+                          "transformer_<prefill|decode>_<GPU>.csv)")
+    named = parts[-1] if len(parts) >= 3 and parts[-1] not in LLMCOMPASS_PHASES else None
+    gpu = gpu or (LLMCOMPASS_GPUS.get(named, named) if named else None)
+    if gpu is None:
+        raise _no_gpu(path, "transformer_<prefill|decode>_<GPU>.csv")
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)
+             if line.strip()]
+    if len(lines) != len(LLMCOMPASS_LAYER_OPS):
+        raise _fail(path, f"{len(lines)} values; expected {len(LLMCOMPASS_LAYER_OPS)}, one per "
+                          f"line ({', '.join(LLMCOMPASS_LAYER_OPS)})")
+    out = []
+    for (n, value), op in zip(lines, LLMCOMPASS_LAYER_OPS, strict=True):
+        if "," in value:
+            raise _fail(path, f"line {n} has more than one field; expected one time in seconds")
+        time_s = _positive(path, op, value, n)
+        if time_s >= MAX_LAYER_OP_S:
+            raise _fail(path, f"column '{op}' value {time_s:g} in row {n} is not below "
+                              f"{MAX_LAYER_OP_S:g}; expected seconds")
+        context = {"gpu": gpu, "phase": phase, "dtype": "fp16", **LLMCOMPASS_LAYER_SETUP}
+        out.append(MeasurementRow(input={"op": op, "phase": phase}, measured={"time_s": time_s},
+                                  context=context))
+    return out
+
+
 # --- LLM-Inference-Bench ---------------------------------------------------------------
 
 _LIB_INPUT = ("Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length",
@@ -533,6 +589,7 @@ _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
     "vidur-network": _load_vidur_network,
     "splitwise": _load_splitwise,
     "llmcompass-matmul": _load_llmcompass_matmul,
+    "llmcompass-layer": _load_llmcompass_layer,
     "llm-inference-bench": _load_llm_inference_bench,
 }
 FORMATS: tuple[str, ...] = tuple(_LOADERS)

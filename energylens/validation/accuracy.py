@@ -338,6 +338,10 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             "vidur-network", sorted(sku_dir.glob("*.csv")))
     add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
         sorted((data / "llmcompass").glob("matmul_*.csv")))
+    for phase in ("prefill", "decode"):  # one dataset per phase: each its own MAPE line
+        add(f"llmcompass-layer-{phase}-A100",
+            f"LLMCompass GPT-3-175B layer ops, {phase}, 4 x A100 TP4 (never fitted)",
+            "llmcompass-layer", sorted((data / "llmcompass").glob(f"transformer_{phase}_*.csv")))
     bench = data / "llm-inference-bench"
     for name, title, pattern in (
             ("llm-inference-bench", "LLM-Inference-Bench static batches", "All_results.csv"),

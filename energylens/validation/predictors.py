@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,21 +18,28 @@ from typing import Any
 import numpy as np
 
 from energylens.calibration.file import resolve_calibration
-from energylens.cost.comm import collective_cost
+from energylens.cost.comm import collective_cost, link_for_group
 from energylens.cost.constants import Calibration
 from energylens.cost.kernels import compile_layer
 from energylens.cost.roofline import ClockState, kernel_cost
+from energylens.cost.work import Size, tensor_bytes
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, SpecError, UnknownGPUError, UnknownModelError
-from energylens.hardware import load_gpu
+from energylens.hardware import GPU, load_gpu
 from energylens.measurements import bench_screen, inference_bench, mlenergy
 from energylens.measurements.bench_screen import screen_kind, screened_summary
-from energylens.measurements.formats import MeasurementRow, load_measurements
+from energylens.measurements.formats import (
+    LLMCOMPASS_LAYER_OPS,
+    LLMCOMPASS_LAYER_SETUP,
+    MeasurementRow,
+    load_measurements,
+)
 from energylens.measurements.topology import link_of
 from energylens.measurements.vidur_ops import HEAD_OPS, VIDUR_OPS, Geometry, op_latency_s
+from energylens.model.families import build_graph
 from energylens.model.spec import LayerSpec, parse_einsum
 from energylens.model.zoo import get_model
-from energylens.predict import predict
+from energylens.predict import calibration_for_gpu, predict
 
 Calibrated = Calibration | str | Path | None
 
@@ -252,6 +259,105 @@ def _llmcompass_matmul(rows: list[MeasurementRow], *, gpu: str | None, cal: Cali
     return out
 
 
+# --- LLMCompass GPT-3-175B layer ops ------------------------------------------------------
+
+#: Each LLMCompass layer op -> the kernel of the compiled layer that prices it (the
+#: all-reduces: the collective the sharding derives after that op).
+LLMCOMPASS_LAYER_KERNELS: dict[str, str] = {
+    "qkv": "q+k+v", "q_mul_k": "qk", "a_mul_v": "av", "wo": "o", "w1": "up", "w2": "down",
+    "softmax": "soft", "layernorm_mha": "norm1", "layernorm_ffn": "norm2", "gelu": "act",
+    "allreduce_mha": "o", "allreduce_ffn": "down"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerOpPrice:
+    """The cost model's price of one LLMCompass layer op on one GPU of the TP group."""
+
+    op: str
+    kernel: str  # the compiled kernel (or, for an all-reduce, the op it follows)
+    latency_s: float
+    flops: float
+    bytes: float
+    message_bytes: float = 0.0  # all-reduces: the full tensor each GPU contributes
+
+
+@cache
+def _gpt3_layer() -> tuple[LayerSpec, dict[str, int]]:
+    """GPT-3-175B's layer as OPT's family spec builds it, with the causal masks removed:
+    LLMCompass times each op in PyTorch eager on its full shape (Q·K^T over every query-key
+    pair, softmax over the whole square), not a masked kernel."""
+    # GPT-3-175B (Brown et al. 2020, Table 2.1: d_model 12,288, 96 heads of 128, 96 layers;
+    # FFN 4 x d_model = 49,152, GeLU, LayerNorm) on OPT's zoo entry: OPT-175B has the same
+    # shapes and the same pre-LayerNorm MHA layer, plain MLP and learned positions. No
+    # Hugging Face checkpoint: an empty id.
+    model = replace(get_model("opt-6.7b"), name="gpt3-175b", hf_id="", hidden_size=12288,
+                    num_heads=96, num_kv_heads=96, head_dim=128, ffn_size=49152,
+                    num_layers=96)
+    group = build_graph(model).groups[0]
+    layer = replace(group.layer, ops=tuple(replace(op, causal=None) for op in group.layer.ops))
+    return layer, dict(group.sizes)
+
+
+def llmcompass_layer_prices(*, phase: str, gpu: GPU, cal: Calibration) -> dict[str, LayerOpPrice]:
+    """Every op of LLMCompass's GPT-3-175B layer (batch 8, 2,048 tokens, TP 4) priced by the
+    cost model: GEMMs, the unfused Q·K and A·V batched GEMMs and the small memory-bound
+    kernels at the GPU's calibrated constants and boost clock (fp16 weights, QKV as one
+    GEMM), the all-reduces by the collective model on the GPU's scale-up link (NCCL's
+    constants, no serving engine's own all-reduce)."""
+    setup = LLMCOMPASS_LAYER_SETUP
+    tokens = float(setup["tokens"])
+    sizes_phase: dict[str, Size] = {"b": float(setup["batch"]), "p": tokens, "n": 1.0, "t": 1.0,
+                                    "m": tokens if phase == "prefill" else 1.0}
+    layer, sizes = _gpt3_layer()
+    tp = int(setup["tp"])
+    compiled = compile_layer(layer=layer, sizes=sizes, degrees={"tp": tp},
+                             fusion=frozenset({"qkv"}))
+    constants = calibration_for_gpu(cal, gpu).kernel(gpu.name)
+    clock = ClockState.at(gpu=gpu, freq_mhz=None, constants=constants)
+    kernels = {k.name: k for k in compiled.kernels}
+    collectives = {c.after_op: c for c in compiled.collectives if c.kind == "all_reduce"}
+    kind, bandwidth = link_for_group(gpu=gpu, group_size=tp)
+    link = calibration_for_gpu(cal, gpu).link(gpu=gpu.name, kind=kind)
+    out = {}
+    for op in LLMCOMPASS_LAYER_OPS:
+        name = LLMCOMPASS_LAYER_KERNELS[op]
+        if op.startswith("allreduce"):
+            c = collectives[name]
+            message = float(tensor_bytes(tensor=c.tensor, sizes={**c.sizes, **sizes_phase},
+                                         weight_dtype="fp16", window=None))
+            comm = collective_cost(kind="all_reduce", message_bytes=message, group_size=tp,
+                                   bandwidth=bandwidth, constants=link)
+            out[op] = LayerOpPrice(op=op, kernel=f"all_reduce after {name}",
+                                   latency_s=float(comm.latency_s), flops=0.0,
+                                   bytes=message, message_bytes=message)
+            continue
+        cost = kernel_cost(kernel=kernels[name], phase=sizes_phase, window=None, gpu=gpu,
+                           constants=constants, clock=clock, weight_dtype="fp16")
+        out[op] = LayerOpPrice(op=op, kernel=name, latency_s=float(cost.latency_s),
+                               flops=float(cost.flops), bytes=float(cost.bytes))
+    return out
+
+
+def _llmcompass_layer(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
+                      **_: Any) -> list[RowResult]:
+    out = []
+    prices: dict[tuple[str, str], dict[str, LayerOpPrice]] = {}  # (phase, GPU) -> op prices
+    for row in rows:
+        result = RowResult(input=dict(row.input), measured=dict(row.measured))
+        out.append(result)
+        try:
+            spec = load_gpu(gpu or str(row.context["gpu"]))
+        except UnknownGPUError as exc:
+            result.error = str(exc)
+            continue
+        phase = str(row.context["phase"])
+        if (phase, spec.name) not in prices:
+            prices[(phase, spec.name)] = llmcompass_layer_prices(phase=phase, gpu=spec, cal=cal)
+        price = prices[(phase, spec.name)][str(row.input["op"])]
+        result.predicted = {"time_s": price.latency_s}
+    return out
+
+
 # --- LLM-Inference-Bench static batches ----------------------------------------------------
 
 def _llm_inference_bench(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
@@ -290,6 +396,7 @@ PREDICTORS: dict[str, Callable[..., list[RowResult]]] = {
     "vidur-network": _vidur_network,
     "splitwise": _splitwise,
     "llmcompass-matmul": _llmcompass_matmul,
+    "llmcompass-layer": _llmcompass_layer,
     "llm-inference-bench": _llm_inference_bench,
 }
 
