@@ -66,3 +66,22 @@ def test_the_model_orders_the_layouts_of_a_batch_as_measured() -> None:
     assert checked == 5
     mixtral = groups[("mistralai/Mixtral-8x7B-v0.1", 128, 1)]
     assert sorted(mixtral, key=lambda k: mixtral[k][0]) == ["TP4", "TP4 EP2", "TP4 EP4", "PP4"]
+
+
+def test_the_converter_writes_each_layout_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    """Converted rows carry the layout the label names (EP: tp 4, ep 4, moe_tp 1); a label
+    not read is refused in one line, never written as tensor parallelism."""
+    from energylens.errors import MeasurementError
+    from energylens.measurements.convert import Options, converters
+
+    rows = converters()["llm-inference-bench"](FILE, Options()).rows
+    ep = [r for r in rows if "Mixtral" in r["model"] and r["ep"] == 4]
+    assert len(ep) == 4 and all((r["tp"], r["moe_tp"], r["pp"]) == (4, 1, None) for r in ep)
+    assert sum(r["pp"] == 4 and r["tp"] == 1 for r in rows) == 16  # PP4 rows of the file
+    bad = tmp_path / "bad.csv"
+    with FILE.open() as f:
+        header = f.readline()
+    bad.write_text(header + "Nvidia A100 GPU,4,TensorRT-LLM,mistralai/Mixtral-8x7B-v0.1,128,1,"
+                   "Sequence Parallelism,1.0,200.0\n")
+    with pytest.raises(MeasurementError, match="'Sequence Parallelism' .* is not read"):
+        converters()["llm-inference-bench"](bad, Options())
