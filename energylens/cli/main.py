@@ -145,6 +145,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="also predict the deployment with each of a few single changes (no "
                         "fusion, FP8 KV cache, FP8 weights, lower clock, 2x TP, 2x batch, "
                         "overlapped collectives) beside it")
+    p.add_argument("--layouts", action="store_true",
+                   help="also predict every parallel layout of the same GPUs (TP, PP, EP, "
+                        "attention DP, replicas) with the same workload, fastest TPOT first")
     p.add_argument("--launch-command", action="store_true",
                    help="print the script that starts this deployment on its runtime instead "
                         "(with --json: a launch_command field in the object)")
@@ -195,13 +198,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         if args.breakdown else None
     variants = _what_if(args, deployment=deployment, workload=workload) if args.what_if \
         else None
+    options = _layouts(args, deployment=deployment, workload=workload) if args.layouts \
+        else None
     if args.json:
         print(json.dumps({**result.as_dict(),
                           "configuration": _configuration(args, deployment=deployment,
                                                           workload=workload),
                           "expected_error": None if expected is None else expected.as_dict(),
                           **({} if breakdown is None else {"breakdown": breakdown}),
-                          **({} if variants is None else {"what_if": variants})}))
+                          **({} if variants is None else {"what_if": variants}),
+                          **({} if options is None else {"layouts": options})}))
         return 0
 
     from energylens.cli.tables import capacity_note, print_prediction
@@ -235,6 +241,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         from energylens.cli.tables import print_what_if
 
         print_what_if(variants, console=console())
+    if options is not None:
+        from energylens.cli.tables import print_layouts
+
+        print_layouts(options, console=console())
     return 0
 
 
@@ -314,6 +324,19 @@ def _what_if(args: argparse.Namespace, *, deployment: Deployment,
     return [v.as_dict() for v in what_if(model=args.model, gpu=args.gpu,
                                          deployment=deployment, workload=workload,
                                          calibration=args.calibration)]
+
+
+def _layouts(args: argparse.Namespace, *, deployment: Deployment,
+             workload: Workload) -> list[dict[str, object]]:
+    """``--layouts``: every parallel layout of the deployment's GPUs, predicted
+    (energylens.layouts)."""
+    from energylens.layouts import compare_layouts
+
+    if args.prefill_pool is not None or args.decode_pool is not None:
+        raise ConfigError("--layouts lays out one deployment's GPUs, not a disaggregated pair")
+    return [o.as_dict() for o in compare_layouts(model=args.model, gpu=args.gpu,
+                                                 deployment=deployment, workload=workload,
+                                                 calibration=args.calibration)]
 
 
 def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Deployment,

@@ -142,6 +142,41 @@ def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:
     console.print(table)
 
 
+def print_layouts(options: Sequence[Mapping[str, Any]], *, console: Console) -> None:
+    """``predict --layouts``: every layout of the same GPUs that runs the workload, fastest
+    TPOT first, each figure against the layout as given; then one line per layout that
+    does not, with the reason."""
+    from rich.table import Table
+
+    base = next((o for o in options if o["as_given"] and o["feasible"]), None)
+    table = Table(title="Every layout of the same GPUs, fastest TPOT first"
+                        + (" (change against the layout as given, *)" if base else ""))
+    columns = (("TPOT", "tpot_s", "{:.2f} ms"), ("TTFT", "ttft_s", "{:.1f} ms"),
+               ("energy/token", "energy_per_output_token_j", "{:.4f} J"),
+               ("output tokens/s", "output_tokens_per_s", "{:,.0f}"))
+    table.add_column("layout")
+    for name, _, _ in columns:
+        table.add_column(name, justify="right")
+    for option in options:
+        if not option["feasible"]:
+            continue
+        label = str(option["layout"]) + (" *" if option["as_given"] else "")
+        cells = []
+        for _, key, fmt in columns:
+            value = float(option[key])
+            text = fmt.format(value * (1e3 if key in ("tpot_s", "ttft_s") else 1.0))
+            if base is not None and option is not base:
+                text += f" ({value / float(base[key]) - 1:+.0%})"
+            cells.append(text)
+        table.add_row(label, *cells)
+    console.print(table)
+    for option in options:
+        if not option["feasible"]:
+            console.print(f"does not run: {option['layout']}"
+                          + (" (as given)" if option["as_given"] else "")
+                          + f": {option['reason']}", highlight=False)
+
+
 def print_what_if(variants: Sequence[Mapping[str, Any]], *, console: Console) -> None:
     """``predict --what-if``: each single change's figures and their change against the
     deployment as given (the first row)."""

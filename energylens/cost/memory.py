@@ -189,7 +189,8 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     share = capacity * default
     if runtime.memory_share_of == "free":  # a share of what weights and activations leave
         fixed = weights + outside
-        usable = fixed + default * np.maximum(capacity - fixed, 0.0)
+        # never more than the board: weights beyond it leave no share to take
+        usable = np.minimum(fixed + default * np.maximum(capacity - fixed, 0.0), capacity)
     elif runtime.memory_share_of == "static":  # weights and KV within the share
         # weights beyond the default share: the engine does not start until its user
         # raises the share (--mem-fraction-static); raised, the share is what the board
