@@ -45,8 +45,9 @@ class Deployment:
 
     A replica spans ``tp x ep x pp`` GPUs; ``dp`` replicas serve independent requests.
     For MoE models under EP, attention and dense layers are tensor-parallel over the
-    whole ``tp x ep`` group (vLLM's layout: EP size = TP size) and each expert is split
-    ``tp`` ways.
+    whole ``tp x ep`` group and each expert is split ``tp`` ways (``tp = 1``: vLLM's
+    ``--enable-expert-parallel``, EP size = TP size; ``tp > 1`` splits each expert too, a
+    layout SGLang and TensorRT-LLM run and vLLM has no flag for).
 
     Data-parallel attention (``attention_dp > 1``, or ``moe_tp`` given: vLLM
     ``--data-parallel-size --enable-expert-parallel``, SGLang ``--enable-dp-attention``,

@@ -82,11 +82,12 @@ def test_a_dense_model_and_engines_without_the_layout_are_refused_with_the_reaso
 
 
 def test_the_explicit_spelling_of_the_legacy_layout_predicts_the_same() -> None:
-    """tp = 4 attention with ep = 2 x moe_tp = 2 is vLLM's tp = 2, ep = 2 (4 GPUs)."""
-    legacy = predict(model=MOE, gpu=GPU, deployment=Deployment(tp=2, ep=2, num_gpus=4),
-                     workload=SERVING)
+    """tp = 4 attention with ep = 2 x moe_tp = 2 is the tp x ep spelling tp = 2, ep = 2 (4
+    GPUs; a layout SGLang runs, vLLM has no flag for)."""
+    legacy = predict(model=MOE, gpu=GPU, workload=SERVING,
+                     deployment=Deployment(tp=2, ep=2, num_gpus=4, runtime="sglang"))
     explicit = predict(model=MOE, gpu=GPU, workload=SERVING,
-                       deployment=Deployment(tp=4, ep=2, moe_tp=2, num_gpus=4))
+                       deployment=Deployment(tp=4, ep=2, moe_tp=2, num_gpus=4, runtime="sglang"))
     assert explicit.as_dict() == legacy.as_dict()
 
 

@@ -88,3 +88,24 @@ def test_a_free_memory_share_never_exceeds_the_board() -> None:
                     workload=SERVING)
     assert not found.feasible
     assert "has 43 GB, of which 43 GB usable" in (found.infeasible_reason or "")
+
+
+def test_vllm_refuses_a_partial_expert_split_that_sglang_runs() -> None:
+    """vLLM's --enable-expert-parallel spreads whole experts over every TP x DP rank: ep = 2
+    on four GPUs (each expert split two ways) has no vLLM flag, so it is refused with the
+    reason (its launch command would start EP4), while SGLang (--ep-size 2) predicts it;
+    among vLLM's layouts it is listed as one that does not run."""
+    from energylens.errors import ConfigError
+
+    partial = Deployment(num_gpus=4, tp=4, ep=2, moe_tp=2)
+    with pytest.raises(ConfigError, match="ep = 2 with each expert split 2 ways"):
+        predict(model="mixtral-8x7b", gpu="H100", deployment=partial, workload=SERVING)
+    assert predict(model="mixtral-8x7b", gpu="H100", workload=SERVING,
+                   deployment=Deployment(num_gpus=4, tp=4, ep=2, moe_tp=2,
+                                         runtime="sglang")).feasible
+    assert predict(model="mixtral-8x7b", gpu="H100", workload=SERVING,
+                   deployment=Deployment(num_gpus=4, tp=1, ep=4)).feasible
+    options = compare_layouts(model="mixtral-8x7b", gpu="H100", workload=SERVING,
+                              deployment=Deployment(num_gpus=4, tp=4))
+    tp4_ep2 = next(o for o in options if o.name == "TP4 EP2")
+    assert not tp4_ep2.feasible and "cannot run" in (tp4_ep2.reason or "")

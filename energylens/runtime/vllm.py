@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from energylens.errors import ConfigError
 from energylens.runtime.launch import MTP_NOTE, PORT, TORCH_DTYPES, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import RuntimeProfile, load_facts
 from energylens.runtime.registry import register
+
+if TYPE_CHECKING:
+    from energylens.deployment import Deployment
+    from energylens.model.config import ModelConfig
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -22,6 +28,21 @@ class VLLM(RuntimeProfile):
     #: forward pass (``GPUModelRunner`` DP padding, ``num_tokens_across_dp``, 0.11), and a
     #: rank without requests runs a dummy batch: datasheet (the engine's code).
     pads_attention_ranks = True
+
+    def check(self, *, deployment: Deployment, model: ModelConfig,
+              gpu_vendor: str | None = None) -> None:
+        """The base checks; and expert parallelism spreads whole experts over every
+        tensor- and data-parallel rank (``--enable-expert-parallel``: the EP size is TP x
+        DP, vLLM's expert-parallel documentation), so ``ep`` is 1 or all of those ranks:
+        a part of them, each expert split over the rest, is a layout it has no flag for."""
+        super().check(deployment=deployment, model=model, gpu_vendor=gpu_vendor)
+        ranks = deployment.attention_tp * deployment.attention_dp
+        if 1 < deployment.ep != ranks:
+            raise ConfigError(
+                f"{self.display_name} {self.version} spreads whole experts over all {ranks} "
+                f"tensor x data-parallel ranks (--enable-expert-parallel: ep = {ranks}); ep = "
+                f"{deployment.ep} with each expert split {deployment.expert_tp} ways is a layout "
+                "it cannot run (SGLang and TensorRT-LLM can)")
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """``vllm serve MODEL --tensor-parallel-size ... --max-num-seqs ...``; data-parallel
