@@ -74,14 +74,15 @@ def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload:
           prefill_chunk_tokens: int | None = None) -> tuple[Placement, MemoryUse]:
     """A deployment bound to its context and the memory the kind needs per GPU; numbers for
     one configuration, arrays over the configurations of one ``predict_many`` group."""
-    sequences = batch / replicas
+    busy = kind.busy_replicas(workload=workload, batch=batch, replicas=replicas)
+    sequences = batch / busy
     demand = kind.memory_demand(workload=workload, sequences=cast(float, sequences))
     memory = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                         degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                         kv_dtype=ctx.kv_dtype, sequences=demand.sequences,
                         context_tokens=demand.context_tokens, step_tokens=demand.step_tokens,
                         draft_layers=ctx.draft_layers)
-    placement = Placement(ctx=ctx, model=model, replicas=cast(int, replicas),
+    placement = Placement(ctx=ctx, model=model, replicas=cast(int, busy),
                           gpus=cast(int, gpus), sequences=cast(float, sequences),
                           max_num_seqs=max_num_seqs, prefill_chunk_tokens=prefill_chunk_tokens)
     return placement, memory

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 from energylens.cost.work import Size
 from energylens.errors import ConfigError
 
@@ -19,10 +21,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class Placement:
     """A deployment bound to its model, GPU, runtime and constants (``ctx``): what a
-    scheduler prices its batches with. ``sequences`` is the workload's batch per replica;
-    ``max_num_seqs`` the deployment's cap on the running requests of one scheduler (one
-    attention rank's; None: the runtime server's default); ``prefill_chunk_tokens`` its
-    prompt tokens per forward pass (None: the runtime's default)."""
+    scheduler prices its batches with. ``replicas`` are the replicas that get work
+    (:meth:`WorkloadKind.busy_replicas`), ``gpus`` every GPU, idle ones too; ``sequences``
+    is the workload's batch per busy replica; ``max_num_seqs`` the deployment's cap on the
+    running requests of one scheduler (one attention rank's; None: the runtime server's
+    default); ``prefill_chunk_tokens`` its prompt tokens per forward pass (None: the
+    runtime's default)."""
 
     ctx: StepContext
     model: ModelConfig
@@ -53,8 +57,19 @@ class WorkloadKind(Protocol):
     def memory_demand(self, *, workload: Workload, sequences: float) -> MemoryDemand:
         """Memory the kind needs per replica with ``sequences`` sequences."""
 
+    def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
+        """Replicas that get work (the others idle at static power): all of them, or fewer
+        where the workload has fewer sequences or clients than replicas."""
+
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
         """Price the batches this kind forms, as a :class:`Prediction`."""
+
+
+def sequence_replicas(*, batch: Size, replicas: Size) -> Size:
+    """Replicas a batch of ``batch`` sequences keeps busy: a replica runs whole sequences,
+    so a batch smaller than the replicas leaves some idle (a fractional mean batch below
+    one runs on one replica)."""
+    return np.minimum(replicas, np.maximum(batch, 1.0))
 
 
 _KINDS: dict[str, WorkloadKind] = {}

@@ -27,7 +27,7 @@ from energylens.cost.step import (
 )
 from energylens.cost.work import Size
 from energylens.workloads.capacity import kv_capped
-from energylens.workloads.registry import MemoryDemand, Placement, register
+from energylens.workloads.registry import MemoryDemand, Placement, register, sequence_replicas
 from energylens.workloads.result import (
     Columns,
     Prediction,
@@ -62,6 +62,10 @@ class StaticBatch:
         return MemoryDemand(sequences=value(np.ceil(sequences)),
                             context_tokens=workload.input_tokens + workload.output_tokens,
                             step_tokens=value(np.ceil(sequences) * workload.input_tokens))
+
+    def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
+        """Replicas with a sequence (:func:`sequence_replicas`)."""
+        return sequence_replicas(batch=batch, replicas=replicas)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
         """TTFT = the prefill step; TPOT = the mean decode step."""

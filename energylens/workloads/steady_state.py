@@ -25,7 +25,7 @@ from energylens.cost.step import (
 )
 from energylens.cost.work import Size
 from energylens.workloads.capacity import kv_capped
-from energylens.workloads.registry import MemoryDemand, Placement, register
+from energylens.workloads.registry import MemoryDemand, Placement, register, sequence_replicas
 from energylens.workloads.result import (
     Columns,
     Prediction,
@@ -91,6 +91,10 @@ class SteadyState:
         s_in, s_out = workload.input_tokens, workload.output_tokens
         return MemoryDemand(sequences=value(np.ceil(sequences)), context_tokens=s_in + s_out / 2,
                             step_tokens=sequences + sequences / s_out * s_in)
+
+    def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
+        """Replicas with a sequence (:func:`sequence_replicas`)."""
+        return sequence_replicas(batch=batch, replicas=replicas)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
         """A prompt is prefilled whole in the step that admits it, so the mean step is the

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import StepContext
+from energylens.cost.work import Size
 from energylens.model.config import ModelConfig
 from energylens.model.context import context_shortfall
 from energylens.workloads.load.arrivals import (
@@ -213,7 +214,10 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
     ``engines`` virtual engines)."""
     ctx, replicas = placement.ctx, placement.replicas * engines
     static_w = ctx.constants.static_power_w
-    per_token = metrics.window_energy_j / metrics.window_output_tokens
+    # replicas a closed loop leaves without a client draw static power all along
+    idle_w = static_w * max(placement.gpus - placement.replicas * ctx.replica_gpus, 0)
+    per_token = (metrics.window_energy_j + idle_w * metrics.window_s / replicas) \
+        / metrics.window_output_tokens
     lat = metrics.latency_s
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
     for key in ("requests_per_s", "goodput_requests_per_s"):
@@ -235,7 +239,7 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         memory_per_gpu_gb=float(memory.total_bytes / 1e9), ttft_s=lat["ttft_mean_s"],
         tpot_s=lat["tpot_mean_s"], energy_per_output_token_j=per_token,
         energy_per_request_j=per_token * metrics.mean_output_tokens,
-        avg_power_w=metrics.window_energy_j / metrics.window_s * replicas,
+        avg_power_w=metrics.window_energy_j / metrics.window_s * replicas + idle_w,
         output_tokens_per_s=metrics.output_tokens_per_s * replicas,
         prefill=_phase(wall_s=metrics.prefill_window[0], joules=metrics.prefill_window[1:],
                        static_w=static_w, gpus=ctx.replica_gpus / engines, replicas=replicas),
@@ -275,6 +279,13 @@ class Load:
                                 step_tokens=held * mean_in)
         return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
 
+    def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
+        """Every replica in an open loop (the balancer spreads the arrivals); in a closed
+        loop, no more replicas than clients (one client keeps one replica busy)."""
+        del batch
+        clients = closed_loop_clients(workload)
+        return replicas if clients <= 0 else min(int(replicas), max(1, math.floor(clients)))
+
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
         """Simulate one replica's share and report the deployment."""
         slos = tuple(SLO.parse(text) for text in workload.slo)
@@ -291,8 +302,9 @@ class Load:
         if workload.capacity_attainment is not None:
             from energylens.workloads.load.capacity import capacity_per_replica
 
+            every = placement.gpus / placement.ctx.replica_gpus  # idle ones too
             rate = capacity_per_replica(placement=placement, workload=workload,
-                                        target=workload.capacity_attainment) * placement.replicas
+                                        target=workload.capacity_attainment) * every
             out.load.update(capacity_requests_per_s=rate,
                             capacity_per_gpu=rate / placement.gpus)
         return out
