@@ -49,11 +49,14 @@ class LayoutOption:
         return self.prediction is not None and self.prediction.feasible
 
     def as_dict(self) -> dict[str, object]:
-        """JSON form: the layout, whether it fits and why not, and :data:`FIGURES`."""
+        """JSON form: the layout, the flags that predict it, whether it fits and why not,
+        its running sequences per busy replica and :data:`FIGURES`."""
         d, found = self.deployment, self.prediction
-        return {"layout": self.name, "as_given": self.as_given, "feasible": self.feasible,
-                "reason": self.reason, "tp": d.tp, "pp": d.pp, "ep": d.ep,
-                "attention_dp": d.attention_dp, "moe_tp": d.moe_tp, "replicas": d.replicas,
+        return {"layout": self.name, "flags": layout_flags(d), "as_given": self.as_given,
+                "feasible": self.feasible, "reason": self.reason, "tp": d.tp, "pp": d.pp,
+                "ep": d.ep, "attention_dp": d.attention_dp, "moe_tp": d.expert_tp,
+                "replicas": d.replicas,
+                "running_batch": None if found is None else found.running_batch,
                 **{k: None if found is None else getattr(found, k) for k in FIGURES}}
 
 
@@ -77,9 +80,24 @@ def layout_name(deployment: Deployment) -> str:
     return name + (f" x {d.replicas} replicas" if d.replicas > 1 else "")
 
 
+def layout_flags(deployment: Deployment) -> str:
+    """The ``predict`` flags of a layout (``--tp 4 --ep 2 --moe-tp 2 --num-gpus 4``)."""
+    d = deployment
+    flags = [f"--tp {d.tp}"]
+    if d.pp > 1:
+        flags.append(f"--pp {d.pp}")
+    if d.attention_dp > 1:
+        flags.append(f"--attention-dp {d.attention_dp}")
+    if d.ep > 1:
+        flags.append(f"--ep {d.ep}")
+    if d.moe_tp is not None and d.ep > 1:
+        flags.append(f"--moe-tp {d.moe_tp}")
+    return " ".join([*flags, f"--num-gpus {d.total_gpus}"])
+
+
 def layouts(*, model: str, deployment: Deployment) -> list[Deployment]:
-    """Every layout of the deployment's GPUs (module docstring), the deployment's other
-    fields kept; the layout as given first when it is one of them."""
+    """The layout as given, then every other layout of its GPUs (module docstring), the
+    deployment's other fields kept."""
     spec = get_model(model)
     total = deployment.num_gpus or deployment.total_gpus
     experts = None if spec.moe is None else spec.moe.num_experts
@@ -97,9 +115,8 @@ def layouts(*, model: str, deployment: Deployment) -> list[Deployment]:
             if width > 1 and experts % width == 0:
                 out.append(replace(plain, tp=1, pp=stages, attention_dp=width, ep=width,
                                    moe_tp=1))
-    given = [replace(deployment, num_gpus=total)] if any(
-        _same_layout(d, deployment) for d in out) else []
-    return given + [d for d in out if not _same_layout(d, deployment)]
+    return [replace(deployment, num_gpus=total),
+            *(d for d in out if not _same_layout(d, deployment))]
 
 
 def _same_layout(a: Deployment, b: Deployment) -> bool:

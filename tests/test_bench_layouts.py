@@ -70,7 +70,8 @@ def test_the_model_orders_the_layouts_of_a_batch_as_measured() -> None:
 
 def test_the_converter_writes_each_layout_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     """Converted rows carry the layout the label names (EP: tp 4, ep 4, moe_tp 1); a label
-    not read is refused in one line, never written as tensor parallelism."""
+    not read, or a layout of another GPU count than the row's, is refused in one line,
+    never written as tensor parallelism."""
     from energylens.errors import MeasurementError
     from energylens.measurements.convert import Options, converters
 
@@ -83,5 +84,11 @@ def test_the_converter_writes_each_layout_and_refuses_an_unknown_one(tmp_path: P
         header = f.readline()
     bad.write_text(header + "Nvidia A100 GPU,4,TensorRT-LLM,mistralai/Mixtral-8x7B-v0.1,128,1,"
                    "Sequence Parallelism,1.0,200.0\n")
-    with pytest.raises(MeasurementError, match="'Sequence Parallelism' .* is not read"):
+    with pytest.raises(MeasurementError, match="'Sequence Parallelism' is not read"):
         converters()["llm-inference-bench"](bad, Options())
+    bad.write_text(header + "Nvidia A100 GPU,2,TensorRT-LLM,mistralai/Mixtral-8x7B-v0.1,128,1,"
+                   "Hybrid TP = 2 and EP = 2,1.0,200.0\n")  # a split of four on two GPUs
+    with pytest.raises(MeasurementError, match="names a layout of 4 GPUs; the row ran on 2"):
+        converters()["llm-inference-bench"](bad, Options())
+    with pytest.raises(UnmodelledRow, match="names a layout of 4 GPUs"):
+        bench_setup({**ROW, "Num of Hardware": 2, "Parallelism Type": "Hybrid TP = 2 and EP = 2"})

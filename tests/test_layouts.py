@@ -109,3 +109,22 @@ def test_vllm_refuses_a_partial_expert_split_that_sglang_runs() -> None:
                               deployment=Deployment(num_gpus=4, tp=4))
     tp4_ep2 = next(o for o in options if o.name == "TP4 EP2")
     assert not tp4_ep2.feasible and "cannot run" in (tp4_ep2.reason or "")
+
+
+def test_each_layouts_flags_predict_that_layout_and_a_layout_outside_the_list_is_kept(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The flags printed for a layout, given back to predict, predict the same TPOT; data-
+    parallel attention with TP 2 inside each rank (not one of the listed layouts) is still
+    the first option, marked as given."""
+    given = Deployment(num_gpus=4, tp=2, attention_dp=2, ep=4, moe_tp=1, runtime="sglang")
+    options = compare_layouts(model="qwen3-30b-a3b", gpu="H100", deployment=given,
+                              workload=SERVING)
+    assert sum(o.as_given for o in options) == 1
+    assert next(o for o in options if o.as_given).name == "DP-attention 2 x TP2 EP4"
+    for option in [o for o in options if o.feasible][:4]:
+        flags = str(option.as_dict()["flags"]).split()
+        assert main(["predict", "--model", "qwen3-30b-a3b", "--gpu", "H100", "--runtime",
+                     "sglang", "--workload", "serving", "--batch", "16", "--input-tokens",
+                     "512", "--output-tokens", "256", *flags, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["tpot_s"] == pytest.approx(option.prediction.tpot_s)  # type: ignore[union-attr]

@@ -188,6 +188,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if overload is not None:
         print(f"energylens: warning: {overload}", file=sys.stderr)
     if args.launch_command:
+        if args.layouts:
+            raise ConfigError("--layouts compares layouts; --launch-command starts one (give "
+                              "its flags without --layouts)")
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
     from energylens.workloads.capacity import kv_cache_limit
 
@@ -334,6 +337,7 @@ def _layouts(args: argparse.Namespace, *, deployment: Deployment,
 
     if args.prefill_pool is not None or args.decode_pool is not None:
         raise ConfigError("--layouts lays out one deployment's GPUs, not a disaggregated pair")
+
     return [o.as_dict() for o in compare_layouts(model=args.model, gpu=args.gpu,
                                                  deployment=deployment, workload=workload,
                                                  calibration=args.calibration)]

@@ -144,22 +144,26 @@ def print_breakdown(breakdown: Mapping[str, Any], *, console: Console) -> None:
 
 def print_layouts(options: Sequence[Mapping[str, Any]], *, console: Console) -> None:
     """``predict --layouts``: every layout of the same GPUs that runs the workload, fastest
-    TPOT first, each figure against the layout as given; then one line per layout that
-    does not, with the reason."""
+    TPOT first, with the flags that predict it and its running sequences per busy replica
+    (a KV cache or a cap that holds fewer shows there), each figure against the layout as
+    given (against the fastest where that one does not run); then one line per layout that
+    does not run, with the reason."""
     from rich.table import Table
 
-    base = next((o for o in options if o["as_given"] and o["feasible"]), None)
-    table = Table(title="Every layout of the same GPUs, fastest TPOT first"
-                        + (" (change against the layout as given, *)" if base else ""))
+    runs = [o for o in options if o["feasible"]]
+    base = next((o for o in runs if o["as_given"]), runs[0] if runs else None)
+    against = "the layout as given, *" if base is not None and base["as_given"] \
+        else "the fastest"
+    table = Table(title=f"Every layout of the same GPUs, fastest TPOT first (change against "
+                        f"{against})")
     columns = (("TPOT", "tpot_s", "{:.2f} ms"), ("TTFT", "ttft_s", "{:.1f} ms"),
                ("energy/token", "energy_per_output_token_j", "{:.4f} J"),
                ("output tokens/s", "output_tokens_per_s", "{:,.0f}"))
-    table.add_column("layout")
+    for name in ("layout", "flags", "running"):
+        table.add_column(name, justify="right" if name == "running" else "left")
     for name, _, _ in columns:
         table.add_column(name, justify="right")
-    for option in options:
-        if not option["feasible"]:
-            continue
+    for option in runs:
         label = str(option["layout"]) + (" *" if option["as_given"] else "")
         cells = []
         for _, key, fmt in columns:
@@ -168,7 +172,9 @@ def print_layouts(options: Sequence[Mapping[str, Any]], *, console: Console) -> 
             if base is not None and option is not base:
                 text += f" ({value / float(base[key]) - 1:+.0%})"
             cells.append(text)
-        table.add_row(label, *cells)
+        running = option["running_batch"]
+        table.add_row(label, str(option["flags"]),
+                      "-" if running is None else f"{float(running):,.1f}", *cells)
     console.print(table)
     for option in options:
         if not option["feasible"]:

@@ -139,6 +139,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     from energylens.validation.predictors import validate
 
+    if args.gpu is not None:
+        from energylens.hardware import load_gpu
+
+        load_gpu(args.gpu)  # an unknown name is the whole command's error, not each row's
     # a spinner on a terminal (stderr), so that a long file is visibly at work
     with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
         report = validate(format=args.format, path=args.file, gpu=args.gpu,

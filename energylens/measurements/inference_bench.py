@@ -117,6 +117,23 @@ class BenchSetup:
         return 1 if chunk is None else math.ceil(self.tokens / chunk)
 
 
+def bench_layout(values: Mapping[str, Any]) -> Layout:
+    """The layout a row's ``Parallelism Type`` names over its devices (tensor parallelism
+    over all of them without one); raises :class:`UnmodelledRow` for a label it does not
+    read or a layout of another number of devices than the row's."""
+    n = bench_devices(values)
+    label = values.get("Parallelism Type")
+    layout_of = LAYOUTS.get(str(label)) if label else LAYOUTS["TP"]
+    if layout_of is None:
+        raise UnmodelledRow(f"parallelism type {label!r} is not read (known: "
+                            f"{', '.join(sorted(LAYOUTS))})")
+    layout = layout_of(n)
+    if layout.tp * layout.pp != n:
+        raise UnmodelledRow(f"parallelism type {label!r} names a layout of "
+                            f"{layout.tp * layout.pp} GPUs; the row ran on {n}")
+    return layout
+
+
 def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
     """The setup of a loaded row's ``input``; raises :class:`UnmodelledRow`."""
     framework = str(values["Framework"])
@@ -130,12 +147,7 @@ def bench_setup(values: Mapping[str, Any]) -> BenchSetup:
                           deployment=Deployment(runtime=runtime, pp=n, num_gpus=n,
                                                 prefill_chunk_tokens=batch),
                           sequences=1, tokens=tokens)
-    label = values.get("Parallelism Type")
-    layout_of = LAYOUTS.get(str(label)) if label else LAYOUTS["TP"]
-    if layout_of is None:
-        raise UnmodelledRow(f"parallelism type {label!r} is not read (known: "
-                            f"{', '.join(sorted(LAYOUTS))})")
-    layout = layout_of(n)
+    layout = bench_layout(values)
     return BenchSetup(runtime=runtime,
                       deployment=Deployment(runtime=runtime, num_gpus=n, tp=layout.tp,
                                             pp=layout.pp, ep=layout.ep, moe_tp=layout.moe_tp,

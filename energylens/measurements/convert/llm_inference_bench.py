@@ -49,11 +49,11 @@ from energylens.measurements.formats import (
 )
 from energylens.measurements.inference_bench import (
     IDENTICAL_PROMPTS,
-    LAYOUTS,
     RELEASES,
     RUNTIMES,
     UnmodelledRow,
     bench_devices,
+    bench_layout,
     bench_setup,
 )
 
@@ -77,10 +77,11 @@ def convert(path: Path, options: Options) -> Converted:
     single = 0
     for row in load_measurements(format="llm-inference-bench", path=path, gpu=options.gpu).rows:
         v, m = row.input, row.measured
-        label = v.get(LIB_LAYOUT)
-        if label and label not in LAYOUTS:  # TP over every GPU would be a wrong claim
-            raise _fail(path, f"{LIB_LAYOUT} {label!r} (a {v['Model']} row) is not read "
-                              f"(known: {', '.join(sorted(LAYOUTS))})")
+        if v.get(LIB_LAYOUT):  # written as TP over every GPU, it would be a wrong claim
+            try:
+                bench_layout(v)
+            except UnmodelledRow as exc:
+                raise _fail(path, f"a {v['Model']} row: {exc}") from None
         n, tokens = bench_devices(v), int(v["Input Output Length"])
         batch = int(v["Batch Size"])
         one = abs(m["throughput_tokens_per_s"] * m["latency_s"] / (2 * tokens) - 1) <= SAME
