@@ -57,3 +57,20 @@ def test_fit_bench_leaves_impossible_rows_out(tmp_path: Path) -> None:
     logged: list[str] = []
     fit_bench(files=[path], base=default_calibration(), fits=RuntimeFits(), log=logged.append)
     assert any(f"1 rows skipped ({SCREEN} on trtllm/H100-SXM" in line for line in logged)
+
+
+def test_a_per_token_percentile_faster_than_reading_the_weights_is_screened() -> None:
+    """A p90 or p99 ITL/TPOT is no shorter than the fastest per-token time, so one below
+    reading Llama-3.1-70B's 141 GB of BF16 weights over 4 H100s (10.5 ms) is impossible;
+    one above it is not screened."""
+    from energylens.measurements.bench_screen import user_row_impossible
+    from energylens.model.zoo import get_model
+
+    config = get_model("llama-3.1-70b")
+    for metric in ("itl_p90_s", "itl_p99_s", "tpot_p90_s", "tpot_p99_s"):
+        def reason(seconds: float, metric: str = metric) -> str | None:
+            return user_row_impossible(config=config, gpu="H100", num_gpus=4, weight_dtype=None,
+                                       output_tokens=100, speculative_tokens=0,
+                                       measured={metric: seconds})
+        assert reason(1e-6) is not None and metric in (reason(1e-6) or "")
+        assert reason(0.02) is None
