@@ -63,3 +63,17 @@ def test_predict_many_agrees_where_the_batch_is_smaller_than_the_replicas() -> N
         assert many.loc[i, "tpot_s"] == pytest.approx(one.tpot_s)
         assert many.loc[i, "energy_per_output_token_j"] == pytest.approx(
             one.energy_per_output_token_j)
+
+
+def test_a_closed_loops_idle_replicas_count_in_the_runs_energy() -> None:
+    """The same one-client run on 1 and on 4 replicas: the iterations cost the same, the
+    3 idle replicas add static power to the idle energy, and the total stays iterations +
+    idle."""
+    work = Workload(kind="load", concurrency=1, input_tokens=512, output_tokens=128,
+                    num_requests=40)
+    one = predict(model=MODEL, gpu=GPU, deployment=Deployment(num_gpus=1), workload=work)
+    four = predict(model=MODEL, gpu=GPU, deployment=Deployment(num_gpus=4), workload=work)
+    a, b = one.load, four.load  # type: ignore[attr-defined]
+    assert b["iteration_energy_j"] == pytest.approx(a["iteration_energy_j"])
+    assert b["idle_energy_j"] > a["idle_energy_j"] + 3 * STATIC_W * 1.0  # a run of seconds
+    assert b["total_energy_j"] == pytest.approx(b["iteration_energy_j"] + b["idle_energy_j"])

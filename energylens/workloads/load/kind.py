@@ -224,6 +224,8 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         load[key] = float(load[key]) * replicas
     for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j", "preemptions"):
         load[key] = load[key] * replicas
+    for key in ("idle_energy_j", "total_energy_j"):  # replicas without a client, all along
+        load[key] = float(load[key]) + idle_w * metrics.run_s
     for key in ("mean_running", "mean_queue_length"):  # per replica: all its engines
         load[key] = float(load[key]) * engines
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / placement.gpus

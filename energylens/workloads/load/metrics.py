@@ -71,6 +71,7 @@ class LoadMetrics:
     energy_j: float  # whole run: iterations + idle
     iteration_energy_j: float  # whole run, static power during iterations included
     idle_energy_j: float  # whole run, static power while no iteration runs
+    run_s: float  # whole run: iterations and idle time
     window_s: float
     window_energy_j: float
     window_output_tokens: float
@@ -223,7 +224,7 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
         requests_per_s=completions / window, output_tokens_per_s=tokens / window,
         goodput_requests_per_s=completions / window * attainment, slo_attainment=attainment,
         slo_met=met, energy_j=iteration_j + idle_j, iteration_energy_j=iteration_j,
-        idle_energy_j=idle_j, window_s=window, window_energy_j=window_j,
+        idle_energy_j=idle_j, run_s=busy + run.idle_s, window_s=window, window_energy_j=window_j,
         window_output_tokens=tokens,
         decode_only_window=part(~prefill_rows), prefill_window=part(prefill_rows),
         mean_output_tokens=float(np.mean(outputs)),
