@@ -167,6 +167,16 @@ def _vidur_mlp(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibration,
     return results
 
 
+def _row_gpu(*, row: MeasurementRow, gpu: str | None, result: RowResult) -> GPU | None:
+    """The GPU a row was measured on (``gpu`` overrides the file's); None, with the reason
+    in ``result.error``, for a name the hardware database does not know."""
+    try:
+        return load_gpu(gpu or str(row.context["gpu"]))
+    except UnknownGPUError as exc:
+        result.error = str(exc)
+        return None
+
+
 # --- Vidur collectives ---------------------------------------------------------------------
 
 
@@ -177,10 +187,8 @@ def _vidur_network(rows: list[MeasurementRow], *, gpu: str | None, cal: Calibrat
         result = RowResult(input=dict(row.input), measured=dict(row.measured))
         results.append(result)
         collective = str(row.input["collective"])
-        try:
-            spec = load_gpu(gpu or str(row.context["gpu"]))
-        except UnknownGPUError as exc:
-            result.error = str(exc)
+        spec = _row_gpu(row=row, gpu=gpu, result=result)
+        if spec is None:
             continue
         workers, per_node = int(row.input["num_workers"]), int(row.input["devices_per_node"])
         kind, bandwidth = link_of(gpu=spec, num_workers=workers, devices_per_node=per_node,
@@ -244,10 +252,8 @@ def _llmcompass_matmul(rows: list[MeasurementRow], *, gpu: str | None, cal: Cali
     for row in rows:
         result = RowResult(input=dict(row.input), measured=dict(row.measured))
         out.append(result)
-        try:
-            spec = load_gpu(gpu or str(row.context["gpu"]))
-        except UnknownGPUError as exc:
-            result.error = str(exc)
+        spec = _row_gpu(row=row, gpu=gpu, result=result)
+        if spec is None:
             continue
         sizes = {"m": int(row.input["M"]), "n": int(row.input["N"]), "k": int(row.input["K"])}
         kernel = compile_layer(layer=_gemm_layer(), sizes=sizes, degrees={},
@@ -345,10 +351,8 @@ def _llmcompass_layer(rows: list[MeasurementRow], *, gpu: str | None, cal: Calib
     for row in rows:
         result = RowResult(input=dict(row.input), measured=dict(row.measured))
         out.append(result)
-        try:
-            spec = load_gpu(gpu or str(row.context["gpu"]))
-        except UnknownGPUError as exc:
-            result.error = str(exc)
+        spec = _row_gpu(row=row, gpu=gpu, result=result)
+        if spec is None:
             continue
         phase = str(row.context["phase"])
         if (phase, spec.name) not in prices:
