@@ -51,7 +51,7 @@ KNOWN_MISSES: dict[str, float] = {
     # 17.9 %, and with the static bound at idle + 26 W gpu-count energy 22.9 -> 24.9 %. Not
     # landed; the limits stay.
     # Tenth 2026-11-27 session: recalibrated with the fused-MoE fits reported, not applied
-    # (run.MOE_NOT_APPLIED: applied, they moved H100 precision ITL 9.0 -> 10.2 % and B200
+    # (tables.MOE_NOT_APPLIED: applied, they moved H100 precision ITL 9.0 -> 10.2 % and B200
     # gpu-count ITL 15.4 -> 16.3 %); every fold as before to the decimal. The A100 link fits
     # moved in a fresh environment (the ill-conditioned 4-per-node InfiniBand curve):
     # Vidur a100_dgx all-reduce 10.1 -> 9.7 %, met, removed.

@@ -83,15 +83,16 @@ def test_calibrate_reports_the_curve_beside_the_calibration_and_leaves_it_unappl
     """``calibrate`` discovers the GEMM tables, writes each GPU's measured curve with the
     shipped value over it, and prices with the shipped (Vidur-fitted) curve."""
     from energylens.calibration.file import default_calibration
-    from energylens.calibration.run import _compare_measured_memory, _fit_memory_streams, discover
+    from energylens.calibration.run import discover
+    from energylens.calibration.tables import compare_measured_memory, report_memory_streams
 
     data = discover(DATA.parent)
     folders = sorted({p.parents[1] for p in data.stream_tables})
     assert [f.name for f in folders] == ["h100-sxm", "h200-sxm"]
     fits: dict = {}
-    _fit_memory_streams(folders=folders, fits=fits, log=lambda _: None)
+    report_memory_streams(folders=folders, fits=fits, log=lambda _: None)
     calibration = default_calibration()
-    _compare_measured_memory(fits, calibration)
+    compare_measured_memory(fits=fits, calibration=calibration)
     entry = fits["energylens-gpu-memory/H100-SXM"]
     assert entry["applied"] is False and entry["n_points"] == len(entry["identified_by"]) == 24
     shipped = calibration.kernel("H100-SXM").memory_efficiency_max

@@ -10,7 +10,8 @@ import pytest
 
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.fit_power import APPLIED, fit_power, folder_gpu, voltage_at
-from energylens.calibration.run import _fit_power, discover
+from energylens.calibration.run import discover
+from energylens.calibration.tables import fit_power_folder
 from energylens.cost.constants import KernelConstants
 from energylens.hardware import load_gpu
 
@@ -100,7 +101,7 @@ def test_calibrate_takes_the_applied_constants_as_measured() -> None:
     kernels: dict[str, KernelConstants] = {}
     prov: dict = {}
     fits: dict = {}
-    _fit_power(folder=folders[0], kernels=kernels, prov=prov, fits=fits, log=lambda _: None)
+    fit_power_folder(folder=folders[0], kernels=kernels, prov=prov, fits=fits, log=lambda _: None)
     entry = fits["energylens-gpu/H100-SXM"]
     for name in APPLIED:
         assert getattr(kernels["H100-SXM"], name) == pytest.approx(entry["measured"][name], rel=1e-5)

@@ -38,7 +38,7 @@ GPUs are not fitted here, and their FlashInfer kernels enter as TensorRT-LLM's r
 ``fit_runtime``.
 
 ``energylens calibrate`` reports these fits without applying them yet
-(``energylens.calibration.run.MOE_NOT_APPLIED`` says why).
+(``energylens.calibration.tables.MOE_NOT_APPLIED`` says why).
 
 Two more constants are fitted, and applied where they predict held-out rows better than
 none (:func:`floor_helps`): ``expert_extra_overhead_s``, the fixed time an expert GEMM of a

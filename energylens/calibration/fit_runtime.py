@@ -675,6 +675,6 @@ def fit_runtimes(*, aiconfigurator: list[Path], llm_inference_bench: list[Path],
 
 
 def _rel(path: Path) -> str:
-    from energylens.calibration.run import _rel as rel
+    from energylens.calibration.entries import rel_path as rel
 
     return rel(path)

@@ -19,14 +19,13 @@ leave-one-group-out errors of every fit.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import yaml
@@ -34,10 +33,10 @@ import yaml
 from energylens import __version__
 from energylens.calibration import CalibrationDataError
 from energylens.calibration.coverage import measured_gpus, require_data_or_borrows
+from energylens.calibration.entries import REPO_ROOT, entry, fit_report, rel_path
 from energylens.calibration.file import FORMAT_VERSION
 from energylens.calibration.fit_kernels import (
     KERNEL_PARAMS,
-    NO_ENERGY,
     VECTOR_PARAMS,
     fit_gpu_kernels,
 )
@@ -55,13 +54,28 @@ from energylens.calibration.fit_serving import (
     fit_serving,
     serving_params,
 )
-from energylens.calibration.fitting import FitResult
 from energylens.calibration.regimes import (
     EP_OVERHEAD,
     FOLDS,
     constant_spread,
     generation_fold,
     regime_folds,
+)
+from energylens.calibration.tables import (
+    compare_measured_memory,
+    compare_measured_power,
+    fit_custom_allreduce_table,
+    fit_gemm_transfers,
+    fit_kv_attention_table,
+    fit_mla_decode_table,
+    fit_mla_prompt_table,
+    fit_moe_table,
+    fit_power_folder,
+    fit_precision_table,
+    report_context_attention,
+    report_elementwise,
+    report_gemm_curves,
+    report_memory_streams,
 )
 from energylens.calibration.transfer import borrow_from_relatives
 from energylens.cost.constants import (
@@ -75,59 +89,11 @@ from energylens.errors import UnknownGPUError
 from energylens.hardware import load_gpu
 from energylens.measurements.mlenergy import RUNTIME, TASK_INPUT_TOKENS
 
-if TYPE_CHECKING:
-    from energylens.calibration.fit_moe import MoeTable
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Typed measurement logs the project may read but not redistribute (data/measurements/
 #: SOURCES.md, "Left out"): calibrate fits on them where this folder exists.
 SHARED_TRANSCRIBED = REPO_ROOT.parent / "shared" / "data" / "transcribed"
 #: A fitted constant that moves more than this (relative) across regime folds is flagged.
 SPREAD_LIMIT = 0.30
-#: Why the prefill-attention fit is reported but not applied (calibration of 2026-11-27):
-#: applied, it took the B200 dense -> MoE energy fold from 15.4 to 17.1 % (past its gate).
-CONTEXT_ATTENTION_NOT_APPLIED = (
-    "applied on every GPU (2026-11-27) it moved the B200 regime fold 'fit dense, predict "
-    "MoE' energy per token from 15.4 to 17.1 % MAPE, past its gate: the tables hold prompts "
-    "of >= 1,024 tokens and the fitted ramp is extrapolated to ML.ENERGY's ~480-token chat "
-    "prompts, where this project's SDPA measurement (512 tokens) says it prices them 21-32 % "
-    "slow; see docs/kernels-h200.md")
-MOE_NOT_APPLIED = (
-    "applied (2026-11-27: Hopper and L40S on their own Triton rows, the others borrowing), "
-    "the regime folds' energy per token improved on H100 (precision 16.3 -> 13.4 %, task "
-    "15.4 -> 11.9 %, MoE -> dense 11.6 -> 6.0 %, gpu-count 9.5 -> 7.8 %), but H100 precision "
-    "inter-token latency moved 9.0 -> 10.2 % (past its 10 % target: the gpt-oss rows; one "
-    "FP4 ratio does not describe OpenAI's Triton MXFP4 kernel across expert splits: at "
-    "gpt-oss-120b's one-GPU shape it runs 1.2x faster than the fitted ratio gives, the "
-    "expert- and tensor-split shapes slower) and B200 gpu-count inter-token latency 15.4 -> "
-    "16.3 % (past its gate); the built-in shares stay until the small-stream efficiency "
-    "(memory_half_bytes, at its bound on H100) describes the split shapes")
-
-#: Why an INT4 expert ratio is reported, not applied (``fit_moe.int4_ratio_helps``).
-INT4_NOT_APPLIED = (
-    "its rows, each kind of expert split predicted from a fit on the other, come out no "
-    "closer than at the BF16 share alone (Hopper: Marlin's INT4 experts stream as the "
-    "Triton BF16 ones do, shape for shape)")
-
-#: Why a fused-MoE expert floor is reported, not applied (``fit_moe.floor_helps``).
-FLOOR_NOT_APPLIED = (
-    "its rows, each half of the hidden sizes predicted from a fit on the other, come out "
-    "no closer than with no such floor: one number does not describe these kernels (on "
-    "Blackwell FlashInfer's block-FP8 path pays ~11 us per op more than its BF16 and NVFP4 "
-    "paths; on Hopper FP8 experts pay what BF16 ones do)")
-
-#: Why an MLA prompt-attention fit that ends at a bound is reported, not applied.
-MLA_PROMPT_AT_BOUND = (
-    "the efficiency ends at its 0.95 bound (Blackwell: the measured kernel is faster than "
-    "the model can price it while the softmax's vector time is added to the tensor time, "
-    "where FlashAttention-style kernels overlap them): not identified, so the GPU keeps "
-    "what its relative's fit gives it")
-
-#: Why an MLA decode-attention fit is reported, not applied: no better than the
-#: grouped-query kernel's price on the same rows.
-MLA_DECODE_NO_BETTER = (
-    "its rows, each half of the head counts predicted from a fit on the other, come out no "
-    "closer than the grouped-query kernel's price of them: the GPU keeps that price")
 
 
 @dataclass
@@ -214,14 +180,6 @@ def vidur_gpu(path: Path) -> str:
     return load_gpu(path.parts[-4]).name
 
 
-def _rel(path: Path | str) -> str:
-    p = Path(path).resolve()
-    try:
-        return str(p.relative_to(REPO_ROOT))
-    except ValueError:
-        return str(p)
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -236,35 +194,6 @@ class Outcome:
     data: CalibrationData
 
 
-def _report(fit_id: str, result: FitResult, *, leave_out_kind: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "data": [_rel(f) for f in result.fitted_on],
-        "n_points": result.n_points,
-        "rms_log_residual": round(result.rms_log_residual, 5),
-        "in_sample": {k: v.as_dict() for k, v in sorted(result.in_sample.items())},
-    }
-    if result.leave_out:
-        out[leave_out_kind] = {k: v.as_dict() for k, v in sorted(result.leave_out.items())}
-    if result.at_bound:
-        out["at_bound"] = sorted(result.at_bound)
-    if result.notes:
-        out["notes"] = list(result.notes)
-    out["fit"] = fit_id
-    return out
-
-
-def _entry(value: float, *, kind: str, fit_id: str | None = None, report: dict | None = None,
-           note: str | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"value": float(f"{value:.6g}"), "kind": kind}
-    if fit_id is not None and report is not None:
-        entry["fit"] = fit_id
-        entry["fitted_on"] = report["data"]
-        entry["residual"] = {"rms_log": report["rms_log_residual"]}
-    if note:
-        entry["note"] = note
-    return entry
-
-
 def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[str, Any],
                    fits: dict[str, Any], leave_out: bool, log: Callable[[str], None]) -> None:
     """The scale-out link of an nccl-tests run across nodes, beside its scale-up constants."""
@@ -276,10 +205,10 @@ def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[st
     result = fit_scale_out(run=run, intra=links.get(intra_key, LinkConstants()), base=base,
                            leave_out=leave_out)
     fit_id = f"nccl-tests/{key}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_half_the_sizes_out")
+    fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_half_the_sizes_out")
     links[key] = replace(base, **result.values)
     prov.setdefault(f"links/{key}", {}).update(
-        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+        {k: entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
          for k, v in result.values.items()})
 
 
@@ -295,7 +224,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     prov: dict[str, dict[str, dict[str, Any]]] = {}
     fits: dict[str, dict[str, Any]] = {}
 
-    _fit_memory_streams(folders=sorted({p.parents[1] for p in data.stream_tables}), fits=fits,
+    report_memory_streams(folders=sorted({p.parents[1] for p in data.stream_tables}), fits=fits,
                         log=log)
     by_gpu: dict[str, list[Path]] = {}
     for path in data.vidur_mlp:
@@ -305,18 +234,18 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
             f"on {len(files)} files")
         result = fit_gpu_kernels(files=files, gpu_name=gpu, leave_out=leave_out)
         fit_id = f"vidur-mlp/{gpu}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
+        fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_model_out")
         kernels[gpu] = replace(KernelConstants(), **result.values)
-        prov[f"kernels/{gpu}"] = {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+        prov[f"kernels/{gpu}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
                                   for k, v in result.values.items()}
 
     if data.vidur_network:
         log(f"links: fitting collectives on {len(data.vidur_network)} files")
         for key, result in fit_links(files=data.vidur_network, leave_out=leave_out).items():
             fit_id = f"vidur-network/{key}"
-            fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_group_size_out")
+            fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_group_size_out")
             links[key] = replace(LinkConstants(), **result.values)
-            prov[f"links/{key}"] = {k: _entry(v, kind="fitted", fit_id=fit_id,
+            prov[f"links/{key}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id,
                                               report=fits[fit_id])
                                     for k, v in result.values.items()}
 
@@ -324,48 +253,48 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
         _fit_scale_out(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
 
     for folder in sorted({p.parents[1] for p in data.power_tables}):
-        _fit_power(folder=folder, kernels=kernels, prov=prov, fits=fits, log=log)
+        fit_power_folder(folder=folder, kernels=kernels, prov=prov, fits=fits, log=log)
 
     for path in data.gemm_tables:
-        _fit_precision(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
-    _fit_gemm_transfers(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits, log=log)
-    _report_gemm_curves(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits,
+        fit_precision_table(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
+    fit_gemm_transfers(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits, log=log)
+    report_gemm_curves(tables=data.gemm_tables, kernels=kernels, prov=prov, fits=fits,
                         leave_out=leave_out, log=log)
 
     if data.elementwise_tables:
-        _fit_elementwise(paths=data.elementwise_tables, kernels=kernels, links=links,
+        report_elementwise(paths=data.elementwise_tables, kernels=kernels, links=links,
                          runtimes=runtimes, prov=prov, fits=fits, log=log)
     if data.decode_attention_tables:
         # the decode-attention fit prices the kernel with each GPU's other kernel constants
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.decode_attention_tables:
-        _fit_kv_attention(path=path, kernels=kernels, prov=prov, fits=fits,
+        fit_kv_attention_table(path=path, kernels=kernels, prov=prov, fits=fits,
                           leave_out=leave_out, log=log)
     if data.context_attention_tables and not data.decode_attention_tables:
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.context_attention_tables:
         # after the decode fit: the prefill kernel's price includes its KV reads and tiles
-        _fit_context_attention(path=path, kernels=kernels, fits=fits, leave_out=leave_out,
+        report_context_attention(path=path, kernels=kernels, fits=fits, leave_out=leave_out,
                                log=log)
     if data.moe_tables and not (data.decode_attention_tables or data.context_attention_tables):
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.moe_tables:
-        _fit_moe(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out, log=log)
+        fit_moe_table(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out, log=log)
 
     if data.mla_prompt_tables and not (data.decode_attention_tables
                                        or data.context_attention_tables or data.moe_tables):
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.mla_prompt_tables:
-        _fit_mla_prompt(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out,
+        fit_mla_prompt_table(path=path, kernels=kernels, prov=prov, fits=fits, leave_out=leave_out,
                         log=log)
     if data.mla_decode_tables and not (data.decode_attention_tables or data.mla_prompt_tables
                                        or data.context_attention_tables or data.moe_tables):
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     for path in data.mla_decode_tables:
-        _fit_mla_decode(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
+        fit_mla_decode_table(path=path, kernels=kernels, prov=prov, fits=fits, log=log)
 
     for path in data.custom_allreduce:
-        _fit_custom_allreduce(path=path, runtimes=runtimes, prov=prov, fits=fits,
+        fit_custom_allreduce_table(path=path, runtimes=runtimes, prov=prov, fits=fits,
                               leave_out=leave_out, log=log)
 
     if data.mlenergy:
@@ -389,7 +318,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                                     leave_out=leave_out, jobs=jobs)
             fit_id = f"mlenergy/{gpu}"
             serving_values[gpu] = dict(result.values)
-            fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_model_out")
+            fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_model_out")
             fits[fit_id]["task_input_tokens"] = dict(TASK_INPUT_TOKENS)
             if result.leave_out_groups:
                 fits[fit_id]["leave_one_model_out_by_group"] = {
@@ -400,21 +329,21 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
                     g: {k: v.as_dict() for k, v in sorted(m.items())}
                     for g, m in sorted(result.in_sample_groups.items())}
             for name, value in result.values.items():
-                entry = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+                fitted = entry(value=value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
                 if name.startswith(RUNTIME_PREFIX):
                     constant = name[len(RUNTIME_PREFIX):]
                     key = runtime_key(runtime=RUNTIME, gpu=gpu)
                     runtimes[key] = replace(runtimes.get(key, RuntimeConstants()),
                                             **{constant: value})
-                    prov.setdefault(f"runtimes/{key}", {})[constant] = entry
+                    prov.setdefault(f"runtimes/{key}", {})[constant] = fitted
                 elif name.startswith(LINK_PREFIX):
                     link_kind, constant = name[len(LINK_PREFIX):].rsplit(".", 1)
                     key = f"{gpu}:{link_kind}"
                     links[key] = replace(links.get(key, LinkConstants()), **{constant: value})
-                    prov.setdefault(f"links/{key}", {})[constant] = entry
+                    prov.setdefault(f"links/{key}", {})[constant] = fitted
                 else:
                     kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **{name: value})
-                    prov.setdefault(f"kernels/{gpu}", {})[name] = entry
+                    prov.setdefault(f"kernels/{gpu}", {})[name] = fitted
     if data.runtime_kernels or data.llm_inference_bench:  # other serving runtimes
         base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
         found = fit_runtimes(aiconfigurator=data.runtime_kernels,
@@ -424,8 +353,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
     fill_priors(runtimes=runtimes, prov=prov)  # what no data and no relative gives: assumed
     calibration = Calibration(kernels=kernels, links=links, runtimes=runtimes, source="calibrate")
-    _compare_measured_power(fits, calibration, log)
-    _compare_measured_memory(fits, calibration)
+    compare_measured_power(fits=fits, calibration=calibration, log=log)
+    compare_measured_memory(fits=fits, calibration=calibration)
     if data.mlenergy and leave_out:
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
@@ -459,463 +388,6 @@ def _fitted_elsewhere(gpu: str, *, gpus: Iterable[str], prov: dict[str, dict[str
     return {EP_OVERHEAD: float(np.mean(found))} if found else {}
 
 
-def _fit_precision(*, path: Path, kernels: dict[str, KernelConstants],
-                   prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                   log: Callable[[str], None]) -> None:
-    """Low-precision GEMM efficiency ratios of one GPU from its measured GEMM table."""
-    from energylens.calibration.fit_custom_allreduce import table_gpu
-    from energylens.calibration.fit_precision import RATIOS, fit_precision
-
-    gpu = table_gpu(path)
-    for name in RATIOS:
-        result = fit_precision(path=path, field=name)
-        if result is None:
-            continue
-        log(f"kernels {gpu}: {name} = {result.values[name]:.3f} on {result.n_points} shapes")
-        fit_id = f"aiconfigurator-gemm/{gpu}/{name}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_k_half_out")
-        kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **result.values)
-        prov.setdefault(f"kernels/{gpu}", {})[name] = _entry(
-            result.values[name], kind="fitted", fit_id=fit_id, report=fits[fit_id])
-
-
-def _fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstants],
-                        prov: dict[str, dict[str, dict[str, Any]]],
-                        fits: dict[str, dict[str, Any]], log: Callable[[str], None]) -> None:
-    """GEMM efficiencies of GPUs without a per-op profile: their relative's, scaled by the
-    ratio of the two GPUs' GEMM tables (relatives first, so a chain carries through)."""
-    from energylens.calibration.fit_custom_allreduce import table_gpu
-    from energylens.calibration.fit_gemm_transfer import FIELDS, fit_gemm_transfer
-    from energylens.hardware import default_database
-
-    by_gpu = {table_gpu(path): path for path in tables}
-    db = default_database()
-    for gpu in db.borrow_order():
-        relative = db.get(str(gpu.borrows_from))
-        own = prov.get(f"kernels/{gpu.name}", {})
-        theirs = prov.get(f"kernels/{relative.name}", {})
-        if gpu.name not in by_gpu or relative.name not in by_gpu or \
-                any(field in own for field in FIELDS) or \
-                not all(field in theirs for field in FIELDS):
-            continue
-        result = fit_gemm_transfer(path=by_gpu[gpu.name], relative_path=by_gpu[relative.name],
-                                   gpu=gpu, relative=relative,
-                                   relative_values={f: theirs[f]["value"] for f in FIELDS})
-        if result is None:
-            continue
-        fit_id = f"aiconfigurator-gemm/{gpu.name}/transfer-from-{relative.name}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_k_half_out")
-        log(f"kernels {gpu.name}: " + "; ".join(result.notes))
-        kernels[gpu.name] = replace(kernels.get(gpu.name, KernelConstants()), **result.values)
-        prov.setdefault(f"kernels/{gpu.name}", {}).update(
-            {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-             for k, v in result.values.items()})
-
-
-def _report_gemm_curves(*, tables: list[Path], kernels: dict[str, KernelConstants],
-                        prov: dict[str, dict[str, dict[str, Any]]],
-                        fits: dict[str, dict[str, Any]], leave_out: bool,
-                        log: Callable[[str], None]) -> None:
-    """The GEMM curve each GPU's own GEMM table gives, beside the error of the curve it
-    ships (its Vidur fit, or its relative's carried over): reported, not applied
-    (``fit_gemm_curves.NOT_APPLIED``)."""
-    from energylens.calibration.fit_custom_allreduce import table_gpu
-    from energylens.calibration.fit_gemm_curves import CURRENT, NOT_APPLIED, fit_gemm_curve
-    from energylens.hardware import default_database
-
-    by_gpu = {table_gpu(path): path for path in tables}
-    db = default_database()
-    shipped: dict[str, KernelConstants] = {}  # each GPU's constants as borrowing will fill them
-    for gpu in [*(g for g in db.gpus() if g.borrows_from is None), *db.borrow_order()]:
-        own = kernels.get(gpu.name, KernelConstants())
-        if gpu.borrows_from is not None:
-            own = replace(shipped[gpu.borrows_from], **{
-                field: getattr(own, field) for field in prov.get(f"kernels/{gpu.name}", {})})
-        shipped[gpu.name] = own
-        if gpu.name not in by_gpu:
-            continue
-        result = fit_gemm_curve(path=by_gpu[gpu.name], gpu=gpu, base=own, leave_out=leave_out)
-        if result is None:
-            continue
-        fit_id = f"aiconfigurator-gemm/{gpu.name}/curve"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_n_half_out")
-        fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-        fits[fit_id]["applied"] = False
-        fits[fit_id]["why_not_applied"] = NOT_APPLIED
-        held = result.leave_out.get("latency") or result.in_sample["latency"]
-        log(f"kernels {gpu.name}: GEMM curve of its table on {result.n_points} shapes: shipped "
-            f"curve {100 * result.in_sample[CURRENT].mape:.1f} %, the table's "
-            f"{100 * held.mape:.1f} % held out (reported, not applied)")
-
-
-def _fit_power(*, folder: Path, kernels: dict[str, KernelConstants],
-               prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-               log: Callable[[str], None]) -> None:
-    """Board-power constants of one GPU measured by this project (NVML): those in
-    ``fit_power.APPLIED`` become the GPU's; the others are reported beside what the serving
-    fit finds (:func:`_compare_measured_power`)."""
-    from energylens.calibration.fit_power import APPLIED, fit_power, folder_gpu
-
-    gpu = folder_gpu(folder)
-    result = fit_power(folder=folder, gpu_name=gpu)
-    fit_id = f"energylens-gpu/{gpu}"
-    held = np.abs(np.array(list(result.held_out.values())))
-    fits[fit_id] = {
-        "data": [_rel(f) for f in result.files], "fit": fit_id,
-        "measured": {k: float(f"{v:.6g}") for k, v in result.values.items()},
-        "spread_across_runs": {k: round(v, 4) for k, v in result.spread.items() if v == v},
-        "identified_by": result.identified_by,
-        "applied": list(APPLIED),
-        "fp8_over_bf16_flop_energy": round(result.fp8_flop_energy_ratio, 4),
-        "held_out_kernels": {"power_mape": round(float(held.mean()), 4), "n": int(held.size),
-                             "errors": {k: round(v, 4) for k, v in sorted(result.held_out.items())}},
-    }
-    log(f"power {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.values.items())
-        + f"; held-out kernels' power {100 * held.mean():.1f} % MAPE ({held.size})")
-    values = {k: v for k, v in result.values.items() if k in APPLIED}
-    kernels[gpu] = replace(kernels.get(gpu, KernelConstants()), **values)
-    prov.setdefault(f"kernels/{gpu}", {}).update(
-        {k: _entry(v, kind="measured", note=f"NVML board energy, {fit_id} "
-                   f"({len(result.identified_by[k])} rows: {', '.join(result.identified_by[k][:3])}...)")
-         for k, v in values.items()})
-
-
-def _fit_elementwise(*, paths: list[Path], kernels: dict[str, KernelConstants],
-                     links: dict[str, LinkConstants], runtimes: dict[str, RuntimeConstants],
-                     prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                     log: Callable[[str], None]) -> None:
-    """The small-kernel classes of each GPU this project timed (``fit_elementwise``, all
-    its runs together), reported beside the error its shipped constants make on the same
-    timings, not applied (:data:`energylens.calibration.fit_elementwise.WHY_NOT_APPLIED`).
-    The kernels are priced with the GPU's other constants as a borrow would complete them
-    now (on copies: what is borrowed for good is borrowed after every fit)."""
-    from energylens.calibration.fit_elementwise import WHY_NOT_APPLIED, case_errors, fit_elementwise
-    from energylens.calibration.fit_power import folder_gpu
-
-    completed = dict(kernels)
-    borrow_from_relatives(kernels=completed, links=dict(links), runtimes=dict(runtimes),
-                          prov=copy.deepcopy(prov))
-    by_gpu: dict[str, list[Path]] = {}
-    for path in paths:
-        by_gpu.setdefault(folder_gpu(path.parents[1]), []).append(path)
-    for gpu, runs in sorted(by_gpu.items()):
-        base = replace(completed.get(gpu, KernelConstants()), **NO_ENERGY)
-        result = fit_elementwise(paths=runs, gpu=load_gpu(gpu), base=base)
-        fit_id = f"energylens-gpu-elementwise/{gpu}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_geometry_out")
-        fits[fit_id]["fitted"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-        shipped = case_errors(paths=runs, gpu=load_gpu(gpu), constants=base)
-        fits[fit_id]["shipped_constants"] = {k: v.as_dict() for k, v in sorted(shipped.items())}
-        fits[fit_id]["applied"] = False
-        fits[fit_id]["why_not_applied"] = WHY_NOT_APPLIED
-        held = result.leave_out["all"]
-        log(f"elementwise {gpu}: {len(result.values)} constants on {result.n_points} timings, "
-            f"held out by geometry {100 * held.mape:.1f} % MAPE, the shipped constants "
-            f"{100 * shipped['all'].mape:.1f} % (reported, not applied)")
-
-
-def _fit_memory_streams(*, folders: list[Path], fits: dict[str, dict[str, Any]],
-                        log: Callable[[str], None]) -> None:
-    """The HBM streaming curve of each GPU this project measured (``fit_memory``), reported
-    in ``fits`` beside the calibration's own values (:func:`_compare_measured_memory`), not
-    applied: held in H100's Vidur fit it moved the serving regime folds the wrong way
-    (docs/kernels-h200.md)."""
-    from energylens.calibration.fit_memory import fit_memory
-    from energylens.calibration.fit_power import folder_gpu
-
-    for folder in folders:
-        gpu = folder_gpu(folder)
-        try:
-            result = fit_memory(folder=folder, gpu_name=gpu)
-        except CalibrationDataError as exc:
-            log(f"memory {gpu}: {exc}")
-            continue
-        fit_id = f"energylens-gpu-memory/{gpu}"
-        fits[fit_id] = {"data": [_rel(f) for f in result.files], "fit": fit_id,
-                        "measured": {k: float(f"{v:.6g}") for k, v in result.values.items()},
-                        "rms_log_residual": round(result.rms_log_residual, 4),
-                        "n_points": len(result.rows), "identified_by": result.rows,
-                        "applied": False}
-        if result.at_bound:
-            fits[fit_id]["at_bound"] = result.at_bound
-        log(f"memory {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.values.items())
-            + f" on {len(result.rows)} weight-streaming GEMMs (rms log {result.rms_log_residual:.3f};"
-            " reported, not applied)")
-
-
-def _compare_measured_memory(fits: dict[str, dict[str, Any]], calibration: Calibration) -> None:
-    """Per GPU with a measured streaming curve: the calibration's value over the measured
-    one (in ``fits``)."""
-    for fit_id, entry in fits.items():
-        if not fit_id.startswith("energylens-gpu-memory/"):
-            continue
-        constants = calibration.kernel(fit_id.split("/", 1)[1])
-        entry["calibrated_over_measured"] = {
-            name: float(f"{getattr(constants, name) / value:.4g}")
-            for name, value in entry["measured"].items()}
-
-
-def _compare_measured_power(fits: dict[str, dict[str, Any]], calibration: Calibration,
-                           log: Callable[[str], None]) -> None:
-    """Per GPU with power measurements: each measured constant the calibration did not take
-    from them, its fitted (or borrowed) value over the measured one (in ``fits``), logged
-    where it is off by more than 2x: a constant its serving rows do not identify."""
-    for fit_id, entry in fits.items():
-        if not fit_id.startswith("energylens-gpu/"):
-            continue
-        gpu = fit_id.split("/", 1)[1]
-        ratios = {}
-        for name, value in entry["measured"].items():
-            if name in entry["applied"]:
-                continue
-            ratios[name] = float(f"{getattr(calibration.kernel(gpu), name) / value:.4g}")
-            if not 0.5 <= ratios[name] <= 2.0:
-                log(f"  {gpu} {name}: fitted {getattr(calibration.kernel(gpu), name):.4g}, "
-                    f"measured {value:.4g} ({ratios[name]:.3g}x): not identified by its fit")
-        entry["fitted_over_measured"] = ratios
-
-
-def _fit_kv_attention(*, path: Path, kernels: dict[str, KernelConstants],
-                      prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                      leave_out: bool, log: Callable[[str], None]) -> None:
-    """The decode-attention KV bandwidth efficiency and tile time of one GPU from its
-    kernel table."""
-    from energylens.calibration.fit_kv_attention import fit_kv_attention, read_table
-
-    table = read_table(path=path)
-    if table.gpu not in kernels:
-        return  # no kernel constants to price the kernel with (no data, no relative)
-    result = fit_kv_attention(table=table, constants=kernels[table.gpu], leave_out=leave_out)
-    log(f"kernels {table.gpu}: kv_bandwidth_efficiency = "
-        f"{result.values['kv_bandwidth_efficiency']:.3f}, attention_tile_s = "
-        f"{result.values['attention_tile_s'] * 1e9:.1f} ns on {result.n_points} "
-        "decode-attention rows")
-    fit_id = f"aiconfigurator-attention/{table.gpu}/decode"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_kv_heads_half_out")
-    kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
-    prov.setdefault(f"kernels/{table.gpu}", {}).update(
-        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-         for k, v in result.values.items()})
-
-
-def _fit_context_attention(*, path: Path, kernels: dict[str, KernelConstants],
-                           fits: dict[str, dict[str, Any]], leave_out: bool,
-                           log: Callable[[str], None]) -> None:
-    """The prefill (context) attention efficiency and its half-point of one GPU from its
-    kernel table: fitted and reported, not applied (``CONTEXT_ATTENTION_APPLIED``)."""
-    from energylens.calibration.fit_context_attention import fit_context_attention, read_table
-
-    table = read_table(path=path)
-    if table.gpu not in kernels:
-        return  # no kernel constants to price the kernel with (no data, no relative)
-    result = fit_context_attention(table=table, constants=kernels[table.gpu],
-                                   leave_out=leave_out)
-    log(f"kernels {table.gpu}: attention_efficiency_max = "
-        f"{result.values['attention_efficiency_max']:.3f}, attention_m_half = "
-        f"{result.values['attention_m_half']:.0f} rows on {result.n_points} "
-        "context-attention rows (reported, not applied)")
-    fit_id = f"aiconfigurator-context-attention/{table.gpu}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
-    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-    fits[fit_id]["applied"] = False
-    fits[fit_id]["why_not_applied"] = CONTEXT_ATTENTION_NOT_APPLIED
-
-
-def _fit_moe(*, path: Path, kernels: dict[str, KernelConstants],
-             prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-             leave_out: bool, log: Callable[[str], None]) -> None:
-    """The fixed times of one GPU's fused-MoE expert GEMMs from its kernel table (applied
-    where they help), the weight-only INT4 experts' share (applied where it helps), then the
-    fused-MoE HBM share per expert precision: fitted and reported, not applied
-    (``MOE_NOT_APPLIED``)."""
-    from energylens.calibration.fit_moe import (
-        FLOOR_FIELDS,
-        FLOOR_TOKENS,
-        INT4_FAMILY,
-        fit_moe,
-        read_table,
-    )
-
-    floor_table = read_table(path=path, max_tokens=FLOOR_TOKENS, family=None, l2_multiple=0.0)
-    if floor_table.gpu not in kernels:
-        return  # no kernel constants to price the kernel with
-    for name in FLOOR_FIELDS:
-        _fit_expert_floor(table=floor_table, name=name, kernels=kernels, prov=prov,
-                          fits=fits, leave_out=leave_out, log=log)
-    _fit_int4_ratio(table=read_table(path=path, family=INT4_FAMILY), kernels=kernels,
-                    prov=prov, fits=fits, leave_out=leave_out, log=log)
-    table = read_table(path=path)
-    if not table.cases:
-        return  # no rows of the kernels the bandwidth shares describe
-    for name, result in fit_moe(table=table, constants=kernels[table.gpu],
-                                leave_out=leave_out).items():
-        value = result.values[name]
-        log(f"kernels {table.gpu}: {name} = {value:.3f} on {result.n_points} MoE rows"
-            + (" (at a bound of its range)" if result.at_bound else "") + " (reported, not applied)")
-        fit_id = f"aiconfigurator-moe/{table.gpu}/{name}"
-        fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_hidden_half_out")
-        fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-        fits[fit_id]["applied"] = False
-        fits[fit_id]["why_not_applied"] = MOE_NOT_APPLIED
-
-
-def _fit_int4_ratio(*, table: MoeTable, kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    leave_out: bool, log: Callable[[str], None]) -> None:
-    """The weight-only INT4 experts' share of one GPU, relative to the BF16 share in use:
-    applied where it predicts its held-out rows better than ratio 1, else recorded as 1."""
-    from energylens.calibration.fit_moe import INT4_FIELD, fit_int4_ratio, int4_ratio_helps
-
-    result = fit_int4_ratio(table=table, constants=kernels[table.gpu], leave_out=leave_out)
-    if result is None:
-        return
-    value = result.values[INT4_FIELD]
-    _record_moe_fit(gpu=table.gpu, name=INT4_FIELD, result=result,
-                    applied=int4_ratio_helps(result), neutral=1.0, shown=f"{value:.3f}",
-                    leave_out_kind="leave_one_hidden_half_or_split_out", why=INT4_NOT_APPLIED,
-                    note=f"1: the {value:.3f} fitted predicts its held-out rows worse than the "
-                         "BF16 share alone (why_not_applied)",
-                    kernels=kernels, prov=prov, fits=fits, log=log)
-
-
-def _fit_expert_floor(*, table: MoeTable, name: str, kernels: dict[str, KernelConstants],
-                      prov: dict[str, dict[str, dict[str, Any]]],
-                      fits: dict[str, dict[str, Any]], leave_out: bool,
-                      log: Callable[[str], None]) -> None:
-    """One fused-MoE expert floor of ``table``'s GPU: applied where it predicts the rows it
-    was not fitted on better than none, else recorded as 0."""
-    from energylens.calibration.fit_moe import fit_expert_floor, floor_helps
-
-    result = fit_expert_floor(table=table, constants=kernels[table.gpu], field=name,
-                              leave_out=leave_out)
-    if result is None:
-        return
-    value = result.values[name]
-    _record_moe_fit(gpu=table.gpu, name=name, result=result, applied=floor_helps(result),
-                    neutral=0.0, shown=f"{value * 1e6:.2f} us",
-                    leave_out_kind="leave_one_hidden_half_out", why=FLOOR_NOT_APPLIED,
-                    note=f"none: the {value * 1e6:.2f} us fitted predicts its held-out rows "
-                         "worse than no floor (why_not_applied)",
-                    kernels=kernels, prov=prov, fits=fits, log=log)
-
-
-def _record_moe_fit(*, gpu: str, name: str, result: FitResult, applied: bool, neutral: float,
-                    shown: str, leave_out_kind: str, why: str, note: str,
-                    kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    log: Callable[[str], None]) -> None:
-    """Log and report one fused-MoE constant fitted on ``gpu``'s own table, and apply it,
-    or, not applied, record the ``neutral`` value in its place: chosen on this GPU's table,
-    so that a relative's value is never borrowed instead."""
-    value = result.values[name]
-    log(f"kernels {gpu}: {name} = {shown} on {result.n_points} MoE rows"
-        + (" (at a bound of its range)" if result.at_bound else "")
-        + ("" if applied else " (not applied)"))
-    fit_id = f"aiconfigurator-moe/{gpu}/{name}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind=leave_out_kind)
-    fits[fit_id]["values"] = {name: float(f"{value:.6g}")}
-    fits[fit_id]["applied"] = applied
-    own = prov.setdefault(f"kernels/{gpu}", {})
-    if applied:
-        kernels[gpu] = replace(kernels[gpu], **result.values)
-        own[name] = _entry(value, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-        return
-    fits[fit_id]["why_not_applied"] = why
-    kernels[gpu] = replace(kernels[gpu], **{name: neutral})
-    own[name] = _entry(neutral, kind="fitted", fit_id=fit_id, report=fits[fit_id], note=note)
-
-
-def _fit_mla_prompt(*, path: Path, kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    leave_out: bool, log: Callable[[str], None]) -> None:
-    """MLA's prompt-form attention efficiency and ramp of one GPU from TensorRT-LLM's MLA
-    context table: applied where both are identified (neither at a bound of its range)."""
-    from energylens.calibration.fit_mla_prompt import fit_mla_prompt, read_table
-
-    table = read_table(path=path)
-    if table.gpu not in kernels:
-        return  # no kernel constants to price the kernel with (no data, no relative)
-    result = fit_mla_prompt(table=table, constants=kernels[table.gpu], leave_out=leave_out)
-    fit_id = f"aiconfigurator-mla-prompt/{table.gpu}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
-    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-    applied = not result.at_bound
-    log(f"kernels {table.gpu}: prompt_attention_efficiency_max = "
-        f"{result.values['prompt_attention_efficiency_max']:.3f}, prompt_attention_m_half = "
-        f"{result.values['prompt_attention_m_half']:.0f} on {result.n_points} MLA context rows"
-        + ("" if applied else " (at a bound of its range: reported, not applied)"))
-    fits[fit_id]["applied"] = applied
-    if not applied:
-        fits[fit_id]["why_not_applied"] = MLA_PROMPT_AT_BOUND
-        return
-    kernels[table.gpu] = replace(kernels[table.gpu], **result.values)
-    prov.setdefault(f"kernels/{table.gpu}", {}).update(
-        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-         for k, v in result.values.items()})
-
-
-def _fit_mla_decode(*, path: Path, kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    log: Callable[[str], None]) -> None:
-    """MLA's decode-form attention constants of one GPU from TensorRT-LLM's MLA generation
-    table: applied where the held-out halves (fitted on alternate head counts) come out
-    closer than the grouped-query kernel's price of the same rows. Always held out: the
-    rule needs it."""
-    from energylens.calibration.fit_mla_decode import fit_mla_decode, predicted_s, read_table
-
-    table = read_table(path=path)
-    if table.gpu not in kernels:
-        return  # no kernel constants to price the kernel with (no data, no relative)
-    constants = kernels[table.gpu]
-    result = fit_mla_decode(table=table, constants=constants, leave_out=True)
-    everything = np.ones(table.latency_s.size, dtype=bool)
-    grouped = predicted_s(table=table, rows=everything, gpu=load_gpu(table.gpu),
-                          constants=replace(constants, mla_decode_efficiency_max=0.0))
-    grouped_mape = float(np.mean(np.abs(grouped / table.latency_s - 1.0)))
-    fit_id = f"aiconfigurator-mla-decode/{table.gpu}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_heads_half_out")
-    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-    fits[fit_id]["grouped_query_price_mape"] = round(grouped_mape, 4)
-    held = result.leave_out["latency"].mape
-    applied = held < grouped_mape
-    log(f"kernels {table.gpu}: MLA decode efficiency = "
-        f"{result.values['mla_decode_efficiency_max']:.3f}, cache bandwidth = "
-        f"{result.values['mla_decode_kv_bandwidth_efficiency']:.3f} on {result.n_points} "
-        f"MLA generation rows (held out {held:.1%}, the grouped-query price {grouped_mape:.1%})"
-        + ("" if applied else ": reported, not applied"))
-    fits[fit_id]["applied"] = applied
-    if not applied:
-        fits[fit_id]["why_not_applied"] = MLA_DECODE_NO_BETTER
-        return
-    kernels[table.gpu] = replace(constants, **result.values)
-    prov.setdefault(f"kernels/{table.gpu}", {}).update(
-        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-         for k, v in result.values.items()})
-
-
-def _fit_custom_allreduce(*, path: Path, runtimes: dict[str, RuntimeConstants],
-                          prov: dict[str, dict[str, dict[str, Any]]],
-                          fits: dict[str, dict[str, Any]], leave_out: bool,
-                          log: Callable[[str], None]) -> None:
-    """A runtime's own all-reduce on one GPU from its measured kernel table."""
-    from energylens.calibration.fit_custom_allreduce import fit_custom_allreduce, read_table
-    from energylens.runtime import get_runtime, runtime_names
-
-    runtime = path.parts[-3]
-    if runtime not in runtime_names():
-        return
-    table = read_table(path=path, max_bytes=get_runtime(runtime).custom_allreduce_max_bytes)
-    log(f"{runtime} all-reduce {table.gpu}: fitting 3 constants on {table.latency_s.size} rows")
-    result = fit_custom_allreduce(table=table, leave_out=leave_out)
-    fit_id = f"custom-allreduce/{runtime}/{table.gpu}"
-    fits[fit_id] = _report(fit_id, result, leave_out_kind="leave_one_group_size_out")
-    key = runtime_key(runtime=runtime, gpu=table.gpu)
-    runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **result.values)
-    prov.setdefault(f"runtimes/{key}", {}).update(
-        {k: _entry(v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-         for k, v in result.values.items()})
-
-
 def unidentified_constants(fits: dict[str, dict[str, Any]]) -> list[str]:
     """``fit/constant`` of every constant that ended at a bound of its range in a fit on
     all the data (the regime folds are reported, not judged, here; a fit reported and not
@@ -932,24 +404,24 @@ def to_yaml(outcome: Outcome) -> str:
         "version": FORMAT_VERSION,
         "generated_by": f"energylens calibrate (energylens {__version__})",
         "regenerate": "energylens calibrate --output energylens/data/calibration.yaml",
-        "data": [{"path": _rel(p), "sha256": _sha256(p)} for p in outcome.data.all_files()],
+        "data": [{"path": rel_path(p), "sha256": _sha256(p)} for p in outcome.data.all_files()],
         "kernels": {},
         "links": {},
         "runtimes": {},
     }
     for gpu, constants in sorted(cal.kernels.items()):
         known = outcome.provenance.get(f"kernels/{gpu}", {})
-        doc["kernels"][gpu] = {name: known.get(name, _entry(value, kind="default"))
+        doc["kernels"][gpu] = {name: known.get(name, entry(value=value, kind="default"))
                                for name, value in asdict(constants).items()}
     for key, link in sorted(cal.links.items()):
         known = outcome.provenance.get(f"links/{key}", {})
-        doc["links"][key] = {name: known.get(name, _entry(value, kind="default"))
+        doc["links"][key] = {name: known.get(name, entry(value=value, kind="default"))
                              for name, value in asdict(link).items()}
     for key, section in sorted(cal.runtimes.items()):
         runtime, gpu = key.split("/", 1)
         known = outcome.provenance.get(f"runtimes/{key}", {})
         doc["runtimes"].setdefault(runtime, {})[gpu] = {
-            name: known.get(name, _entry(value, kind="default"))
+            name: known.get(name, entry(value=value, kind="default"))
             for name, value in asdict(section).items()}
     doc["fits"] = outcome.fits
     header = ("# EnergyLens calibration: generated by `energylens calibrate`; do not edit by hand.\n"
