@@ -56,7 +56,13 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("model,gpu,num_gpus,ttft_s\nx,H100,1,1\n", "no row can be predicted"),
+    ("model,gpu,num_gpus,ttft_s\nx,H100,1,1\n", "no row can be fitted on (row 1: "),
+    # infeasible (811 GB of weights on 2 x 192 GB), or no measured metric predicted
+    ("model,gpu,num_gpus,input_tokens,output_tokens,tpot_s\nllama-3.1-405b,B200,2,512,128,10\n",
+     "no row can be fitted on (row 1: infeasible: "),
+    ("model,gpu,num_gpus,workload,batch,input_tokens,output_tokens,ttft_p90_s\n"
+     "llama-3.1-8b,H100,1,serving,16,512,128,0.05\n",
+     "no row can be fitted on (row 1: a serving row predicts none of its measured metrics"),
     ("model,gpu\nx,H100\n", "missing column 'num_gpus'"),
 ])
 def test_bad_calibrate_from(text: str, message: str, tmp_path: Path,

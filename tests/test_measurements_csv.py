@@ -482,8 +482,36 @@ def test_rows_faster_than_reading_the_weights_are_screened_not_scored(tmp_path: 
     assert metrics["e2e_s[impossible]"]["n"] == 1 and metrics["e2e_s[with impossible]"]["n"] == 2
     assert report.as_dict()["rows"][0]["screened"] == screened[0]
     assert "screened" not in report.as_dict()["rows"][1]
-    _, skipped = fit_rows(measurements)
+    _, skipped = fit_rows(measurements, calibration=default_calibration())
     assert [number for number, _ in skipped] == [1, 3]
+
+
+def test_calibrate_from_leaves_out_rows_it_cannot_fit_and_their_gpus(tmp_path: Path,
+                                                                       capsys) -> None:  # type: ignore[no-untyped-def]
+    """Llama-3.1-405B in BF16 (811 GB) on two B200s (2 x 192 GB) is infeasible, and a
+    serving row predicts no TTFT percentile: neither is fitted on nor named in the
+    overlay's rows or GPUs (whose factors would move a B200 prediction)."""
+    import yaml
+
+    path = _write(tmp_path, "model,gpu,num_gpus,workload,batch,input_tokens,output_tokens,"
+                            "tpot_s,ttft_p90_s\n"
+                            "llama-3.1-8b,H100,1,batch,16,512,128,0.0095,\n"
+                            "llama-3.1-8b,H100,1,batch,64,256,128,0.0138,\n"
+                            "llama-3.1-405b,B200,2,batch,16,512,128,10,\n"
+                            "llama-3.1-8b,B200,1,serving,16,512,128,,0.05\n")
+    rows, skipped = fit_rows(load_user_csv(path), calibration=default_calibration())
+    assert len(rows) == 2 and {r.gpu for r in rows} == {"H100-SXM"}
+    assert [n for n, _ in skipped] == [3, 4]
+    assert skipped[0][1].startswith("infeasible: ")
+    assert skipped[1][1] == "a serving row predicts none of its measured metrics (ttft_p90_s)"
+    out = tmp_path / "my.yaml"
+    assert main(["calibrate", "--from", str(path), "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "fitted on 2 row(s)" in captured.out and "(GPUs: H100-SXM)" in captured.out
+    assert "row 3 not fitted: infeasible" in captured.err
+    assert "row 4 not fitted: a serving row" in captured.err
+    overlay = yaml.safe_load(out.read_text())["overlay"]
+    assert overlay["gpus"] == ["H100-SXM"] and overlay["fitted_on"]["rows"] == [1, 2]
 
 
 def test_k_shot_never_fits_on_a_screened_row(tmp_path: Path) -> None:
@@ -510,7 +538,7 @@ def test_a_row_marked_screened_is_predicted_never_fitted_and_scored_apart(
     metrics = report.metrics
     assert metrics["tpot_s"]["n"] == 2 and metrics["tpot_s[host-bound]"]["n"] == 1
     assert metrics["tpot_s[with host-bound]"]["n"] == 3 and "tpot_s[impossible]" not in metrics
-    _, skipped = fit_rows(measurements)
+    _, skipped = fit_rows(measurements, calibration=default_calibration())
     assert skipped == [(2, "host-bound: GPUs idle")]
     shot = k_shot(measurements, k=2, group_by=["gpu"], seed=0, calibration=default_calibration())
     assert [o.fitted_on for o in shot.rows] == [True, False, True]

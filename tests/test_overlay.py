@@ -72,6 +72,16 @@ def test_rows_the_base_already_predicts_move_nothing() -> None:
     assert fit.overlay.factors == {}
 
 
+def test_rows_the_base_cannot_predict_add_no_gpu() -> None:
+    """A row infeasible on the base is not fitted on: its GPU gets no factor."""
+    base = default_calibration()
+    truth = apply_overlay(base, Overlay(factors={"step_overhead": 1.8}, gpus=(GPU,)))
+    rows = [*_rows(truth, [(1, 128), (64, 2048)]),
+            FitRow(gpu="B200", measured={"tpot_s": 10.0}, predict=lambda calibration: None)]
+    fit = fit_overlay(rows=rows, base=base)
+    assert fit.overlay.gpus == (GPU,) and fit.overlay.factors
+
+
 def test_an_empty_overlay_changes_no_prediction() -> None:
     base = default_calibration()
     same = apply_overlay(base, Overlay(factors={}, gpus=(GPU,)))

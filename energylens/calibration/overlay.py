@@ -189,13 +189,13 @@ def fit_overlay(*, rows: Sequence[FitRow], base: Calibration,
 
     ``max_free`` caps the factors moved (default: one per row).
     """
-    gpus = tuple(sorted({load_gpu(r.gpu).name for r in rows}))
     base_predictions = [r.predict(base) for r in rows]
     usable = [(r, sorted(m for m in r.measured if m in p))
               for r, p in zip(rows, base_predictions, strict=True) if p is not None]
     usable = [(r, names) for r, names in usable if names]
     fit_rows = [r for r, _ in usable]
     metrics = [names for _, names in usable]
+    gpus = tuple(sorted({load_gpu(r.gpu).name for r in fit_rows}))  # the rows fitted on only
     none = Overlay(factors={}, gpus=gpus)
     if not fit_rows:
         return OverlayFit(overlay=none, freed=(), rms_log_before=float("nan"),

@@ -201,9 +201,9 @@ def calibrate_overlay(args: argparse.Namespace) -> int:
 
     measurements = load_user_csv(args.from_csv)
     base = _calibration(args.base)
-    rows, skipped = fit_rows(measurements)
+    rows, skipped = fit_rows(measurements, calibration=base)
     if not rows:
-        raise MeasurementError(f"{args.from_csv}: no row can be predicted, nothing to fit on "
+        raise MeasurementError(f"{args.from_csv}: no row can be fitted on "
                                f"(row {skipped[0][0]}: {skipped[0][1]})")
     for number, reason in skipped:
         print(f"energylens: note: row {number} not fitted: {reason}", file=sys.stderr)

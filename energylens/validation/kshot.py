@@ -255,7 +255,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
         if k == 0:
             continue
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])  # one stream per group
-        usable = [i for i in groups[key] if _fittable(outcomes.rows[i])]
+        usable = [i for i in groups[key] if _not_fittable(outcomes.rows[i]) is None]
         if not usable:
             continue
         chosen = [usable[j] for j in spread_pick(
@@ -272,10 +272,17 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
     return outcomes
 
 
-def _fittable(outcome: RowOutcome) -> bool:
-    """Predicted, not screened, and with a measured metric the prediction carries."""
-    return (outcome.error is None and outcome.screened is None
-            and any(m in outcome.predicted for m in outcome.row.measured))
+def _not_fittable(outcome: RowOutcome) -> str | None:
+    """Why ``outcome`` cannot be fitted on, or None: it must be predicted, not screened,
+    and carry a measured metric the prediction carries."""
+    if outcome.error is not None:
+        return outcome.error
+    if outcome.screened is not None:
+        return outcome.screened
+    if not any(m in outcome.predicted for m in outcome.row.measured):
+        return (f"a {outcome.row.values['workload']} row predicts none of its measured "
+                f"metrics ({', '.join(outcome.row.measured)})")
+    return None
 
 
 def _fit_row(outcome: RowOutcome) -> FitRow:
@@ -283,20 +290,17 @@ def _fit_row(outcome: RowOutcome) -> FitRow:
     return FitRow(gpu=case.gpu, measured=dict(outcome.row.measured), predict=run)
 
 
-def fit_rows(measurements: UserMeasurements) -> tuple[list[FitRow], list[tuple[int, str]]]:
-    """The rows an overlay can be fitted on, and (row number, reason) for the others
-    (unsupported, or screened as impossible)."""
+def fit_rows(measurements: UserMeasurements, *,
+             calibration: Calibration) -> tuple[list[FitRow], list[tuple[int, str]]]:
+    """The rows an overlay on ``calibration`` can be fitted on, and (row number, reason)
+    for the others (unsupported, infeasible, screened, or predicting none of their
+    measured metrics)."""
     rows, skipped = [], []
     for row in measurements.rows:
-        try:
-            run, case = _predictor(row)
-        except UnsupportedRow as exc:
-            skipped.append((row.number, str(exc)))
-            continue
-        reason = screen(row, case)
-        if reason is not None:
+        outcome = _outcome(row, calibration)
+        reason = _not_fittable(outcome)
+        if reason is None:
+            rows.append(_fit_row(outcome))
+        else:
             skipped.append((row.number, reason))
-            continue
-        rows.append(FitRow(gpu=case.gpu, measured=dict(row.measured), predict=run))
     return rows, skipped
-
