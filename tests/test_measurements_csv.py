@@ -146,6 +146,36 @@ def test_vllm_benchmark_without_the_gpu_is_one_line(tmp_path: Path, capsys) -> N
     assert len(err) == 1 and "pass --gpu and --num-gpus" in err[0]
 
 
+VLLM_RESULT = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "completed": 100,
+               "request_rate": 4.0, "max_concurrency": None, "total_input_tokens": 102400,
+               "total_output_tokens": 12800, "mean_ttft_ms": 80.0, "mean_tpot_ms": 9.0,
+               "output_throughput": 1500.0}
+
+
+def _vllm(tmp_path: Path, *results: dict[str, object], **options: object) -> Converted:
+    source = _write(tmp_path, "\n".join(json.dumps(r) for r in results), "result.json")
+    return converters()["vllm-benchmark"](source, Options(**({"gpu": "H100", "num_gpus": 1}
+                                                             | options)))  # type: ignore[arg-type]
+
+
+def test_a_request_rate_capped_at_a_concurrency_is_refused_not_read_as_either(
+        tmp_path: Path) -> None:
+    """vLLM's --request-rate 4 --max-concurrency 16: an open loop capped at 16 clients,
+    which the load kind does not model; the converter writes both, the row is refused."""
+    converted = _vllm(tmp_path, VLLM_RESULT | {"max_concurrency": 16}, VLLM_RESULT)
+    assert [(r["request_rate"], r["concurrency"]) for r in converted.rows] == [(4.0, 16),
+                                                                               (4.0, None)]
+    assert converted.notes == ["result 0: a request rate capped at max_concurrency, an open "
+                               "loop the load kind does not model: written with both, "
+                               "validate refuses such rows"]
+    path = tmp_path / "v.csv"
+    path.write_text(to_csv(converted))
+    capped, open_loop = validate_measured(load_user_csv(path),
+                                          calibration=default_calibration()).rows
+    assert capped.predicted == {} and "open loop capped at a concurrency" in (capped.error or "")
+    assert open_loop.error is None and open_loop.predicted["tpot_s"] > 0
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

@@ -325,6 +325,10 @@ def _workload(v: dict[str, Any]) -> Workload:
         raise UnsupportedRow("serving under load is not simulated (no workload kind named "
                              "'load' is registered)")
     known = {f.name for f in fields(Workload)}
+    if v["concurrency"] is not None and v["request_rate"] is not None:
+        raise UnsupportedRow("an open loop capped at a concurrency (request_rate and "
+                             "concurrency: vLLM --request-rate with --max-concurrency) is not "
+                             "modelled")
     if v["concurrency"] is not None and "concurrency" in known:  # closed loop
         extra: dict[str, Any] = {"concurrency": int(v["concurrency"])}
     elif v["request_rate"] is not None and "request_rate" in known:  # open loop

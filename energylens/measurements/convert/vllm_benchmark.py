@@ -71,6 +71,7 @@ def _number(path: Path, result: dict[str, Any], key: str, i: int) -> float:
 def convert(path: Path, options: Options) -> Converted:
     """One ``load`` row per result."""
     out = Converted(rows=[])
+    capped = []
     for i, result in enumerate(_results(path)):
         if "model_id" not in result:
             raise MeasurementError(f"{path}: result {i}: missing key 'model_id'")
@@ -91,5 +92,12 @@ def convert(path: Path, options: Options) -> Converted:
             if isinstance(result.get(key), int | float):
                 row[column] = float(result[key])
         row["date"] = result.get("date")
+        if row["request_rate"] is not None and concurrency is not None:
+            capped.append(i)
         out.rows.append(row)
+    if capped:
+        out.notes.append(f"result{'s' if len(capped) > 1 else ''} "
+                         f"{', '.join(map(str, capped))}: a request rate capped at "
+                         "max_concurrency, an open loop the load kind does not model: written "
+                         "with both, validate refuses such rows")
     return out
