@@ -176,6 +176,20 @@ def test_a_request_rate_capped_at_a_concurrency_is_refused_not_read_as_either(
     assert open_loop.error is None and open_loop.predicted["tpot_s"] > 0
 
 
+def test_vllm_benchmark_zero_and_nan_latencies_are_not_written(tmp_path: Path) -> None:
+    """vLLM writes mean_tpot_ms 0.0 for one-token outputs and NaN percentiles: left out
+    (with a note), so the file still reads and the other metrics are scored."""
+    converted = _vllm(tmp_path, VLLM_RESULT | {"mean_tpot_ms": 0.0, "p99_ttft_ms": float("nan"),
+                                               "output_throughput": -1.0},
+                      VLLM_RESULT | {"mean_tpot_ms": 0.0})
+    assert converted.notes == ["not written, not a positive number: p99_ttft_ms (1 result), "
+                               "mean_tpot_ms (2 results), output_throughput (1 result)"]
+    path = tmp_path / "v.csv"
+    path.write_text(to_csv(converted))
+    rows = load_user_csv(path).rows
+    assert rows[0].measured == {"ttft_s": 0.08} and rows[1].measured["output_tokens_per_s"] == 1500
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

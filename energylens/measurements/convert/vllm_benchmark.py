@@ -59,42 +59,54 @@ def _hardware(path: Path, result: dict[str, Any], options: Options, i: int) -> d
     return {"gpu": gpu, "num_gpus": int(n), "tp": None if tp is None else int(tp)}
 
 
-def _number(path: Path, result: dict[str, Any], key: str, i: int) -> float:
-    value = result.get(key)
+def _positive(value: Any) -> float | None:
+    """``value`` as a float where it is a finite positive number, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or value <= 0:
-        raise MeasurementError(f"{path}: result {i}: key '{key}' must be a positive number, "
-                               f"got {value!r}")
+        return None
     return float(value)
+
+
+def _number(path: Path, result: dict[str, Any], key: str, i: int) -> float:
+    value = _positive(result.get(key))
+    if value is None:
+        raise MeasurementError(f"{path}: result {i}: key '{key}' must be a positive number, "
+                               f"got {result.get(key)!r}")
+    return value
 
 
 def convert(path: Path, options: Options) -> Converted:
     """One ``load`` row per result."""
     out = Converted(rows=[])
     capped = []
+    dropped: dict[str, int] = {}
     for i, result in enumerate(_results(path)):
         if "model_id" not in result:
             raise MeasurementError(f"{path}: result {i}: missing key 'model_id'")
         completed = _number(path, result, "completed", i)
-        rate = result.get("request_rate")
         concurrency = result.get("max_concurrency")
         row: dict[str, Any] = {
             "model": result["model_id"], **_hardware(path, result, options, i),
             "runtime": result.get("backend", "vllm"), "workload": "load",
-            "request_rate": rate if isinstance(rate, int | float) and math.isfinite(rate) else None,
+            "request_rate": _positive(result.get("request_rate")),  # inf: no open loop
             "concurrency": concurrency, "num_requests": int(completed),
             "input_tokens": _number(path, result, "total_input_tokens", i) / completed,
             "output_tokens": _number(path, result, "total_output_tokens", i) / completed}
-        for key, column in _LATENCIES.items():
-            if isinstance(result.get(key), int | float):
-                row[column] = float(result[key]) / 1e3
-        for key, column in _RATES.items():
-            if isinstance(result.get(key), int | float):
-                row[column] = float(result[key])
+        for key, column in (_LATENCIES | _RATES).items():
+            if key not in result:
+                continue
+            value = _positive(result[key])
+            if value is None:  # vLLM's 0.0 TPOT of one-token outputs, a NaN percentile
+                dropped[key] = dropped.get(key, 0) + 1
+            else:
+                row[column] = value / 1e3 if key in _LATENCIES else value
         row["date"] = result.get("date")
         if row["request_rate"] is not None and concurrency is not None:
             capped.append(i)
         out.rows.append(row)
+    if dropped:
+        out.notes.append("not written, not a positive number: " + ", ".join(
+            f"{key} ({n} result{'s' if n > 1 else ''})" for key, n in dropped.items()))
     if capped:
         out.notes.append(f"result{'s' if len(capped) > 1 else ''} "
                          f"{', '.join(map(str, capped))}: a request rate capped at "
