@@ -190,6 +190,32 @@ def test_vllm_benchmark_zero_and_nan_latencies_are_not_written(tmp_path: Path) -
     assert rows[0].measured == {"ttft_s": 0.08} and rows[1].measured["output_tokens_per_s"] == 1500
 
 
+def test_vllm_benchmark_client_api_backends_are_not_the_runtime(tmp_path: Path,
+                                                                 capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--backend openai-chat`` names the API the client spoke, not the engine: the row
+    takes the default runtime (or --runtime) instead of being refused as an unknown one."""
+    results = (VLLM_RESULT | {"backend": "openai-chat"}, VLLM_RESULT | {"backend": "openai"},
+               VLLM_RESULT | {"backend": "sglang"})
+    converted = _vllm(tmp_path, *results)
+    assert [r["runtime"] for r in converted.rows] == [None, None, "sglang"]
+    assert converted.notes == ["backend openai, openai-chat is the client API, not the engine: "
+                               "runtime left empty (vllm); pass --runtime to name it"]
+    path = tmp_path / "v.csv"
+    path.write_text(to_csv(converted))
+    outcome = validate_measured(load_user_csv(path), calibration=default_calibration()).rows[0]
+    assert outcome.error is None and outcome.row.values["runtime"] is None
+    named = _vllm(tmp_path, *results, runtime="TensorRT-LLM")
+    assert [r["runtime"] for r in named.rows] == ["trtllm"] * 3 and named.notes == []
+    source = tmp_path / "result.json"
+    assert main(["measurements", "convert", "vllm-benchmark", str(source), "--gpu", "H100",
+                 "--num-gpus", "1", "--runtime", "sglang"]) == 0
+    assert list(csv.DictReader(capsys.readouterr().out.splitlines()))[0]["runtime"] == "sglang"
+    assert main(["measurements", "convert", "vllm-benchmark", str(source), "--gpu", "H100",
+                 "--num-gpus", "1", "--runtime", "vlm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown runtime 'vlm'; did you mean vllm?" in err[0]
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--gpu", help="GPU the file was measured on, where it does not say")
     c.add_argument("--num-gpus", type=int, help="vllm-benchmark: GPUs, where the result does not say")
     c.add_argument("--tp", type=int, help="vllm-benchmark: tensor-parallel size")
+    c.add_argument("--runtime", help="vllm-benchmark: the serving engine, where the result "
+                                     "names only the client API (backend openai, openai-chat)")
     c.add_argument("--load-as-serving", action="store_true",
                    help="aiconfigurator: closed-loop rows as steady-state serving at batch = "
                         "concurrency (an approximation) instead of workload=load")
@@ -44,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cmd_convert(args: argparse.Namespace) -> int:
     from energylens.measurements.convert import Options, converters, to_csv
 
-    options = Options(gpu=args.gpu, num_gpus=args.num_gpus, tp=args.tp,
+    options = Options(gpu=args.gpu, num_gpus=args.num_gpus, tp=args.tp, runtime=args.runtime,
                       load_as_serving=args.load_as_serving)
     converted = converters()[args.format](Path(args.file), options)
     text = to_csv(converted)

@@ -21,11 +21,13 @@ from energylens.measurements.user_csv import KNOWN
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """What a source file may not record: the GPU, the GPU count, the tensor-parallel
-    size; and whether closed-loop rows are written as steady-state serving."""
+    size, the serving engine; and whether closed-loop rows are written as steady-state
+    serving."""
 
     gpu: str | None = None
     num_gpus: int | None = None
     tp: int | None = None
+    runtime: str | None = None
     load_as_serving: bool = False
 
 

@@ -4,19 +4,23 @@ A result records the load (``request_rate``; ``max_concurrency`` for a closed lo
 totals and the latency statistics in ms (``mean_/median_/p<N>_`` of ``ttft``, ``tpot``,
 ``itl``, ``e2el``), not the hardware: the GPU, GPU count and tensor-parallel size come from
 ``--metadata`` keys saved in the result (``gpu``, ``num_gpus``, ``tp`` or
-``tensor_parallel_size``) or from the converter's options. A file holds one result, a
-JSON list of them, or one per line.
+``tensor_parallel_size``) or from the converter's options. The ``backend`` is the engine
+(``vllm``, ``sglang``, ...) unless it names only the client API (``openai``,
+``openai-chat``): then the runtime is the converter's option, else left empty (the format's
+default). A file holds one result, a JSON list of them, or one per line.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from energylens.errors import MeasurementError
 from energylens.measurements.convert import Converted, Options
+from energylens.runtime import get_runtime, runtime_name
 
 #: Result key -> metric column (ms -> s for the latencies).
 _LATENCIES = {f"{stat}_{name}_ms": f"{column}{suffix}"
@@ -59,6 +63,18 @@ def _hardware(path: Path, result: dict[str, Any], options: Options, i: int) -> d
     return {"gpu": gpu, "num_gpus": int(n), "tp": None if tp is None else int(tp)}
 
 
+def _runtime(result: dict[str, Any], options: Options, api: set[str]) -> str | None:
+    """The engine: ``options.runtime``, else the result's backend unless it is a client
+    API (added to ``api``: left empty)."""
+    if options.runtime is not None:
+        return options.runtime
+    backend = str(result.get("backend", "vllm"))
+    if backend.strip().lower().startswith("openai"):
+        api.add(backend)
+        return None
+    return backend
+
+
 def _positive(value: Any) -> float | None:
     """``value`` as a float where it is a finite positive number, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
@@ -77,9 +93,12 @@ def _number(path: Path, result: dict[str, Any], key: str, i: int) -> float:
 
 def convert(path: Path, options: Options) -> Converted:
     """One ``load`` row per result."""
+    if options.runtime is not None:
+        options = replace(options, runtime=get_runtime(runtime_name(options.runtime)).name)
     out = Converted(rows=[])
     capped = []
     dropped: dict[str, int] = {}
+    api: set[str] = set()
     for i, result in enumerate(_results(path)):
         if "model_id" not in result:
             raise MeasurementError(f"{path}: result {i}: missing key 'model_id'")
@@ -87,7 +106,7 @@ def convert(path: Path, options: Options) -> Converted:
         concurrency = result.get("max_concurrency")
         row: dict[str, Any] = {
             "model": result["model_id"], **_hardware(path, result, options, i),
-            "runtime": result.get("backend", "vllm"), "workload": "load",
+            "runtime": _runtime(result, options, api), "workload": "load",
             "request_rate": _positive(result.get("request_rate")),  # inf: no open loop
             "concurrency": concurrency, "num_requests": int(completed),
             "input_tokens": _number(path, result, "total_input_tokens", i) / completed,
@@ -104,6 +123,9 @@ def convert(path: Path, options: Options) -> Converted:
         if row["request_rate"] is not None and concurrency is not None:
             capped.append(i)
         out.rows.append(row)
+    if api:
+        out.notes.append(f"backend {', '.join(sorted(api))} is the client API, not the engine: "
+                         "runtime left empty (vllm); pass --runtime to name it")
     if dropped:
         out.notes.append("not written, not a positive number: " + ", ".join(
             f"{key} ({n} result{'s' if n > 1 else ''})" for key, n in dropped.items()))
