@@ -216,6 +216,24 @@ def test_vllm_benchmark_client_api_backends_are_not_the_runtime(tmp_path: Path,
     assert len(err) == 1 and "unknown runtime 'vlm'; did you mean vllm?" in err[0]
 
 
+def test_e2e_percentiles_are_read_and_predicted(tmp_path: Path) -> None:
+    """The converter's e2e_p90_s and e2e_p99_s are metrics of the format: a load row
+    predicts them (p50 <= p90 <= p99), a static batch as its one end-to-end time."""
+    converted = _vllm(tmp_path, VLLM_RESULT | {"p90_e2el_ms": 1500.0, "p99_e2el_ms": 2000.0})
+    path = tmp_path / "v.csv"
+    path.write_text(to_csv(converted))
+    measurements = load_user_csv(path)
+    assert measurements.ignored == ("date",)
+    assert {"e2e_p90_s": 1.5, "e2e_p99_s": 2.0}.items() <= measurements.rows[0].measured.items()
+    load = validate_measured(measurements, calibration=default_calibration()).rows[0].predicted
+    assert 0 < load["e2e_p50_s"] <= load["e2e_p90_s"] <= load["e2e_p99_s"]
+    batch = validate_measured(load_user_csv(_write(tmp_path, f"{HEADER},e2e_p99_s\n"
+                                                   "llama-3.1-8b,H100,1,1,vllm,batch,4,512,128,"
+                                                   "1.2\n")),
+                              calibration=default_calibration()).rows[0].predicted
+    assert batch["e2e_p90_s"] == batch["e2e_p99_s"] == batch["e2e_s"] > 0
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

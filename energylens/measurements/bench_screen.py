@@ -105,7 +105,7 @@ def impossible(values: Mapping[str, Any], *, latency_s: float) -> str | None:
 #: percentile of the per-token times is no shorter than the fastest of them.
 PER_PASS_METRICS: dict[str, int | None] = {
     **{f"{m}{s}": 1 for m in ("tpot", "itl") for s in ("_s", "_p50_s", "_p90_s", "_p99_s")},
-    "e2e_s": None, "e2e_p50_s": None}
+    "e2e_s": None, "e2e_p50_s": None, "e2e_p90_s": None, "e2e_p99_s": None}
 
 
 def user_row_impossible(*, config: ModelConfig, gpu: str, num_gpus: int, weight_dtype: str | None,

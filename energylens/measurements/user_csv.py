@@ -69,7 +69,7 @@ WORKLOADS = ("batch", "serving", "load")
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
-           "e2e_p50_s",
+           "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
@@ -379,7 +379,8 @@ def predicted_metrics(prediction: Prediction, workload: Workload) -> dict[str, f
            "request_throughput_per_s": p.output_tokens_per_s / s_out, "ttft_s": p.ttft_s}
     if workload.kind == "batch":
         e2e = p.prefill.latency_s + p.decode.latency_s
-        out.update(tpot_s=p.tpot_s, itl_s=p.tpot_s, e2e_s=e2e, e2e_p50_s=e2e,
+        out.update(tpot_s=p.tpot_s, itl_s=p.tpot_s, e2e_s=e2e, e2e_p50_s=e2e, e2e_p90_s=e2e,
+                   e2e_p99_s=e2e,
                    ttft_p50_s=p.ttft_s, ttft_p90_s=p.ttft_s, ttft_p99_s=p.ttft_s,
                    tpot_p50_s=p.tpot_s, tpot_p90_s=p.tpot_s, tpot_p99_s=p.tpot_s,
                    itl_p50_s=p.tpot_s, itl_p90_s=p.tpot_s, itl_p99_s=p.tpot_s,
