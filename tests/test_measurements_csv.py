@@ -234,6 +234,21 @@ def test_e2e_percentiles_are_read_and_predicted(tmp_path: Path) -> None:
     assert batch["e2e_p90_s"] == batch["e2e_p99_s"] == batch["e2e_s"] > 0
 
 
+def test_vllm_benchmark_metadata_sizes_are_read_as_whole_numbers(tmp_path: Path,
+                                                                   capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--metadata num_gpus=2.0 tp=2`` saves strings: read as counts, a bad one refused in
+    one line (exit code 2), never a traceback."""
+    metadata = {"gpu": "H100", "num_gpus": "2.0", "tensor_parallel_size": "2"}
+    row = _vllm(tmp_path, VLLM_RESULT | metadata, gpu=None, num_gpus=None).rows[0]
+    assert (row["num_gpus"], row["tp"]) == (2, 2)
+    for bad in ({"num_gpus": "2.5"}, {"tp": "x"}, {"num_gpus": True}):
+        source = _write(tmp_path, json.dumps(VLLM_RESULT | metadata | bad), "result.json")
+        assert main(["measurements", "convert", "vllm-benchmark", str(source)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        key = next(iter(bad))
+        assert len(err) == 1 and f"result 0: key '{key}' must be a whole number >= 1" in err[0]
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

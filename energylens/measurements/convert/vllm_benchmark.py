@@ -53,14 +53,29 @@ def _results(path: Path) -> list[dict[str, Any]]:
     return results
 
 
+def _size(path: Path, value: Any, key: str, i: int) -> int | None:
+    """A GPU count saved with ``--metadata`` (a string there: ``"2"``, ``"2.0"``)."""
+    if value is None:
+        return None
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number.is_integer() or number < 1:
+        raise MeasurementError(f"{path}: result {i}: key '{key}' must be a whole number >= 1, "
+                               f"got {value!r}")
+    return int(number)
+
+
 def _hardware(path: Path, result: dict[str, Any], options: Options, i: int) -> dict[str, Any]:
     gpu = options.gpu or result.get("gpu")
-    tp = options.tp or result.get("tp") or result.get("tensor_parallel_size")
-    n = options.num_gpus or result.get("num_gpus") or tp
+    key = "tp" if result.get("tp") is not None else "tensor_parallel_size"
+    tp = options.tp or _size(path, result.get(key), key, i)
+    n = options.num_gpus or _size(path, result.get("num_gpus"), "num_gpus", i) or tp
     if gpu is None or n is None:
         raise MeasurementError(f"{path}: result {i} does not record the GPU or the GPU count; "
                                "pass --gpu and --num-gpus (or save them with --metadata)")
-    return {"gpu": gpu, "num_gpus": int(n), "tp": None if tp is None else int(tp)}
+    return {"gpu": gpu, "num_gpus": n, "tp": tp}
 
 
 def _runtime(result: dict[str, Any], options: Options, api: set[str]) -> str | None:
