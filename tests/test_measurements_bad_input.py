@@ -74,6 +74,20 @@ def test_bad_calibrate_from(text: str, message: str, tmp_path: Path,
     assert not (tmp_path / "my.yaml").exists()
 
 
+def test_calibrate_from_on_an_overlay_base_is_refused(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """An overlay stacked on an overlay never loads: --base must be a full calibration."""
+    path = tmp_path / "m.csv"
+    path.write_text(GOOD)
+    first = tmp_path / "first.yaml"
+    assert main(["calibrate", "--from", str(path), "--output", str(first)]) == 0
+    capsys.readouterr()
+    code = main(["calibrate", "--from", str(path), "--base", str(first),
+                 "--output", str(tmp_path / "second.yaml")])
+    _one_line(capsys, code, "is an overlay file; an overlay's base must be a full calibration")
+    assert not (tmp_path / "second.yaml").exists()
+
+
 def test_bad_conversion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "perf_model.csv"
     path.write_text("model,hardware\nx,H100\n")

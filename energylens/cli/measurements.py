@@ -197,12 +197,15 @@ def calibrate_overlay(args: argparse.Namespace) -> int:
     import yaml
 
     from energylens import __version__
+    from energylens.calibration.file import default_calibration, load_calibration
     from energylens.calibration.overlay import FACTOR_NAMES, fit_overlay, overlay_document
     from energylens.measurements.user_csv import load_user_csv
     from energylens.validation.kshot import fit_rows
 
     measurements = load_user_csv(args.from_csv)
-    base = _calibration(args.base)
+    # an overlay's base is a full calibration: an overlay file would write one that never loads
+    base = (default_calibration() if args.base is None
+            else load_calibration(args.base, overlay=False))
     rows, skipped = fit_rows(measurements, calibration=base)
     if not rows:
         raise MeasurementError(f"{args.from_csv}: no row can be fitted on "
