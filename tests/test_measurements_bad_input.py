@@ -18,6 +18,12 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     "non-numeric": (GOOD.replace(",4,", ",four,"), [], "column 'batch' has non-numeric value"),
     "negative metric": (GOOD.replace("0.05", "-0.05"), [], "column 'ttft_s' must be a positive"),
     "fractional GPU count": (GOOD.replace("H100,1,", "H100,1.5,"), [], "must be an integer"),
+    "fractional static batch": (GOOD.replace(",4,", ",2.5,"), [],
+                                "column 'batch' must be an integer on a batch row (whole "
+                                "sequences), got '2.5' in row 1"),
+    "fractional concurrency": (GOOD.replace("workload,", "concurrency,workload,")
+                               .replace("H100,1,", "H100,1,16.5,"), [],
+                               "column 'concurrency' must be an integer, got '16.5' in row 1"),
     "bad workload": (GOOD.replace("batch,4", "offline,4"), [], "column 'workload' must be one of"),
     "empty file": ("", [], "empty file"),
     "header only": (GOOD.splitlines()[0] + "\n", [], "no data rows"),

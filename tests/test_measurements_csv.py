@@ -301,6 +301,17 @@ def test_unknown_columns_are_carried_through_unchanged_and_named_once(tmp_path: 
     assert "\x1b" not in captured.err  # no progress bar where stderr is not a terminal
 
 
+def test_a_serving_rows_mean_batch_may_be_fractional(tmp_path: Path) -> None:
+    """A serving row's batch is a mean of running sequences (ML.ENERGY's 2.5); a static
+    batch's and a concurrency are whole (refused otherwise: tests/test_measurements_bad_input)."""
+    path = _write(tmp_path, f"{HEADER},concurrency,tpot_s\n"
+                            "llama-3.1-8b,H100,1,1,vllm,serving,2.5,512,128,,0.01\n"
+                            "llama-3.1-8b,H100,1,1,vllm,load,,512,128,16.0,0.01\n")
+    serving, load = load_user_csv(path).rows
+    assert row_case(serving).workload.batch == 2.5
+    assert row_case(load).workload.concurrency == 16 and load.as_input()["concurrency"] == 16
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

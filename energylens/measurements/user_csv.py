@@ -179,7 +179,8 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         raw = (cells.get(column) or "").strip()
         if not raw or column not in KNOWN:
             continue
-        if column in COUNTS or column in RUN_COUNTS or column in (SEQUENCE_CAP, PREFILL_CHUNK):
+        if column in COUNTS or column in RUN_COUNTS or column in (SEQUENCE_CAP, PREFILL_CHUNK,
+                                                                  "concurrency"):
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
@@ -203,6 +204,10 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         raise _fail(path, f"column 'workload' must be one of {', '.join(WORKLOADS)}, "
                           f"got {workload!r} in row {number}")
     values["workload"] = (workload or "batch").lower()
+    batch = values["batch"]
+    if values["workload"] == "batch" and batch is not None and not batch.is_integer():
+        raise _fail(path, f"column 'batch' must be an integer on a batch row (whole sequences), "
+                          f"got {cells['batch'].strip()!r} in row {number}")
     runtimes = {values[c] for c in RUNTIME_COLUMNS if values[c] is not None}
     if len(runtimes) > 1:
         raise _fail(path, f"columns {', '.join(RUNTIME_COLUMNS)} disagree ({', '.join(sorted(runtimes))}) "
@@ -330,7 +335,7 @@ def _workload(v: dict[str, Any]) -> Workload:
                              "concurrency: vLLM --request-rate with --max-concurrency) is not "
                              "modelled")
     if v["concurrency"] is not None and "concurrency" in known:  # closed loop
-        extra: dict[str, Any] = {"concurrency": int(v["concurrency"])}
+        extra: dict[str, Any] = {"concurrency": v["concurrency"]}
     elif v["request_rate"] is not None and "request_rate" in known:  # open loop
         extra = {"request_rate": v["request_rate"]}
     else:
