@@ -312,6 +312,15 @@ def test_a_serving_rows_mean_batch_may_be_fractional(tmp_path: Path) -> None:
     assert row_case(load).workload.concurrency == 16 and load.as_input()["concurrency"] == 16
 
 
+def test_attention_dp_given_as_a_flag_is_echoed_as_that_flag(tmp_path: Path) -> None:
+    """``true`` (enabled, size not given) and ``false`` are echoed as they were given, not
+    as the sizes they stand for inside (0 and 1); a size as the size."""
+    path = _write(tmp_path, "model,gpu,num_gpus,attention_dp,ttft_s\n"
+                            "qwen3-30b-a3b,H100,4,true,1\nqwen3-30b-a3b,H100,4,False,1\n"
+                            "qwen3-30b-a3b,H100,4,2,1\n")
+    assert [r.as_input()["attention_dp"] for r in load_user_csv(path).rows] == [True, False, 2]
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

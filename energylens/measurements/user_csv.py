@@ -79,6 +79,9 @@ KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *S
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
            "float8": "fp8", "fp8_block": "fp8", "fp4": "nvfp4"}
 
+#: ``attention_dp`` as SGLang's flag.
+_ON, _OFF = ("true", "yes"), ("false", "no")
+
 
 class UnsupportedRow(Exception):
     """A row the model cannot predict; the message is the reason reported."""
@@ -95,12 +98,15 @@ class UserRow:
     measured: dict[str, float]
 
     def as_input(self) -> dict[str, Any]:
-        """The row's columns: known ones parsed, unknown ones unchanged."""
-        def shown(value: Any) -> Any:
+        """The row's columns: known ones parsed (``attention_dp`` given as a flag as that
+        flag), unknown ones unchanged."""
+        def shown(column: str, raw: str) -> Any:
+            value = self.values.get(column)
+            if column == "attention_dp" and raw.strip().lower() in _ON + _OFF:
+                return raw.strip().lower() in _ON
             return int(value) if isinstance(value, float) and value.is_integer() else value
 
-        return {k: (shown(self.values.get(k)) if k in KNOWN else v)
-                for k, v in self.columns.items()}
+        return {k: (shown(k, v) if k in KNOWN else v) for k, v in self.columns.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,9 +163,9 @@ def _count(path: Path, column: str, raw: str, row: int) -> int:
 def _attention_dp(path: Path, raw: str, row: int) -> int:
     """``true``/``false`` (SGLang's flag: true = over every attention rank) or a size."""
     text = raw.strip().lower()
-    if text in ("false", "no"):
+    if text in _OFF:
         return 1
-    if text in ("true", "yes"):
+    if text in _ON:
         return 0  # enabled, size not given
     return _count(path, "attention_dp", raw, row)
 
