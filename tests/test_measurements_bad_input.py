@@ -18,6 +18,12 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     "non-numeric": (GOOD.replace(",4,", ",four,"), [], "column 'batch' has non-numeric value"),
     "negative metric": (GOOD.replace("0.05", "-0.05"), [], "column 'ttft_s' must be a positive"),
     "fractional GPU count": (GOOD.replace("H100,1,", "H100,1.5,"), [], "must be an integer"),
+    "fractional speculative tokens": (GOOD.replace("workload,", "speculative_tokens,workload,")
+                                      .replace("H100,1,", "H100,1,1.5,"), [],
+                                      "column 'speculative_tokens' must be an integer"),
+    "negative shared prefix": (GOOD.replace("workload,", "shared_prefix_tokens,workload,")
+                               .replace("H100,1,", "H100,1,-1,"), [],
+                               "column 'shared_prefix_tokens' must be a number >= 0"),
     "fractional static batch": (GOOD.replace(",4,", ",2.5,"), [],
                                 "column 'batch' must be an integer on a batch row (whole "
                                 "sequences), got '2.5' in row 1"),

@@ -321,6 +321,18 @@ def test_attention_dp_given_as_a_flag_is_echoed_as_that_flag(tmp_path: Path) -> 
     assert [r.as_input()["attention_dp"] for r in load_user_csv(path).rows] == [True, False, 2]
 
 
+def test_zero_speculative_tokens_and_shared_prefix_read_as_none_however_written(
+        tmp_path: Path) -> None:
+    """0, 0.0 and 0e0 are all no drafts and no shared prefix, as an empty cell."""
+    path = _write(tmp_path, "model,gpu,num_gpus,speculative_tokens,shared_prefix_tokens,"
+                            "input_tokens,output_tokens,ttft_s\n"
+                            + "".join(f"llama-3.1-8b,H100,1,{z},{z},512,128,1\n"
+                                      for z in ("0", "0.0", "0e0", "")))
+    for row in load_user_csv(path).rows:
+        assert not row.values["speculative_tokens"] and not row.values["shared_prefix_tokens"]
+        assert row_case(row).deployment.speculative_tokens == 0
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

@@ -153,8 +153,9 @@ def _nonnegative(path: Path, column: str, raw: str, row: int) -> float:
     return value
 
 
-def _count(path: Path, column: str, raw: str, row: int) -> int:
-    value = _number(path, column, raw, row)
+def _count(path: Path, column: str, raw: str, row: int, *, zero: bool = False) -> int:
+    """A whole number >= 1 (>= 0 with ``zero``)."""
+    value = (_nonnegative if zero else _number)(path, column, raw, row)
     if not value.is_integer():
         raise _fail(path, f"column '{column}' must be an integer, got {raw!r} in row {row}")
     return int(value)
@@ -193,7 +194,7 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         elif column == IDENTICAL_PROMPTS:
             values[column] = _flag(path, column, raw, number)
         elif column in ("speculative_tokens", SHARED_PREFIX):
-            values[column] = 0 if raw == "0" else _count(path, column, raw, number)
+            values[column] = _count(path, column, raw, number, zero=True)
         elif column == LENGTH_CV:
             values[column] = _nonnegative(path, column, raw, number)
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
