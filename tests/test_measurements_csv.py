@@ -333,6 +333,29 @@ def test_zero_speculative_tokens_and_shared_prefix_read_as_none_however_written(
         assert row_case(row).deployment.speculative_tokens == 0
 
 
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_semicolon_or_tab_separated_file_is_read_as_one(tmp_path: Path, delimiter: str) -> None:
+    text = f"{HEADER},ttft_s\nllama-3.1-8b,H100,1,1,vllm,batch,4,512,128,0.05\n"
+    comma = load_user_csv(_write(tmp_path, text, "comma.csv"))
+    other = load_user_csv(_write(tmp_path, text.replace(",", delimiter), "other.csv"))
+    assert [r.values for r in other.rows] == [r.values for r in comma.rows]
+    assert other.metrics == ("ttft_s",) and other.ignored == ()
+
+
+def test_a_spreadsheets_empty_trailing_columns_are_dropped(tmp_path: Path) -> None:
+    """``ttft_s,,`` (columns without a name or a value) is neither a duplicated column nor
+    one carried as not part of the format; a nameless column with values is carried."""
+    for extra in (",", ",,"):
+        measurements = load_user_csv(_write(
+            tmp_path, f"{HEADER},ttft_s{extra}\nllama-3.1-8b,H100,1,1,vllm,batch,4,512,128,0.05"
+                      f"{extra}\nllama-3.1-8b,H100,1,1,vllm,batch,8,512,128,0.09\n"))
+        assert measurements.ignored == () and len(measurements.rows) == 2
+        assert "" not in measurements.rows[0].columns
+    kept = load_user_csv(_write(tmp_path, f"{HEADER},ttft_s,\n"
+                                          "llama-3.1-8b,H100,1,1,vllm,batch,4,512,128,0.05,7\n"))
+    assert kept.ignored == ("",) and kept.rows[0].as_input()[""] == "7"
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

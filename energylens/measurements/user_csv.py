@@ -225,13 +225,30 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
                    measured=measured)
 
 
+def _table(path: Path, text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the data rows (blank lines skipped), split at the file's delimiter (a
+    comma, unless the header is one field holding a ';' or a tab), without the columns that
+    have neither a name nor a value (a spreadsheet's trailing separators)."""
+    records = [r for r in csv.reader(io.StringIO(text)) if r]
+    if records and len(records[0]) == 1:
+        delimiter = next((d for d in ";\t" if d in records[0][0]), None)
+        if delimiter is not None:
+            records = [r for r in csv.reader(io.StringIO(text), delimiter=delimiter) if r]
+    header = [name.strip() for name in records[0]] if records else []
+    data = records[1:]
+    for number, cells in enumerate(data, start=1):
+        if len(cells) > len(header):
+            raise _fail(path, f"row {number} has more fields than the header")
+    keep = [i for i, name in enumerate(header)
+            if name or any(i < len(cells) and cells[i].strip() for cells in data)]
+    return [header[i] for i in keep], [[cells[i] if i < len(cells) else "" for i in keep]
+                                       for cells in data]
+
+
 def load_user_csv(path: str | Path) -> UserMeasurements:
     """Read a measurement CSV; one-line :class:`MeasurementError` on any problem."""
     p = Path(path)
-    text = read_text(p)
-    reader = csv.DictReader(io.StringIO(text))
-    header = [name.strip() for name in reader.fieldnames or []]
-    reader.fieldnames = header
+    header, data = _table(p, read_text(p))
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
         raise _fail(p, f"column '{duplicated[0]}' appears more than once")
@@ -243,12 +260,9 @@ def load_user_csv(path: str | Path) -> UserMeasurements:
     if not metrics:
         raise _fail(p, f"no metric column; expected any of {', '.join(METRICS)}")
     rows = []
-    for number, cells in enumerate(reader, start=1):
-        if None in cells:
-            raise _fail(p, f"row {number} has more fields than the header")
-        if not any((v or "").strip() for v in cells.values()):
-            continue
-        rows.append(_parse(p, header, cells, number))
+    for number, cells in enumerate(data, start=1):
+        if any(v.strip() for v in cells):
+            rows.append(_parse(p, header, dict(zip(header, cells, strict=True)), number))
     if not rows:
         raise _fail(p, "no data rows")
     ignored = tuple(h for h in header if h not in KNOWN)
