@@ -356,6 +356,18 @@ def test_a_spreadsheets_empty_trailing_columns_are_dropped(tmp_path: Path) -> No
     assert kept.ignored == ("",) and kept.rows[0].as_input()[""] == "7"
 
 
+def test_attention_dp_on_a_dense_model_is_refused_as_such_whatever_the_gpu_count(
+        tmp_path: Path) -> None:
+    """One GPU cannot hold 2 attention ranks (tp would be 0), but the reason is the model."""
+    path = _write(tmp_path, "model,gpu,num_gpus,attention_dp,input_tokens,output_tokens,ttft_s\n"
+                            + "".join(f"llama-3.1-8b,H100,{n},{a},512,128,1\n"
+                                      for n, a in ((1, 2), (4, 2), (4, "true"))))
+    errors = {o.error for o in validate_measured(load_user_csv(path),
+                                                 calibration=default_calibration()).rows}
+    assert errors == {"attention_dp lays out a MoE layer but llama-3.1-8b is a dense model "
+                      "(use dp for replicas)"}
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

@@ -312,6 +312,9 @@ def _deployment(v: dict[str, Any], runtime: str, model: ModelConfig) -> Deployme
               "draft_acceptance": v["draft_acceptance"],
               "routing": Routing(identical_sequences=bool(v[IDENTICAL_PROMPTS]))}
     if attention_dp is not None and attention_dp != 1:
+        if model.moe is None:  # before its tp: too few GPUs would make that 0
+            raise UnsupportedRow(f"attention_dp lays out a MoE layer but {model.name} is a "
+                                 "dense model (use dp for replicas)")
         if attention_dp == 0:  # enabled, size not given: every GPU of a replica is a rank
             attention_dp, tp = n // (pp * (dp or 1)), 1
         else:
