@@ -368,6 +368,15 @@ def test_attention_dp_on_a_dense_model_is_refused_as_such_whatever_the_gpu_count
                       "(use dp for replicas)"}
 
 
+def test_fp8_spellings_of_vllm_and_torch_are_fp8(tmp_path: Path) -> None:
+    path = _write(tmp_path, "model,gpu,num_gpus,dtype,kv_dtype,input_tokens,output_tokens,ttft_s\n"
+                            + "".join(f"llama-3.1-8b,H100,1,{d},{d},512,128,1\n" for d in
+                                      ("fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2")))
+    for row in load_user_csv(path).rows:
+        deployment = row_case(row).deployment
+        assert (deployment.weight_dtype, deployment.kv_dtype) == ("fp8", "fp8")
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

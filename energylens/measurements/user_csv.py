@@ -76,8 +76,10 @@ KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *S
          IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 
+#: Other spellings (vLLM's --dtype and --kv-cache-dtype, torch's names) -> ours.
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
-           "float8": "fp8", "fp8_block": "fp8", "fp4": "nvfp4"}
+           "fp8_e5m2": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
+           "fp8_block": "fp8", "fp4": "nvfp4"}
 
 #: ``attention_dp`` as SGLang's flag.
 _ON, _OFF = ("true", "yes"), ("false", "no")
