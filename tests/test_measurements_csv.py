@@ -249,6 +249,12 @@ def test_vllm_benchmark_metadata_sizes_are_read_as_whole_numbers(tmp_path: Path,
         assert len(err) == 1 and f"result 0: key '{key}' must be a whole number >= 1" in err[0]
 
 
+def test_vllm_benchmark_on_a_folder_says_it_is_one(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["measurements", "convert", "vllm-benchmark", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"{tmp_path}: is a directory, expected a file")
+
+
 AIC_HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
               "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
               "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")

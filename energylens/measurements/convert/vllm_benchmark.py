@@ -20,6 +20,7 @@ from typing import Any
 
 from energylens.errors import MeasurementError
 from energylens.measurements.convert import Converted, Options
+from energylens.measurements.formats import read_text
 from energylens.runtime import get_runtime, runtime_name
 
 #: Result key -> metric column (ms -> s for the latencies).
@@ -34,12 +35,7 @@ _RATES = {"request_throughput": "request_throughput_per_s",
 
 
 def _results(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
-        raise MeasurementError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise MeasurementError(f"{path}: not UTF-8 text") from None
+    text = read_text(path)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
