@@ -77,3 +77,20 @@ def test_bad_study_files_give_one_line_and_exit_2(tmp_path, capsys, edit, fragme
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and fragment in lines[0], err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("knob", ["{type: float, low: 0.5, high: 8}",
+                                  "{type: float, low: 1.0, high: 64.0, step: 1.0}",
+                                  "{type: ordinal, values: [1, 2.5, 4]}"])
+def test_a_batch_knob_takes_whole_sequences_only(tmp_path, capsys, knob):
+    """A batch is a number of sequences, as ``predict --batch`` takes it: a fractional
+    (or float) batch knob is refused at check, one line, exit 2."""
+    (tmp_path / "study.yaml").write_text(
+        "model: llama-3.1-8b\nworkload: {kind: batch}\nobjectives: [minimize tpot_s]\n"
+        f"space:\n  knobs:\n    batch: {knob}\n  fixed: {{gpu: H100}}\nengine: grid\n")
+    code = main(["study", "check", str(tmp_path / "study.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "knobs.batch" in lines[0] and "an integer >= 1" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]

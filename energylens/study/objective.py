@@ -138,7 +138,7 @@ PARAMS: dict[str, ValueCheck] = {
     "max_num_seqs": _positive_int,  # running requests one scheduler admits (per rank)
     "speculative_tokens": _non_negative_int,  # drafts per decode step (MTP / EAGLE head)
     "draft_acceptance": _probability,  # each draft's acceptance (default: the published one)
-    "batch": _positive_number,
+    "batch": _positive_int,  # sequences: a whole number, as ``predict --batch``
     "input_tokens": _positive_number,
     "output_tokens": _positive_number,
     "fusion": _fusion,
