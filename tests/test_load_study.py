@@ -82,3 +82,33 @@ def test_a_disaggregated_configuration_is_priced_as_two_pools() -> None:
     with pytest.raises(ProblemError, match="mode: expected workload kind 'load'"):
         problem_from_study(problem={"model": "llama-3.1-8b", "workload": {"kind": "batch"}},
                            source=STUDY, params=["mode"])
+
+
+@pytest.mark.parametrize(("workload", "metrics", "fragment"), [
+    ("{kind: serving, batch: 8}", "objectives: [maximize capacity_per_gpu]",
+     "objectives[0]: capacity_per_gpu: expected workload kind 'load'"),
+    ("{kind: load, request_rate: 2, num_requests: 50, slo: ['ttft_p90_s<=1']}",
+     "objectives: [minimize energy_per_request_j, maximize capacity_requests_per_s]",
+     "objectives[1]: capacity_requests_per_s: expected workload.capacity_attainment"),
+    ("{kind: batch, batch: 8}",
+     "objectives: [minimize energy_per_request_j]\nconstraints: ['tpot_p90_s <= 0.05']",
+     "constraints[0]: tpot_p90_s: expected workload kind 'load'"),
+])
+@pytest.mark.parametrize("action", ["check", "run"])
+def test_a_metric_the_workload_never_reports_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], workload: str, metrics: str,
+        fragment: str, action: str) -> None:
+    """A load-only metric on another workload, or a capacity without capacity_attainment,
+    would be missing from every trial: check and run refuse it in one line (exit 2) and
+    create nothing."""
+    from energylens.cli.main import main
+
+    study = tmp_path / "study.yaml"
+    study.write_text(f"model: llama-3.1-8b\nworkload: {workload}\n{metrics}\nspace:\n"
+                     "  knobs: {tp: {type: ordinal, values: [1, 2]}}\n  fixed: {gpu: H100}\n"
+                     "engine: grid\n")
+    code = main(["study", action, str(study)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and fragment in lines[0], err
+    assert [p.name for p in tmp_path.iterdir()] == ["study.yaml"]

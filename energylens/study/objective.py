@@ -73,6 +73,8 @@ METRICS = {
 }
 #: Metrics only a ``load`` workload reports (a study may name them too).
 LOAD_ONLY_METRICS = {name: f"{what} (load workloads)" for name, what in LOAD_METRICS.items()}
+#: Load metrics reported only where the workload sets ``capacity_attainment``.
+CAPACITY_METRICS = ("capacity_requests_per_s", "capacity_per_gpu")
 
 
 def _positive_int(value: Any) -> str | None:
@@ -417,13 +419,16 @@ def _calibration(source: Path, name: Any) -> Calibration:
 
 
 def problem_from_study(*, problem: Mapping[str, Any], source: Path,
-                       params: Collection[str] = ()) -> DeploymentProblem:
+                       params: Collection[str] = (),
+                       metrics: Mapping[str, str] | None = None) -> DeploymentProblem:
     """Build the objective from a study's problem keys; errors name the study file and key.
 
     Args:
         problem: The study's problem section (``StudyConfig.problem``).
         source: The study file: relative paths (model, trace, calibration) start from its folder.
         params: The knob and fixed names of the study's space, for checks across sections.
+        metrics: The metrics the study's objectives and constraints name, by where they are
+            named (``"objectives[0]"``), checked against what the workload reports.
 
     Raises:
         ProblemError: a key that cannot be used (one line).
@@ -440,6 +445,7 @@ def problem_from_study(*, problem: Mapping[str, Any], source: Path,
     if loop_knobs and workload.kind != "load":
         raise ProblemError(f"{source}: {loop_knobs[0]}: expected workload kind 'load' (only "
                            f"a load workload has arrivals)")
+    _check_reported(metrics or {}, workload=workload, source=source)
     calibration = problem.get("calibration")
     return DeploymentProblem(
         model=model, workload=workload, routing=routing,
@@ -448,7 +454,22 @@ def problem_from_study(*, problem: Mapping[str, Any], source: Path,
     )
 
 
+def _check_reported(metrics: Mapping[str, str], *, workload: Workload, source: Path) -> None:
+    """Refuse a metric the workload never reports (a load metric of another kind, a
+    capacity without ``capacity_attainment``): every trial would lack it."""
+    for where, metric in metrics.items():
+        if metric in LOAD_ONLY_METRICS and workload.kind != "load":
+            raise ProblemError(f"{source}: {where}: {metric}: expected workload kind 'load' "
+                               f"(a {workload.kind} workload does not report it)")
+        if metric in CAPACITY_METRICS and workload.capacity_attainment is None:
+            raise ProblemError(f"{source}: {where}: {metric}: expected "
+                               "workload.capacity_attainment (the share of requests within "
+                               "the SLOs that the capacity is the rate of)")
+
+
 def study_problem(config: StudyConfig) -> DeploymentProblem:
     """The objective of a loaded study file (its model, workload, routing and cost table)."""
+    named = {**{f"objectives[{i}]": o.metric for i, o in enumerate(config.objectives)},
+             **{f"constraints[{i}]": c.metric for i, c in enumerate(config.constraints)}}
     return problem_from_study(problem=config.problem, source=config.source,
-                              params=(*config.space.names, *config.space.fixed))
+                              params=(*config.space.names, *config.space.fixed), metrics=named)
