@@ -112,3 +112,14 @@ def test_a_metric_the_workload_never_reports_is_refused_before_anything_runs(
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and fragment in lines[0], err
     assert [p.name for p in tmp_path.iterdir()] == ["study.yaml"]
+
+
+def test_batch_per_replica_of_a_load_run_is_its_mean_running_batch() -> None:
+    """Under load batch_per_replica is the time-average running requests of a replica: two
+    closed-loop clients over two replicas keep about one running on each (not the
+    workload's batch over the replicas)."""
+    problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": WORKLOAD},
+                                 source=STUDY, params=["concurrency"])
+    metrics = problem.evaluate({"gpu": "H100", "dp": 2, "concurrency": 2}).metrics
+    assert metrics["batch_per_replica"] == metrics["mean_running"]
+    assert metrics["batch_per_replica"] == pytest.approx(1.0, rel=0.05)

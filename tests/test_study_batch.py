@@ -91,3 +91,23 @@ def test_knobs_the_columns_do_not_cover_are_evaluated_one_by_one() -> None:
     problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
     batch = [{**BASE, "num_gpus": 1, "tp": 1, "decode_clock_fraction": f} for f in (0.6, 1.0)]
     _same(batch, problem)
+
+
+@pytest.mark.parametrize("kind", ["batch", "serving"])
+def test_batch_per_replica_is_the_batch_that_runs(kind: str) -> None:
+    """4,096 sequences over 2 replicas of one H100 do not fit the KV cache: each replica runs
+    fewer than the 2,048 asked (serving: a capped batch; batch: waves), and batch_per_replica
+    is that running batch, on the row-by-row and the columnar path alike."""
+    from energylens.deployment import Deployment
+    from energylens.predict import predict
+
+    workload = Workload(kind=kind, input_tokens=2048, output_tokens=512)
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=workload)
+    params = {"gpu": "H100", "num_gpus": 2, "tp": 1, "batch": 4096}
+    found = problem.evaluate(params).metrics["batch_per_replica"]
+    running = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(num_gpus=2),
+                      workload=Workload(kind=kind, batch=4096, input_tokens=2048,
+                                        output_tokens=512)).running_batch
+    assert running is not None and found == pytest.approx(running) and 1 <= found < 2048
+    assert problem.evaluate_many([params])[0].metrics["batch_per_replica"] == pytest.approx(found)
+    assert problem.evaluate({**params, "batch": 8}).metrics["batch_per_replica"] == 4

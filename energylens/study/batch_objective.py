@@ -194,7 +194,6 @@ def _metric_columns(problem: DeploymentProblem, result: pd.DataFrame,
     num_gpus = result["num_gpus"]
     throughput = result["output_tokens_per_s"]
     dollars_per_s = deployments["gpu"].map(prices).astype(float) * num_gpus / 3600.0
-    replicas = num_gpus / (deployments["tp"] * deployments["ep"] * deployments["pp"])
     return pd.DataFrame({
         "energy_per_output_token_j": result["energy_per_output_token_j"],
         "energy_per_request_j": result["energy_per_request_j"],
@@ -206,7 +205,7 @@ def _metric_columns(problem: DeploymentProblem, result: pd.DataFrame,
         "cost_per_million_tokens": dollars_per_s / throughput * 1e6,
         "avg_power_w": result["avg_power_w"],
         "memory_per_gpu_gb": result["memory_per_gpu_gb"],
-        "batch_per_replica": deployments["batch"] / replicas,
+        "batch_per_replica": result["running_batch"],
         "prefill_energy_j": result["prefill_energy_j"],
         "decode_energy_j": result["decode_energy_j"],
     }, index=result.index)

@@ -67,7 +67,8 @@ METRICS = {
     "cost_per_million_tokens": "$ per million output tokens at the GPU-hour price",
     "avg_power_w": "average power of all GPUs [W]",
     "memory_per_gpu_gb": "memory used per GPU [GB]",
-    "batch_per_replica": "effective batch: sequences each replica runs at once",
+    "batch_per_replica": "effective batch: sequences each replica runs at once (fewer than "
+                         "asked where the KV cache caps them; a load workload's time average)",
     "prefill_energy_j": "energy of the prefill phase [J]",
     "decode_energy_j": "energy of the decode phase [J]",
 }
@@ -212,7 +213,9 @@ class DeploymentProblem:
                                        workload=workload, calibration=self.calibration))
         except (ConfigError, UnknownGPUError) as exc:
             return Evaluation(metrics={}, infeasible_reason=str(exc))
-        return Evaluation(metrics=self._metrics(result, gpu, workload.batch / deployment.replicas),
+        running = result.running_batch  # what runs: a KV-capped batch, a load's mean
+        return Evaluation(metrics=self._metrics(result, gpu, workload.batch / deployment.replicas
+                                                if running is None else running),
                           infeasible_reason=result.infeasible_reason)
 
     def evaluate_many(self, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:
