@@ -123,3 +123,19 @@ def test_batch_per_replica_of_a_load_run_is_its_mean_running_batch() -> None:
     metrics = problem.evaluate({"gpu": "H100", "dp": 2, "concurrency": 2}).metrics
     assert metrics["batch_per_replica"] == metrics["mean_running"]
     assert metrics["batch_per_replica"] == pytest.approx(1.0, rel=0.05)
+
+
+def test_each_pool_of_a_disaggregated_point_is_priced_at_its_own_gpu() -> None:
+    """2 H100 prefilling and 2 H200 decoding cost 2 x 2.5 + 2 x 3.2 = 11.4 $/h (the GPU
+    files' prices; a study's gpu_cost_per_hour beats them), not 4 GPUs at the H200 rate;
+    the colocated gpu knob, which the pools override, plays no part."""
+    params = {"mode": "disaggregated", "gpu": "B200", "prefill_gpu": "H100", "decode_gpu": "H200",
+              "prefill_tp": 2, "decode_tp": 2}
+    for costs, hourly in (({}, 2 * 2.5 + 2 * 3.2), ({"H100": 1.0}, 2 * 1.0 + 2 * 3.2)):
+        problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": WORKLOAD,
+                                              "gpu_cost_per_hour": costs},
+                                     source=STUDY, params=list(params))
+        metrics = problem.evaluate(params).metrics
+        assert metrics["num_gpus"] == 4
+        assert metrics["cost_per_million_tokens"] == pytest.approx(
+            hourly / 3600 / metrics["output_tokens_per_s"] * 1e6)

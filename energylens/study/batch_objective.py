@@ -189,8 +189,7 @@ def _deployment_table(problem: DeploymentProblem, rows: pd.DataFrame,
 def _metric_columns(problem: DeploymentProblem, result: pd.DataFrame,
                     deployments: pd.DataFrame) -> pd.DataFrame:
     """``DeploymentProblem._metrics`` over columns."""
-    prices = {name: problem.gpu_cost_per_hour.get(name, load_gpu(name).price_per_hour)
-              for name in deployments["gpu"].unique()}
+    prices = {name: problem.price_per_hour(name) for name in deployments["gpu"].unique()}
     num_gpus = result["num_gpus"]
     throughput = result["output_tokens_per_s"]
     dollars_per_s = deployments["gpu"].map(prices).astype(float) * num_gpus / 3600.0

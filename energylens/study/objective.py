@@ -181,9 +181,9 @@ class DeploymentProblem:
 
     def setup(self, params: Mapping[str, Any]) -> tuple[GPU, Deployment, Workload,
                                                          tuple[Pool, Pool] | None]:
-        """What one configuration runs: the GPU it is priced at (a disaggregated one's decode
-        pool's), its deployment, workload and pools (None when colocated). Raises
-        ConfigError / UnknownGPUError for one that cannot run."""
+        """What one configuration runs: its GPU (a disaggregated one's decode pool's), its
+        deployment, workload and pools (None when colocated). Raises ConfigError /
+        UnknownGPUError for one that cannot run."""
         gpu = load_gpu(str(params.get("gpu", "H100")))
         deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
                                             routing=self.routing)
@@ -193,7 +193,7 @@ class DeploymentProblem:
         workload = workload_from_params(params=params, base=self.workload)
         pools = pools_from_params(params=params, base=deployment)
         if pools is not None:
-            gpu = load_gpu(pools[1].gpu)  # priced at the decode pool's GPU
+            gpu = load_gpu(pools[1].gpu)
         return gpu, deployment, workload, pools
 
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
@@ -214,9 +214,17 @@ class DeploymentProblem:
         except (ConfigError, UnknownGPUError) as exc:
             return Evaluation(metrics={}, infeasible_reason=str(exc))
         running = result.running_batch  # what runs: a KV-capped batch, a load's mean
-        return Evaluation(metrics=self._metrics(result, gpu, workload.batch / deployment.replicas
+        dollars_per_hour = self.price_per_hour(gpu.name) * result.num_gpus if pools is None \
+            else sum(self.price_per_hour(load_gpu(p.gpu).name) * p.deployment.total_gpus
+                     for p in pools)
+        return Evaluation(metrics=self._metrics(result, dollars_per_hour,
+                                                workload.batch / deployment.replicas
                                                 if running is None else running),
                           infeasible_reason=result.infeasible_reason)
+
+    def price_per_hour(self, gpu: str) -> float:
+        """$ per hour of one GPU (canonical name): the study's price, else the GPU file's."""
+        return self.gpu_cost_per_hour.get(gpu, load_gpu(gpu).price_per_hour)
 
     def evaluate_many(self, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:
         """:meth:`evaluate` of each configuration, priced together (``predict_many``)."""
@@ -230,10 +238,9 @@ class DeploymentProblem:
 
         return evaluate_table(self, table)
 
-    def _metrics(self, result: Prediction, gpu: GPU, batch_per_replica: float) -> dict[str, float]:
-        # $/GPU-hour: the study's price, else the GPU file's (``price_per_hour``, with source)
-        price = self.gpu_cost_per_hour.get(gpu.name, gpu.price_per_hour)
-        dollars_per_s = price * result.num_gpus / 3600.0
+    def _metrics(self, result: Prediction, dollars_per_hour: float,
+                 batch_per_replica: float) -> dict[str, float]:
+        dollars_per_s = dollars_per_hour / 3600.0
         return {
             "energy_per_output_token_j": result.energy_per_output_token_j,
             "energy_per_request_j": result.energy_per_request_j,
