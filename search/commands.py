@@ -406,6 +406,8 @@ def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:
 
 def _cell(value: object) -> str:
     """Floats with 4 significant digits, '-' for NaN; everything else as is."""
+    if value is None or value is pd.NA:  # a knob its configuration does not read
+        return "-"
     if isinstance(value, bool | np.bool_):
         return str(bool(value))
     if isinstance(value, float | np.floating):

@@ -27,7 +27,7 @@ from search.exhaustive import (
     read_state,
 )
 from search.files import ResultsError, write_atomic
-from search.frame import metric_columns
+from search.frame import blank_inactive, distinct_configurations, metric_columns
 from search.plots import plot_pareto, plotted_columns, write_pareto_html
 from search.problem import REASON_COLUMN, FrontAnnotator
 
@@ -94,6 +94,8 @@ def write_grid_report(*, config: StudyConfig, annotate: FrontAnnotator | None = 
     """
     states = shard_states(config)
     front = merge_fronts(config, [s.front for s in states])
+    if not front.empty:  # one deployment once, whatever the knobs it does not read
+        front = distinct_configurations(config, blank_inactive(config, front))
     front = _ordered(config, front)
     if annotate is not None:
         front = annotate(config, front)
@@ -145,7 +147,8 @@ def _sample(config: StudyConfig, folders: list[Path]) -> pd.DataFrame:
         if column not in sample:
             sample[column] = np.nan
     sample[REASON_COLUMN] = sample[REASON_COLUMN].fillna("")
-    return sample.assign(number=sample[INDEX_COLUMN]).astype({FEASIBLE_COLUMN: bool})
+    sample = sample.assign(number=sample[INDEX_COLUMN]).astype({FEASIBLE_COLUMN: bool})
+    return blank_inactive(config, sample)
 
 
 __all__ = ["GridReport", "has_grid_results", "shard_states", "write_grid_report"]

@@ -60,7 +60,31 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
         "feasible",
         "infeasible_reason",
     ]
-    return pd.DataFrame(rows, columns=columns).astype({"feasible": bool})
+    return blank_inactive(config, pd.DataFrame(rows, columns=columns).astype({"feasible": bool}))
+
+
+def blank_inactive(config: StudyConfig, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the knob cells each row's configuration does not read emptied (the
+    problem schema's ``inactive``; integer and bool columns become nullable)."""
+    inactive = None if config.schema is None else config.schema.inactive
+    knobs = [k for k in config.space.names if k in frame.columns]
+    if inactive is None or frame.empty or not knobs:
+        return frame
+    fixed = dict(config.space.fixed)
+    unread: dict[str, list[bool]] = {k: [] for k in knobs}
+    for row in frame[knobs].to_dict("records"):
+        params = {**fixed, **{str(k): v for k, v in row.items() if not pd.isna(v)}}
+        names = set(inactive(params))
+        for knob in knobs:
+            unread[knob].append(knob in names)
+    out = frame.copy()
+    for knob, mask in unread.items():
+        if any(mask):
+            column = out[knob]
+            if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
+                column = column.convert_dtypes()
+            out[knob] = column.mask(np.array(mask))
+    return out
 
 
 def slo_misses(config: StudyConfig, metrics: dict[str, float]) -> str:

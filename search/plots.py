@@ -76,8 +76,8 @@ def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFr
     if group is None:
         ax.scatter(feasible[xcol], feasible[ycol], s=12, c="tab:blue", alpha=0.6, label="feasible")
     else:
-        for value, points in feasible.groupby(group, sort=False):
-            ax.scatter(points[xcol], points[ycol], s=12, alpha=0.6, label=f"feasible, {group} = {value}")
+        for value, points in feasible.groupby(group, sort=False, dropna=False):
+            ax.scatter(points[xcol], points[ycol], s=12, alpha=0.6, label=_group_label(group, value))
     if len(front):
         line = front.sort_values(xcol)
         drawstyle = "steps-post" if x is None or x.direction == "minimize" else "steps-pre"
@@ -105,6 +105,13 @@ def pareto_figure(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFr
                  fontsize="medium")
     ax.legend(loc="best", fontsize="small")
     return fig
+
+
+def _group_label(group: str, value: object) -> str:
+    """Legend of the feasible points of one ``group`` value (empty: a configuration that
+    does not read the knob)."""
+    missing = value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+    return f"feasible, {group} not read" if missing else f"feasible, {group} = {value}"
 
 
 def _error_bar(front: pd.DataFrame, column: str) -> np.ndarray | None:
@@ -163,7 +170,8 @@ def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.Da
     def hover(frame: pd.DataFrame) -> list[str]:
         rows = frame[hover_columns].astype(object).itertuples(index=False)
         return [
-            "<br>".join(f"{c} = {v}" for c, v in zip(hover_columns, row, strict=True) if v != "")
+            "<br>".join(f"{c} = {v}" for c, v in zip(hover_columns, row, strict=True)
+                        if not pd.isna(v) and v != "")
             for row in rows
         ]
 
@@ -173,7 +181,8 @@ def write_pareto_html(*, config: StudyConfig, trials: pd.DataFrame, front: pd.Da
     feasible = trials[trials["feasible"]]
     group = color_column(config)
     groups = [("feasible", feasible)] if group is None else [
-        (f"feasible, {group} = {value}", points) for value, points in feasible.groupby(group, sort=False)
+        (_group_label(group, value), points)
+        for value, points in feasible.groupby(group, sort=False, dropna=False)
     ]
     data += [_points(points, xcol, ycol, hover(points), mode="markers", name=name, marker={"size": 6})
              for name, points in groups]

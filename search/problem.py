@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -70,12 +70,16 @@ class ProblemSchema:
         metrics: Every metric an evaluation may report, with its unit or meaning;
             objectives and constraints must name one.
         color_by: Parameter that plots colour points by, when the space has it.
+        inactive: The parameters a configuration (knob and fixed values) sets but does not
+            read (a knob its mode ignores); reports leave their cells empty, so that one
+            deployment reads as one configuration. None: every parameter is read.
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, ValueCheck]
     metrics: Mapping[str, str]
     color_by: str | None = None
+    inactive: Callable[[Mapping[str, Any]], Collection[str]] | None = None
 
 
 def evaluate_batch(problem: Problem, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:

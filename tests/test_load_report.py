@@ -77,3 +77,33 @@ def test_no_load_pictures_for_a_batch_study(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert (out / "pareto.csv").exists()
     assert not list(out.glob("load_*.png"))
+
+DISAGGREGATED = """name: disagg-test
+model: llama-3.1-8b
+workload: {kind: load, input_tokens: 512, output_tokens: 64, request_rate: 3, num_requests: 100}
+space:
+  knobs:
+    tp: {type: ordinal, values: [4, 8]}
+    prefill_tp: {type: ordinal, values: [1]}
+  fixed: {mode: disaggregated, gpu: H200, prefill_gpu: H100, decode_gpu: H200, decode_tp: 2}
+objectives: [minimize energy_per_request_j, minimize cost_per_million_tokens]
+engine: grid
+results: out
+"""
+
+
+@pytest.mark.parametrize("shard", [[], ["--shard", "1/1"]])
+def test_knobs_a_disaggregated_point_does_not_read_are_empty_in_the_reports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: list[str]) -> None:
+    """tp is the colocated layout, which pools of their own replace: its cells are empty in
+    trials.csv and pareto.csv, and the two grid points (one deployment) are one Pareto
+    point, of an Optuna-stored grid and of an exhaustive one alike."""
+    study = tmp_path / "study.yaml"
+    study.write_text(DISAGGREGATED)
+    assert energylens(["study", "run", str(study), *shard]) == 0
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    assert len(front) == 1 and front["tp"].isna().all() and list(front["prefill_tp"]) == [1]
+    if not shard:
+        assert "1 of 1 distinct feasible configurations, 2 trials" in capsys.readouterr().out
+        trials = pd.read_csv(tmp_path / "out" / "trials.csv")
+        assert trials["tp"].isna().all() and list(trials["prefill_tp"]) == [1, 1]

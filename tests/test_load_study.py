@@ -139,3 +139,27 @@ def test_each_pool_of_a_disaggregated_point_is_priced_at_its_own_gpu() -> None:
         assert metrics["num_gpus"] == 4
         assert metrics["cost_per_million_tokens"] == pytest.approx(
             hourly / 3600 / metrics["output_tokens_per_s"] * 1e6)
+
+
+def test_a_parameter_its_configuration_does_not_read_changes_nothing() -> None:
+    """What inactive_params names is what the objective ignores: changing it leaves every
+    metric as it was (a disaggregated point's colocated gpu, tp and layout, at a clock
+    fraction of each pool's own GPU; a colocated point's pool knobs)."""
+    from energylens.study.objective import inactive_params
+
+    problem = problem_from_study(problem={"model": "llama-3.1-8b", "workload": {
+        **WORKLOAD, "num_requests": 100}}, source=STUDY, params=["mode"])
+    split = {"mode": "disaggregated", "prefill_gpu": "H100", "decode_gpu": "H200",
+             "prefill_tp": 1, "decode_tp": 1, "decode_dp": 2, "clock_fraction": 0.9,
+             "gpu": "B200", "tp": 2, "dp": 3, "num_gpus": 8, "draft_acceptance": 0.5}
+    together = {"mode": "colocated", "gpu": "H100", "tp": 2, "prefill_gpu": "H200",
+                "prefill_tp": 4, "decode_dp": 3}
+    others = {"gpu": "H100", "tp": 4, "dp": 1, "num_gpus": 2, "prefill_gpu": "A100-80GB",
+              "prefill_tp": 2, "decode_dp": 1, "draft_acceptance": 0.9}
+    assert inactive_params(split) == {"gpu", "tp", "dp", "num_gpus", "draft_acceptance"}
+    assert inactive_params(together) == {"prefill_gpu", "prefill_tp", "decode_dp"}
+    for params in (split, together):
+        base = problem.evaluate(params)
+        assert base.infeasible_reason is None
+        changed = problem.evaluate({**params, **{k: others[k] for k in inactive_params(params)}})
+        assert changed.metrics == base.metrics

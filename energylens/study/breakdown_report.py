@@ -22,6 +22,7 @@ from energylens.errors import EnergyLensError
 from energylens.model.config import ModelConfig
 from energylens.predict import checked_context
 from energylens.runtime.launch import point_name
+from energylens.study.objective import row_params
 from energylens.workloads import Workload
 
 #: Pareto points broken down at most (the first ones of ``pareto.csv``).
@@ -38,7 +39,7 @@ def front_breakdown(*, front: pd.DataFrame, model: ModelConfig, fixed: Mapping[s
     records: list[dict[str, Any]] = [{str(k): v for k, v in r.items()}
                                      for r in front.head(MAX_POINTS).to_dict("records")]
     for index, row in enumerate(records):
-        params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
+        params = row_params(row, knobs=knobs, fixed=fixed)
         workload = workload_of(params)
         running = row.get("mean_running")
         sequences = float(running) if isinstance(running, int | float) and running == running \

@@ -17,7 +17,7 @@ from energylens.calibration.file import resolve_calibration
 from energylens.errors import ConfigError
 from energylens.hardware import UnknownGPUError
 from energylens.model.hf import ModelApproximationWarning
-from energylens.study.objective import DeploymentProblem, study_problem
+from energylens.study.objective import DeploymentProblem, row_params, study_problem
 from energylens.validation.expected_error import METRICS, ExpectedError, expected_error
 from search.problem import ERROR_PREFIX
 
@@ -60,7 +60,7 @@ def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:
         problem = study_problem(config)
     cells: dict[str, list[Any]] = {name: [] for name in (*FIELDS, FOLDS_COLUMN)}
     for row in front.to_dict("records"):
-        params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
+        params = row_params(row, knobs=knobs, fixed=fixed)
         try:
             found = point_expected_error(problem=problem, params=params,
                                          kv_limited=float(row.get("preemptions") or 0) > 0)

@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from energylens.study.objective import DeploymentProblem
+from energylens.study.objective import DeploymentProblem, row_params
 from energylens.workloads.load.plots import write_front_plot
 
 #: Rates of the sweep, as multiples of the requests/s the Pareto point served in its trial.
@@ -46,19 +46,6 @@ def rate_sweep(*, problem: DeploymentProblem, params: Mapping[str, Any],
     return sweep
 
 
-def _point_params(row: pd.Series, *, knobs: tuple[str, ...],
-                  fixed: Mapping[str, Any]) -> dict[str, Any]:
-    """A Pareto row's configuration: the fixed values and its knobs (a knob its mode does
-    not read is empty in the CSV and left out)."""
-    params = dict(fixed)
-    for knob in knobs:
-        value = row.get(knob)
-        if value is None or (isinstance(value, float) and np.isnan(value)):
-            continue
-        params[knob] = value.item() if isinstance(value, np.generic) else value
-    return params
-
-
 def _label(params: Mapping[str, Any], knobs: tuple[str, ...]) -> str:
     return " ".join(f"{k}={params[k]}" for k in knobs if k in params)
 
@@ -82,7 +69,7 @@ def write_load_report(*, results: Path, problem: DeploymentProblem, name: str,
     pareto = pd.read_csv(pareto_csv) if pareto_csv.exists() else pd.DataFrame()
     sweeps = {}
     for _, row in pareto.head(MAX_POINTS).iterrows():
-        params = _point_params(row, knobs=knobs, fixed=fixed)
+        params = row_params(row.to_dict(), knobs=knobs, fixed=fixed)
         sweeps[_label(params, knobs)] = rate_sweep(
             problem=problem, params=params, served_per_s=float(row["requests_per_s"]))
     if sweeps:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from energylens.calibration.file import CalibrationFileError, load_calibration
@@ -41,7 +42,13 @@ from energylens.workloads.load import LoadPrediction
 from energylens.workloads.load.disagg import Pool, predict_disaggregated
 from energylens.workloads.load.metrics import STUDY_METRICS as LOAD_METRICS
 from energylens.workloads.load.metrics import study_metrics
-from energylens.workloads.load.study import LOAD_KEYS, MODES, load_values, pools_from_params
+from energylens.workloads.load.study import (
+    LOAD_KEYS,
+    MODES,
+    POOL_KNOBS,
+    load_values,
+    pools_from_params,
+)
 from search._schema import suggest
 from search.problem import Evaluation, ProblemSchema, ValueCheck
 
@@ -161,8 +168,29 @@ PARAMS: dict[str, ValueCheck] = {
 }
 """Every knob a deployment space may use, with the check of one value."""
 
+#: What a disaggregated configuration takes from its pools instead (POOL_KNOBS).
+_COLOCATED_LAYOUT = ("num_gpus", "pp", "ep", "dp")
+
+
+def inactive_params(params: Mapping[str, Any]) -> set[str]:
+    """The parameters ``params`` sets that its configuration does not read: a disaggregated
+    one's colocated layout (and ``tp``, ``gpu`` where both pools set their own), a
+    colocated one's pool knobs, a draft acceptance without drafts (``ProblemSchema.inactive``)."""
+    unread: set[str] = set()
+    if params.get("mode", "colocated") == "disaggregated":
+        unread.update(_COLOCATED_LAYOUT)
+        for knob in ("tp", "gpu"):
+            if all(f"{side}_{knob}" in params for side in ("prefill", "decode")):
+                unread.add(knob)
+    else:
+        unread.update(k for k in POOL_KNOBS if k != "mode")
+    if not int(params.get("speculative_tokens", 0)):
+        unread.add("draft_acceptance")
+    return unread & set(params)
+
+
 SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics={**METRICS, **LOAD_ONLY_METRICS},
-                       color_by="gpu")
+                       color_by="gpu", inactive=inactive_params)
 """What study files of deployment studies may contain (``search.config.load_study``)."""
 
 
@@ -187,13 +215,14 @@ class DeploymentProblem:
         gpu = load_gpu(str(params.get("gpu", "H100")))
         deployment = deployment_from_params(params=params, boost_mhz=gpu.boost_clock_mhz,
                                             routing=self.routing)
+        workload = workload_from_params(params=params, base=self.workload)
+        pools = pools_from_params(params=params, base=deployment)
+        if pools is not None:  # each pool's clock fraction of its own GPU's boost clock
+            pools = pools_at_clock(pools, params=params)
+            return load_gpu(pools[1].gpu), deployment, workload, pools
         if deployment.overlap_sms >= gpu.sm_count:
             raise ConfigError(f"overlap_sms = {deployment.overlap_sms} leaves no SM for compute "
                               f"on {gpu.name} ({gpu.sm_count} SMs)")
-        workload = workload_from_params(params=params, base=self.workload)
-        pools = pools_from_params(params=params, base=deployment)
-        if pools is not None:
-            gpu = load_gpu(pools[1].gpu)
         return gpu, deployment, workload, pools
 
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
@@ -305,6 +334,29 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
         routing=routing or Routing(),
         runtime=runtime,
     )
+
+
+def pools_at_clock(pools: tuple[Pool, Pool], *, params: Mapping[str, Any]) -> tuple[Pool, Pool]:
+    """``pools`` with a ``clock_fraction`` (no ``freq_mhz``) of each pool's own GPU."""
+    if "clock_fraction" not in params or params.get("freq_mhz") is not None:
+        return pools
+    fraction = float(params["clock_fraction"])
+    prefill, decode = (replace(pool, deployment=replace(
+        pool.deployment, freq_mhz=fraction * load_gpu(pool.gpu).boost_clock_mhz))
+        for pool in pools)
+    return prefill, decode
+
+
+def row_params(row: Mapping[Any, Any], *, knobs: Sequence[str],
+               fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """A report row's configuration: the fixed values and its knob cells (an empty cell, a
+    knob the configuration does not read, is left out; numpy scalars become Python's)."""
+    params = dict(fixed)
+    for knob in knobs:
+        value = row.get(knob)
+        if value is not None and not pd.isna(value):
+            params[knob] = value.item() if isinstance(value, np.generic) else value
+    return params
 
 
 def workload_from_params(*, params: Mapping[str, Any], base: Workload) -> Workload:
