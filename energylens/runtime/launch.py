@@ -185,6 +185,8 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
             f"{deployment.prefill_chunk_tokens} prompt tokens per forward pass: not written "
             "above; set the engine's own flag (vLLM --max-num-batched-tokens, SGLang "
             "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp --batch-size)")))
+    command = replace(command, notes=(*command.notes, *_unflagged(deployment=deployment,
+                                                                  runtime=runtime, gpu=gpu)))
     moe = model.moe
     priced = runtime.sharded_model(model=model, attention_tp=deployment.attention_tp,
                                    ep=deployment.ep).moe
@@ -196,6 +198,44 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
             "itself; TensorRT-LLM and SGLang need their expert load balancer (redundant "
             "experts), which this command does not set")))
     return command
+
+
+def clock_note(*, freq_mhz: float, gpu: GPU | None, what: str = "GPU clock",
+               when: str = "before starting the servers") -> str | None:
+    """What a priced clock needs of whoever runs the command (energylens never changes
+    clocks): the ``nvidia-smi`` lock to run ``when``; None at the GPU's boost clock."""
+    if gpu is not None and abs(freq_mhz - gpu.boost_clock_mhz) < 0.5:
+        return None
+    mhz = round(freq_mhz)
+    of = "" if gpu is None else (f" ({freq_mhz / gpu.boost_clock_mhz:.2f} of {gpu.name}'s "
+                                 f"{gpu.boost_clock_mhz:g} MHz boost)")
+    return (f"{what} {mhz} MHz{of}, as predicted: no engine flag sets it; lock it {when} "
+            f"with `sudo nvidia-smi -lgc {mhz},{mhz}` (reset: `sudo nvidia-smi -rgc`)")
+
+
+def _unflagged(*, deployment: Deployment, runtime: RuntimeProfile,
+               gpu: GPU | None) -> list[str]:
+    """Notes on what the prediction priced that no flag of the command gives: a clock,
+    SMs kept for communication, fusions other than the engine's defaults."""
+    notes = []
+    if deployment.freq_mhz is not None:
+        note = clock_note(freq_mhz=deployment.freq_mhz, gpu=gpu)
+        if note is not None:
+            notes.append(note)
+    if deployment.overlap_sms:
+        notes.append(f"{deployment.overlap_sms} SMs per GPU kept for communication kernels "
+                     "(overlap_sms), as predicted: no flag above sets it; cap the "
+                     "collectives' SMs to match (NCCL: NCCL_MIN_CTAS / NCCL_MAX_CTAS)")
+    if deployment.fusion is not None:
+        default = runtime.fusions_at(version=deployment.runtime_version)
+        on, off = sorted(deployment.fusion - default), sorted(default - deployment.fusion)
+        if on or off:
+            change = "; ".join(f"{word}: {', '.join(names)}" for word, names in
+                               (("on", on), ("off", off)) if names)
+            notes.append(f"kernel fusions other than {runtime.name}'s defaults, as predicted "
+                         f"({change}): no flag above sets them; configure the engine's "
+                         "fusion passes to match")
+    return notes
 
 
 #: Column of ``pareto.csv`` holding each point's launch command (one server's line).
