@@ -13,6 +13,7 @@ from energylens.deployment import Deployment
 from energylens.model.zoo import get_model
 from energylens.predict import checked_context
 from energylens.study.breakdown_report import front_breakdown
+from energylens.study.objective import DeploymentProblem
 from energylens.workloads import Workload
 
 WORKLOAD = Workload(kind="batch", batch=8, input_tokens=512, output_tokens=64)
@@ -23,8 +24,8 @@ def test_each_point_is_its_deployments_steps_split_by_class() -> None:
     (the TP 2 one with its all-reduces); a point that cannot run is left out."""
     front = pd.DataFrame({"number": [3, 7, 9], "tp": [1, 2, 3]})
     table = front_breakdown(
-        front=front, model=get_model("llama-3.1-8b"), fixed={"gpu": "H100"}, knobs=("tp",),
-        deployment_of=lambda p: Deployment(tp=int(p["tp"])), workload_of=lambda p: WORKLOAD)
+        front=front, problem=DeploymentProblem(model=get_model("llama-3.1-8b"), workload=WORKLOAD),
+        fixed={"gpu": "H100"}, knobs=("tp",))
     assert set(table["point"]) == {"trial-3", "trial-7"}  # TP 3 does not divide the heads
     two = table[(table["point"] == "trial-7") & (table["step"] == "decode")]
     _, ctx = checked_context(model="llama-3.1-8b", gpu="H100", deployment=Deployment(tp=2))
@@ -35,6 +36,26 @@ def test_each_point_is_its_deployments_steps_split_by_class() -> None:
     assert "communication" in set(two["work"])
     one = table[(table["point"] == "trial-3") & (table["step"] == "decode")]
     assert "communication" not in set(one["work"])
+
+
+def test_a_disaggregated_points_steps_run_on_their_own_pools() -> None:
+    """Prefill on 1 H100 (the prefill pool), decode on 2 H200 at TP 2 (the decode pool) at
+    the point's running batch: each step is its pool's breakdown, not the colocated tp/gpu
+    knobs' (TP 8 on B200), which the pools replace."""
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload(
+        kind="load", request_rate=2.0, input_tokens=512, output_tokens=64, num_requests=50))
+    fixed = {"mode": "disaggregated", "gpu": "B200", "prefill_gpu": "H100", "decode_gpu": "H200",
+             "prefill_tp": 1, "decode_tp": 2}
+    front = pd.DataFrame({"number": [0], "tp": [8], "batch_per_replica": [5.0]})
+    table = front_breakdown(front=front, problem=problem, fixed=fixed, knobs=("tp",))
+    for step, gpu, tp in (("prefill", "H100", 1), ("decode", "H200", 2)):
+        _, ctx = checked_context(model="llama-3.1-8b", gpu=gpu, deployment=Deployment(tp=tp))
+        want = representative_breakdown(ctx=ctx, sequences=5.0, input_tokens=512,
+                                        output_tokens=64)[step]
+        rows = table[table["step"] == step]
+        assert dict(zip(rows["work"], rows["joules"], strict=True)) == pytest.approx(
+            {w: want.joules.get(w, 0.0) for w in rows["work"]})
+    assert "communication" not in set(table[table["step"] == "prefill"]["work"])
 
 
 def test_study_report_writes_the_breakdown(tmp_path: Path) -> None:

@@ -49,3 +49,20 @@ def test_overlap_sms_and_fusions_off_the_defaults_are_named() -> None:
     assert [n for n in notes if n.startswith("16 SMs per GPU kept for communication")]
     fusion = [n for n in notes if "kernel fusions other than vllm's defaults" in n]
     assert len(fusion) == 1 and f"on: epilogue_quant; off: {off})" in fusion[0]
+
+
+def test_a_decode_phase_clock_is_a_note_of_the_study_points_script() -> None:
+    """A static batch decoding at 0.6 of the boost clock (decode_clock_fraction) and
+    prefilling at 0.9: both locks are named, the decode one for after the prompts."""
+    from energylens.study.launch_report import point_commands
+    from energylens.study.objective import DeploymentProblem
+
+    gpu = load_gpu("H100")
+    problem = DeploymentProblem(model=MODEL, workload=Workload(kind="batch", batch=8))
+    commands = point_commands(problem=problem, params={
+        "gpu": "H100", "clock_fraction": 0.9, "decode_clock_fraction": 0.6})
+    notes = commands[""].notes
+    prefill, decode = (round(f * gpu.boost_clock_mhz) for f in (0.9, 0.6))
+    assert [n for n in notes if n.startswith(f"GPU clock {prefill} MHz")]
+    assert [n for n in notes if n.startswith(f"decode-phase clock {decode} MHz")
+            and "once the batch's prompts are prefilled" in n]

@@ -97,12 +97,23 @@ def test_knobs_a_disaggregated_point_does_not_read_are_empty_in_the_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: list[str]) -> None:
     """tp is the colocated layout, which pools of their own replace: its cells are empty in
     trials.csv and pareto.csv, and the two grid points (one deployment) are one Pareto
-    point, of an Optuna-stored grid and of an exhaustive one alike."""
+    point, of an Optuna-stored grid and of an exhaustive one alike, launched as its two
+    pools."""
     study = tmp_path / "study.yaml"
     study.write_text(DISAGGREGATED)
     assert energylens(["study", "run", str(study), *shard]) == 0
     front = pd.read_csv(tmp_path / "out" / "pareto.csv")
     assert len(front) == 1 and front["tp"].isna().all() and list(front["prefill_tp"]) == [1]
+    # one script per pool, each its pool's layout; nothing of the colocated tp 4 / tp 8
+    scripts = {p.name.rsplit("-", 1)[1]: p.read_text()
+               for p in (tmp_path / "out" / "launch").iterdir()}
+    assert set(scripts) == {"prefill.sh", "decode.sh"}
+    assert "--tensor-parallel-size 1 " in scripts["prefill.sh"]
+    assert "1 x H100-SXM" in scripts["prefill.sh"]
+    assert "--tensor-parallel-size 2 " in scripts["decode.sh"]
+    assert "2 x H200-SXM" in scripts["decode.sh"]
+    cell = front.loc[0, "launch_command"]
+    assert cell.startswith("prefill: vllm serve ") and "; decode: vllm serve " in cell
     if not shard:
         assert "1 of 1 distinct feasible configurations, 2 trials" in capsys.readouterr().out
         trials = pd.read_csv(tmp_path / "out" / "trials.csv")

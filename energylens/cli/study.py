@@ -159,46 +159,34 @@ def _report(args: argparse.Namespace) -> int:
 
 def _with_launch(code: int, args: argparse.Namespace) -> int:
     """After a written report: each Pareto point's launch command, as a ``launch_command``
-    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.runtime.launch); a
-    load study's pictures (energylens.study.load_report)."""
+    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.study.launch_report);
+    the points' breakdown; a load study's pictures (energylens.study.load_report)."""
     if code != 0:
         return code
     import warnings
 
-    from energylens.hardware import load_gpu
     from energylens.model.hf import ModelApproximationWarning
-    from energylens.runtime.launch import write_front_launch
-    from energylens.study.objective import SCHEMA, deployment_from_params, workload_from_params
+    from energylens.study.breakdown_report import write_front_breakdown
+    from energylens.study.launch_report import write_point_launch
+    from energylens.study.load_report import write_load_report
+    from energylens.study.objective import SCHEMA
     from search.config import load_study
 
     config = _overrides(args).apply(load_study(args.study, schema=SCHEMA))
     with warnings.catch_warnings():  # a config.json's approximations were reported once already
         warnings.simplefilter("ignore", ModelApproximationWarning)
         problem = study_problem(config)
-    written = write_front_launch(
-        results=config.results, model=problem.model, fixed=dict(config.space.fixed),
-        knobs=tuple(config.space.names),
-        deployment_of=lambda p: deployment_from_params(
-            params=p, boost_mhz=load_gpu(str(p.get("gpu", "H100"))).boost_clock_mhz,
-            routing=problem.routing),
-        workload_of=lambda p: workload_from_params(params=p, base=problem.workload))
+    knobs, fixed = tuple(config.space.names), dict(config.space.fixed)
+    written = write_point_launch(results=config.results, problem=problem, knobs=knobs,
+                                 fixed=fixed)
     if written:
         print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
               "launch_command column of pareto.csv)")
-    from energylens.study.breakdown_report import write_front_breakdown
-
-    for path in write_front_breakdown(
-            results=config.results, model=problem.model, fixed=dict(config.space.fixed),
-            knobs=tuple(config.space.names),
-            deployment_of=lambda p: deployment_from_params(
-                params=p, boost_mhz=load_gpu(str(p.get("gpu", "H100"))).boost_clock_mhz,
-                routing=problem.routing),
-            workload_of=lambda p: workload_from_params(params=p, base=problem.workload)):
+    for path in write_front_breakdown(results=config.results, problem=problem, knobs=knobs,
+                                      fixed=fixed):
         print(f"wrote {path}")
-    from energylens.study.load_report import write_load_report
-
     for path in write_load_report(results=config.results, problem=problem, name=config.name,
-                                  knobs=tuple(config.space.names), fixed=dict(config.space.fixed)):
+                                  knobs=knobs, fixed=fixed):
         print(f"wrote {path}")
     return code
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,20 +250,19 @@ def point_name(row: dict[str, Any], index: int) -> str:
     return f"point-{index}"
 
 
-def write_front_launch(*, results: Path, model: ModelConfig, fixed: dict[str, Any],
-                       knobs: tuple[str, ...],
-                       deployment_of: Callable[[dict[str, Any]], Deployment],
-                       workload_of: Callable[[dict[str, Any]], Workload]) -> int:
-    """Add a ``launch_command`` column to ``results/pareto.csv`` and write
-    ``results/launch/<point>.sh`` for each of its points; the number of scripts written.
+def write_front_launch(*, results: Path,
+                       commands_of: Callable[[dict[str, Any]], Mapping[str, LaunchCommand]]) -> int:
+    """Add a ``launch_command`` column to ``results/pareto.csv`` and write a script per
+    command of each of its points; the number of scripts written.
 
-    ``deployment_of``/``workload_of`` turn a point's knob and fixed values into what it
-    runs (the study's own mapping). A point its runtime cannot launch gets an empty cell.
+    ``commands_of`` gives a point's commands (from its row) by role: ``""`` for one
+    deployment (``launch/<point>.sh``, the cell its line), or one per pool of a
+    disaggregated point (``launch/<point>-<role>.sh``, the cell ``<role>: <line>`` per pool,
+    joined by ``; ``). A point it cannot launch (a one-line error) gets an empty cell.
     """
     import pandas as pd
 
-    from energylens.errors import ConfigError
-    from energylens.hardware import load_gpu
+    from energylens.errors import EnergyLensError
 
     path = results / "pareto.csv"
     if not path.is_file():
@@ -277,20 +276,19 @@ def write_front_launch(*, results: Path, model: ModelConfig, fixed: dict[str, An
     rows: list[dict[str, Any]] = [{str(k): v for k, v in r.items()}
                                   for r in front.to_dict("records")]
     for index, row in enumerate(rows):
-        params = {**fixed, **{k: row[k] for k in knobs if k in row and row[k] == row[k]}}
         try:
-            command = launch_command(model=model, deployment=deployment_of(params),
-                                     workload=workload_of(params),
-                                     gpu=load_gpu(str(params["gpu"])) if "gpu" in params
-                                     else None)
-        except ConfigError:
+            commands = commands_of(row)
+        except EnergyLensError:
             cells.append("")
             continue
-        cells.append(command.line())
-        script = folder / f"{point_name(row, index)}.sh"
-        script.write_text(command.script(), encoding="utf-8")
-        script.chmod(0o755)
-        written += 1
+        name = point_name(row, index)
+        for role, command in commands.items():
+            script = folder / (f"{name}-{role}.sh" if role else f"{name}.sh")
+            script.write_text(command.script(), encoding="utf-8")
+            script.chmod(0o755)
+            written += 1
+        cells.append("; ".join(f"{role}: {c.line()}" if role else c.line()
+                               for role, c in commands.items()))
     front[LAUNCH_COLUMN] = cells
     tmp = path.with_suffix(".csv.tmp")
     front.to_csv(tmp, index=False)

@@ -6,7 +6,7 @@ optimisation would move them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,39 +17,43 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from energylens.cost.breakdown import CLASSES, StepBreakdown, representative_breakdown
-from energylens.deployment import Deployment
 from energylens.errors import EnergyLensError
-from energylens.model.config import ModelConfig
 from energylens.predict import checked_context
 from energylens.runtime.launch import point_name
-from energylens.study.objective import row_params
-from energylens.workloads import Workload
+from energylens.study.objective import DeploymentProblem, row_params
 
 #: Pareto points broken down at most (the first ones of ``pareto.csv``).
 MAX_POINTS = 24
 
 
-def front_breakdown(*, front: pd.DataFrame, model: ModelConfig, fixed: Mapping[str, Any],
-                    knobs: tuple[str, ...],
-                    deployment_of: Callable[[dict[str, Any]], Deployment],
-                    workload_of: Callable[[dict[str, Any]], Workload]) -> pd.DataFrame:
-    """One row per (point, step, class) of the first :data:`MAX_POINTS` points of ``front``;
-    a point whose deployment cannot be priced is left out."""
+def front_breakdown(*, front: pd.DataFrame, problem: DeploymentProblem,
+                    knobs: tuple[str, ...], fixed: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (point, step, class) of the first :data:`MAX_POINTS` points of ``front``:
+    a decode step of the point's running batch per replica (``batch_per_replica``, else
+    the workload's batch per replica) and one prompt's prefill, each on the deployment that
+    runs it (a disaggregated point's prefill on its prefill pool, decode on its decode
+    pool); a point whose deployment cannot be priced is left out."""
     rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = [{str(k): v for k, v in r.items()}
                                      for r in front.head(MAX_POINTS).to_dict("records")]
     for index, row in enumerate(records):
         params = row_params(row, knobs=knobs, fixed=fixed)
-        workload = workload_of(params)
-        running = row.get("mean_running")
-        sequences = float(running) if isinstance(running, int | float) and running == running \
-            else float(workload.concurrency or workload.batch)
         try:
-            _, ctx = checked_context(model=model, gpu=str(params.get("gpu", "H100")),
-                                     deployment=deployment_of(params))
-            steps = representative_breakdown(ctx=ctx, sequences=sequences,
-                                             input_tokens=workload.input_tokens,
-                                             output_tokens=workload.output_tokens)
+            gpu, deployment, workload, pools = problem.setup(params)
+            running = row.get("batch_per_replica")
+            sequences = float(running) if isinstance(running, int | float) and running == running \
+                else workload.batch / deployment.replicas
+            runs = [(gpu.name, deployment)] if pools is None else [
+                (pools[0].gpu, pools[0].deployment), (pools[1].gpu, pools[1].deployment)]
+            found = []
+            for on, what in runs:
+                _, ctx = checked_context(model=problem.model, gpu=on, deployment=what,
+                                         calibration=problem.calibration)
+                found.append(representative_breakdown(
+                    ctx=ctx, sequences=sequences, input_tokens=workload.input_tokens,
+                    output_tokens=workload.output_tokens))
+            # the first (prefill pool's) prompt, the last (decode pool's) decode step
+            steps = {"decode": found[-1]["decode"], "prefill": found[0]["prefill"]}
         except EnergyLensError:
             continue
         rows.extend(_rows(point_name(row, index), steps))
@@ -63,17 +67,14 @@ def _rows(point: str, steps: Mapping[str, StepBreakdown]) -> list[dict[str, Any]
             if label in step.seconds or label in step.joules]
 
 
-def write_front_breakdown(*, results: Path, model: ModelConfig, fixed: Mapping[str, Any],
-                          knobs: tuple[str, ...],
-                          deployment_of: Callable[[dict[str, Any]], Deployment],
-                          workload_of: Callable[[dict[str, Any]], Workload]) -> list[Path]:
+def write_front_breakdown(*, results: Path, problem: DeploymentProblem,
+                          knobs: tuple[str, ...], fixed: Mapping[str, Any]) -> list[Path]:
     """``results/breakdown.csv`` and ``breakdown.png`` for ``results/pareto.csv``'s points;
     the paths written (none without a front)."""
     path = results / "pareto.csv"
     if not path.is_file():
         return []
-    table = front_breakdown(front=pd.read_csv(path), model=model, fixed=fixed, knobs=knobs,
-                            deployment_of=deployment_of, workload_of=workload_of)
+    table = front_breakdown(front=pd.read_csv(path), problem=problem, knobs=knobs, fixed=fixed)
     if table.empty:
         return []
     csv_path, png_path = results / "breakdown.csv", results / "breakdown.png"
