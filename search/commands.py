@@ -8,6 +8,7 @@ Errors raised by the problem itself are bugs and propagate with their traceback.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -61,6 +62,9 @@ class Application:
         resume_command: How to continue an interrupted study; ``{study}`` is replaced.
         error_prefix: What error lines start with.
         annotate_front: Adds columns to each written front (None: none).
+        write_more: Writes the application's own files beside each written report, before
+            anything is printed (so that output cut short by a closed pipe loses none), and
+            returns the lines to print about them (None: nothing more).
     """
 
     problem_factory: ProblemFactory
@@ -69,6 +73,11 @@ class Application:
     resume_command: str = "resume {study} --trials N"
     error_prefix: str = "error"
     annotate_front: FrontAnnotator | None = None
+    write_more: Callable[[StudyConfig], list[str]] | None = None
+
+    def more_files(self, config: StudyConfig) -> list[str]:
+        """:attr:`write_more` of ``config`` (no lines without one)."""
+        return [] if self.write_more is None else self.write_more(config)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +188,8 @@ def cmd_report(
         config = overrides.apply(load_study(study_path, schema=app.schema))
         if config.writes_parquet or (has_grid_results(config) and not completed_in_storage(config)):
             _claim(config, force)
-            _print_grid(config, write_grid_report(config=config, annotate=app.annotate_front))
+            report = write_grid_report(config=config, annotate=app.annotate_front)
+            _print_grid(config, report, app.more_files(config))
             return 0
         study = open_study(config=config)
         _claim(config, force)
@@ -250,20 +260,23 @@ def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool, 
             file=sys.stderr,
         )
         return INTERRUPTED
+    report = write_grid_report(config=config, annotate=app.annotate_front)
+    more = app.more_files(config)
     console = _console()
     console.print(
         f"{config.name}: shard {shard}: {state.evaluated:,} of {state.size:,} configurations "
         f"evaluated, {state.feasible:,} feasible, in {exhaustive_folder(config) / shard.folder_name}"
     )
-    report = write_grid_report(config=config, annotate=app.annotate_front)
     if report.missing:
+        for line in more:
+            console.print(Text(line))
         console.print(f"shards still to run: {', '.join(report.missing)}; then: study report")
         return 0
-    _print_grid(config, report)
+    _print_grid(config, report, more)
     return 0
 
 
-def _print_grid(config: StudyConfig, report: GridReport) -> None:
+def _print_grid(config: StudyConfig, report: GridReport, more: list[str]) -> None:
     columns = [*config.space.names, *(o.metric for o in config.objectives)]
     covered = "the whole grid" if not report.missing else f"shards missing: {', '.join(report.missing)}"
     title = (
@@ -274,6 +287,8 @@ def _print_grid(config: StudyConfig, report: GridReport) -> None:
     _print_table(console, report.front[columns], title=title)
     for path in report.files:
         console.print(f"wrote {path}")
+    for line in more:
+        console.print(Text(line))
 
 
 def _claim(config: StudyConfig, force: bool) -> None:
@@ -310,7 +325,9 @@ def _interrupted(config: StudyConfig | None, app: Application) -> int:
 
 
 def _finish(config: StudyConfig, study: optuna.Study, app: Application) -> None:
+    """Write every report file, then print the front and what was written."""
     report = write_report(config=config, study=study, annotate=app.annotate_front)
+    more = app.more_files(config)
     trials, front = report.trials, report.front  # exactly what pareto.csv holds
     columns = [*config.space.names, *(o.metric for o in config.objectives)]
     feasible = trials[trials["feasible"]]
@@ -323,6 +340,8 @@ def _finish(config: StudyConfig, study: optuna.Study, app: Application) -> None:
     _print_table(console, front[columns], title=title)
     for path in report.files:
         console.print(f"wrote {path}")
+    for line in more:
+        console.print(Text(line))
 
 
 def _print_study(console: Console, config: StudyConfig, budget: int, done: int) -> None:
@@ -368,10 +387,23 @@ def _describe(knob: Knob) -> str:
     raise TypeError(f"unknown knob type {type(knob).__name__}")
 
 
-def _console() -> Console:
+class _PipeConsole(Console):
+    """A console whose reader may go away (``| head``): rich's default exits with code 1
+    there; this one raises BrokenPipeError, the command line's to handle, with stdout sent
+    to the null device so that nothing fails again on the way out."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise BrokenPipeError
+
+
+def _console(width: int | None = None) -> Console:
     """The terminal's console; a wide one when stdout is a file or pipe (rich would
     otherwise truncate every table to 80 columns)."""
-    return Console() if sys.stdout.isatty() else Console(width=WIDE_CONSOLE)
+    if width is not None:
+        return _PipeConsole(width=width)
+    return _PipeConsole() if sys.stdout.isatty() else _PipeConsole(width=WIDE_CONSOLE)
 
 
 def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:
@@ -389,7 +421,7 @@ def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:
     console.print(Text(title, style="bold"))
     if not console.is_terminal:
         if needed > console.width:
-            console = Console(width=needed)
+            console = _console(width=needed)
     elif needed > console.width:
         width = max(len(str(c)) for c in frame.columns)
         for i, row in enumerate(rows):

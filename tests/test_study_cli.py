@@ -94,3 +94,32 @@ def test_a_batch_knob_takes_whole_sequences_only(tmp_path, capsys, knob):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "knobs.batch" in lines[0] and "an integer >= 1" in lines[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
+
+
+def test_output_into_a_closed_pipe_still_writes_every_file(tmp_path):
+    """``study run ... | head``: the reader is gone before the first line. Every report
+    file, the launch scripts included, is written before anything is printed, and the
+    closed pipe ends the command with exit 0 and no traceback (rich would exit 1)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "study.yaml").write_text(
+        "model: llama-3.1-8b\nworkload: {kind: batch, batch: 8, input_tokens: 512, "
+        "output_tokens: 64}\nobjectives: [minimize energy_per_request_j, minimize num_gpus]\n"
+        "space:\n  knobs: {tp: {type: ordinal, values: [1, 2]}}\n  fixed: {gpu: H100}\n"
+        "engine: grid\nresults: out\n")
+    read, write = os.pipe()
+    os.close(read)  # as head does once it has its lines
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    try:
+        done = subprocess.run([sys.executable, "-m", "energylens.cli", "study", "run",
+                               "study.yaml"], cwd=tmp_path, env=env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    assert front["launch_command"].str.startswith("vllm serve").all()
+    assert len(list((tmp_path / "out" / "launch").glob("*.sh"))) == len(front)
+    assert (tmp_path / "out" / "breakdown.csv").exists()

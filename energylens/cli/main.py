@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -452,8 +454,9 @@ def _run(args: argparse.Namespace) -> int:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"energylens: error: {message}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
+    except BrokenPipeError:  # output piped into head & co.: the rest goes nowhere
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a file (captured)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # a file the user named that cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""

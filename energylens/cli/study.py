@@ -51,7 +51,8 @@ def _app() -> Application:
 
     return Application(problem_factory=study_problem, schema=SCHEMA, install_driver=install_driver,
                        resume_command="energylens study resume {study} --trials N",
-                       error_prefix="energylens: error", annotate_front=annotate_front)
+                       error_prefix="energylens: error", annotate_front=annotate_front,
+                       write_more=_write_more)
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
@@ -138,57 +139,49 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from search.commands import cmd_run
 
-    code = cmd_run(args.study, app=_app(), overrides=_overrides(args), dry_run=args.dry_run,
+    return cmd_run(args.study, app=_app(), overrides=_overrides(args), dry_run=args.dry_run,
                    force=args.force)
-    return code if args.dry_run else _with_launch(code, args)
 
 
 def _resume(args: argparse.Namespace) -> int:
     from search.commands import cmd_resume
 
-    return _with_launch(cmd_resume(args.study, app=_app(), overrides=_overrides(args),
-                                   force=args.force), args)
+    return cmd_resume(args.study, app=_app(), overrides=_overrides(args), force=args.force)
 
 
 def _report(args: argparse.Namespace) -> int:
     from search.commands import cmd_report
 
-    return _with_launch(cmd_report(args.study, app=_app(), overrides=_overrides(args),
-                                   force=args.force), args)
+    return cmd_report(args.study, app=_app(), overrides=_overrides(args), force=args.force)
 
 
-def _with_launch(code: int, args: argparse.Namespace) -> int:
-    """After a written report: each Pareto point's launch command, as a ``launch_command``
-    column of ``pareto.csv`` and as ``launch/<point>.sh`` (energylens.study.launch_report);
-    the points' breakdown; a load study's pictures (energylens.study.load_report)."""
-    if code != 0:
-        return code
+def _write_more(config: StudyConfig) -> list[str]:
+    """After each written report, before anything is printed: each Pareto point's launch
+    command, as a ``launch_command`` column of ``pareto.csv`` and as ``launch/<point>.sh``
+    (energylens.study.launch_report); the points' breakdown; a load study's pictures
+    (energylens.study.load_report). The lines to print about them."""
     import warnings
 
     from energylens.model.hf import ModelApproximationWarning
     from energylens.study.breakdown_report import write_front_breakdown
     from energylens.study.launch_report import write_point_launch
     from energylens.study.load_report import write_load_report
-    from energylens.study.objective import SCHEMA
-    from search.config import load_study
 
-    config = _overrides(args).apply(load_study(args.study, schema=SCHEMA))
     with warnings.catch_warnings():  # a config.json's approximations were reported once already
         warnings.simplefilter("ignore", ModelApproximationWarning)
         problem = study_problem(config)
     knobs, fixed = tuple(config.space.names), dict(config.space.fixed)
+    lines = []
     written = write_point_launch(results=config.results, problem=problem, knobs=knobs,
                                  fixed=fixed)
     if written:
-        print(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
-              "launch_command column of pareto.csv)")
-    for path in write_front_breakdown(results=config.results, problem=problem, knobs=knobs,
-                                      fixed=fixed):
-        print(f"wrote {path}")
-    for path in write_load_report(results=config.results, problem=problem, name=config.name,
-                                  knobs=knobs, fixed=fixed):
-        print(f"wrote {path}")
-    return code
+        lines.append(f"launch commands: {config.results / 'launch'} ({written} scripts, and the "
+                     "launch_command column of pareto.csv)")
+    paths = [*write_front_breakdown(results=config.results, problem=problem, knobs=knobs,
+                                    fixed=fixed),
+             *write_load_report(results=config.results, problem=problem, name=config.name,
+                                knobs=knobs, fixed=fixed)]
+    return lines + [f"wrote {path}" for path in paths]
 
 
 def _rank(args: argparse.Namespace) -> int:
