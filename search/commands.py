@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from search.frame import distinct_configurations
 from search.knobs import BoolKnob, CategoricalKnob, FloatKnob, IntKnob, Knob
 from search.outcome import completed_trials
 from search.problem import FrontAnnotator, Problem, ProblemSchema
-from search.rank import rank_optimizations
+from search.rank import ablation_storage, rank_optimizations
 from search.report import write_report
 from search.runner import (
     StudyStateError,
@@ -60,6 +61,7 @@ class Application:
         schema: What study files may contain (None: problem keys are not checked).
         install_driver: How to install a missing database driver module (the command line).
         resume_command: How to continue an interrupted study; ``{study}`` is replaced.
+        rank_command: How to rerun an interrupted ranking; ``{study}`` is replaced.
         error_prefix: What error lines start with.
         annotate_front: Adds columns to each written front (None: none).
         write_more: Writes the application's own files beside each written report, before
@@ -71,6 +73,7 @@ class Application:
     schema: ProblemSchema | None = None
     install_driver: Callable[[str], str] = lambda module: f"pip install {module}"
     resume_command: str = "resume {study} --trials N"
+    rank_command: str = "rank {study}"
     error_prefix: str = "error"
     annotate_front: FrontAnnotator | None = None
     write_more: Callable[[StudyConfig], list[str]] | None = None
@@ -147,7 +150,7 @@ def cmd_run(
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
-        return _interrupted(config, app)
+        return _interrupted(config, app, overrides)
     return 0
 
 
@@ -176,7 +179,7 @@ def cmd_resume(study_path: str | Path, *, app: Application, overrides: Overrides
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
-        return _interrupted(config, app)
+        return _interrupted(config, app, overrides)
     return 0
 
 
@@ -223,7 +226,7 @@ def cmd_rank(
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
-        return _interrupted(config, app)
+        return _rank_interrupted(config, app, overrides, budget)
     console = _console()
     shown = ranking.drop(columns=[c for c in ranking.columns if c.startswith("best")])
     _print_table(console, shown, title=f"{config.name}: what each optimization is worth")
@@ -242,7 +245,7 @@ def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides
     except USER_ERRORS as exc:
         return _fail(exc, app)
     except KeyboardInterrupt:
-        return _interrupted(config, app)
+        return _interrupted(config, app, overrides)
     _console().print(f"{config.name}: {len(completed_trials(study))} completed trials in the study")
     return 0
 
@@ -309,19 +312,44 @@ def _fail(exc: Exception, app: Application) -> int:
     return 2
 
 
-def _interrupted(config: StudyConfig | None, app: Application) -> int:
+def _interrupted(config: StudyConfig | None, app: Application, overrides: Overrides) -> int:
+    prefix = app.error_prefix.removesuffix("error")
     if config is None:
-        print(f"{app.error_prefix.removesuffix('error')}interrupted", file=sys.stderr)
+        print(f"{prefix}interrupted", file=sys.stderr)
         return INTERRUPTED
     done = completed_in_storage(config)
-    hint = app.resume_command.format(study=config.source)
-    prefix = app.error_prefix.removesuffix("error")
+    hint = app.resume_command.format(study=shlex.quote(str(config.source))) + _flags(overrides)
     print(
         f"{prefix}interrupted: study {config.name!r} keeps its {done} completed trials; "
         f"continue with: {hint}",
         file=sys.stderr,
     )
     return INTERRUPTED
+
+
+def _rank_interrupted(config: StudyConfig | None, app: Application, overrides: Overrides,
+                      budget: int | None) -> int:
+    prefix = app.error_prefix.removesuffix("error")
+    if config is None:
+        print(f"{prefix}interrupted", file=sys.stderr)
+        return INTERRUPTED
+    hint = app.rank_command.format(study=shlex.quote(str(config.source))) + _flags(
+        overrides, budget=budget)
+    print(
+        f"{prefix}interrupted: the ablations of study {config.name!r} keep their completed "
+        f"trials in {ablation_storage(config)}; rerun the ranking to continue them: {hint}",
+        file=sys.stderr,
+    )
+    return INTERRUPTED
+
+
+def _flags(overrides: Overrides, *, budget: int | None = None) -> str:
+    """The options in effect that pick the study and its engine, as command-line flags
+    (a storage URL's password shown as ``***``)."""
+    given = (("--storage", None if overrides.storage is None else display_storage(overrides.storage)),
+             ("--new-study", overrides.new_study), ("--engine", overrides.engine),
+             ("--budget", budget))
+    return "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in given if value is not None)
 
 
 def _finish(config: StudyConfig, study: optuna.Study, app: Application) -> None:

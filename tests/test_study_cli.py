@@ -123,3 +123,46 @@ def test_output_into_a_closed_pipe_still_writes_every_file(tmp_path):
     assert front["launch_command"].str.startswith("vllm serve").all()
     assert len(list((tmp_path / "out" / "launch").glob("*.sh"))) == len(front)
     assert (tmp_path / "out" / "breakdown.csv").exists()
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+TINY = ("model: llama-3.1-8b\nworkload: {kind: batch, batch: 8}\n"
+        "objectives: [minimize energy_per_request_j, minimize num_gpus]\n"
+        "space:\n  knobs: {tp: {type: ordinal, values: [1, 2]}}\n  fixed: {gpu: H100}\n"
+        "engine: grid\n")
+
+
+def test_the_interrupt_hint_continues_the_study_that_was_interrupted(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Ctrl-C in a run under --storage and --new-study: the hint resumes that study, in that
+    storage (it named neither, so it resumed the file's own study); in a ranking it reruns
+    the ranking (with its --budget), not resume."""
+    import search.commands
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "study.yaml").write_text(TINY)
+    flags = ["--storage", "sqlite:///x.db", "--new-study", "sq"]
+    monkeypatch.setattr(search.commands, "run_study", _interrupt)
+    assert main(["study", "run", "study.yaml", *flags]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("continue with: energylens study resume study.yaml --trials N "
+                        "--storage sqlite:///x.db --new-study sq"), err
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "run", "study.yaml", *flags]) == 0
+    monkeypatch.setattr(search.commands, "rank_optimizations", _interrupt)
+    capsys.readouterr()
+    assert main(["study", "rank", "study.yaml", *flags, "--budget", "2"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert "resume" not in err and err.endswith(
+        "energylens study rank study.yaml --storage sqlite:///x.db --new-study sq --budget 2"), err
+
+
+def test_a_storage_password_stays_out_of_the_hint():
+    from search.commands import Overrides, _flags
+
+    flags = _flags(Overrides(storage="postgresql+psycopg://me:s3cret@db/energylens"))
+    assert "s3cret" not in flags and "--storage 'postgresql+psycopg://me:***@db" in flags

@@ -51,6 +51,7 @@ def _app() -> Application:
 
     return Application(problem_factory=study_problem, schema=SCHEMA, install_driver=install_driver,
                        resume_command="energylens study resume {study} --trials N",
+                       rank_command="energylens study rank {study}",
                        error_prefix="energylens: error", annotate_front=annotate_front,
                        write_more=_write_more)
 
