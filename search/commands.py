@@ -35,6 +35,7 @@ from search.rank import ablation_storage, rank_optimizations
 from search.report import write_report
 from search.runner import (
     StudyStateError,
+    checked_in_storage,
     completed_in_storage,
     open_study,
     refuse_existing,
@@ -111,12 +112,14 @@ class Overrides:
 
 
 def cmd_check(study_path: str | Path, *, app: Application, overrides: Overrides = Overrides()) -> int:
-    """Validate a study (file, space, problem, budget) and print it resolved; create nothing."""
+    """Validate a study (file, space, problem, budget) and print it resolved; create nothing.
+    A stored study of the same name whose trials another definition made is refused, as
+    ``resume`` refuses it."""
     try:
         config = overrides.apply(load_study(study_path, schema=app.schema))
         app.problem_factory(config)
         budget = config.budget()
-        done = completed_in_storage(config)
+        done = checked_in_storage(config)
     except USER_ERRORS as exc:
         return _fail(exc, app)
     _print_study(_console(), config, budget, done)

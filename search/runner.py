@@ -86,6 +86,27 @@ def completed_in_storage(config: StudyConfig) -> int:
     return len(completed_trials(study))
 
 
+def checked_in_storage(config: StudyConfig) -> int:
+    """:func:`completed_in_storage`, refusing a stored study whose trials come from another
+    definition (as resume, report and rank would); opens nothing that does not exist and
+    writes nothing.
+
+    Raises:
+        StudyStateError: the study holds completed trials of another definition.
+    """
+    if not storage_exists(config.storage):
+        return 0
+    storage = open_storage(config.storage, create=False)
+    try:
+        study = optuna.load_study(study_name=config.name, storage=storage)
+    except KeyError:
+        return 0
+    done = len(completed_trials(study))
+    if done:  # none: a new run records the file's definition afresh
+        _check_definition(config, study)
+    return done
+
+
 def refuse_existing(config: StudyConfig) -> None:
     """Raise if the study already has completed trials (a new run would mix with them).
 

@@ -116,9 +116,11 @@ def test_resuming_an_edited_study_is_refused_unless_it_is_a_new_study(tmp_path, 
     }
     for where, text in edits.items():
         study(tmp_path, text or STUDY, SPACE.replace("[1, 2, 4]", "[1, 2]") if text is None else SPACE)
-        assert main(["study", "resume", "study.yaml", "--trials", "20"]) == 2
-        err = capsys.readouterr().err
-        assert "was created from another definition" in err and f"({where}: " in err, err
+        for argv in (["resume", "study.yaml", "--trials", "20"], ["check", "study.yaml"]):
+            assert main(["study", *argv]) == 2  # check refuses what resume would
+            err = capsys.readouterr().err
+            assert "was created from another definition" in err and f"({where}: " in err, err
+    assert main(["study", "check", "study.yaml", "--new-study", "small-v2"]) == 0
     # an edited file runs beside the original under another name; the original is intact
     assert main(["study", "resume", "study.yaml", "--trials", "12", "--new-study", "small-v2"]) == 0
     storage = open_storage(str(tmp_path / "out" / "storage.journal"))
