@@ -166,3 +166,21 @@ def test_a_storage_password_stays_out_of_the_hint():
 
     flags = _flags(Overrides(storage="postgresql+psycopg://me:s3cret@db/energylens"))
     assert "s3cret" not in flags and "--storage 'postgresql+psycopg://me:***@db" in flags
+
+
+@pytest.mark.parametrize(("url", "package"), [("mysql://bob:s3cret@localhost/x", "mysqlclient"),
+                                              ("mysql+pymysql://bob:s3cret@localhost/x", "PyMySQL")])
+def test_a_missing_mysql_driver_names_its_pip_package(tmp_path, capsys, monkeypatch, url, package):
+    """SQLAlchemy's default MySQL driver is the module MySQLdb, which pip installs as
+    mysqlclient (there is no 'MySQLdb' package); PyMySQL's module is pymysql."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)  # importing them fails, installed or not
+    monkeypatch.setitem(sys.modules, "pymysql", None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "study.yaml").write_text(TINY)
+    assert main(["study", "run", "study.yaml", "--storage", url]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].endswith(f"install it with: pip install {package}"), err
+    assert "s3cret" not in err

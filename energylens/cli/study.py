@@ -14,11 +14,17 @@ if TYPE_CHECKING:  # the objective, the engines (Optuna, pymoo), plots and repor
     from search.config import StudyConfig
 
 POSTGRES_DRIVERS = ("psycopg", "psycopg2")
+#: The pip package of a driver module named otherwise (SQLAlchemy's MySQL dialects).
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL",
+                   "mysql": "mysql-connector-python", "mysql.connector": "mysql-connector-python"}
 
 
 def install_driver(module: str) -> str:
-    """How to install a missing database driver: PostgreSQL's through the package's extra."""
-    return "pip install 'energylens[postgres]'" if module in POSTGRES_DRIVERS else f"pip install {module}"
+    """How to install a missing database driver: PostgreSQL's through the package's extra,
+    another by its pip package's name."""
+    if module in POSTGRES_DRIVERS:
+        return "pip install 'energylens[postgres]'"
+    return f"pip install {DRIVER_PACKAGES.get(module, module)}"
 
 
 class _EngineNames:
