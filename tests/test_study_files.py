@@ -386,3 +386,18 @@ def test_a_config_json_model_is_read_once_per_study(tmp_path, capsys, monkeypatc
     assert main(["study", "run", "study.yaml"]) == 0
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "approximated" in err
+
+
+def test_docs_list_every_key_knob_and_metric_a_study_may_use() -> None:
+    """README points to docs/study-files.md for every key: each name the schema accepts
+    (top-level and workload keys, knobs, metrics, fusions, weight dtypes) is in it."""
+    from energylens.deployment import FUSIONS, WEIGHT_DTYPES
+    from energylens.study.objective import PROBLEM_KEYS, SCHEMA, WORKLOAD_KEYS
+    from search.config import _GENERIC_KEYS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "study-files.md").read_text()
+    knobs = [k for k in SCHEMA.params if not k.startswith("fuse_")] + ["fuse_<name>"]
+    names = [*_GENERIC_KEYS, *PROBLEM_KEYS, *WORKLOAD_KEYS, *knobs, *SCHEMA.metrics, *FUSIONS,
+             *WEIGHT_DTYPES]
+    assert [n for n in names if f"`{n}`" not in docs] == []
+    assert {k.removeprefix("fuse_") for k in SCHEMA.params if k.startswith("fuse_")} == set(FUSIONS)
