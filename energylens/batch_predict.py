@@ -1,9 +1,10 @@
 """Predict many deployments at once: one table row per configuration, NumPy over rows.
 
-Rows are grouped by what changes the kernels a step runs (GPU, parallel degrees, dtypes,
-fusions, runtime, routing, whether communication holds SMs); each group is priced in one
-pass of the same cost code :func:`energylens.predict.predict` runs, with the batch, the
-replicas, the clock and the overlap SMs as arrays over the group's rows. A row that
+Rows are grouped by the GPU and every Deployment field but the array columns (parallel
+degrees, dtypes, fusions, runtime and release, routing, scheduler limits, speculation, and
+whether communication holds SMs); each group is priced in one pass of the same cost code
+:func:`energylens.predict.predict` runs, with the batch, the replicas, the clock and the
+overlap SMs as arrays over the group's rows. A row that
 ``predict`` would refuse (a bad deployment, an unknown GPU) comes back infeasible with the
 refusal's first line as its reason and NaN metrics.
 """
@@ -38,8 +39,10 @@ DEPLOYMENT_COLUMNS = tuple(f.name for f in fields(Deployment))
 RESULT_COLUMNS = COLUMNS
 #: Columns that vary inside a group (arrays); every other one is part of the group key.
 _ARRAY_COLUMNS = ("batch", "num_gpus", "dp", "overlap_sms", "freq_mhz")
-_KEY_COLUMNS = ("gpu", "tp", "pp", "ep", "attention_dp", "moe_tp", "weight_dtype", "kv_dtype",
-                "fusion", "runtime", "routing")
+_KEY_COLUMNS = ("gpu", *(name for name in DEPLOYMENT_COLUMNS if name not in _ARRAY_COLUMNS))
+#: Key columns of whole numbers (a table's integer column may come back as floats).
+_INT_COLUMNS = ("tp", "pp", "ep", "attention_dp", "moe_tp", "max_num_seqs",
+                "prefill_chunk_tokens", "speculative_tokens")
 
 
 def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.DataFrame,
@@ -101,7 +104,9 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
                 placement, memory = place(ctx=ctx, model=group_model, kind=kind,
                                           workload=workload, batch=rows_sub["batch"],
                                           replicas=replicas,
-                                          gpus=base.gpus_per_replica * replicas)
+                                          gpus=base.gpus_per_replica * replicas,
+                                          max_num_seqs=base.max_num_seqs,
+                                          prefill_chunk_tokens=base.prefill_chunk_tokens)
                 result = columnar(placement=placement, workload=workload, memory=memory,
                                   batch=rows_sub["batch"])
             except EnergyLensError as exc:
@@ -151,8 +156,10 @@ def _key_value(name: str, value: Any, default: Any) -> Hashable:
     if name == "fusion":
         names = value.split(",") if isinstance(value, str) else list(cast(Iterable[str], value))
         return frozenset(n.strip() for n in names if n.strip() and n.strip() != "none")
-    if name in ("tp", "pp", "ep", "attention_dp", "moe_tp"):
+    if name in _INT_COLUMNS:
         return int(value)
+    if name == "draft_acceptance":
+        return float(value)
     if name == "routing" and not isinstance(value, Routing):
         raise EnergyLensError(f"predict_many: routing must hold Routing objects, got {value!r}")
     return cast(Hashable, value)
@@ -171,11 +178,10 @@ def _groups(codes: list[np.ndarray]) -> Iterable[np.ndarray]:
 
 def _deployment(values: dict[str, Any], *, overlap_sms: int, freq_mhz: float | None,
                 num_gpus: int | None, dp: int | None) -> Deployment:
-    return Deployment(num_gpus=num_gpus, tp=values["tp"], pp=values["pp"], ep=values["ep"], dp=dp,
-                      attention_dp=values["attention_dp"], moe_tp=values["moe_tp"],
-                      weight_dtype=values["weight_dtype"], kv_dtype=values["kv_dtype"],
-                      fusion=values["fusion"], overlap_sms=overlap_sms, freq_mhz=freq_mhz,
-                      routing=values["routing"], runtime=values["runtime"])
+    """The deployment of a group's key ``values`` with one row's array columns."""
+    keyed = {name: values[name] for name in _KEY_COLUMNS if name != "gpu"}
+    return Deployment(num_gpus=num_gpus, dp=dp, overlap_sms=overlap_sms, freq_mhz=freq_mhz,
+                      **keyed)
 
 
 def _optional_int(value: float) -> int | None:

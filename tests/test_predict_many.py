@@ -3,6 +3,7 @@ the same feasibility and reason, and a refused row's reason is the refusal's tex
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -160,3 +161,51 @@ def test_a_refusal_found_while_pricing_is_a_row_too() -> None:
                 workload=Workload(batch=4))
     assert many.loc[0, "infeasible_reason"] == str(refused.value)
     assert bool(many.loc[1, "feasible"])
+
+
+#: A value other than the default for every Deployment field, with the fields it needs
+#: (the baseline) and the workload kind where it changes the prediction.
+FIELD_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "num_gpus": ({}, {"num_gpus": 2}, "batch"),
+    "tp": ({}, {"tp": 2}, "batch"),
+    "pp": ({}, {"pp": 2}, "batch"),
+    "ep": ({}, {"ep": 2}, "batch"),
+    "dp": ({}, {"dp": 2}, "batch"),
+    "weight_dtype": ({}, {"weight_dtype": "fp8"}, "batch"),
+    "kv_dtype": ({}, {"kv_dtype": "fp8"}, "batch"),
+    "fusion": ({}, {"fusion": frozenset({"qkv"})}, "batch"),
+    "overlap_sms": ({"ep": 2}, {"overlap_sms": 8}, "batch"),
+    "freq_mhz": ({}, {"freq_mhz": 1200.0}, "batch"),
+    "routing": ({"ep": 2}, {"routing": Routing(kind="zipf", skew=1.2)}, "batch"),
+    "runtime": ({}, {"runtime": "sglang"}, "batch"),
+    "runtime_version": ({}, {"runtime_version": "0.19.0"}, "batch"),
+    "attention_dp": ({"runtime": "sglang"}, {"attention_dp": 2}, "batch"),
+    "moe_tp": ({"runtime": "sglang", "tp": 2, "ep": 2}, {"moe_tp": 1}, "batch"),
+    "max_num_seqs": ({}, {"max_num_seqs": 2}, "load"),
+    "prefill_chunk_tokens": ({}, {"prefill_chunk_tokens": 256}, "batch"),
+    "speculative_tokens": ({}, {"speculative_tokens": 2}, "batch"),
+    "draft_acceptance": ({"speculative_tokens": 2}, {"draft_acceptance": 0.3}, "batch"),
+}
+
+
+def test_every_deployment_field_has_a_case() -> None:
+    assert set(FIELD_CASES) == {f.name for f in dataclasses.fields(Deployment)}
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_CASES))
+def test_every_deployment_column_is_read(name: str) -> None:
+    """Each Deployment field as a column gives what predict gives with it, and that differs
+    from the prediction without it (so a column predict_many ignored would fail here)."""
+    baseline, change, kind = FIELD_CASES[name]
+    extra = {"request_rate": None, "concurrency": None, "num_requests": 40} if kind == "load" else {}
+    workload = Workload(kind=kind, batch=16, input_tokens=512, output_tokens=64, **extra)
+    many = predict_many(model="qwen3-30b-a3b", workload=workload,
+                        table=pd.DataFrame([{"gpu": "H100", "batch": 16.0, **baseline, **change}]))
+    without, with_it = (predict(model="qwen3-30b-a3b", gpu="H100", workload=workload,
+                                deployment=Deployment(**baseline, **fields))
+                        for fields in ({}, change))
+    assert bool(many.loc[0, "feasible"]) and with_it.feasible
+    assert (with_it.ttft_s, with_it.tpot_s) != (without.ttft_s, without.tpot_s)
+    assert many.loc[0, "ttft_s"] == pytest.approx(with_it.ttft_s, rel=1e-9)
+    assert many.loc[0, "tpot_s"] == pytest.approx(with_it.tpot_s, rel=1e-9)
+    assert many.loc[0, "decode_energy_j"] == pytest.approx(with_it.decode.energy_j, rel=1e-9)
