@@ -9,6 +9,7 @@ import optuna
 import pandas as pd
 
 from search.config import StudyConfig
+from search.knobs import FloatKnob
 from search.outcome import VALID_KEY, completed_trials, is_feasible
 from search.pareto import non_dominated_mask
 
@@ -42,11 +43,14 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
     metrics += [m for m in [*order, *sorted(reported - set(order))] if m in reported
                 and m not in metrics and m not in knobs]
     keys = [VALID_KEY] + [str(c) for c in config.constraints]
+    # a value on a float knob's step grid as written (0.85, not Optuna's 0.8500000000000001)
+    stepped = {k.name for k in config.space.knobs if isinstance(k, FloatKnob) and k.step is not None}
     rows = []
     for trial in trials:
         values = trial.user_attrs.get("metrics", {})
         row: dict[str, Any] = {"number": trial.number}
         row |= {name: trial.params.get(name) for name in config.space.names}
+        row |= {name: float(f"{row[name]:.12g}") for name in stepped if row[name] is not None}
         row |= {name: values.get(name, np.nan) for name in metrics}
         row |= {constraint_column(k): trial.constraints.get(k, np.nan) for k in keys}
         row["feasible"] = is_feasible(trial)

@@ -184,3 +184,19 @@ def test_a_missing_mysql_driver_names_its_pip_package(tmp_path, capsys, monkeypa
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].endswith(f"install it with: pip install {package}"), err
     assert "s3cret" not in err
+
+
+def test_float_knob_values_on_a_step_grid_read_as_written(tmp_path):
+    """A clock_fraction grid of step 0.05: trials.csv and pareto.csv hold 0.85, not the
+    0.8500000000000001 of 0.5 + 7 x 0.05."""
+    (tmp_path / "study.yaml").write_text(
+        "model: llama-3.1-8b\nworkload: {kind: batch, batch: 8, input_tokens: 256, "
+        "output_tokens: 32}\nobjectives: [minimize energy_per_request_j, minimize tpot_s]\n"
+        "space:\n  knobs: {clock_fraction: {type: float, low: 0.5, high: 1.0, step: 0.05}}\n"
+        "  fixed: {gpu: H100}\nengine: grid\nresults: out\n")
+    assert main(["study", "run", str(tmp_path / "study.yaml")]) == 0
+    for name in ("trials.csv", "pareto.csv"):
+        cells = pd.read_csv(tmp_path / "out" / name, dtype={"clock_fraction": str})["clock_fraction"]
+        assert all(len(cell.partition(".")[2]) <= 2 for cell in cells), list(cells)
+    trials = pd.read_csv(tmp_path / "out" / "trials.csv")
+    assert sorted(trials["clock_fraction"]) == [round(0.5 + 0.05 * k, 2) for k in range(11)]
