@@ -121,8 +121,8 @@ def predict_many(*, model: str | ModelConfig, workload: Workload, table: pd.Data
 
 def _normalised(*, table: pd.DataFrame, workload: Workload) -> tuple[
         dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """The array columns as float arrays (defaults where the table has none; None and NaN
-    mean "not given" like Deployment's None), and each key column as (codes, values)."""
+    """The array columns as float arrays (the default where the table has no column or a
+    cell is None or NaN: "not given"), and each key column as (codes, values)."""
     defaults = Deployment()
     rows = len(table)
     keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -142,7 +142,8 @@ def _normalised(*, table: pd.DataFrame, workload: Workload) -> tuple[
                "overlap_sms": defaults.overlap_sms, "freq_mhz": np.nan}
     for name, default in numeric.items():
         if name in table.columns:
-            values = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
+            values = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float, copy=True)
+            values[np.isnan(values)] = default
         else:
             values = np.full(rows, default, dtype=float)
         columns[name] = values

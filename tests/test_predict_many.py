@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -209,3 +210,18 @@ def test_every_deployment_column_is_read(name: str) -> None:
     assert many.loc[0, "ttft_s"] == pytest.approx(with_it.ttft_s, rel=1e-9)
     assert many.loc[0, "tpot_s"] == pytest.approx(with_it.tpot_s, rel=1e-9)
     assert many.loc[0, "decode_energy_j"] == pytest.approx(with_it.decode.energy_j, rel=1e-9)
+
+
+def test_a_missing_cell_takes_the_default_as_a_missing_column_does() -> None:
+    """A row without overlap_sms or batch in a table where others have them (NaN) is
+    predicted with Deployment's overlap_sms and the workload's batch."""
+    workload = Workload(batch=4, input_tokens=256, output_tokens=32)
+    table = pd.DataFrame([{"gpu": "H100-SXM"},
+                          {"gpu": "H100-SXM", "batch": 1.0, "overlap_sms": 8}])
+    many = predict_many(model="llama-3.1-8b", workload=workload, table=table)
+    plain = predict(model="llama-3.1-8b", gpu="H100-SXM", workload=workload)
+    overlapped = predict(model="llama-3.1-8b", gpu="H100-SXM", workload=replace(workload, batch=1),
+                         deployment=Deployment(overlap_sms=8))
+    assert many["feasible"].all()
+    assert many.loc[0, "tpot_s"] == pytest.approx(plain.tpot_s, rel=1e-9)
+    assert many.loc[1, "tpot_s"] == pytest.approx(overlapped.tpot_s, rel=1e-9)
