@@ -8,7 +8,6 @@ Errors raised by the problem itself are bugs and propagate with their traceback.
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from search.config import StudyConfig, StudyError, load_study
+from search.console import PipeConsole
 from search.engines.grid_engine import EXHAUSTIVE
 from search.exhaustive import Shard, exhaustive_folder, parse_shard, run_exhaustive
 from search.exhaustive_report import GridReport, has_grid_results, write_grid_report
@@ -418,23 +418,12 @@ def _describe(knob: Knob) -> str:
     raise TypeError(f"unknown knob type {type(knob).__name__}")
 
 
-class _PipeConsole(Console):
-    """A console whose reader may go away (``| head``): rich's default exits with code 1
-    there; this one raises BrokenPipeError, the command line's to handle, with stdout sent
-    to the null device so that nothing fails again on the way out."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise BrokenPipeError
-
-
 def _console(width: int | None = None) -> Console:
     """The terminal's console; a wide one when stdout is a file or pipe (rich would
     otherwise truncate every table to 80 columns)."""
     if width is not None:
-        return _PipeConsole(width=width)
-    return _PipeConsole() if sys.stdout.isatty() else _PipeConsole(width=WIDE_CONSOLE)
+        return PipeConsole(width=width)
+    return PipeConsole() if sys.stdout.isatty() else PipeConsole(width=WIDE_CONSOLE)
 
 
 def _print_table(console: Console, frame: pd.DataFrame, *, title: str) -> None:

@@ -16,17 +16,18 @@ if TYPE_CHECKING:  # rich is imported on use: a --json prediction never loads it
 def console() -> Console:
     """A console that does not truncate tables when output is not a terminal, nor break its
     lines of prose there (a pipe or a file keeps each line whole)."""
-    from rich.console import Console
+    from search.console import PipeConsole
 
-    return Console() if sys.stdout.isatty() else Console(width=200, soft_wrap=True)
+    return PipeConsole() if sys.stdout.isatty() else PipeConsole(width=200, soft_wrap=True)
 
 
 def print_prediction(result: Prediction, *, console: Console | None = None) -> None:
     """Print the summary and the per-phase energy breakdown."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from search.console import PipeConsole
+
+    console = console or PipeConsole()
     status = "[green]feasible[/]" if result.feasible else f"[red]infeasible[/]: {result.infeasible_reason}"
     pooled = " + " in result.gpu  # a disaggregated pair names each pool's GPUs
     where = f"{result.gpu}, {result.num_gpus} GPUs" if pooled \
