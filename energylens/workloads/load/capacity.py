@@ -7,7 +7,9 @@ is bracketed between 0 and the replica's service rate with every request queued 
 (doubled while the target is still attained), then halved ``STEPS`` times: the answer is
 within 1/2^STEPS of that bracket, from below. A rate is sustained only where the run also
 keeps up with it (:class:`Probe`): a finite run above the service rate can meet a TTFT bound for
-most of its requests while its running batch and queue still grow.
+most of its requests while its running batch and queue still grow. Each probe simulates at
+least the default open-loop count (:func:`~energylens.workloads.load.arrivals.default_count`)
+per engine, however few requests the workload asks for: a shorter run is mostly warm-up.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from energylens.workloads.load.arrivals import default_count
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import simulate_replica
 from energylens.workloads.load.metrics import SLO
@@ -27,26 +30,20 @@ STEPS = 7
 FLOOD_RATE = 1e6
 #: Doublings of the bracket's top at most (2^6 times the flood's service rate).
 MAX_DOUBLINGS = 6
-#: Share of its measured arrivals a run must complete between the first and the last of
-#: them to count as keeping up (``LoadMetrics.completed_share``; assumed: Llama-3.1-8B on
-#: one H100, Poisson, 3,000 requests: 0.95-0.99 up to 38 requests/s, where the requests in
-#: flight level off, 0.90 at 40, where they still grow; 400 requests, whose running batch is
-#: still filling: 0.97 at 20, 0.92 at 25, 0.89 at 30, so a short run errs low).
-KEEPS_UP_SHARE = 0.9
 
 
 @dataclass(frozen=True)
 class Probe:
     """One open-loop run at a probed rate: its SLO attainment, the requests/s it served
-    and the share of its measured arrivals it completed while they arrived."""
+    and whether it kept up with the rate (``LoadMetrics.keeps_up``)."""
 
     attainment: float
     served_per_s: float
-    completed_share: float
+    keeps_up: bool
 
     def sustains(self, *, target: float) -> bool:
         """Whether the rate is sustained: ``target`` attained, and the engine kept up."""
-        return self.attainment >= target and self.completed_share >= KEEPS_UP_SHARE
+        return self.attainment >= target and self.keeps_up
 
 
 def capacity_per_replica(*, placement: Placement, workload: Workload, target: float) -> float:
@@ -57,11 +54,12 @@ def capacity_per_replica(*, placement: Placement, workload: Workload, target: fl
 
     def run(rate: float) -> Probe:
         probe = replace(workload, request_rate=rate, concurrency=None)
-        result = simulate_replica(placement=one, workload=probe, table=tables.get("t"))
+        result = simulate_replica(placement=one, workload=probe, table=tables.get("t"),
+                                  at_least=default_count(clients=0))
         tables["t"] = result.table
         metrics = result.summary(ctx=placement.ctx, slos=slos)
         return Probe(metrics.slo_attainment, metrics.requests_per_s * result.engines,
-                     metrics.completed_share)
+                     metrics.keeps_up)
 
     tables: dict[str, StepTable] = {}
     return bisect_capacity(run=run, target=target)

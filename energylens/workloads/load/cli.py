@@ -188,15 +188,11 @@ def overload_warning(result: Any, *, workload: Workload) -> str | None:
     """One line where an open-loop run did not keep up with its arrivals (the requests in
     flight still growing when they stopped: its TTFT and queue depend on the run's length),
     with the rate it served; None otherwise (closed loops keep up by construction)."""
-    from energylens.workloads.load.capacity import KEEPS_UP_SHARE
-
     if not isinstance(result, LoadPrediction) or workload.concurrency is not None \
-            or not result.feasible:
+            or not result.feasible or bool(result.load.get("keeps_up", True)):
         return None
-    share = float(result.load.get("completed_share", 1.0))
-    if share >= KEEPS_UP_SHARE:
-        return None
-    return (f"the deployment does not keep up: it completed {share:.0%} of the requests while "
-            f"they arrived and serves {float(result.load['requests_per_s']):.3g} requests/s; "
+    share = float(result.load["completed_share"])
+    return (f"the deployment does not keep up: it completed {share:.0%} of the requests "
+            f"offered and serves {float(result.load['requests_per_s']):.3g} requests/s; "
             "past that rate the queue grows without bound, so TTFT, TPOT and the queue "
             "depend on --num-requests (--capacity finds the highest rate it sustains)")

@@ -199,12 +199,15 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     if workload.capacity_attainment is not None:
         from energylens.workloads.load.capacity import Probe, bisect_capacity
 
+        probe_count = max(count, default_count(clients=0) * n_decode)  # never the shorter
+
         def probe_at(rate: float) -> Probe:
             found = predict_disaggregated(
                 model=model_cfg, prefill=prefill, decode=decode, calibration=cal,
-                workload=replace(workload, request_rate=rate, capacity_attainment=None)).load
+                workload=replace(workload, request_rate=rate, capacity_attainment=None,
+                                 num_requests=probe_count)).load
             return Probe(float(found["slo_attainment"]), float(found["requests_per_s"]),
-                         float(found["completed_share"]))
+                         bool(found["keeps_up"]))
 
         rate = bisect_capacity(run=probe_at, target=workload.capacity_attainment)
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)

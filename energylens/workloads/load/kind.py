@@ -171,16 +171,17 @@ class LoadRun:
 
 
 def simulate_replica(*, placement: Placement, workload: Workload,
-                     table: StepTable | None = None) -> LoadRun:
+                     table: StepTable | None = None, at_least: int = 1) -> LoadRun:
     """Simulate the requests of one replica (of one of its virtual engines under pipeline
-    parallelism); ``table`` reuses a price grid of an earlier run on the same placement
-    with lengths no longer than this one's."""
+    parallelism), ``at_least`` of them; ``table`` reuses a price grid of an earlier run on
+    the same placement with lengths no longer than this one's."""
     ctx = placement.ctx
     ranks, engines = schedulers(ctx=ctx, workload=workload, replicas=placement.replicas)
     streams = placement.replicas * ranks * engines
     clients = closed_loop_clients(workload) / streams
     count = math.ceil(workload.num_requests / streams) if workload.num_requests else \
         default_count(clients=clients)
+    count = max(count, at_least)
     requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
     budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs,
