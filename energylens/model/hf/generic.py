@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import MAX_SIZE, HybridConfig, MLAConfig, ModelConfig, MoEConfig
-from energylens.model.hf.common import finish, head_dim_from, ssm_state_dtype
+from energylens.model.hf.common import STATE_DTYPE_KEYS, finish, head_dim_from, ssm_state_dtype
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import supported_model_types
 
@@ -36,6 +36,15 @@ _SLIDING = frozenset({"sliding_attention", "local", "local_attention", "chunked_
 _PLAIN_ACTIVATIONS = frozenset({"relu", "relu2", "squared_relu", "gelu", "gelu_new",
                                 "gelu_fast", "quick_gelu"})
 _GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu"})
+#: Fields of recurrent (state-space) layers this reader cannot build, which it refuses
+#: rather than price as attention: Mamba-1 (Jamba's ``mamba_*`` and ``attn_layer_period``,
+#: MambaConfig's ``time_step_rank``), other Mamba hybrids (Zamba2's ``layers_block_type``,
+#: Bamba's ``attn_layer_indices``, ``ssm_*``) and Griffin's RG-LRU (RecurrentGemma's
+#: ``block_types``, ``lru_width``). The SSM state dtype keys are not among them: Gated
+#: DeltaNet configs (Qwen3.5) carry one.
+_RECURRENT_FIELDS = frozenset({"block_types", "layers_block_type", "lru_width",
+                               "attn_layer_period", "attn_layer_indices", "time_step_rank"})
+_RECURRENT_PREFIXES = ("mamba_", "ssm_")
 
 
 class _Reader:
@@ -68,9 +77,17 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     """A ModelConfig from the standard fields, and the notes on what was approximated.
 
     Raises ``ModelConfigError`` (one line naming the file) when the standard decoder
-    fields are missing: hidden size, layers, heads, vocabulary and an FFN or expert width.
+    fields are missing: hidden size, layers, heads, vocabulary and an FFN or expert width;
+    or when the config has recurrent layers other than Gated DeltaNet (Mamba-1, RG-LRU).
     """
     r = _Reader(cfg)
+    recurrent = [k for k in cfg.data if cfg.has(k) and k not in STATE_DTYPE_KEYS
+                 and (k in _RECURRENT_FIELDS or k.startswith(_RECURRENT_PREFIXES))]
+    if recurrent:
+        shown = ", ".join(recurrent[:3]) + (", ..." if len(recurrent) > 3 else "")
+        raise cfg.error(f"model_type {model_type!r} has recurrent layers ({shown}) of a kind "
+                        f"not modelled (only Mamba-2 blocks of nemotron_h and Gated DeltaNet "
+                        f"linear_* layers are): refused rather than priced as attention")
     missing = [keys[0] for keys in (HIDDEN, LAYERS, HEADS, ("vocab_size",))
                if r.first(keys) is None]
     if r.first(FFN) is None and r.first(EXPERT_FFN) is None:

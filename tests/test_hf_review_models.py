@@ -1,0 +1,86 @@
+"""config.json files of models outside the zoo, read by the generic decoder or a small
+builder: parameter counts and KV bytes per token summed by hand against the published
+totals, and one-line refusals of what is not modelled."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from energylens.cli.main import main
+from energylens.errors import ModelConfigError
+from energylens.model import ModelConfig
+from energylens.model.hf import ModelApproximationWarning, load_hf_config
+
+
+def _load(tmp_path: Path, config: dict[str, Any]) -> tuple[ModelConfig, str]:
+    """The model read from ``config`` and its approximation warning ('' when none)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_hf_config(path)
+    notes = [str(w.message) for w in caught if w.category is ModelApproximationWarning]
+    assert len(notes) <= 1
+    return model, notes[0] if notes else ""
+
+
+#: Jamba-v0.1 (ai21labs/Jamba-v0.1 config.json): Mamba-1 mixers in 28 of 32 layers.
+JAMBA = {"model_type": "jamba", "hidden_size": 4096, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+         "vocab_size": 65536, "num_experts": 16, "num_experts_per_tok": 2,
+         "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2,
+         "expert_layer_offset": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+         "mamba_dt_rank": 256, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+         "tie_word_embeddings": False}
+#: RecurrentGemma-2b (google/recurrentgemma-2b config.json): RG-LRU blocks, 2 of each 3.
+RECURRENT_GEMMA = {"model_type": "recurrent_gemma", "hidden_size": 2560, "num_hidden_layers": 26,
+                   "num_attention_heads": 10, "num_key_value_heads": 1, "head_dim": 256,
+                   "intermediate_size": 15360, "vocab_size": 256000, "lru_width": 2560,
+                   "block_types": ["recurrent", "recurrent", "attention"],
+                   "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6}
+#: state-spaces/mamba-2.8b-hf config.json: Mamba-1 only.
+MAMBA = {"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64,
+         "intermediate_size": 5120, "vocab_size": 50280, "state_size": 16,
+         "time_step_rank": 160, "conv_kernel": 4, "layer_norm_epsilon": 1e-5}
+
+
+@pytest.mark.parametrize(("config", "fields"), [
+    (JAMBA, "attn_layer_period, mamba_d_state, mamba_d_conv, ..."),
+    (RECURRENT_GEMMA, "lru_width, block_types"),
+    (MAMBA, "time_step_rank"),
+], ids=["jamba", "recurrent_gemma", "mamba"])
+def test_recurrent_layers_not_modelled_are_refused(tmp_path: Path, config: dict[str, Any],
+                                                   fields: str) -> None:
+    """Jamba's Mamba-1 mixers and RecurrentGemma's RG-LRU blocks were read as attention
+    layers (Jamba 92.1B total and 131,072 KV bytes per token against ~51.6B and 16,384;
+    RecurrentGemma-2b 4.75B against ~2.7B): refused in one line naming the fields."""
+    with pytest.raises(ModelConfigError, match="recurrent layers") as caught:
+        _load(tmp_path, config)
+    message = str(caught.value)
+    assert "\n" not in message and f"({fields})" in message
+    assert f"model_type {config['model_type']!r}" in message
+
+
+def test_a_refused_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(JAMBA))
+    assert main(["models", "show", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recurrent layers" in err[0] and "Traceback" not in err[0]
+
+
+def test_gated_deltanet_configs_with_a_state_dtype_still_read(tmp_path: Path) -> None:
+    """The SSM state dtype key of a Gated DeltaNet config is no recurrent marker."""
+    model, _ = _load(tmp_path, {
+        "model_type": "acme_next", "hidden_size": 1024, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
+        "vocab_size": 1000, "tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "full_attention_interval": 4, "linear_num_value_heads": 8,
+        "linear_value_head_dim": 64, "linear_num_key_heads": 4, "linear_key_head_dim": 64,
+        "mamba_ssm_dtype": "float32"})
+    assert model.hybrid is not None and model.hybrid.ssm_state_dtype == "fp32"
