@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from energylens.cli.catalog import footprint
 from energylens.cli.main import main
 from energylens.errors import ModelConfigError
 from energylens.model import ModelConfig
@@ -27,6 +28,11 @@ def _load(tmp_path: Path, config: dict[str, Any]) -> tuple[ModelConfig, str]:
     notes = [str(w.message) for w in caught if w.category is ModelApproximationWarning]
     assert len(notes) <= 1
     return model, notes[0] if notes else ""
+
+
+def _kv_bytes(model: ModelConfig) -> float:
+    """KV-cache bytes one token adds (16-bit cache, all layers)."""
+    return float(footprint(model)["kv_bytes_per_token"])
 
 
 #: Jamba-v0.1 (ai21labs/Jamba-v0.1 config.json): Mamba-1 mixers in 28 of 32 layers.
@@ -84,3 +90,34 @@ def test_gated_deltanet_configs_with_a_state_dtype_still_read(tmp_path: Path) ->
         "linear_value_head_dim": 64, "linear_num_key_heads": 4, "linear_key_head_dim": 64,
         "mamba_ssm_dtype": "float32"})
     assert model.hybrid is not None and model.hybrid.ssm_state_dtype == "fp32"
+
+
+#: StarCoder (bigcode/starcoder config.json): GPT-BigCode, multi-query attention.
+STARCODER = {"model_type": "gpt_bigcode", "n_embd": 6144, "n_head": 48, "n_layer": 40,
+             "n_inner": 24576, "vocab_size": 49152, "n_positions": 8192, "multi_query": True,
+             "activation_function": "gelu_pytorch_tanh", "layer_norm_epsilon": 1e-5}
+
+
+def test_multi_query_means_one_kv_head(tmp_path: Path) -> None:
+    """StarCoder's ``multi_query: true`` was ignored (48 KV heads, 983,040 bytes per
+    token): one KV head of 128 in 40 layers, K and V in 16 bits, is 2 x 40 x 128 x 2."""
+    model, _ = _load(tmp_path, STARCODER)
+    assert (model.num_kv_heads, model.head_dim) == (1, 128)
+    assert _kv_bytes(model) == 2 * 40 * 1 * 128 * 2 == 20_480
+    model, _ = _load(tmp_path, {**STARCODER, "multi_query": False})
+    assert _kv_bytes(model) == 2 * 40 * 48 * 128 * 2
+
+
+def test_kv_head_fields_are_named_as_the_config_names_them(tmp_path: Path) -> None:
+    with pytest.raises(ModelConfigError, match=r"n_head = 48 is not a multiple of "
+                                               r"num_key_value_heads = 5$"):
+        _load(tmp_path, {**STARCODER, "multi_query": False, "num_key_value_heads": 5})
+
+
+def test_chatglm_without_multi_query_attention_has_a_kv_head_per_head(tmp_path: Path) -> None:
+    config = {"model_type": "acme_glm", "hidden_size": 1024, "num_layers": 4,
+              "num_attention_heads": 8, "multi_query_group_num": 2, "ffn_hidden_size": 2048,
+              "vocab_size": 1000, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+              "tie_word_embeddings": False}
+    assert _load(tmp_path, {**config, "multi_query_attention": True})[0].num_kv_heads == 2
+    assert _load(tmp_path, {**config, "multi_query_attention": False})[0].num_kv_heads == 8

@@ -167,12 +167,20 @@ def _gated(r: _Reader) -> bool:
 
 
 def _kv_heads(r: _Reader, heads: int) -> int:
-    """KV heads; a per-layer list is averaged to the nearest count that divides the heads."""
+    """KV heads: one where ``multi_query`` is set (GPT-BigCode), all where ChatGLM's
+    ``multi_query_attention`` is off, else the KV-head field; a per-layer list is averaged
+    to the nearest count that divides the heads."""
+    if r.cfg.flag("multi_query", False):
+        return 1
     key = r.first(KV_HEADS)
-    if key is None:
+    if key is None or not r.cfg.flag("multi_query_attention", True):
         return heads
     if not isinstance(r.cfg.raw(key), list):
-        return r.cfg.integer(key)
+        kv_heads = r.cfg.integer(key)
+        if heads % kv_heads:
+            raise r.cfg.error(f"{r.cfg.field(r.first(HEADS) or HEADS[0])} = {heads} is not a "
+                              f"multiple of {r.cfg.field(key)} = {kv_heads}")
+        return kv_heads
     values = r.cfg.list_of(key, int) or []
     if not values or any(isinstance(v, bool) or v < 1 for v in values):
         raise r.cfg.error(f"field {r.cfg.field(key)!r} must be a list of integers >= 1")
