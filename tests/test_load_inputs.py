@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from energylens.cli.main import main
+from energylens.deployment import Deployment
 from energylens.errors import ConfigError
 from energylens.predict import predict
 from energylens.workloads import Workload
+from energylens.workloads.load.kind import LoadPrediction
 from energylens.workloads.load.metrics import SLO
+from energylens.workloads.workload import MIN_REQUEST_RATE
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "traces"
 
@@ -20,6 +23,8 @@ TRACES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "traces
     ({"request_rate": float("nan")}, "request_rate must be a finite number > 0"),
     ({"request_rate": -2.0}, "request_rate must be a finite number > 0"),
     ({"request_rate": float("inf")}, "request_rate must be a finite number > 0"),
+    ({"request_rate": 1e-7}, "request_rate must be at least 1e-06 requests/s"),
+    ({"request_rate": 1e-300}, "request_rate must be at least 1e-06 requests/s"),
     ({"arrival_cv": 0.0}, "arrival_cv must be a finite number > 0"),
     ({"length_cv": float("nan")}, r"length_cv must be a number in \[0, 3\]"),
     ({"length_cv": 5.0}, "a gamma of larger CV puts most requests at one token"),
@@ -103,6 +108,48 @@ def test_bad_cli_options_exit_2_in_one_line(argv: list[str],
               *argv])
     assert info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_rate_below_the_floor_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["predict", "--model", "llama-3.1-8b", "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "1e-300"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "at least 1e-06 requests/s" in err
+
+
+def test_at_the_lowest_rate_every_step_still_counts() -> None:
+    """Requests 11.6 days apart (their arrival times up to 1e9 s) never meet: TTFT and TPOT
+    are one request's alone, as at 0.01 requests/s; no step is lost to rounding."""
+    def run(rate: float) -> dict[str, float | int | bool]:
+        found = predict(model="llama-3.1-8b", gpu="H100", workload=Workload(
+            kind="load", request_rate=rate, num_requests=30))
+        assert isinstance(found, LoadPrediction)
+        return found.load
+
+    slowest, slow = run(MIN_REQUEST_RATE), run(0.01)
+    for key in ("ttft_p50_s", "tpot_p50_s", "e2e_p50_s"):
+        assert float(slowest[key]) == pytest.approx(float(slow[key]), rel=1e-6), key
+    assert float(slowest["ttft_p50_s"]) > 0
+
+
+def test_a_window_without_output_tokens_is_a_config_error() -> None:
+    """The guard behind the rate floor: no token in the window is one line, not a division
+    by zero."""
+    from dataclasses import replace
+
+    from energylens.predict import checked_context
+    from energylens.workloads import Placement
+    from energylens.workloads.load.kind import load_prediction, minimal_memory, simulate_replica
+
+    workload = Workload(kind="load", request_rate=1.0, num_requests=20)
+    model, ctx = checked_context(model="llama-3.1-8b", gpu="H100", deployment=Deployment())
+    placement = Placement(ctx=ctx, model=model, replicas=1, gpus=1, sequences=1.0)
+    run = simulate_replica(placement=placement, workload=workload)
+    metrics = replace(run.summary(ctx=ctx, slos=()), window_output_tokens=0.0)
+    with pytest.raises(ConfigError, match="no output token in its measured window") as info:
+        load_prediction(placement=placement, workload=workload, metrics=metrics, name="load",
+                        memory=minimal_memory(ctx=ctx, workload=workload))
+    assert "\n" not in str(info.value)
 
 
 def test_load_options_with_another_kind_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

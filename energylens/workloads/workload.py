@@ -23,6 +23,12 @@ def _is_set(value: object) -> bool:
     return value is not None and value != 0
 
 
+#: The lowest request rate a load workload takes [1/s]: one request every 11.6 days. Far
+#: slower arrivals put the requests so far apart in time that a step's duration is lost in
+#: the rounding of their arrival times (below 1e-15/s every step rounds away).
+MIN_REQUEST_RATE = 1e-6
+
+
 #: The widest request-length spread a load workload draws (gamma CV): at 3, 43 % of the
 #: requests of a 512-token mean already round to one token (4: 60 %); the Azure 2023 code
 #: trace's outputs, the widest spread in data/measurements/traces, have a CV of 2.15.
@@ -77,6 +83,9 @@ class Workload:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        if self.request_rate is not None and self.request_rate < MIN_REQUEST_RATE:
+            raise ConfigError(f"request_rate must be at least {MIN_REQUEST_RATE:g} requests/s "
+                              f"(one every 11.6 days), got {self.request_rate:g}")
         target = self.capacity_attainment
         if target is not None and not (math.isfinite(target) and 0 < target <= 1):
             raise ConfigError(f"capacity_attainment must be a share in (0, 1], got {target}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.cost.step import StepContext
 from energylens.cost.work import Size
+from energylens.errors import ConfigError
 from energylens.model.config import ModelConfig
 from energylens.model.context import context_shortfall
 from energylens.workloads.load.arrivals import (
@@ -217,6 +218,9 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
     static_w = ctx.constants.static_power_w
     # replicas a closed loop leaves without a client draw static power all along
     idle_w = static_w * max(placement.gpus - placement.replicas * ctx.replica_gpus, 0)
+    if metrics.window_output_tokens <= 0:
+        raise ConfigError("the load run generated no output token in its measured window "
+                          "(requests too far apart for their steps to register)")
     per_token = (metrics.window_energy_j + idle_w * metrics.window_s / replicas) \
         / metrics.window_output_tokens
     lat = metrics.latency_s
