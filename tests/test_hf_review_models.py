@@ -14,8 +14,8 @@ import pytest
 from energylens.cli.catalog import footprint
 from energylens.cli.main import main
 from energylens.errors import ModelConfigError
-from energylens.model import ModelConfig
-from energylens.model.hf import ModelApproximationWarning, load_hf_config
+from energylens.model import ModelConfig, parameter_count
+from energylens.model.hf import ModelApproximationWarning, load_hf_config, write_hf_config
 
 
 def _load(tmp_path: Path, config: dict[str, Any]) -> tuple[ModelConfig, str]:
@@ -121,3 +121,36 @@ def test_chatglm_without_multi_query_attention_has_a_kv_head_per_head(tmp_path: 
               "tie_word_embeddings": False}
     assert _load(tmp_path, {**config, "multi_query_attention": True})[0].num_kv_heads == 2
     assert _load(tmp_path, {**config, "multi_query_attention": False})[0].num_kv_heads == 8
+
+
+#: google/gemma-7b and gemma-2b config.json: Gemma 1 (hidden_act gelu, no
+#: tie_word_embeddings field: GemmaConfig ties them by default).
+GEMMA_7B = {"model_type": "gemma", "hidden_size": 3072, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+            "intermediate_size": 24576, "vocab_size": 256000, "hidden_act": "gelu",
+            "rms_norm_eps": 1e-6}
+GEMMA_2B = {**GEMMA_7B, "hidden_size": 2048, "num_hidden_layers": 18,
+            "num_attention_heads": 8, "num_key_value_heads": 1, "intermediate_size": 16384}
+
+
+def test_gemma_1_is_geglu_with_tied_embeddings(tmp_path: Path) -> None:
+    """Gemma 1 was read as a generic decoder with a plain GELU MLP and untied embeddings:
+    7.21B for gemma-7b. GemmaMLP is GeGLU (3 x 3072 x 24576 per layer), attention
+    16 heads x 256 for q, k, v and o (4 x 3072 x 4096), two RMSNorms per layer, one
+    tied 256000 x 3072 embedding: 28 x 276,830,208 + 786,432,000 + 3072 = 8,537,680,896,
+    the published 8.54B; gemma-2b (one KV head) 2,506,172,416."""
+    model, warning = _load(tmp_path, GEMMA_7B)
+    assert not warning  # the gemma builder: nothing guessed
+    assert model.gated_mlp and model.tie_word_embeddings and model.sliding_window is None
+    assert parameter_count(model) == (8_537_680_896, 8_537_680_896)
+    assert _kv_bytes(model) == 2 * 28 * 16 * 256 * 2
+    model, _ = _load(tmp_path, GEMMA_2B)
+    assert parameter_count(model)[0] == 2_506_172_416
+    assert _kv_bytes(model) == 2 * 18 * 1 * 256 * 2
+
+
+def test_gemma_1_round_trips_through_config_json(tmp_path: Path) -> None:
+    model, _ = _load(tmp_path, GEMMA_7B)
+    written = write_hf_config(model, model_type="gemma")
+    again, _ = _load(tmp_path, written)
+    assert again == model
