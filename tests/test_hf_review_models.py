@@ -154,3 +154,90 @@ def test_gemma_1_round_trips_through_config_json(tmp_path: Path) -> None:
     written = write_hf_config(model, model_type="gemma")
     again, _ = _load(tmp_path, written)
     assert again == model
+
+
+def _plain_layer(*, hidden: int, kv_width: int, ffn: int) -> int:
+    """One pre-LayerNorm layer with a plain MLP and biases on every linear: q/k/v and o,
+    up and down, two LayerNorms (weight and bias)."""
+    attention = hidden * (hidden + 2 * kv_width) + hidden + 2 * kv_width + hidden * hidden + hidden
+    return attention + 2 * hidden * ffn + ffn + hidden + 2 * 2 * hidden
+
+
+def test_plain_mlp_families_are_read_as_plain(tmp_path: Path) -> None:
+    """gelu_pytorch_tanh was taken for a gated MLP: StarCoder2-15B 22.00B against the
+    published 15.96B. Starcoder2MLP and GPTBigCodeMLP are c_fc/c_proj, under LayerNorms,
+    with biases. Summed by hand with every bias (the model leaves out those of o, c_fc
+    and c_proj, and GPT-BigCode's learned position table): StarCoder2-15B 15,957,889,024
+    (published 15.96B), StarCoder 15,517,456,384 (published 15.5B; MQA, tied)."""
+    starcoder2 = {"model_type": "starcoder2", "hidden_size": 6144, "num_hidden_layers": 40,
+                  "num_attention_heads": 48, "num_key_value_heads": 4,
+                  "intermediate_size": 24576, "vocab_size": 49152, "norm_epsilon": 1e-5,
+                  "hidden_act": "gelu_pytorch_tanh", "use_bias": True, "sliding_window": 4096,
+                  "tie_word_embeddings": False}
+    model, warning = _load(tmp_path, starcoder2)
+    assert (model.gated_mlp, model.norm_type, model.qkv_bias) == (False, "layernorm", True)
+    assert "MLP" not in warning and "norm" not in warning
+    hidden, layers = 6144, 40
+    hand = layers * _plain_layer(hidden=hidden, kv_width=512, ffn=24576) \
+        + 2 * 49152 * hidden + 2 * hidden
+    assert hand == 15_957_889_024
+    assert parameter_count(model)[0] == hand - layers * (hidden + 24576 + hidden)
+    del starcoder2["tie_word_embeddings"]  # Starcoder2Config ties them by default
+    assert _load(tmp_path, starcoder2)[0].tie_word_embeddings
+
+    model, warning = _load(tmp_path, STARCODER)
+    assert (model.gated_mlp, model.norm_type, model.qkv_bias) == (False, "layernorm", True)
+    assert model.tie_word_embeddings and model.position_encoding == "learned"
+    hand = layers * _plain_layer(hidden=hidden, kv_width=128, ffn=24576) \
+        + 49152 * hidden + 8192 * hidden + 2 * hidden
+    assert hand == pytest.approx(15.5e9, rel=0.005)
+    assert parameter_count(model)[0] == hand - 8192 * hidden - layers * (hidden + 24576 + hidden)
+    unsaid = {k: v for k, v in STARCODER.items() if k != "multi_query"}
+    assert _load(tmp_path, unsaid)[0].num_kv_heads == 1  # GPTBigCodeConfig's default
+
+
+def test_gpt2_without_n_inner_has_a_4x_mlp(tmp_path: Path) -> None:
+    """GPT-2 (n_inner null: 4 x n_embd), summed by hand with every bias and its
+    1024-position table: 124,439,808, the published 124M."""
+    model, _ = _load(tmp_path, {"model_type": "gpt2", "n_embd": 768, "n_head": 12,
+                                "n_layer": 12, "n_inner": None, "vocab_size": 50257,
+                                "n_positions": 1024, "activation_function": "gelu_new",
+                                "layer_norm_epsilon": 1e-5})
+    assert (model.ffn_size, model.gated_mlp, model.tie_word_embeddings) == (3072, False, True)
+    hand = 12 * _plain_layer(hidden=768, kv_width=768, ffn=3072) + 50257 * 768 \
+        + 1024 * 768 + 2 * 768
+    assert hand == 124_439_808
+    assert parameter_count(model)[0] == hand - 1024 * 768 - 12 * (768 + 3072 + 768)
+
+
+def test_qwen2_moe_has_qkv_biases_by_default(tmp_path: Path) -> None:
+    """Qwen2MoeConfig's qkv_bias defaults to True. Qwen2-57B-A14B summed by hand: per
+    layer q/k/v/o 3584 x (3584 + 2 x 512) + 3584 x 3584 with 4608 biases, 64 experts of
+    3 x 3584 x 2560, one shared expert of 3 x 3584 x 20480, a 64-way router, two norms;
+    untied 151936 x 3584 embeddings: 57.41B total, 14.24B active (published 57B, A14B)."""
+    model, warning = _load(tmp_path, {
+        "model_type": "qwen2_moe", "hidden_size": 3584, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+        "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
+        "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 151936,
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False,
+        "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": 65536})
+    assert model.qkv_bias and "MLP" not in warning
+    h = 3584
+    common = h * (h + 1024) + h + 1024 + h * h + 3 * h * 20480 + h * 64 + 2 * h
+    expert = 3 * h * 2560
+    head = 2 * 151936 * h + h
+    total, active = parameter_count(model)
+    assert total == 28 * (common + 64 * expert) + head == pytest.approx(57.41e9, rel=1e-3)
+    assert active == 28 * (common + 8 * expert) + head == pytest.approx(14.24e9, rel=1e-3)
+
+
+def test_the_mlp_form_of_an_unknown_type_is_a_named_guess(tmp_path: Path) -> None:
+    base = {"model_type": "acme_lm", "hidden_size": 512, "num_hidden_layers": 4,
+            "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 1000,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+    model, warning = _load(tmp_path, {**base, "hidden_act": "silu"})
+    assert model.gated_mlp and "hidden_act silu: a gated MLP guessed" in warning
+    model, warning = _load(tmp_path, {**base, "hidden_act": "gelu_pytorch_tanh"})
+    assert not model.gated_mlp
+    assert "hidden_act gelu_pytorch_tanh: a plain (non-gated) MLP guessed" in warning

@@ -2,10 +2,11 @@
 
 Dense or MoE from the fields present (expert counts, expert and shared-expert widths,
 which layers are dense), MLA when the latent ranks are given, sliding layers from
-``layer_types`` or the interval fields, per-layer lists averaged. Nothing here is keyed on
-a model name: the field names are those Hugging Face configs share across families
-(several spellings where families differ). Every guess is returned as a note; the loader
-warns with them in one line.
+``layer_types`` or the interval fields, per-layer lists averaged. The field names are
+those Hugging Face configs share across families (several spellings where families
+differ); what a family's code fixes and its config may leave unsaid (the MLP's form, the
+norm, the config class's defaults) comes from :data:`KNOWN_TYPES` where the type is
+listed. Every guess is returned as a note; the loader warns with them in one line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from energylens.model.config import MAX_SIZE, HybridConfig, MLAConfig, ModelConfig, MoEConfig
 from energylens.model.hf.common import STATE_DTYPE_KEYS, finish, head_dim_from, ssm_state_dtype
+from energylens.model.hf.known_types import KNOWN_TYPES
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import supported_model_types
 
@@ -34,7 +36,7 @@ ACTIVATION = ("hidden_act", "hidden_activation", "activation_function")
 _FULL = frozenset({"full_attention", "attention", "global", "global_attention"})
 _SLIDING = frozenset({"sliding_attention", "local", "local_attention", "chunked_attention"})
 _PLAIN_ACTIVATIONS = frozenset({"relu", "relu2", "squared_relu", "gelu", "gelu_new",
-                                "gelu_fast", "quick_gelu"})
+                                "gelu_fast", "quick_gelu", "gelu_pytorch_tanh"})
 _GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu"})
 #: Fields of recurrent (state-space) layers this reader cannot build, which it refuses
 #: rather than price as attention: Mamba-1 (Jamba's ``mamba_*`` and ``attn_layer_period``,
@@ -50,8 +52,9 @@ _RECURRENT_PREFIXES = ("mamba_", "ssm_")
 class _Reader:
     """Fields of one config, collecting the notes of what had to be approximated."""
 
-    def __init__(self, cfg: HFConfig) -> None:
+    def __init__(self, cfg: HFConfig, *, model_type: str) -> None:
         self.cfg = cfg
+        self.facts = KNOWN_TYPES.get(model_type)
         self.notes: list[str] = []
 
     def first(self, keys: tuple[str, ...]) -> str | None:
@@ -80,7 +83,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     fields are missing: hidden size, layers, heads, vocabulary and an FFN or expert width;
     or when the config has recurrent layers other than Gated DeltaNet (Mamba-1, RG-LRU).
     """
-    r = _Reader(cfg)
+    r = _Reader(cfg, model_type=model_type)
     recurrent = [k for k in cfg.data if cfg.has(k) and k not in STATE_DTYPE_KEYS
                  and (k in _RECURRENT_FIELDS or k.startswith(_RECURRENT_PREFIXES))]
     if recurrent:
@@ -90,7 +93,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
                         f"linear_* layers are): refused rather than priced as attention")
     missing = [keys[0] for keys in (HIDDEN, LAYERS, HEADS, ("vocab_size",))
                if r.first(keys) is None]
-    if r.first(FFN) is None and r.first(EXPERT_FFN) is None:
+    if r.first(FFN) is None and r.first(EXPERT_FFN) is None and _ffn_multiple(r) is None:
         missing.append("intermediate_size")
     if missing:
         raise cfg.error(f"model_type {model_type!r} has no builder (supported: "
@@ -104,8 +107,9 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
         "name": name, "hf_id": cfg.text("_name_or_path") or "", "num_layers": n,
         "hidden_size": hidden, "num_heads": heads,
         "vocab_size": cfg.integer("vocab_size", "padded_vocab_size"),
-        "tie_word_embeddings": _tied(r), "qkv_bias": _qkv_bias(cfg),
+        "tie_word_embeddings": _tied(r), "qkv_bias": _qkv_bias(r),
         "norm_type": _norm(r), "gated_mlp": _gated(r), "attention": "GQA",
+        "position_encoding": r.facts.position if r.facts else "rope",
         "sliding_window": None, "num_sliding_layers": 0, "moe": None, "mla": None,
         "params_total_published": None, "params_active_published": None,
         "notes": f"loaded from a local HF config.json ({name}) as a generic decoder",
@@ -135,19 +139,30 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
 
 
 def _tied(r: _Reader) -> bool:
-    if r.cfg.has("tie_word_embeddings"):
-        return r.cfg.flag("tie_word_embeddings", False)
+    """The config's tie_word_embeddings, else its config class's default (known types)."""
+    if r.cfg.has("tie_word_embeddings") or r.facts:
+        return r.cfg.flag("tie_word_embeddings", r.facts.tie if r.facts else False)
     r.notes.append("tie_word_embeddings not given: untied assumed")
     return False
 
 
-def _qkv_bias(cfg: HFConfig) -> bool:
-    key = next((k for k in ("attention_bias", "qkv_bias", "add_qkv_bias", "bias")
-                if cfg.has(k)), None)
-    return cfg.flag(key, False) if key else False
+def _qkv_bias(r: _Reader) -> bool:
+    key = next((k for k in ("attention_bias", "qkv_bias", "add_qkv_bias", "bias", "use_bias")
+                if r.cfg.has(k)), None)
+    return r.cfg.flag(key, False) if key else bool(r.facts and r.facts.qkv_bias)
+
+
+def _ffn_multiple(r: _Reader) -> int | None:
+    """The FFN width a known type takes where its config gives none (GPT-2's n_inner null:
+    4 x n_embd)."""
+    if r.facts is None or r.facts.ffn_multiple is None or r.first(HIDDEN) is None:
+        return None
+    return r.facts.ffn_multiple * r.size(HIDDEN)
 
 
 def _norm(r: _Reader) -> str:
+    if r.facts and r.facts.norm:
+        return r.facts.norm
     if r.cfg.has("rms_norm_eps"):
         return "rmsnorm"
     if r.first(("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")):
@@ -157,11 +172,17 @@ def _norm(r: _Reader) -> str:
 
 
 def _gated(r: _Reader) -> bool:
+    """The known type's MLP; else guessed from the activation, and noted."""
+    if r.facts:
+        return r.facts.gated_mlp
     key = r.first(ACTIVATION)
     act = (r.cfg.text(key) or "").lower() if key else ""
     if act in _PLAIN_ACTIVATIONS:
+        r.notes.append(f"{key} {act}: a plain (non-gated) MLP guessed")
         return False
-    if act not in _GATED_ACTIVATIONS:
+    if act in _GATED_ACTIVATIONS:
+        r.notes.append(f"{key} {act}: a gated MLP guessed")
+    else:
         r.notes.append(f"activation {act or 'not given'}: a gated MLP assumed")
     return True
 
@@ -170,7 +191,7 @@ def _kv_heads(r: _Reader, heads: int) -> int:
     """KV heads: one where ``multi_query`` is set (GPT-BigCode), all where ChatGLM's
     ``multi_query_attention`` is off, else the KV-head field; a per-layer list is averaged
     to the nearest count that divides the heads."""
-    if r.cfg.flag("multi_query", False):
+    if r.cfg.flag("multi_query", bool(r.facts and r.facts.multi_query)):
         return 1
     key = r.first(KV_HEADS)
     if key is None or not r.cfg.flag("multi_query_attention", True):
@@ -261,7 +282,7 @@ def _moe_flags(r: _Reader, n: int) -> list[bool]:
 def _experts(r: _Reader, f: dict[str, Any], n: int) -> list[bool]:
     """Sets the FFN fields; returns which layers are MoE."""
     key = r.first(EXPERTS)
-    dense_ffn = r.size(FFN) if r.first(FFN) else 0
+    dense_ffn = r.size(FFN) if r.first(FFN) else _ffn_multiple(r) or 0
     experts = r.size(EXPERTS, minimum=0) if key else 0
     if experts <= 1:
         if not dense_ffn:

@@ -1,0 +1,60 @@
+"""What the Hugging Face code of a ``model_type`` without a builder fixes, which its
+config.json may leave unsaid: the MLP's form, the norm, and the defaults of its config
+class. The generic decoder takes these first and guesses (with a note) only for types not
+listed.
+
+Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
+``modeling_<type>.py`` (layers), read for this table; remote-code families (ChatGLM,
+InternLM2, DeepSeek-MoE, Arctic) from their checkpoints' modeling files, recalled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from energylens.model.config import NormType, PositionEncoding
+
+
+@dataclass(frozen=True, kw_only=True)
+class TypeFacts:
+    """One family's layers and config defaults."""
+
+    gated_mlp: bool  # gate, up and down projections (SwiGLU, GeGLU), or plain up and down
+    tie: bool  # the config class's tie_word_embeddings default
+    norm: NormType | None = None  # None: read from the config's norm fields
+    qkv_bias: bool = False  # q/k/v biases where the config has no bias field
+    multi_query: bool = False  # one KV head where the config has no multi_query field
+    ffn_multiple: int | None = None  # FFN width in hiddens where the config gives none
+    position: PositionEncoding = "rope"
+
+
+KNOWN_TYPES: dict[str, TypeFacts] = {
+    # Plain MLPs, a LayerNorm before attention and MLP.
+    # GPT2MLP c_fc/c_proj; Conv1D c_attn with a bias; wpe table; n_inner None = 4 x n_embd
+    "gpt2": TypeFacts(gated_mlp=False, norm="layernorm", tie=True, qkv_bias=True,
+                      ffn_multiple=4, position="learned"),
+    # GPTBigCodeMLP c_fc/c_proj; c_attn with a bias; multi_query defaults to True
+    "gpt_bigcode": TypeFacts(gated_mlp=False, norm="layernorm", tie=True, qkv_bias=True,
+                             multi_query=True, ffn_multiple=4, position="learned"),
+    # GPTNeoXMLP dense_h_to_4h/dense_4h_to_h; attention_bias defaults to True
+    "gpt_neox": TypeFacts(gated_mlp=False, norm="layernorm", tie=False, qkv_bias=True),
+    # Starcoder2MLP c_fc/c_proj and nn.LayerNorm; use_bias (every linear) defaults to True
+    "starcoder2": TypeFacts(gated_mlp=False, norm="layernorm", tie=True, qkv_bias=True),
+    # NemotronMLP up_proj/down_proj (relu2); NemotronLayerNorm1P
+    "nemotron": TypeFacts(gated_mlp=False, norm="layernorm", tie=False),
+    # Gated MLPs whose activation name need not say so.
+    # ChatGLM MLP: dense_h_to_4h of 2 x ffn_hidden_size, swiglu; output_layer its own
+    "chatglm": TypeFacts(gated_mlp=True, tie=False),
+    # GlmMLP gate_up_proj; attention_bias defaults to True
+    "glm": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
+    "glm4": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
+    # Qwen2MoeAttention q/k/v bias=config.qkv_bias, which defaults to True
+    "qwen2_moe": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
+    # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
+    **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "olmo", "olmo2",
+                     "olmoe", "granite", "granitemoe", "phimoe", "mllama_text_model",
+                     "internlm2", "deepseek", "arctic"),
+                    TypeFacts(gated_mlp=True, tie=False)),
+    # StableLmMLP gate/up/down; nn.LayerNorm
+    "stablelm": TypeFacts(gated_mlp=True, tie=False, norm="layernorm"),
+}
