@@ -241,3 +241,31 @@ def test_the_mlp_form_of_an_unknown_type_is_a_named_guess(tmp_path: Path) -> Non
     model, warning = _load(tmp_path, {**base, "hidden_act": "gelu_pytorch_tanh"})
     assert not model.gated_mlp
     assert "hidden_act gelu_pytorch_tanh: a plain (non-gated) MLP guessed" in warning
+
+
+#: THUDM/glm-4-9b-chat config.json (model_type chatglm, remote code).
+GLM_4_9B = {"model_type": "chatglm", "hidden_size": 4096, "num_layers": 40,
+            "num_attention_heads": 32, "multi_query_attention": True,
+            "multi_query_group_num": 2, "kv_channels": 128, "ffn_hidden_size": 13696,
+            "padded_vocab_size": 151552, "add_qkv_bias": True, "add_bias_linear": False,
+            "rmsnorm": True, "layernorm_epsilon": 1.5625e-07, "tie_word_embeddings": False,
+            "seq_length": 131072}
+
+
+def test_chatglm_reads_padded_vocab_size_and_its_rmsnorm_flag(tmp_path: Path) -> None:
+    """GLM-4-9B was refused for want of vocab_size (it has padded_vocab_size, which the
+    reader then reads), and its rmsnorm: true would have been read as LayerNorm from its
+    layernorm_epsilon. Summed by hand: per layer q/k/v 4096 x (4096 + 2 x 256) with 4608
+    biases, o 4096 x 4096, a SwiGLU of 3 x 4096 x 13696, two RMSNorms; untied 151552 x
+    4096 embedding and output layer, a final norm: 9,399,951,360 (published 9.40B).
+    KV: 2 groups of 128 in 40 layers, 2 x 40 x 2 x 128 x 2 bytes."""
+    model, warning = _load(tmp_path, GLM_4_9B)
+    assert (model.norm_type, model.gated_mlp, model.qkv_bias) == ("rmsnorm", True, True)
+    assert "MLP" not in warning and "norm" not in warning
+    h = 4096
+    layer = h * (h + 2 * 256) + 4608 + h * h + 3 * h * 13696 + 2 * h
+    hand = 40 * layer + 2 * 151552 * h + h
+    assert parameter_count(model)[0] == hand == pytest.approx(9.40e9, rel=1e-3)
+    assert _kv_bytes(model) == 2 * 40 * 2 * 128 * 2 == 40_960
+    model, _ = _load(tmp_path, {**GLM_4_9B, "rmsnorm": False})
+    assert model.norm_type == "layernorm"

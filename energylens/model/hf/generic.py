@@ -32,6 +32,7 @@ SHARED_COUNT = ("n_shared_experts", "num_shared_experts", "moe_num_shared_expert
 SHARED_FFN = ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
               "shared_intermediate_size")
 ACTIVATION = ("hidden_act", "hidden_activation", "activation_function")
+VOCAB = ("vocab_size", "padded_vocab_size")
 
 _FULL = frozenset({"full_attention", "attention", "global", "global_attention"})
 _SLIDING = frozenset({"sliding_attention", "local", "local_attention", "chunked_attention"})
@@ -91,7 +92,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
         raise cfg.error(f"model_type {model_type!r} has recurrent layers ({shown}) of a kind "
                         f"not modelled (only Mamba-2 blocks of nemotron_h and Gated DeltaNet "
                         f"linear_* layers are): refused rather than priced as attention")
-    missing = [keys[0] for keys in (HIDDEN, LAYERS, HEADS, ("vocab_size",))
+    missing = [keys[0] for keys in (HIDDEN, LAYERS, HEADS, VOCAB)
                if r.first(keys) is None]
     if r.first(FFN) is None and r.first(EXPERT_FFN) is None and _ffn_multiple(r) is None:
         missing.append("intermediate_size")
@@ -106,7 +107,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     f: dict[str, Any] = {
         "name": name, "hf_id": cfg.text("_name_or_path") or "", "num_layers": n,
         "hidden_size": hidden, "num_heads": heads,
-        "vocab_size": cfg.integer("vocab_size", "padded_vocab_size"),
+        "vocab_size": cfg.integer(*VOCAB),
         "tie_word_embeddings": _tied(r), "qkv_bias": _qkv_bias(r),
         "norm_type": _norm(r), "gated_mlp": _gated(r), "attention": "GQA",
         "position_encoding": r.facts.position if r.facts else "rope",
@@ -163,6 +164,8 @@ def _ffn_multiple(r: _Reader) -> int | None:
 def _norm(r: _Reader) -> str:
     if r.facts and r.facts.norm:
         return r.facts.norm
+    if r.cfg.has("rmsnorm"):  # ChatGLM: RMSNorm or LayerNorm by a flag
+        return "rmsnorm" if r.cfg.flag("rmsnorm", True) else "layernorm"
     if r.cfg.has("rms_norm_eps"):
         return "rmsnorm"
     if r.first(("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")):
