@@ -269,3 +269,37 @@ def test_chatglm_reads_padded_vocab_size_and_its_rmsnorm_flag(tmp_path: Path) ->
     assert _kv_bytes(model) == 2 * 40 * 2 * 128 * 2 == 40_960
     model, _ = _load(tmp_path, {**GLM_4_9B, "rmsnorm": False})
     assert model.norm_type == "layernorm"
+
+
+#: Snowflake/snowflake-arctic-instruct config.json (remote code): 128 experts in every
+#: layer and the residual dense MLP (use_residual) beside them.
+ARCTIC = {"model_type": "arctic", "hidden_size": 7168, "num_hidden_layers": 35,
+          "num_attention_heads": 56, "num_key_value_heads": 8, "intermediate_size": 4864,
+          "num_local_experts": 128, "num_experts_per_tok": 2, "moe_layer_frequency": 1,
+          "use_residual": True, "parallel_attn_mlp_res": True, "vocab_size": 32000,
+          "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+def test_arctic_keeps_its_residual_dense_mlp(tmp_path: Path) -> None:
+    """Arctic's residual MLP was dropped silently: 473.2B total, 11.92B active. Its card:
+    a 10B dense transformer with a residual 128 x 3.66B MoE MLP, 480B total and 17B
+    active with top-2. Summed by hand: per layer attention 2 x 7168 x 7168 +
+    2 x 7168 x 1024, experts of 3 x 7168 x 4864 (35 of them 3.66B), the residual SwiGLU
+    of hidden width 3 x 7168 x 7168, a 128-way router, two norms; untied 32000 x 7168
+    embeddings: 478.58B total, 17.32B active (the dense part 9.97B)."""
+    model, warning = _load(tmp_path, ARCTIC)
+    assert model.moe is not None
+    assert (model.moe.num_shared_experts, model.moe.shared_expert_ffn) == (1, 7168)
+    assert "residual MLP (use_residual) of width 7168" in warning
+    h = 7168
+    dense = 2 * h * h + 2 * h * 1024 + 3 * h * h + h * 128 + 2 * h
+    expert = 3 * h * 4864
+    head = 2 * 32000 * h + h
+    assert 35 * expert == pytest.approx(3.66e9, rel=1e-3)
+    assert 35 * dense + head == pytest.approx(10e9, rel=0.01)
+    total, active = parameter_count(model)
+    assert total == 35 * (dense + 128 * expert) + head == pytest.approx(480e9, rel=0.01)
+    assert active == 35 * (dense + 2 * expert) + head == pytest.approx(17e9, rel=0.02)
+    assert _kv_bytes(model) == 2 * 35 * 8 * 128 * 2
+    model, _ = _load(tmp_path, {**ARCTIC, "moe_layer_frequency": 2})
+    assert model.moe is not None and model.moe.num_moe_layers == 17  # layers 2, 4, ..., 34

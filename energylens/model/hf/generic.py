@@ -269,7 +269,7 @@ def _moe_flags(r: _Reader, n: int) -> list[bool]:
         return [i in listed for i in range(n)]
     first_dense = cfg.integer("first_k_dense_replace", default=0, minimum=0)
     dense_only = set(cfg.list_of("mlp_only_layers", int) or [])
-    step = cfg.integer("decoder_sparse_step", default=1)
+    step = cfg.integer("decoder_sparse_step", "moe_layer_frequency", default=1)
     freq: Any = cfg.raw("moe_layer_freq")
     flags = []
     for i in range(n):
@@ -299,6 +299,15 @@ def _experts(r: _Reader, f: dict[str, Any], n: int) -> list[bool]:
         shared_count = 1 if shared_ffn else 0
     if shared_count and not shared_ffn:
         shared_ffn = expert_ffn
+    if r.cfg.flag("use_residual", False):
+        if shared_count:
+            raise r.cfg.error(f"{r.cfg.field('use_residual')} (a residual MLP) and shared "
+                              f"experts together are not modelled")
+        # Arctic: beside the experts of each MoE layer a dense SwiGLU MLP of hidden width
+        # (vLLM ArcticMLP, is_residual_mlp: ffn_dim = hidden_size), on the same input
+        shared_count, shared_ffn = 1, r.size(HIDDEN)
+        r.notes.append(f"residual MLP (use_residual) of width {shared_ffn} beside the "
+                       f"experts priced as a shared expert (its own norm left out)")
     flags = _moe_flags(r, n)
     moe_layers = sum(flags)
     if moe_layers and moe_layers < n and not dense_ffn:
