@@ -4,6 +4,7 @@ totals, and one-line refusals of what is not modelled."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -13,9 +14,12 @@ import pytest
 
 from energylens.cli.catalog import footprint
 from energylens.cli.main import main
+from energylens.deployment import Deployment
 from energylens.errors import ModelConfigError
-from energylens.model import ModelConfig, parameter_count
+from energylens.model import ModelConfig, get_model, parameter_count
+from energylens.model.config import check_model_config
 from energylens.model.hf import ModelApproximationWarning, load_hf_config, write_hf_config
+from energylens.predict import predict
 
 
 def _load(tmp_path: Path, config: dict[str, Any]) -> tuple[ModelConfig, str]:
@@ -303,3 +307,45 @@ def test_arctic_keeps_its_residual_dense_mlp(tmp_path: Path) -> None:
     assert _kv_bytes(model) == 2 * 35 * 8 * 128 * 2
     model, _ = _load(tmp_path, {**ARCTIC, "moe_layer_frequency": 2})
     assert model.moe is not None and model.moe.num_moe_layers == 17  # layers 2, 4, ..., 34
+
+
+#: meta-llama/Llama-3.2-11B-Vision config.json, its text_config: 40 layers of which 8
+#: cross-attend to the image.
+MLLAMA = {"model_type": "mllama", "text_config": {
+    "model_type": "mllama_text_model", "hidden_size": 4096, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "vocab_size": 128256, "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+    "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "max_position_embeddings": 131072}, "vision_config": {"hidden_size": 1280}}
+
+
+def test_cross_attention_layers_hold_no_kv_per_token(tmp_path: Path) -> None:
+    """Llama-3.2-11B-Vision's 8 cross-attention layers were priced as self-attention:
+    163,840 KV bytes per token. Their keys and values are the image's, computed once per
+    request: 32 self-attention layers of 8 KV heads x 128 cache 2 x 32 x 8 x 128 x 2 =
+    131,072 bytes. Their weights stay: Llama-3.1-8B's published 8,030,261,248 (32 layers)
+    and 8 more layers of 218,112,000 (q/k/v/o 4096 x 6144 + 4096 x 4096, a SwiGLU of
+    3 x 4096 x 14336, two norms)."""
+    model, warning = _load(tmp_path, MLLAMA)
+    assert model.cross_attention_layers == 8 and model.num_layers == 40
+    assert "8 cross-attention layers hold no KV cache per token" in warning
+    assert _kv_bytes(model) == 2 * 32 * 8 * 128 * 2 == 131_072
+    layer = 4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+    assert layer == 218_112_000
+    assert parameter_count(model)[0] == 8_030_261_248 + 8 * layer
+    path = tmp_path / "config.json"
+    with pytest.warns(ModelApproximationWarning):
+        result = predict(model=str(path), gpu="h100", deployment=Deployment(tp=1))
+    assert result.feasible and result.tpot_s > 0
+
+
+def test_cross_attention_layers_must_lie_within_the_model(tmp_path: Path) -> None:
+    text = {**MLLAMA["text_config"], "cross_attention_layers": [3, 40]}
+    with pytest.raises(ModelConfigError, match="cross_attention_layers' names layers outside"):
+        _load(tmp_path, {**MLLAMA, "text_config": text})
+
+
+def test_cross_attention_layers_are_modelled_in_dense_gqa_models_only() -> None:
+    moe = dataclasses.replace(get_model("mixtral-8x7b"), cross_attention_layers=1)
+    with pytest.raises(ModelConfigError, match="cross_attention_layers are modelled for dense"):
+        check_model_config(moe, where="test")

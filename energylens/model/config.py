@@ -142,6 +142,10 @@ class ModelConfig:
     #: KV heads of each layer where they vary (DeciLM's variable GQA); num_kv_heads is
     #: then their largest value. None: every layer has num_kv_heads.
     kv_heads_per_layer: tuple[int, ...] | None = None
+    #: Layers whose attention reads the image's keys and values (Llama 3.2 Vision's
+    #: ``cross_attention_layers``), computed once per request from the vision encoder: they
+    #: add nothing to the KV cache per token. Dense GQA models only.
+    cross_attention_layers: int = 0
     qk_norm: QKNorm | None = None  # None: queries and keys reach the rotary op unnormalised
     #: A sigmoid gate on the attention output, from a second query-sized projection of the
     #: layer input (Qwen3-Next, Qwen3.5: ``attn_output_gate``).
@@ -175,7 +179,7 @@ MAX_LAYERS = 100_000
 # Integer fields that may be zero (everything else integer must be >= 1).
 _MAY_BE_ZERO = frozenset(
     {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
-     "q_lora_rank", "index_heads", "index_head_dim", "index_topk"}
+     "q_lora_rank", "index_heads", "index_head_dim", "index_topk", "cross_attention_layers"}
 )
 _BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block",
                           "attention_output_gate"})
@@ -234,6 +238,13 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
                                f"got {show_value(m.qk_norm)}")
     if m.kv_heads_per_layer is not None:
         _check_kv_heads_per_layer(m, where=where)
+    if m.cross_attention_layers > m.num_layers:
+        raise ModelConfigError(f"{where}: cross_attention_layers = {m.cross_attention_layers} "
+                               f"exceeds num_layers = {m.num_layers}")
+    if m.cross_attention_layers and (m.mla is not None or m.hybrid is not None
+                                     or m.moe is not None or m.kv_heads_per_layer is not None):
+        raise ModelConfigError(f"{where}: cross_attention_layers are modelled for dense GQA "
+                               f"transformers only")
     if m.sliding_window is not None and (
         isinstance(m.sliding_window, bool) or not isinstance(m.sliding_window, int)
         or not 1 <= m.sliding_window <= MAX_SIZE

@@ -293,7 +293,8 @@ def build_graph(model: ModelConfig) -> ModelGraph:
 
 
 def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
-    """Transformer layers: dense and MoE, each split into sliding and full attention."""
+    """Transformer layers: dense (cross-attention ones apart) and MoE, each split into
+    sliding and full attention."""
     norm = _norm(model)
     bypass = model_bypass(model)
     attention = _attention_parts(model)
@@ -306,7 +307,14 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
         ffn = moe.dense_layer_ffn if moe and moe.dense_layer_ffn else model.ffn_size
         layer = parse_layer(name="dense", parts=[*attention, mlp], norm=norm, bypass=bypass)
         if model.kv_heads_per_layer is None:
-            groups.append(("dense", layer, float(num_dense), {**base, "f": ffn}, False))
+            # cross-attention layers first: the draft head copies the last group's layer
+            cross = model.cross_attention_layers  # dense GQA only: checked by the config
+            if cross:
+                groups.append(("dense-cross", _without_kv_cache(layer), float(cross),
+                               {**base, "f": ffn}, False))
+            if num_dense > cross:
+                groups.append(("dense", layer, float(num_dense - cross), {**base, "f": ffn},
+                               False))
         else:  # one group per KV head count (dense GQA only: checked by the config)
             per_layer = model.kv_heads_per_layer
             for g in sorted(set(per_layer), reverse=True):
@@ -317,6 +325,14 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
         layer = parse_layer(name="moe", parts=[*attention, *parts], norm=norm, bypass=bypass)
         groups.append(("moe", layer, float(moe.num_moe_layers), {**base, **sizes}, True))
     return _split_by_window(model=model, groups=groups)
+
+
+def _without_kv_cache(layer: LayerSpec) -> LayerSpec:
+    """``layer`` with its keys and values kept out of the KV cache (a cross-attention
+    layer: the image's keys and values are computed once per request, not per token)."""
+    ops = tuple(replace(op, persistent_output=False) if op.name in ("k", "v") else op
+                for op in layer.ops)
+    return replace(layer, name=f"{layer.name}-cross", ops=ops)
 
 
 def _split_by_window(

@@ -135,6 +135,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     if kinds and "linear" in kinds:
         _linear_attention(r, f, kinds, moe_flags)
     f["attention_output_gate"] = r.cfg.flag("attn_output_gate", False)
+    f["cross_attention_layers"] = _cross_attention_layers(r, n)
     _extras(r)
     return finish(f), r.notes
 
@@ -350,6 +351,19 @@ def _linear_attention(r: _Reader, f: dict[str, Any], kinds: list[str],
         ssm_state_dtype=ssm_state_dtype(r.cfg), mixer="gated_deltanet")
     f["num_layers"] = 2 * len(kinds)  # a mixer block and an FFN block per layer
     r.notes.append(f"{linear} linear-attention (Gated DeltaNet) layers of {len(kinds)}")
+
+
+def _cross_attention_layers(r: _Reader, n: int) -> int:
+    """How many layers ``cross_attention_layers`` lists (Llama 3.2 Vision), noted."""
+    listed = set(r.cfg.list_of("cross_attention_layers", int) or [])
+    if any(not 0 <= i < n for i in listed):
+        raise r.cfg.error(f"field {r.cfg.field('cross_attention_layers')!r} names layers "
+                          f"outside 0..{n - 1}")
+    if listed:
+        r.notes.append(f"{len(listed)} cross-attention layers hold no KV cache per token (the "
+                       f"image's keys and values, once per request, left out), their "
+                       f"attention priced over the text context")
+    return len(listed)
 
 
 def _extras(r: _Reader) -> None:
