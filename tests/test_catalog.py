@@ -103,6 +103,8 @@ def test_models_show_a_config_json(tmp_path: Path, capsys) -> None:
     path.write_text(json.dumps(write_hf_config(get_model("mixtral-8x7b"), model_type="mixtral")))
     shown = _json(capsys, "models", "show", str(path), "--json")
     assert shown["name"] == "Mixtral" and shown["verification"] == "local config.json"
+    assert shown["model_type"] == "mixtral"  # was null: the file's type, as for zoo entries
+    assert _json(capsys, "models", "show", str(path.parent), "--json")["model_type"] == "mixtral"
     zoo = _json(capsys, "models", "show", "mixtral-8x7b", "--json")
     for key in ("total_params", "active_params", "weight_bytes", "kv_bytes_per_token"):
         assert shown[key] == zoo[key]

@@ -349,3 +349,11 @@ def test_cross_attention_layers_are_modelled_in_dense_gqa_models_only() -> None:
     moe = dataclasses.replace(get_model("mixtral-8x7b"), cross_attention_layers=1)
     with pytest.raises(ModelConfigError, match="cross_attention_layers are modelled for dense"):
         check_model_config(moe, where="test")
+
+
+def test_models_show_names_a_local_configs_model_type(tmp_path: Path, capsys) -> None:
+    """Was null for every local config.json; a nested text model's type is the decoder's."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MLLAMA))
+    assert main(["models", "show", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model_type"] == "mllama_text_model"

@@ -16,8 +16,14 @@ from energylens.cost.memory import memory_use
 from energylens.hardware import GPU, list_gpus, load_gpu
 from energylens.model import ModelConfig, build_graph, get_model, list_models, parameter_count
 from energylens.model.config import MIXERS
-from energylens.model.hf import supported_model_types
-from energylens.model.zoo import ModelInfo, is_local_config, model_info, resolve
+from energylens.model.hf import read_model_type, supported_model_types
+from energylens.model.zoo import (
+    ModelInfo,
+    is_local_config,
+    local_config_path,
+    model_info,
+    resolve,
+)
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.runtime.profile import RuntimeProfile
 
@@ -187,7 +193,8 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
     sizes = footprint(model)
     record: dict[str, Any] = {
         **_summary(model, info), **sizes,
-        "requested": args.name, "model_type": info.model_type if info else None,
+        "requested": args.name,
+        "model_type": info.model_type if info else read_model_type(local_config_path(args.name)),
         "attention": _attention(model), "verification_text": info.verification if info else None,
         "sources": list(info.sources) if info else [args.name],
         "disagreements": list(info.disagreements) if info else [],
@@ -209,7 +216,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
                  if model.params_total_published else "")
     rows = [
         ("HF id", model.hf_id or "-"),
-        ("family", f"{family_of(model)} ({record['model_type'] or 'config.json'}), "
+        ("family", f"{family_of(model)} ({record['model_type']}), "
                    f"{model.num_layers} layers, hidden {model.hidden_size}"),
         ("attention", f"{_attention(model)}, {model.num_heads} heads / {_kv_heads(model)} KV "
                       f"of {model.head_dim}" + _QK_NORM_TEXT.get(model.qk_norm or "", "")),

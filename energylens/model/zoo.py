@@ -466,15 +466,21 @@ def get_model(name: str) -> ModelConfig:
     """The ModelConfig for a zoo name / alias / HF id, or for a local ``config.json`` path
     (any name ending in ``.json``) or checkpoint folder holding one; a missing or
     unreadable file is a ModelConfigError."""
-    if name.lower().endswith(".json"):
-        return load_hf_config(name)
-    if Path(name).is_dir():
-        config = Path(name) / "config.json"
-        if not config.is_file():
-            raise ModelConfigError(f"{name}: a folder without a config.json (a checkpoint "
-                                   "folder or a config.json path is expected)")
-        return load_hf_config(config)
+    if is_local_config(name):
+        return load_hf_config(local_config_path(name))
     return _get_named(name)
+
+
+def local_config_path(name: str) -> Path:
+    """The ``config.json`` a local name stands for (:func:`is_local_config`): the path
+    itself, or the one in the checkpoint folder (a ModelConfigError where it has none)."""
+    if name.lower().endswith(".json"):
+        return Path(name)
+    config = Path(name) / "config.json"
+    if not config.is_file():
+        raise ModelConfigError(f"{name}: a folder without a config.json (a checkpoint "
+                               "folder or a config.json path is expected)")
+    return config
 
 
 def list_models() -> list[ModelConfig]:

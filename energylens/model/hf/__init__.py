@@ -6,7 +6,7 @@ for its ``model_type`` values with :func:`hf_builder` (and its inverse with
 (:mod:`energylens.model.hf.generic`).
 """
 
-from energylens.model.hf.load import ModelApproximationWarning, load_hf_config
+from energylens.model.hf.load import ModelApproximationWarning, load_hf_config, read_model_type
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import (
     HFBuilder,
@@ -27,6 +27,7 @@ __all__ = [
     "hf_builder",
     "hf_writer",
     "load_hf_config",
+    "read_model_type",
     "registered_builders",
     "registered_writers",
     "supported_model_types",

@@ -46,18 +46,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
     """
     path = Path(path)
-    top = HFConfig(_read_json_object(path), path=path)
-    if not isinstance(top.raw("model_type"), str):
-        found = "no model_type" if top.raw("model_type") is None else \
-            f"model_type {show_value(top.raw('model_type'))} is not a string"
-        raise top.error(found)
-    text = top.section("text_config")
-    cfg = top
-    if text is not None:  # a vision-language checkpoint: its text decoder is the model
-        inherited = {k: top.raw(k) for k in _INHERITED if top.has(k) and not text.has(k)}
-        cfg = HFConfig({**inherited, **text.data}, path=path, prefix=text.prefix)
-    model_type = cfg.raw("model_type") if isinstance(cfg.raw("model_type"), str) \
-        else top.raw("model_type")
+    top, cfg, model_type = _decoder(path)
     name = path.parent.name if path.stem == "config" and path.parent.name else \
         path.stem.removesuffix("_config")
     builder = registered_builders().get(model_type)
@@ -90,6 +79,29 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         warnings.warn(f"{path}: approximated: {'; '.join(notes)}", ModelApproximationWarning,
                       stacklevel=2)
     return model
+
+
+def read_model_type(path: str | Path) -> str:
+    """The ``model_type`` a local ``config.json`` is read under (its text decoder's)."""
+    return _decoder(Path(path))[2]
+
+
+def _decoder(path: Path) -> tuple[HFConfig, HFConfig, str]:
+    """The file's fields, its text decoder's (a vision-language checkpoint's
+    ``text_config``, with the top-level fields it inherits) and the decoder's model_type."""
+    top = HFConfig(_read_json_object(path), path=path)
+    if not isinstance(top.raw("model_type"), str):
+        found = "no model_type" if top.raw("model_type") is None else \
+            f"model_type {show_value(top.raw('model_type'))} is not a string"
+        raise top.error(found)
+    text = top.section("text_config")
+    cfg = top
+    if text is not None:  # a vision-language checkpoint: its text decoder is the model
+        inherited = {k: top.raw(k) for k in _INHERITED if top.has(k) and not text.has(k)}
+        cfg = HFConfig({**inherited, **text.data}, path=path, prefix=text.prefix)
+    model_type = cfg.raw("model_type") if isinstance(cfg.raw("model_type"), str) \
+        else top.raw("model_type")
+    return top, cfg, model_type
 
 
 def _quant_file(path: Path) -> HFConfig | None:
