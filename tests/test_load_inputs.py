@@ -34,6 +34,12 @@ TRACES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "traces
     ({"request_rate": 1.0, "concurrency": 4}, "not both"),
     ({"shared_prefix_tokens": -1}, "shared_prefix_tokens must be an integer >= 0"),
     ({"shared_prefix_tokens": 2.5}, "shared_prefix_tokens must be an integer >= 0"),
+    ({"shared_prefix_tokens": 2**31 + 1}, r"shared_prefix_tokens must be at most 2\*\*31"),
+    ({"input_tokens": 1e20}, r"input_tokens must be at most 2\*\*31 = 2,147,483,648"),
+    ({"output_tokens": 2**31 + 1}, r"output_tokens must be at most 2\*\*31"),
+    ({"num_requests": 10**6 + 1}, "num_requests must be at most 1,000,000"),
+    ({"num_requests": 10**11}, "num_requests must be at most 1,000,000"),
+    ({"concurrency": 50_001}, "concurrency must be at most 50,000"),
 ])
 def test_bad_load_fields_are_one_line_config_errors(fields: dict[str, object],
                                                     message: str) -> None:
@@ -75,10 +81,16 @@ def _trace(tmp_path: Path, text: str) -> str:
 @pytest.mark.parametrize(("text", "message"), [
     ("a,b\n1,2\n", "trace lacks column num_prefill_tokens, num_decode_tokens"),
     ("num_prefill_tokens,num_decode_tokens\n", "trace has no requests"),
-    ("num_prefill_tokens,num_decode_tokens\n10,0\n", "num_decode_tokens: expected finite"),
-    ("num_prefill_tokens,num_decode_tokens\nx,3\n", "num_prefill_tokens: expected finite"),
+    ("num_prefill_tokens,num_decode_tokens\n10,0\n", "num_decode_tokens: expected numbers"),
+    ("num_prefill_tokens,num_decode_tokens\nx,3\n", "num_prefill_tokens: expected numbers"),
+    ("num_prefill_tokens,num_decode_tokens\n1e30,5\n",
+     r"num_prefill_tokens: expected numbers from 1 to 2\*\*31"),
+    ("num_prefill_tokens,num_decode_tokens\n100,5\n5,2147483649\n",
+     r"num_decode_tokens: expected numbers from 1 to 2\*\*31"),
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n2,10,3\n1,10,3\n",
      "arrived_at: expected non-decreasing"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,3\n1e30,10,3\n",
+     "spanning at most 1e"),
 ])
 def test_bad_traces_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     workload = Workload(kind="load", trace=_trace(tmp_path, text), request_rate=1.0)
@@ -99,7 +111,8 @@ def test_a_missing_trace_is_a_one_line_cli_error(tmp_path: Path,
     ["--request-rate", "nan"], ["--request-rate", "-1"], ["--concurrency", "0"],
     ["--request-rate", "1", "--concurrency", "2"], ["--slo", "ttft<1"],
     ["--num-requests", "1.5"], ["--shared-prefix-tokens", "-5"],
-    ["--shared-prefix-tokens", "many"],
+    ["--shared-prefix-tokens", "many"], ["--num-requests", "100000000000"],
+    ["--concurrency", "100000000"], ["--shared-prefix-tokens", "3000000000"],
 ])
 def test_bad_cli_options_exit_2_in_one_line(argv: list[str],
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,6 +163,50 @@ def test_a_window_without_output_tokens_is_a_config_error() -> None:
         load_prediction(placement=placement, workload=workload, metrics=metrics, name="load",
                         memory=minimal_memory(ctx=ctx, workload=workload))
     assert "\n" not in str(info.value)
+
+
+def test_the_largest_counts_and_lengths_are_taken() -> None:
+    """The bounds themselves are valid, for every kind."""
+    for kind in ("batch", "serving", "load"):
+        Workload(kind=kind, input_tokens=2**31, output_tokens=2**31)
+    Workload(kind="load", num_requests=10**6, shared_prefix_tokens=2**31)
+    Workload(kind="load", concurrency=50_000)
+
+
+def test_arrivals_past_the_clocks_resolution_are_one_line() -> None:
+    """A million requests at the lowest rate would arrive over 1e12 s, where a float's
+    rounding (2e-4 s) swallows the steps: refused, where 1,000 of them (1e9 s) run."""
+    workload = Workload(kind="load", request_rate=MIN_REQUEST_RATE, num_requests=10**6)
+    with pytest.raises(ConfigError, match="would arrive over 1e\\+12 s") as info:
+        predict(model="llama-3.1-8b", gpu="H100", workload=workload)
+    assert "\n" not in str(info.value)
+
+
+def test_a_request_past_the_context_is_refused_before_any_simulation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """2**31-token prompts on Llama-3.1-8B (131,072 tokens of context): infeasible with the
+    reason, nothing simulated (colocated or disaggregated), no figure and no goodput."""
+    import energylens.workloads.load.disagg as disagg
+    import energylens.workloads.load.kind as kind
+
+    def no_simulation(**_: object) -> None:
+        raise AssertionError("simulated")
+
+    monkeypatch.setattr(kind, "simulate", no_simulation)
+    monkeypatch.setattr(disagg, "simulate", no_simulation)
+    workload = Workload(kind="load", request_rate=1.0, num_requests=2, input_tokens=2**31,
+                        slo=("ttft_p90_s<=1",), capacity_attainment=0.9)
+    pools = {p: disagg.Pool(gpu="H100", deployment=Deployment()) for p in ("prefill", "decode")}
+    for result in (predict(model="llama-3.1-8b", gpu="H100", workload=workload),
+                   disagg.predict_disaggregated(model="llama-3.1-8b", workload=workload,
+                                                **pools)):
+        assert isinstance(result, LoadPrediction) and not result.feasible
+        assert result.infeasible_reason is not None
+        assert result.infeasible_reason.startswith("prompt + output 2,147,483,776 tokens "
+                                                   "exceed llama-3.1-8b's context of 131,072")
+        assert np.isnan(result.ttft_s) and np.isnan(result.energy_per_output_token_j)
+        assert result.load["goodput_requests_per_s"] == 0.0 and not result.load["slo_met"]
+        assert result.load["capacity_requests_per_s"] == 0.0
 
 
 def test_load_options_with_another_kind_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

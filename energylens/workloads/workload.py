@@ -23,6 +23,17 @@ def _is_set(value: object) -> bool:
     return value is not None and value != 0
 
 
+#: The longest prompt, output or shared prefix a workload takes [tokens]: 2^31, 2,048 times
+#: the longest context in the zoo (Llama-4-Maverick's 1,048,576). Lengths stay exact in
+#: int64 arithmetic, and where a model's context is unknown (not checked) a load request
+#: is simulated in seconds (2^31 prompt tokens in 262,144 chunks: 2.4 s for Llama-3.1-8B
+#: on an H100).
+MAX_TOKENS = 2**31
+#: The most requests a load run simulates (about a minute and 1 GB for Llama-3.1-8B on an
+#: H100: 100,000 requests took 4.6 s and 170 MB).
+MAX_REQUESTS = 10**6
+#: The most clients of a closed loop: at the default 20 requests a client, MAX_REQUESTS.
+MAX_CONCURRENCY = MAX_REQUESTS // 20
 #: The lowest request rate a load workload takes [1/s]: one request every 11.6 days. Far
 #: slower arrivals put the requests so far apart in time that a step's duration is lost in
 #: the rounding of their arrival times (below 1e-15/s every step rounds away).
@@ -79,6 +90,10 @@ class Workload:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        for name in ("input_tokens", "output_tokens", "shared_prefix_tokens"):
+            if getattr(self, name) > MAX_TOKENS:
+                raise ConfigError(f"{name} must be at most 2**31 = {MAX_TOKENS:,}, got "
+                                  f"{getattr(self, name):g}")
         for name in ("request_rate", "arrival_cv"):
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
@@ -101,10 +116,12 @@ class Workload:
         prefix = self.shared_prefix_tokens
         if isinstance(prefix, bool) or int(prefix) != prefix or prefix < 0:
             raise ConfigError(f"shared_prefix_tokens must be an integer >= 0, got {prefix}")
-        for name in ("concurrency", "num_requests"):
+        for name, most in (("concurrency", MAX_CONCURRENCY), ("num_requests", MAX_REQUESTS)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {value}")
+            if value is not None and value > most:
+                raise ConfigError(f"{name} must be at most {most:,}, got {value:,}")
         if self.request_rate is not None and self.concurrency is not None:
             raise ConfigError("give a request rate (open loop) or a concurrency (closed loop), "
                               "not both")

@@ -17,10 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from energylens.errors import ConfigError
-from energylens.workloads.workload import Workload
+from energylens.workloads.workload import MAX_TOKENS, Workload
 
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
 TIME_COLUMN = "arrived_at"
+#: The latest arrival a run takes [s], about 317 years: float64 still resolves 2 us there,
+#: well under a step (later, a step's duration is lost in the rounding of the clock).
+MAX_ARRIVAL_S = 1e10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,14 +76,18 @@ def load_trace(path: str) -> Trace:
     lengths = []
     for column in LENGTH_COLUMNS:
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        if not (np.isfinite(values).all() and (values >= 1).all()):
-            raise ConfigError(f"{path}: {column}: expected finite numbers >= 1 on every row")
+        if not (np.isfinite(values).all() and (values >= 1).all()
+                and (values <= MAX_TOKENS).all()):
+            raise ConfigError(f"{path}: {column}: expected numbers from 1 to 2**31 = "
+                              f"{MAX_TOKENS:,} on every row")
         lengths.append(np.round(values).astype(np.int64))
     arrival = None
     if TIME_COLUMN in frame.columns:
         times = pd.to_numeric(frame[TIME_COLUMN], errors="coerce").to_numpy(dtype=float)
-        if not (np.isfinite(times).all() and (np.diff(times) >= 0).all() and times[0] >= 0):
-            raise ConfigError(f"{path}: {TIME_COLUMN}: expected non-decreasing seconds >= 0")
+        if not (np.isfinite(times).all() and (np.diff(times) >= 0).all() and times[0] >= 0
+                and times[-1] - times[0] <= MAX_ARRIVAL_S):
+            raise ConfigError(f"{path}: {TIME_COLUMN}: expected non-decreasing seconds >= 0, "
+                              f"spanning at most {MAX_ARRIVAL_S:g}")
         arrival = times - times[0]
     return Trace(input_tokens=lengths[0], output_tokens=lengths[1], arrival_s=arrival)
 
@@ -160,6 +167,16 @@ def closed_loop_clients(workload: Workload) -> float:
 
 def _arrivals(*, workload: Workload, rng: np.random.Generator, trace: Trace | None,
               total: int) -> np.ndarray | None:
+    times = _clock(workload=workload, rng=rng, trace=trace, total=total)
+    if times is not None and times[-1] > MAX_ARRIVAL_S:
+        raise ConfigError(f"the {total:,} requests would arrive over {times[-1]:.3g} s, more "
+                          f"than {MAX_ARRIVAL_S:g} s (a step is lost in the clock's rounding): "
+                          "raise the request rate or lower the number of requests")
+    return times
+
+
+def _clock(*, workload: Workload, rng: np.random.Generator, trace: Trace | None,
+           total: int) -> np.ndarray | None:
     if closed_loop_clients(workload) > 0:
         return None
     if trace is not None and trace.arrival_s is not None and _trace_clock(workload, trace):

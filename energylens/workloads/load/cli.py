@@ -15,7 +15,7 @@ from energylens.deployment import Deployment
 from energylens.errors import ConfigError
 from energylens.workloads.load.kind import LoadPrediction
 from energylens.workloads.load.metrics import SLO
-from energylens.workloads.workload import Workload
+from energylens.workloads.workload import MAX_CONCURRENCY, MAX_REQUESTS, MAX_TOKENS, Workload
 
 
 def _positive_float(text: str) -> float:
@@ -38,21 +38,22 @@ def _share(text: str) -> float:
     return value
 
 
-def _integer_at_least(minimum: int) -> Callable[[str], int]:
+def _integer_in(minimum: int, maximum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
+        expected = f"expected an integer from {minimum} to {maximum:,}"
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") \
-                from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{expected}, got {value}")
         return value
     return parse
 
 
-_count = _integer_at_least(1)
-_tokens = _integer_at_least(0)
+_requests = _integer_in(1, MAX_REQUESTS)
+_clients = _integer_in(1, MAX_CONCURRENCY)
+_tokens = _integer_in(0, MAX_TOKENS)
 
 
 def _seed(text: str) -> int:
@@ -91,7 +92,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     loop = group.add_mutually_exclusive_group()
     loop.add_argument("--request-rate", type=_positive_float,
                       help="open loop: requests/s of the whole deployment")
-    loop.add_argument("--concurrency", type=_count,
+    loop.add_argument("--concurrency", type=_clients,
                       help="closed loop: clients, each sending its next request when the last "
                            "ends (default: --batch clients)")
     group.add_argument("--trace", help="CSV of request lengths (num_prefill_tokens, "
@@ -104,7 +105,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--shared-prefix-tokens", type=_tokens, default=0, metavar="N",
                        help="prompt tokens every request shares (a system prompt), held once "
                             "in the engine's prefix cache and never recomputed (default 0)")
-    group.add_argument("--num-requests", type=_count,
+    group.add_argument("--num-requests", type=_requests,
                        help="requests to simulate (default: enough for a steady state)")
     group.add_argument("--warmup-fraction", type=_share,
                        help="share of the requests (by arrival) left out of the statistics "

@@ -41,6 +41,7 @@ from energylens.workloads.load.kind import (
     LoadPrediction,
     kv_pool_tokens,
     rank_limits,
+    refused_prediction,
     request_context_shortfall,
 )
 from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
@@ -142,6 +143,18 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     longest = int((stream.input_tokens + stream.output_tokens).max())
     pre = bind_pool(model=model_cfg, pool=prefill, calibration=cal, longest=longest)
     dec = bind_pool(model=model_cfg, pool=decode, calibration=cal, longest=longest)
+    d_ctx, p_ctx = dec.placement.ctx, pre.placement.ctx
+    where = (f"{pre.placement.gpus} x {p_ctx.gpu.name} (prefill) + "
+             f"{dec.placement.gpus} x {d_ctx.gpu.name} (decode)")
+    gpus = pre.placement.gpus + dec.placement.gpus
+    memory_gb = float(max(pre.memory.total_bytes, dec.memory.total_bytes)) / 1e9
+    context = request_context_shortfall(model_cfg, workload)
+    reasons = [r for r in (context, pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
+                           dec.memory.shortfall(gpu_name=d_ctx.gpu.name)) if r]
+    if context is not None:  # engines refuse the requests: nothing to simulate
+        return refused_prediction(model=model_cfg.name, gpu=where, num_gpus=gpus,
+                                  memory_per_gpu_gb=memory_gb, workload=workload,
+                                  reason="; ".join(reasons), name="load")
     slos = tuple(SLO.parse(text) for text in workload.slo)
 
     pre_table = StepTable.build(ctx=pre.placement.ctx, max_decode=1,
@@ -171,7 +184,6 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         table=dec_table, limits=dec.limits)
     # the user's clock: from arrival at the prefill pool; first token when the cache lands
     seen = replace(dec_run, arrival_s=stream.arrival_s[order], first_token_s=ready[order])
-    d_ctx, p_ctx = dec.placement.ctx, pre.placement.ctx
     warmup = warmup_share(workload)
     metrics = summarise(run=seen, table=dec_table, slos=slos, static_w=d_ctx.constants.static_power_w,
                         gpus=d_ctx.replica_gpus, warmup_fraction=warmup)
@@ -185,7 +197,6 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     # decode replicas stream every token but the first, which the prefill pool computed
     tokens_per_s = (metrics.output_tokens_per_s + metrics.requests_per_s) * n_decode
     per_token = power / tokens_per_s
-    gpus = pre.placement.gpus + dec.placement.gpus
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
     for key in ("requests_per_s", "goodput_requests_per_s"):
         load[key] = float(load[key]) * n_decode
@@ -193,13 +204,11 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     load["kv_transfer_mean_s"] = float(moved_s.mean())
     load["kv_transfer_j_per_request"] = float(moved_j.mean())
     load["prefill_pool_gpus"], load["decode_pool_gpus"] = pre.placement.gpus, dec.placement.gpus
-    reasons = [r for r in (request_context_shortfall(model_cfg, workload),
-                           pre.memory.shortfall(gpu_name=p_ctx.gpu.name),
-                           dec.memory.shortfall(gpu_name=d_ctx.gpu.name)) if r]
     if workload.capacity_attainment is not None:
         from energylens.workloads.load.capacity import Probe, bisect_capacity
 
-        probe_count = max(count, default_count(clients=0) * n_decode)  # never the shorter
+        short = (workload.num_requests or 0) < default_count(clients=0) * n_decode
+        probe_count = None if short else workload.num_requests  # never below the default
 
         def probe_at(rate: float) -> Probe:
             found = predict_disaggregated(
@@ -213,11 +222,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)
     lat = metrics.latency_s
     return LoadPrediction(
-        model=model_cfg.name, gpu=f"{pre.placement.gpus} x {p_ctx.gpu.name} (prefill) + "
-            f"{dec.placement.gpus} x {d_ctx.gpu.name} (decode)",
-        num_gpus=gpus, workload="load", feasible=not reasons,
-        infeasible_reason="; ".join(reasons) or None,
-        memory_per_gpu_gb=float(max(pre.memory.total_bytes, dec.memory.total_bytes)) / 1e9,
+        model=model_cfg.name, gpu=where, num_gpus=gpus, workload="load", feasible=not reasons,
+        infeasible_reason="; ".join(reasons) or None, memory_per_gpu_gb=memory_gb,
         ttft_s=lat["ttft_mean_s"], tpot_s=lat["tpot_mean_s"], energy_per_output_token_j=per_token,
         energy_per_request_j=per_token * metrics.mean_output_tokens, avg_power_w=power,
         output_tokens_per_s=tokens_per_s,

@@ -35,7 +35,13 @@ from energylens.workloads.load.arrivals import (
     request_lengths,
 )
 from energylens.workloads.load.costs import StepTable
-from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
+from energylens.workloads.load.metrics import (
+    SLO,
+    LoadMetrics,
+    not_simulated,
+    summarise,
+    warmup_share,
+)
 from energylens.workloads.load.simulator import (
     BLOCK_TOKENS,
     SchedulerLimits,
@@ -256,6 +262,25 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         running_batch=metrics.mean_running * engines, load=load)
 
 
+def refused_prediction(*, model: str, gpu: str, num_gpus: int, memory_per_gpu_gb: float,
+                       workload: Workload, reason: str, name: str) -> LoadPrediction:
+    """The prediction of a load whose requests (a trace's longest) exceed the model's
+    context (``reason``): engines refuse them, so the run is not simulated (no figures,
+    NaN) and the deployment, infeasible, serves none within its SLOs."""
+    nan = math.nan
+    load: dict[str, float | int | bool] = {**not_simulated().as_dict(), "goodput_per_gpu": 0.0}
+    if workload.capacity_attainment is not None:
+        load |= {"capacity_requests_per_s": 0.0, "capacity_per_gpu": 0.0}
+    phase = PhaseResult(latency_s=nan, energy_j=nan, compute_j=nan, memory_j=nan,
+                        communication_j=nan, static_j=nan)
+    return LoadPrediction(
+        model=model, gpu=gpu, num_gpus=num_gpus, workload=name, feasible=False,
+        infeasible_reason=reason, memory_per_gpu_gb=memory_per_gpu_gb,
+        ttft_s=nan, tpot_s=nan, energy_per_output_token_j=nan, energy_per_request_j=nan,
+        avg_power_w=nan, output_tokens_per_s=nan, prefill=phase, decode=phase,
+        running_batch=nan, load=load)
+
+
 def request_context_shortfall(model: ModelConfig, workload: Workload) -> str | None:
     """Whether the workload's requests outgrow the model's context: a trace's longest, or
     the fixed lengths (a length spread's tail is refused request by request by an engine,
@@ -294,7 +319,14 @@ class Load:
         return replicas if clients <= 0 else min(int(replicas), max(1, math.floor(clients)))
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
-        """Simulate one replica's share and report the deployment."""
+        """Simulate one replica's share and report the deployment (not simulated where a
+        request is longer than the model's context)."""
+        reason = request_context_shortfall(placement.model, workload)
+        if reason is not None:
+            return refused_prediction(model=placement.model.name, gpu=placement.ctx.gpu.name,
+                                      num_gpus=placement.gpus,
+                                      memory_per_gpu_gb=float(memory.total_bytes / 1e9),
+                                      workload=workload, reason=reason, name=self.name)
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_replica(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)

@@ -107,6 +107,22 @@ class LoadMetrics:
                 "completed_share": self.completed_share, "keeps_up": self.keeps_up}
 
 
+def not_simulated() -> LoadMetrics:
+    """The metrics of a load not simulated, its requests longer than the model's context:
+    no figure (NaN), and no request served within its SLOs (goodput and attainment 0)."""
+    nan = math.nan
+    return LoadMetrics(
+        latency_s={f"{name}_{s}_s": nan for name in LATENCIES
+                   for s in ("mean", *(f"p{q}" for q in PERCENTILES))},
+        requests_per_s=nan, output_tokens_per_s=nan, goodput_requests_per_s=0.0,
+        slo_attainment=0.0, slo_met=False, energy_j=nan, iteration_energy_j=nan,
+        idle_energy_j=nan, run_s=nan, window_s=nan, window_energy_j=nan,
+        window_output_tokens=nan, decode_only_window=(nan, nan, nan, nan),
+        prefill_window=(nan, nan, nan, nan), mean_output_tokens=nan, mean_running=nan,
+        mean_waiting=nan, preemptions=0, peak_kv_tokens=nan, measured_requests=0,
+        completed_share=nan, keeps_up=False)
+
+
 def warmup_share(workload: Workload) -> float:
     """Share of the requests left out of the statistics at each end of a run."""
     share = workload.warmup_fraction
