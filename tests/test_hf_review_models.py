@@ -357,3 +357,39 @@ def test_models_show_names_a_local_configs_model_type(tmp_path: Path, capsys) ->
     path.write_text(json.dumps(MLLAMA))
     assert main(["models", "show", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model_type"] == "mllama_text_model"
+
+
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json: no attn_output_gate field.
+QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
+              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+              "intermediate_size": 5120, "moe_intermediate_size": 512,
+              "shared_expert_intermediate_size": 512, "num_experts": 512,
+              "num_experts_per_tok": 10, "decoder_sparse_step": 1, "mlp_only_layers": [],
+              "full_attention_interval": 4, "linear_num_value_heads": 32,
+              "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+              "linear_key_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": 151936,
+              "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+              "attention_bias": False, "use_sliding_window": False}
+
+
+def test_qwen3_next_attention_is_gated_and_qk_normed(tmp_path: Path) -> None:
+    """Qwen3NextAttention's q_proj always has twice the query width (the second half a
+    sigmoid gate on the output) and an RMSNorm on each head's query and key; neither was
+    read from a config without attn_output_gate. Summed by hand: 12 attention layers of
+    q with its gate 2048 x 8192, k/v 2 x 2048 x 512, o 4096 x 2048; 36 Gated DeltaNet
+    mixers of 33,718,464; 48 MoE blocks of 512 experts (10 routed) and one shared
+    expert of 3 x 2048 x 512 and a router; untied 151936 x 2048 embeddings; 97 norms:
+    79.67B total (published 80B), 3.87B active (3B without the embeddings' 0.62B)."""
+    model, _ = _load(tmp_path, QWEN3_NEXT)
+    assert model.attention_output_gate and model.qk_norm == "head"
+    h = 2048
+    attention = h * 16 * 256 * 2 + 2 * h * 512 + 16 * 256 * h
+    mixer = h * (4096 + 8192 + 64) + 4 * 8192 + 64 + 128 + 4096 * h
+    expert, common = 3 * h * 512, 3 * h * 512 + h * 512
+    rest = 2 * 151936 * h + h + 12 * attention + 36 * mixer + 96 * h
+    total, active = parameter_count(model)
+    assert total == rest + 48 * (512 * expert + common) == pytest.approx(80e9, rel=0.01)
+    assert active == rest + 48 * (10 * expert + common) == pytest.approx(3.87e9, rel=2e-3)
+    gateless, _ = _load(tmp_path, {**QWEN3_NEXT, "attn_output_gate": False})
+    assert total - parameter_count(gateless)[0] == 12 * h * 16 * 256
+

@@ -95,9 +95,9 @@ def plain_decoder_fields(cfg: HFConfig, name: str, *, hidden: int, heads: int, k
 
 #: Families whose attention always normalises each head's query and key (an RMSNorm over
 #: head_dim before the rotary embedding; their config.json has no flag for it): Qwen3
-#: dense and MoE (``q_norm`` / ``k_norm`` of Qwen3Attention), Qwen3.5, Gemma 3.
-HEAD_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text",
-                                "gemma3", "gemma3_text"})
+#: dense and MoE (``q_norm`` / ``k_norm`` of Qwen3Attention), Qwen3-Next, Qwen3.5, Gemma 3.
+HEAD_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe",
+                                "qwen3_5_moe_text", "gemma3", "gemma3_text"})
 
 
 def declared_qk_norm(cfg: HFConfig, *, model_type: str) -> QKNorm | None:

@@ -134,7 +134,8 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     moe_flags = _experts(r, f, n)
     if kinds and "linear" in kinds:
         _linear_attention(r, f, kinds, moe_flags)
-    f["attention_output_gate"] = r.cfg.flag("attn_output_gate", False)
+    f["attention_output_gate"] = r.cfg.flag(
+        "attn_output_gate", bool(r.facts and r.facts.attention_output_gate))
     f["cross_attention_layers"] = _cross_attention_layers(r, n)
     _extras(r)
     return finish(f), r.notes

@@ -26,6 +26,7 @@ class TypeFacts:
     multi_query: bool = False  # one KV head where the config has no multi_query field
     ffn_multiple: int | None = None  # FFN width in hiddens where the config gives none
     position: PositionEncoding = "rope"
+    attention_output_gate: bool = False  # where the config has no attn_output_gate
 
 
 KNOWN_TYPES: dict[str, TypeFacts] = {
@@ -50,9 +51,12 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     "glm4": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
     # Qwen2MoeAttention q/k/v bias=config.qkv_bias, which defaults to True
     "qwen2_moe": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
+    # Qwen3NextAttention, Qwen3_5MoeAttention: q_proj of 2 x heads x head_dim, the second
+    # half a sigmoid gate on the attention output, whatever attn_output_gate says
+    **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
+                    TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
-    **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "olmo", "olmo2",
-                     "olmoe", "granite", "granitemoe", "phimoe", "mllama_text_model",
+    **dict.fromkeys(("olmo", "olmo2", "olmoe", "granite", "granitemoe", "phimoe", "mllama_text_model",
                      "internlm2", "deepseek", "arctic"),
                     TypeFacts(gated_mlp=True, tie=False)),
     # StableLmMLP gate/up/down; nn.LayerNorm
