@@ -393,3 +393,13 @@ def test_qwen3_next_attention_is_gated_and_qk_normed(tmp_path: Path) -> None:
     gateless, _ = _load(tmp_path, {**QWEN3_NEXT, "attn_output_gate": False})
     assert total - parameter_count(gateless)[0] == 12 * h * 16 * 256
 
+
+def test_olmoe_normalises_queries_and_keys_over_all_heads(tmp_path: Path) -> None:
+    """OlmoeAttention's q_norm and k_norm span the whole projection (hidden_size), not a
+    head: under tensor parallelism the ranks all-reduce their statistics."""
+    model, _ = _load(tmp_path, {
+        "model_type": "olmoe", "hidden_size": 2048, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 1024,
+        "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False})
+    assert model.qk_norm == "all_heads"

@@ -98,14 +98,20 @@ def plain_decoder_fields(cfg: HFConfig, name: str, *, hidden: int, heads: int, k
 #: dense and MoE (``q_norm`` / ``k_norm`` of Qwen3Attention), Qwen3-Next, Qwen3.5, Gemma 3.
 HEAD_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe",
                                 "qwen3_5_moe_text", "gemma3", "gemma3_text"})
+#: Families whose attention always normalises the queries and keys over all heads at once
+#: (OlmoeAttention's q_norm over hidden_size; Olmo2Attention's over heads x head_dim).
+ALL_HEADS_QK_NORM_TYPES = frozenset({"olmoe", "olmo2"})
 
 
 def declared_qk_norm(cfg: HFConfig, *, model_type: str) -> QKNorm | None:
-    """The query/key norm of a checkpoint: its family's (:data:`HEAD_QK_NORM_TYPES`), or
-    ``use_qk_norm`` (Llama 4, Cohere, GLM-4.5, MiniMax-M2) over each head, or over all
-    heads at once where ``qk_norm_type`` is ``per_layer`` (MiniMax-M2)."""
+    """The query/key norm of a checkpoint: its family's (:data:`HEAD_QK_NORM_TYPES`,
+    :data:`ALL_HEADS_QK_NORM_TYPES`), or ``use_qk_norm`` (Llama 4, Cohere, GLM-4.5,
+    MiniMax-M2) over each head, or over all heads at once where ``qk_norm_type`` is
+    ``per_layer`` (MiniMax-M2)."""
     if model_type in HEAD_QK_NORM_TYPES:
         return "head"
+    if model_type in ALL_HEADS_QK_NORM_TYPES:
+        return "all_heads"
     if not cfg.flag("use_qk_norm", False):
         return None
     return "all_heads" if cfg.text("qk_norm_type") == "per_layer" else "head"
