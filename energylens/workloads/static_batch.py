@@ -126,7 +126,8 @@ class StaticBatch:
         prefill_cost = _prefill_cost(ctx=ctx, sequences=sequences, input_tokens=s_in,
                                      chunk=placement.prefill_chunk_tokens, engine=engine)
         prefill_wall = value(prefill_cost.latency_s)
-        steps = max(int(round(s_out)) - 1, 0)  # the first token comes out of the prefill
+        # the first token comes out of the prefill; a mean length's fraction of a step too
+        steps = max(s_out - 1.0, 0.0)
         edges = np.linspace(s_in + 1, s_in + max(steps, 1), DECODE_SEGMENTS + 1)
         contexts = ((edges[:-1] + edges[1:]) / 2).reshape((-1,) + (1,) * np.ndim(sequences))
         # per token a sequence gains (a speculative step yields several)

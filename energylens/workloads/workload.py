@@ -67,7 +67,7 @@ class Workload:
 
     kind: str = "batch"
     batch: float = 1  # may be fractional in ``serving`` (a measured mean)
-    input_tokens: float = 512
+    input_tokens: float = 512  # per request; a mean may be fractional (>= 1)
     output_tokens: float = 128
     request_rate: float | None = None  # requests/s of the whole deployment
     concurrency: int | None = None  # closed-loop clients of the whole deployment
@@ -86,10 +86,12 @@ class Workload:
 
         if self.kind not in kind_names():
             raise ConfigError(f"workload must be one of {', '.join(kind_names())}, got {self.kind!r}")
-        for name in ("batch", "input_tokens", "output_tokens"):
+        if not math.isfinite(self.batch) or self.batch <= 0:
+            raise ConfigError(f"batch must be a finite number > 0, got {self.batch}")
+        for name in ("input_tokens", "output_tokens"):  # means: at least one token each
             value = getattr(self, name)
-            if not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+            if not math.isfinite(value) or value < 1:
+                raise ConfigError(f"{name} must be a finite number >= 1, got {value}")
         for name in ("input_tokens", "output_tokens", "shared_prefix_tokens"):
             if getattr(self, name) > MAX_TOKENS:
                 raise ConfigError(f"{name} must be at most 2**31 = {MAX_TOKENS:,}, got "
