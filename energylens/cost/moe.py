@@ -22,11 +22,17 @@ RoutingKind = Literal["uniform", "zipf", "dirichlet", "histogram"]
 _PLACEMENTS = 64
 _SEED = 20260101
 _DRAWS = 256  # normal draws per expected maximum
+#: The largest skew a routing takes. Zipf: at 100 the second expert already receives 2^-100
+#: of the first's tokens (every token on one expert; larger exponents overflow the powers).
+#: Dirichlet: alpha 100 spreads 128 experts' shares about 10 % around uniform (one standard
+#: deviation; larger ones are closer still, and past 1e300 every draw is 0).
+MAX_SKEW = 100.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class Routing:
-    """A routing distribution over experts. ``skew``: Zipf exponent or Dirichlet alpha.
+    """A routing distribution over experts. ``skew``: Zipf exponent or Dirichlet alpha (at
+    most :data:`MAX_SKEW`).
 
     ``identical_sequences``: every sequence of a batch is the same (one prompt repeated,
     decoded greedily, as some benchmarks feed a static batch), so a step's tokens route
@@ -41,8 +47,9 @@ class Routing:
     def __post_init__(self) -> None:
         if self.kind in ("zipf", "dirichlet") and self.skew <= 0 and self.kind == "dirichlet":
             raise ConfigError("dirichlet routing needs alpha > 0")
-        if not math.isfinite(self.skew) or self.skew < 0:
-            raise ConfigError(f"routing skew must be a finite number >= 0, got {self.skew}")
+        if not math.isfinite(self.skew) or not 0 <= self.skew <= MAX_SKEW:
+            raise ConfigError(f"routing skew must be a number from 0 to {MAX_SKEW:g}, got "
+                              f"{self.skew:g}")
         if self.kind == "histogram" and (not self.histogram or min(self.histogram) < 0):
             raise ConfigError("histogram routing needs non-negative expert counts")
 
