@@ -221,12 +221,17 @@ CATALOGUE = [
     Case(
         "negative moe_skew",
         edit("output_tokens: 32}", "output_tokens: 32, moe_skew: -1}"),
-        "workload.moe_skew: expected a finite number >= 0",
+        "workload.moe_skew: expected a number in [0, 100]",
     ),
     Case(
         "NaN moe_skew",
         edit("output_tokens: 32}", "output_tokens: 32, moe_skew: .nan}"),
-        "workload.moe_skew: expected a finite number >= 0",
+        "workload.moe_skew: expected a number in [0, 100]",
+    ),
+    Case(
+        "moe_skew past the routing's bound",
+        edit("output_tokens: 32}", "output_tokens: 32, moe_skew: 1000}"),
+        "workload.moe_skew: expected a number in [0, 100]",
     ),
     Case(
         "NaN workload value",

@@ -8,9 +8,9 @@ Sizes print in GB (10^9 bytes) everywhere, as in predictions; ``--json`` prints 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.tables import console
 from energylens.cost.memory import memory_use
 from energylens.hardware import GPU, list_gpus, load_gpu
@@ -119,10 +119,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
     chosen = _selected(args)
     if args.json:
-        print(json.dumps({"models": [_summary(m, i) for m, i in chosen],
-                          "aliases": [{"name": a.name, "hf_id": a.hf_id, "model": m.name,
-                                       "note": a.note}
-                                      for m, i in chosen for a in i.aliases]}))
+        print_json({"models": [_summary(m, i) for m, i in chosen],
+                    "aliases": [{"name": a.name, "hf_id": a.hf_id, "model": m.name,
+                                 "note": a.note}
+                                for m, i in chosen for a in i.aliases]})
         return 0
     table = Table(title=f"Model zoo: {len(chosen)} architectures")
     for column in ("name", "family", "verified", "total params", "active params", "layers",
@@ -204,7 +204,7 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         "held_16bit": {dtype: list(weights) for dtype, weights in model.held_16bit},
     }
     if args.json:
-        print(json.dumps(record))
+        print_json(record)
         return 0
     out = console()
     title = model.name if found is None or found.weight_dtype is None else found.describe()
@@ -310,9 +310,9 @@ def _cmd_gpus(args: argparse.Namespace) -> int:
     gpus = list_gpus()
     document = calibration_document(default_calibration())
     if args.json:
-        print(json.dumps({"gpus": [{**_gpu_record(g),
-                                    "constants": constant_origins(document, gpu=g.name)}
-                                   for g in gpus]}))
+        print_json({"gpus": [{**_gpu_record(g),
+                              "constants": constant_origins(document, gpu=g.name)}
+                             for g in gpus]})
         return 0
     table = Table(title="GPUs (dense rates; link bandwidth per direction; GB = 10^9 bytes)")
     for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB", "HBM TB/s",
@@ -353,7 +353,7 @@ def _cmd_gpus_show(args: argparse.Namespace) -> int:
     gpu = load_gpu(args.name)
     record = _gpu_record(gpu)
     if args.json:
-        print(json.dumps(record))
+        print_json(record)
         return 0
     out = console()
     out.print(f"[bold]{gpu.name}[/] ({gpu.vendor}); aliases: {', '.join(gpu.aliases) or '-'}",
@@ -402,7 +402,7 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
 
     rows = [_runtime_row(get_runtime(name)) for name in runtime_names()]
     if args.json:
-        print(json.dumps({"runtimes": rows}))
+        print_json({"runtimes": rows})
         return 0
     table = Table(title="Serving runtimes (--runtime)")
     for column in ("name", "default fusions", "memory share", "reserve GB", "prefill chunk",

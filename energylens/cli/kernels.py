@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.tables import console as make_console
 
 
@@ -16,7 +16,7 @@ def validate_kernels_command(args: argparse.Namespace) -> int:
     run = load_kernel_run(path=args.file)
     report = validate_kernels(run=run, gpu=args.gpu, calibration=args.calibration)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print_json(report.as_dict())
         return 0
     from rich.markup import escape
     from rich.table import Table

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import warnings
@@ -12,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console
 from energylens.cost.moe import Routing
@@ -206,13 +206,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     options = _layouts(args, deployment=deployment, workload=workload) if args.layouts \
         else None
     if args.json:
-        print(json.dumps({**result.as_dict(),
-                          "configuration": _configuration(args, deployment=deployment,
-                                                          workload=workload),
-                          "expected_error": None if expected is None else expected.as_dict(),
-                          **({} if breakdown is None else {"breakdown": breakdown}),
-                          **({} if variants is None else {"what_if": variants}),
-                          **({} if options is None else {"layouts": options})}))
+        print_json({**result.as_dict(),
+                    "configuration": _configuration(args, deployment=deployment,
+                                                    workload=workload),
+                    "expected_error": None if expected is None else expected.as_dict(),
+                    **({} if breakdown is None else {"breakdown": breakdown}),
+                    **({} if variants is None else {"what_if": variants}),
+                    **({} if options is None else {"layouts": options})})
         return 0
 
     from energylens.cli.tables import capacity_note, print_prediction
@@ -389,8 +389,8 @@ def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployme
     command = launch_command(model=get_model(args.model), deployment=deployment,
                              workload=workload, gpu=load_gpu(args.gpu))
     if args.json:
-        print(json.dumps({**result.as_dict(), "launch_command": command.line(),
-                          "launch_script": command.script()}))
+        print_json({**result.as_dict(), "launch_command": command.line(),
+                    "launch_script": command.script()})
         return 0
     if not result.feasible:
         print(f"energylens: warning: the deployment does not fit: {result.infeasible_reason}",

@@ -4,12 +4,12 @@ the measurement CSV of ``docs/measurements.md``."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
 from energylens.cost.constants import Calibration
@@ -143,7 +143,7 @@ def validate_measurements(args: argparse.Namespace) -> int:
               f"more than K = {args.k_shot} rows): nothing is scored; group by fewer columns "
               "or lower --k-shot", file=sys.stderr)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print_json(report.as_dict())
         return 0
     from rich.markup import escape
     from rich.table import Table

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.tables import console as make_console
 
 
@@ -30,7 +30,7 @@ def validate_steps_command(args: argparse.Namespace) -> int:
     else:
         report = validate_steps(path=args.file, gpu=args.gpu, calibration=args.calibration)
     if args.json:
-        print(json.dumps(report.as_dict() if k_shot is None else k_shot.as_dict()))
+        print_json(report.as_dict() if k_shot is None else k_shot.as_dict())
         return 0
     from rich.markup import escape
     from rich.table import Table

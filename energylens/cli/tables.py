@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,10 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
     console.print(f"[bold]{result.model}[/] on {where} "
                   f"({result.workload} workload): feasible: {str(result.feasible).lower()} "
                   f"({status})")
+    if not result.feasible and not math.isfinite(result.ttft_s):
+        console.print("[yellow]no figures: it cannot run as given (memory per GPU "
+                      f"{result.memory_per_gpu_gb:.1f} GB)[/]")
+        return
     if not result.feasible:
         console.print("[yellow]the figures below price the deployment as if it fit: it cannot "
                       "run as given[/]")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
 from energylens.errors import CalibrationDataError
@@ -148,7 +148,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         report = validate(format=args.format, path=args.file, gpu=args.gpu,
                           calibration=args.calibration, topology=args.topology)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print_json(report.as_dict())
         return 0
     from rich.markup import escape
     from rich.table import Table
@@ -209,9 +209,9 @@ def _validate_all(args: argparse.Namespace) -> int:
         rows.append({"target": target.name, "limit": target.limit, "in_sample": now,
                      "held_out": held, "meets": None if gate is None else gate <= target.limit})
     if args.json:
-        print(json.dumps({"calibration": report.calibration_source, "targets": rows,
-                          "datasets": {k: {m: e.as_dict() for m, e in d.summary.items()}
-                                       for k, d in report.datasets.items()}}))
+        print_json({"calibration": report.calibration_source, "targets": rows,
+                    "datasets": {k: {m: e.as_dict() for m, e in d.summary.items()}
+                                 for k, d in report.datasets.items()}})
         return 0
     from rich.table import Table
 
@@ -292,7 +292,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
                                 output_tokens=args.output_tokens or DEFAULT_OUTPUT_TOKENS,
                                 calibration=args.calibration)
     if args.json:
-        print(json.dumps(fit.as_dict()))
+        print_json(fit.as_dict())
         return 0
     console = make_console()
     console.print(f"[bold]{fit.model}[/] on {fit.deployment['num_gpus']} x {fit.gpu} "

@@ -29,7 +29,7 @@ import pandas as pd
 
 from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
-from energylens.cost.moe import Routing
+from energylens.cost.moe import MAX_SKEW, Routing
 from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, ProblemError
 from energylens.hardware import GPU, UnknownGPUError, list_gpus, load_gpu
@@ -448,9 +448,10 @@ def _workload(spec: Any, source: Path) -> tuple[Workload, Routing]:
     except ConfigError as exc:
         raise ProblemError(f"{source}: workload.{exc}") from None
     skew = spec.get("moe_skew", 0.0)
-    if isinstance(skew, bool) or not isinstance(skew, int | float) or not math.isfinite(skew) or skew < 0:
-        raise ProblemError(f"{source}: workload.moe_skew: expected a finite number >= 0 "
-                           f"(Zipf exponent; 0 = uniform routing), got {skew!r}")
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not math.isfinite(skew) \
+            or not 0 <= skew <= MAX_SKEW:
+        raise ProblemError(f"{source}: workload.moe_skew: expected a number in [0, "
+                           f"{MAX_SKEW:g}] (Zipf exponent; 0 = uniform routing), got {skew!r}")
     try:
         workload = Workload(**values)
     except ConfigError as exc:
