@@ -46,9 +46,10 @@ def plot_pareto(*, config: StudyConfig, trials: pd.DataFrame, front: pd.DataFram
 
 
 def color_column(config: StudyConfig) -> str | None:
-    """The knob points are coloured by: the problem schema's ``color_by`` when it is a knob."""
-    wanted = None if config.schema is None else config.schema.color_by
-    return wanted if wanted in config.space.names else None
+    """The knob points are coloured by: the first of the problem schema's ``color_by``
+    that is a knob of the space."""
+    wanted = () if config.schema is None else config.schema.color_by
+    return next((name for name in wanted if name in config.space.names), None)
 
 
 def plotted_columns(config: StudyConfig) -> tuple[str, str]:

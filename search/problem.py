@@ -69,7 +69,8 @@ class ProblemSchema:
             Knob names outside it are refused (they would be silently ignored).
         metrics: Every metric an evaluation may report, with its unit or meaning;
             objectives and constraints must name one.
-        color_by: Parameter that plots colour points by, when the space has it.
+        color_by: Parameters that plots colour points by, in order of preference: the
+            first that is a knob of the space.
         inactive: The parameters a configuration (knob and fixed values) sets but does not
             read (a knob its mode ignores); reports leave their cells empty, so that one
             deployment reads as one configuration. None: every parameter is read.
@@ -78,7 +79,7 @@ class ProblemSchema:
     keys: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, ValueCheck]
     metrics: Mapping[str, str]
-    color_by: str | None = None
+    color_by: tuple[str, ...] = ()
     inactive: Callable[[Mapping[str, Any]], Collection[str]] | None = None
 
 

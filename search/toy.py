@@ -72,7 +72,7 @@ TOY_SCHEMA = ProblemSchema(
         "power_w": "power of all GPUs [W]",
         "memory_bytes": "memory per GPU [B]",
     },
-    color_by="gpu",
+    color_by=("gpu",),
 )
 """What the toy problem reads, for strict study files (``load_study(path, schema=TOY_SCHEMA)``)."""
 

@@ -190,7 +190,7 @@ def inactive_params(params: Mapping[str, Any]) -> set[str]:
 
 
 SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics={**METRICS, **LOAD_ONLY_METRICS},
-                       color_by="gpu", inactive=inactive_params)
+                       color_by=("mode", "gpu"), inactive=inactive_params)
 """What study files of deployment studies may contain (``search.config.load_study``)."""
 
 
