@@ -80,33 +80,3 @@ def test_many_configurations_run_their_waves_as_one_does(capacity: int) -> None:
         assert table["decode_latency_s"][i] == pytest.approx(one.decode.latency_s, rel=1e-9)
         assert table["prefill_energy_j"][i] == pytest.approx(one.prefill.energy_j, rel=1e-9)
         assert table["tpot_s"][i] == pytest.approx(one.tpot_s, rel=1e-9)
-
-
-def test_asking_for_more_never_runs_fewer() -> None:
-    """The asked batch's step activations do not shrink the running batch: the engine
-    admits what fits beside the activations of what it runs (Llama-2-70B on two H100s
-    once ran 32 sequences in waves of 4 where 16 fit at once)."""
-    def static(batch: int):
-        return predict(model="llama-2-70b", gpu="H100-SXM", deployment=Deployment(tp=2),
-                       workload=Workload(kind="batch", batch=batch))
-    cap = static(10_000).running_batch
-    assert cap is not None and cap > 1
-    for asked in (int(cap) + 1, 2 * int(cap), 1_000):
-        assert static(asked).running_batch == cap
-
-
-def test_a_serving_batch_past_the_cap_runs_the_cap() -> None:
-    """Steady state: the running batch and throughput are flat once the KV cache is the
-    limit, however many sequences are asked, and the cap fits while a bit more does not."""
-    def serving(batch: int):
-        return predict(model="llama-3.1-70b", gpu="H200-SXM", deployment=Deployment(),
-                       workload=Workload(kind="serving", batch=batch, input_tokens=TOKENS,
-                                         output_tokens=TOKENS))
-    runs = [serving(batch) for batch in (64, 512, 4096)]
-    capped = runs[0].running_batch
-    assert capped is not None and 1 < capped < 64
-    for run in runs[1:]:
-        assert run.running_batch == pytest.approx(capped, abs=0.02)
-        assert run.output_tokens_per_s == pytest.approx(runs[0].output_tokens_per_s, rel=1e-3)
-    whole = int(capped)
-    assert serving(whole).running_batch == whole  # fits as asked
