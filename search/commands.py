@@ -35,7 +35,6 @@ from search.rank import ablation_storage, rank_optimizations
 from search.report import write_report
 from search.runner import (
     StudyStateError,
-    checked_in_storage,
     completed_in_storage,
     open_study,
     refuse_existing,
@@ -119,7 +118,7 @@ def cmd_check(study_path: str | Path, *, app: Application, overrides: Overrides 
         config = overrides.apply(load_study(study_path, schema=app.schema))
         app.problem_factory(config)
         budget = config.budget()
-        done = checked_in_storage(config)
+        done = completed_in_storage(config, check_definition=True)
     except USER_ERRORS as exc:
         return _fail(exc, app)
     _print_study(_console(), config, budget, done)

@@ -73,26 +73,13 @@ def open_study(*, config: StudyConfig) -> optuna.Study:
     return study
 
 
-def completed_in_storage(config: StudyConfig) -> int:
+def completed_in_storage(config: StudyConfig, *, check_definition: bool = False) -> int:
     """Completed trials of the study ``config.name`` (0 if it or its journal does not exist);
-    opens nothing that does not exist."""
-    if not storage_exists(config.storage):
-        return 0
-    storage = open_storage(config.storage, create=False)
-    try:
-        study = optuna.load_study(study_name=config.name, storage=storage)
-    except KeyError:
-        return 0
-    return len(completed_trials(study))
-
-
-def checked_in_storage(config: StudyConfig) -> int:
-    """:func:`completed_in_storage`, refusing a stored study whose trials come from another
-    definition (as resume, report and rank would); opens nothing that does not exist and
-    writes nothing.
+    opens nothing that does not exist and writes nothing.
 
     Raises:
-        StudyStateError: the study holds completed trials of another definition.
+        StudyStateError: with ``check_definition``, the study holds completed trials of
+            another definition (as resume, report and rank would refuse).
     """
     if not storage_exists(config.storage):
         return 0
@@ -102,7 +89,7 @@ def checked_in_storage(config: StudyConfig) -> int:
     except KeyError:
         return 0
     done = len(completed_trials(study))
-    if done:  # none: a new run records the file's definition afresh
+    if done and check_definition:  # none: a new run records the file's definition afresh
         _check_definition(config, study)
     return done
 

@@ -78,8 +78,8 @@ MLA_DECODE_NO_BETTER = (
 
 
 def fit_precision_table(*, path: Path, kernels: dict[str, KernelConstants],
-                   prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                   log: Callable[[str], None]) -> None:
+                        prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                        log: Callable[[str], None]) -> None:
     """Low-precision GEMM efficiency ratios of one GPU from its measured GEMM table."""
     from energylens.calibration.fit_custom_allreduce import table_gpu
     from energylens.calibration.fit_precision import RATIOS, fit_precision
@@ -98,8 +98,8 @@ def fit_precision_table(*, path: Path, kernels: dict[str, KernelConstants],
 
 
 def fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstants],
-                        prov: dict[str, dict[str, dict[str, Any]]],
-                        fits: dict[str, dict[str, Any]], log: Callable[[str], None]) -> None:
+                       prov: dict[str, dict[str, dict[str, Any]]],
+                       fits: dict[str, dict[str, Any]], log: Callable[[str], None]) -> None:
     """GEMM efficiencies of GPUs without a per-op profile: their relative's, scaled by the
     ratio of the two GPUs' GEMM tables (relatives first, so a chain carries through)."""
     from energylens.calibration.fit_custom_allreduce import table_gpu
@@ -131,9 +131,9 @@ def fit_gemm_transfers(*, tables: list[Path], kernels: dict[str, KernelConstants
 
 
 def report_gemm_curves(*, tables: list[Path], kernels: dict[str, KernelConstants],
-                        prov: dict[str, dict[str, dict[str, Any]]],
-                        fits: dict[str, dict[str, Any]], leave_out: bool,
-                        log: Callable[[str], None]) -> None:
+                       prov: dict[str, dict[str, dict[str, Any]]],
+                       fits: dict[str, dict[str, Any]], leave_out: bool,
+                       log: Callable[[str], None]) -> None:
     """The GEMM curve each GPU's own GEMM table gives, beside the error of the curve it
     ships (its Vidur fit, or its relative's carried over): reported, not applied
     (``fit_gemm_curves.NOT_APPLIED``)."""
@@ -157,9 +157,7 @@ def report_gemm_curves(*, tables: list[Path], kernels: dict[str, KernelConstants
             continue
         fit_id = f"aiconfigurator-gemm/{gpu.name}/curve"
         fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_n_half_out")
-        fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-        fits[fit_id]["applied"] = False
-        fits[fit_id]["why_not_applied"] = NOT_APPLIED
+        _not_applied(report=fits[fit_id], result=result, why=NOT_APPLIED)
         held = result.leave_out.get("latency") or result.in_sample["latency"]
         log(f"kernels {gpu.name}: GEMM curve of its table on {result.n_points} shapes: shipped "
             f"curve {100 * result.in_sample[CURRENT].mape:.1f} %, the table's "
@@ -167,8 +165,8 @@ def report_gemm_curves(*, tables: list[Path], kernels: dict[str, KernelConstants
 
 
 def fit_power_folder(*, folder: Path, kernels: dict[str, KernelConstants],
-               prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-               log: Callable[[str], None]) -> None:
+                     prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                     log: Callable[[str], None]) -> None:
     """Board-power constants of one GPU measured by this project (NVML): those in
     ``fit_power.APPLIED`` become the GPU's; the others are reported beside what the serving
     fit finds (:func:`compare_measured_power`)."""
@@ -199,9 +197,9 @@ def fit_power_folder(*, folder: Path, kernels: dict[str, KernelConstants],
 
 
 def report_elementwise(*, paths: list[Path], kernels: dict[str, KernelConstants],
-                     links: dict[str, LinkConstants], runtimes: dict[str, RuntimeConstants],
-                     prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                     log: Callable[[str], None]) -> None:
+                       links: dict[str, LinkConstants], runtimes: dict[str, RuntimeConstants],
+                       prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                       log: Callable[[str], None]) -> None:
     """The small-kernel classes of each GPU this project timed (``fit_elementwise``, all
     its runs together), reported beside the error its shipped constants make on the same
     timings, not applied (:data:`energylens.calibration.fit_elementwise.WHY_NOT_APPLIED`).
@@ -233,7 +231,7 @@ def report_elementwise(*, paths: list[Path], kernels: dict[str, KernelConstants]
 
 
 def report_memory_streams(*, folders: list[Path], fits: dict[str, dict[str, Any]],
-                        log: Callable[[str], None]) -> None:
+                          log: Callable[[str], None]) -> None:
     """The HBM streaming curve of each GPU this project measured (``fit_memory``), reported
     in ``fits`` beside the calibration's own values (:func:`compare_measured_memory`), not
     applied: held in H100's Vidur fit it moved the serving regime folds the wrong way
@@ -294,8 +292,8 @@ def compare_measured_power(*, fits: dict[str, dict[str, Any]], calibration: Cali
 
 
 def fit_kv_attention_table(*, path: Path, kernels: dict[str, KernelConstants],
-                      prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                      leave_out: bool, log: Callable[[str], None]) -> None:
+                           prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                           leave_out: bool, log: Callable[[str], None]) -> None:
     """The decode-attention KV bandwidth efficiency and tile time of one GPU from its
     kernel table."""
     from energylens.calibration.fit_kv_attention import fit_kv_attention, read_table
@@ -317,8 +315,8 @@ def fit_kv_attention_table(*, path: Path, kernels: dict[str, KernelConstants],
 
 
 def report_context_attention(*, path: Path, kernels: dict[str, KernelConstants],
-                           fits: dict[str, dict[str, Any]], leave_out: bool,
-                           log: Callable[[str], None]) -> None:
+                             fits: dict[str, dict[str, Any]], leave_out: bool,
+                             log: Callable[[str], None]) -> None:
     """The prefill (context) attention efficiency and its half-point of one GPU from its
     kernel table: fitted and reported, not applied (``CONTEXT_ATTENTION_APPLIED``)."""
     from energylens.calibration.fit_context_attention import fit_context_attention, read_table
@@ -334,14 +332,12 @@ def report_context_attention(*, path: Path, kernels: dict[str, KernelConstants],
         "context-attention rows (reported, not applied)")
     fit_id = f"aiconfigurator-context-attention/{table.gpu}"
     fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_heads_half_out")
-    fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-    fits[fit_id]["applied"] = False
-    fits[fit_id]["why_not_applied"] = CONTEXT_ATTENTION_NOT_APPLIED
+    _not_applied(report=fits[fit_id], result=result, why=CONTEXT_ATTENTION_NOT_APPLIED)
 
 
 def fit_moe_table(*, path: Path, kernels: dict[str, KernelConstants],
-             prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-             leave_out: bool, log: Callable[[str], None]) -> None:
+                  prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                  leave_out: bool, log: Callable[[str], None]) -> None:
     """The fixed times of one GPU's fused-MoE expert GEMMs from its kernel table (applied
     where they help), the weight-only INT4 experts' share (applied where it helps), then the
     fused-MoE HBM share per expert precision: fitted and reported, not applied
@@ -372,9 +368,7 @@ def fit_moe_table(*, path: Path, kernels: dict[str, KernelConstants],
             + (" (at a bound of its range)" if result.at_bound else "") + " (reported, not applied)")
         fit_id = f"aiconfigurator-moe/{table.gpu}/{name}"
         fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_hidden_half_out")
-        fits[fit_id]["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
-        fits[fit_id]["applied"] = False
-        fits[fit_id]["why_not_applied"] = MOE_NOT_APPLIED
+        _not_applied(report=fits[fit_id], result=result, why=MOE_NOT_APPLIED)
 
 
 def _fit_int4_ratio(*, table: MoeTable, kernels: dict[str, KernelConstants],
@@ -444,8 +438,8 @@ def _record_moe_fit(*, gpu: str, name: str, result: FitResult, applied: bool, ne
 
 
 def fit_mla_prompt_table(*, path: Path, kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    leave_out: bool, log: Callable[[str], None]) -> None:
+                         prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                         leave_out: bool, log: Callable[[str], None]) -> None:
     """MLA's prompt-form attention efficiency and ramp of one GPU from TensorRT-LLM's MLA
     context table: applied where both are identified (neither at a bound of its range)."""
     from energylens.calibration.fit_mla_prompt import fit_mla_prompt, read_table
@@ -473,8 +467,8 @@ def fit_mla_prompt_table(*, path: Path, kernels: dict[str, KernelConstants],
 
 
 def fit_mla_decode_table(*, path: Path, kernels: dict[str, KernelConstants],
-                    prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
-                    log: Callable[[str], None]) -> None:
+                         prov: dict[str, dict[str, dict[str, Any]]], fits: dict[str, dict[str, Any]],
+                         log: Callable[[str], None]) -> None:
     """MLA's decode-form attention constants of one GPU from TensorRT-LLM's MLA generation
     table: applied where the held-out halves (fitted on alternate head counts) come out
     closer than the grouped-query kernel's price of the same rows. Always held out: the
@@ -512,9 +506,9 @@ def fit_mla_decode_table(*, path: Path, kernels: dict[str, KernelConstants],
 
 
 def fit_custom_allreduce_table(*, path: Path, runtimes: dict[str, RuntimeConstants],
-                          prov: dict[str, dict[str, dict[str, Any]]],
-                          fits: dict[str, dict[str, Any]], leave_out: bool,
-                          log: Callable[[str], None]) -> None:
+                               prov: dict[str, dict[str, dict[str, Any]]],
+                               fits: dict[str, dict[str, Any]], leave_out: bool,
+                               log: Callable[[str], None]) -> None:
     """A runtime's own all-reduce on one GPU from its measured kernel table."""
     from energylens.calibration.fit_custom_allreduce import fit_custom_allreduce, read_table
     from energylens.runtime import get_runtime, runtime_names
@@ -532,3 +526,10 @@ def fit_custom_allreduce_table(*, path: Path, runtimes: dict[str, RuntimeConstan
     prov.setdefault(f"runtimes/{key}", {}).update(
         {k: entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
          for k, v in result.values.items()})
+
+
+def _not_applied(*, report: dict[str, Any], result: FitResult, why: str) -> None:
+    """Record in a fit's ``report`` the values it found and why they are not applied."""
+    report["values"] = {k: float(f"{v:.6g}") for k, v in result.values.items()}
+    report["applied"] = False
+    report["why_not_applied"] = why
