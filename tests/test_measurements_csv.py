@@ -414,7 +414,8 @@ def test_k_shot_with_k_0_is_plain_validation(tmp_path: Path) -> None:
     zero = k_shot(measurements, k=0, group_by=["gpu"], seed=3,
                   calibration=default_calibration()).as_dict()
     assert all(row.pop("fitted_on") is False for row in zero["rows"])
-    assert set(zero.pop("groups")) == {"gpu=H100", "gpu=A100"}  # k-shot adds its groups
+    # k-shot adds its groups, named by the GPUs the rows' text resolves to
+    assert set(zero.pop("groups")) == {"gpu=H100-SXM", "gpu=A100-80GB-SXM"}
     assert zero == plain
 
 
@@ -446,9 +447,21 @@ def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) ->
     groups = group_errors(report, group_by=["gpu"], metric="ttft_s")
     assert {k: (rows, predicted, screened, len(ape))
             for k, (rows, predicted, screened, ape) in groups.items()} == {
-        "gpu=H100": (5, 5, 0, 3), "gpu=A100": (5, 5, 0, 3)}
+        "gpu=H100-SXM": (5, 5, 0, 3), "gpu=A100-80GB-SXM": (5, 5, 0, 3)}
     text = render([(DATASETS[0], 2, 0, groups)], [DATASETS[0]], seeds=1)
-    assert "| gpu=A100 | 5 | 5 | 0 |" in text
+    assert "| gpu=A100-80GB-SXM | 5 | 5 | 0 |" in text
+
+
+def test_k_shot_groups_one_gpu_or_model_however_each_row_names_it(tmp_path: Path) -> None:
+    """nvidia-smi's name and the short one are one GPU, the Hugging Face id and the zoo
+    name one model: one group of ten rows, not two of five."""
+    spelled = K_SHOT_ROWS.replace("llama-3.1-8b,A100", "meta-llama/Llama-3.1-8B,A100")
+    spelled = spelled.replace(",A100,", ",NVIDIA H100 80GB HBM3,")
+    measurements = load_user_csv(_write(tmp_path, f"{HEADER},ttft_s\n{spelled}"))
+    report = k_shot(measurements, k=2, group_by=["model", "gpu"], seed=0,
+                    calibration=default_calibration())
+    assert set(report.as_dict()["groups"]) == {"model=llama-3.1-8b,gpu=H100-SXM"}
+    assert sum(row.fitted_on for row in report.rows) == 2
 
 
 def test_load_rows_are_predicted_by_the_load_kind_with_its_percentiles(tmp_path: Path) -> None:
@@ -810,9 +823,9 @@ def test_k_shot_reports_each_groups_error_on_the_rows_it_did_not_fit(tmp_path: P
     report = k_shot(measurements, k=1, group_by=["gpu"], seed=0,
                     calibration=default_calibration())
     groups = report.groups
-    assert set(groups) == {"gpu=H100", "gpu=A100"}
+    assert set(groups) == {"gpu=H100-SXM", "gpu=A100-80GB-SXM"}
     assert all(g["tpot_s"]["n"] == 3 for g in groups.values())  # 4 rows, 1 fitted on
-    for key, gpu in (("gpu=H100", "H100"), ("gpu=A100", "A100")):
+    for key, gpu in (("gpu=H100-SXM", "H100"), ("gpu=A100-80GB-SXM", "A100")):
         mine = [o for o in report.rows if o.row.values["gpu"] == gpu and not o.fitted_on]
         expected = np.mean([abs(o.predicted["tpot_s"] / o.row.measured["tpot_s"] - 1)
                             for o in mine])

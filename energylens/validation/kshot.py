@@ -40,6 +40,7 @@ from energylens.measurements.user_csv import (
     predicted_metrics,
     row_case,
 )
+from energylens.model.zoo import get_model, is_local_config
 from energylens.predict import predict
 from energylens.workloads.capacity import kv_cache_limit
 
@@ -210,8 +211,23 @@ def _features(row: UserRow) -> list[float]:
 
 
 def group_key(row: UserRow, group_by: Sequence[str]) -> str:
-    """``col=value,...`` of the row's group."""
-    return ",".join(f"{c}={row.columns.get(c, '')}" for c in group_by)
+    """``col=value,...`` of the row's group: a ``gpu`` or ``model`` column by the name it
+    resolves to (``H100`` and ``NVIDIA H100 80GB HBM3`` are one GPU, a zoo alias and the
+    Hugging Face id one model), any other column as written."""
+    return ",".join(f"{c}={_canonical(c, row.columns.get(c, ''))}" for c in group_by)
+
+
+def _canonical(column: str, text: str) -> str:
+    """``text`` of ``column`` by the GPU or zoo model it names (as written where it names
+    none: the row's own error says why)."""
+    try:
+        if column == "gpu":
+            return load_gpu(text).name
+        if column == "model" and not is_local_config(text):
+            return get_model(text).name
+    except EnergyLensError:
+        pass
+    return text
 
 
 def _group_base(rows: Sequence[UserRow], *, calibration: Calibration,
