@@ -403,3 +403,38 @@ def test_olmoe_normalises_queries_and_keys_over_all_heads(tmp_path: Path) -> Non
         "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
         "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False})
     assert model.qk_norm == "all_heads"
+
+
+#: databricks/dbrx-base config.json: attention and experts nested in their own sections.
+DBRX = {"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "n_layers": 40,
+        "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4}}
+
+
+def test_dbrx_reads_its_nested_sections(tmp_path: Path) -> None:
+    """DBRX was refused (no hidden_size at the top level). Summed by hand: 40 layers of a
+    fused Wqkv 6144 x (6144 + 2 x 8 x 128) and an output 6144 x 6144, 16 gated experts of 3
+    x 6144 x 10752 (4 per token) and a 16-way router; untied 100352 x 6144 embeddings:
+    131.6B total (published 132B), 36.5B active (36B); 8 KV heads of 128 in 40 layers;
+    its context is max_seq_len."""
+    model, notes = _load(tmp_path, DBRX)
+    assert not notes and model.moe is not None and model.norm_type == "layernorm"
+    h = 6144
+    attention, expert = h * (h + 2 * 8 * 128) + h * h, 3 * h * 10752
+    # 81 LayerNorms counted with a bias (DBRX's have none: 0.5M of 131.6B)
+    rest = 2 * 100352 * h + 40 * (attention + h * 16) + 81 * 2 * h
+    total, active = parameter_count(model)
+    assert total == rest + 40 * 16 * expert
+    assert active == rest + 40 * 4 * expert
+    assert total == pytest.approx(132e9, rel=0.01) and active == pytest.approx(36e9, rel=0.02)
+    assert _kv_bytes(model) == 40 * 2 * 8 * 128 * 2
+    assert model.max_context_tokens == 32768
+    again, _ = _load(tmp_path, write_hf_config(model, model_type="dbrx"))
+    assert dataclasses.replace(again, notes="") == dataclasses.replace(model, notes="")
+
+
+def test_a_dbrx_config_without_its_sections_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ModelConfigError, match="ffn_config is missing") as caught:
+        _load(tmp_path, {k: v for k, v in DBRX.items() if k != "ffn_config"})
+    assert "\n" not in str(caught.value)

@@ -40,8 +40,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     an ``hf_quant_config.json`` beside the file), and so do the KV-cache precision it
     declares and the weights its exclude list keeps in 16 bits
     (:mod:`energylens.model.hf.exclusions`). Its ``max_position_embeddings`` (the text
-    decoder's) is the model's context, unknown when absent. The model is named after the folder
-    holding ``config.json`` (or the file, without ``_config``). Anything wrong with the
+    decoder's, else a family's own field) is the model's context, unknown when absent.
+    The model is named after the folder holding ``config.json`` (or the file, without
+    ``_config``). Anything wrong with the
     file (unreadable, not UTF-8, not a JSON object, no model_type, missing or malformed
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
     """
@@ -56,7 +57,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     else:
         model, notes = build_generic(cfg, name=name, model_type=model_type)
     context = cfg.integer("max_position_embeddings") if cfg.has("max_position_embeddings") \
-        else None
+        else model.max_context_tokens  # a builder's own field (DBRX's max_seq_len)
     model = dataclasses.replace(model, qk_norm=declared_qk_norm(cfg, model_type=model_type),
                                 max_context_tokens=context)
     sections = (top.section("quantization_config"), cfg.section("quantization_config"),
