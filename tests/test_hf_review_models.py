@@ -39,7 +39,8 @@ def _kv_bytes(model: ModelConfig) -> float:
     return float(footprint(model)["kv_bytes_per_token"])
 
 
-#: Jamba-v0.1 (ai21labs/Jamba-v0.1 config.json): Mamba-1 mixers in 28 of 32 layers.
+#: Jamba-v0.1 (ai21labs/Jamba-v0.1 config.json): Mamba-1 mixers in 28 of 32 layers (read by
+#: the jamba builder: tests/test_jamba.py).
 JAMBA = {"model_type": "jamba", "hidden_size": 4096, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
          "vocab_size": 65536, "num_experts": 16, "num_experts_per_tok": 2,
@@ -60,15 +61,17 @@ MAMBA = {"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64,
 
 
 @pytest.mark.parametrize(("config", "fields"), [
-    (JAMBA, "attn_layer_period, mamba_d_state, mamba_d_conv, ..."),
+    ({**JAMBA, "model_type": "acme_jamba"}, "attn_layer_period, mamba_d_state, mamba_d_conv, ..."),
     (RECURRENT_GEMMA, "lru_width, block_types"),
     (MAMBA, "time_step_rank"),
-], ids=["jamba", "recurrent_gemma", "mamba"])
+], ids=["jamba_fields_without_its_builder", "recurrent_gemma", "mamba"])
 def test_recurrent_layers_not_modelled_are_refused(tmp_path: Path, config: dict[str, Any],
                                                    fields: str) -> None:
-    """Jamba's Mamba-1 mixers and RecurrentGemma's RG-LRU blocks were read as attention
-    layers (Jamba 92.1B total and 131,072 KV bytes per token against ~51.6B and 16,384;
-    RecurrentGemma-2b 4.75B against ~2.7B): refused in one line naming the fields."""
+    """RecurrentGemma's RG-LRU blocks and Jamba's Mamba-1 mixers were read as attention
+    layers by the generic decoder (RecurrentGemma-2b 4.75B against ~2.7B; Jamba 92.1B and
+    131,072 KV bytes per token against ~51.6B and 16,384, before the ``jamba`` builder:
+    tests/test_jamba.py): refused in one line naming the fields, as are Mamba's, and
+    Jamba's under a model_type without that builder."""
     with pytest.raises(ModelConfigError, match="recurrent layers") as caught:
         _load(tmp_path, config)
     message = str(caught.value)
@@ -78,7 +81,7 @@ def test_recurrent_layers_not_modelled_are_refused(tmp_path: Path, config: dict[
 
 def test_a_refused_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(JAMBA))
+    path.write_text(json.dumps(MAMBA))
     assert main(["models", "show", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recurrent layers" in err[0] and "Traceback" not in err[0]

@@ -56,10 +56,13 @@ class MLAConfig:
 BLOCK_KINDS = {"M": "recurrent mixer", "*": "self-attention", "-": "dense MLP", "E": "MoE"}
 
 #: Recurrent token mixers a hybrid's ``M`` blocks may be, each a family part of that name
-#: (``energylens/data/families/<name>.yaml``). Both keep a state of heads x head width x
+#: (``energylens/data/families/<name>.yaml``). Each keeps a state of heads x head width x
 #: state width per sequence; ``ssm_groups`` are Mamba-2's B/C groups or Gated DeltaNet's
 #: key heads, ``ssm_state_size`` the state width (Gated DeltaNet: the key head width).
-MIXERS = {"mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet"}
+#: Mamba-1 (Jamba) is the case of one group of heads one channel wide: ``ssm_heads`` is
+#: its inner width (expand x hidden), each channel with its own dt and a row of A, B and C
+#: shared by every channel, and ``dt_rank`` its low-rank dt projection.
+MIXERS = {"mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet", "mamba1": "Mamba-1"}
 
 
 #: Checkpoint dtypes below 16 bits (``held_16bit`` keys).
@@ -73,8 +76,8 @@ SSM_STATE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 @dataclass(frozen=True, kw_only=True)
 class HybridConfig:
     """A model of single-purpose blocks, some with a recurrent token mixer instead of
-    attention: Mamba-2 (SSD; NVIDIA Nemotron-H, Jamba-style models) or Gated DeltaNet
-    (Qwen3-Next, Qwen3.5)."""
+    attention: Mamba-2 (SSD; NVIDIA Nemotron-H), Gated DeltaNet (Qwen3-Next, Qwen3.5) or
+    Mamba-1 (AI21 Jamba)."""
 
     layer_pattern: str  # one BLOCK_KINDS character per block, in order
     ssm_heads: int  # mamba_num_heads
@@ -86,6 +89,9 @@ class HybridConfig:
     #: convolution state stays in the activation dtype)
     ssm_state_dtype: str = "bf16"
     mixer: str = "mamba2"  # a MIXERS name
+    #: Width of Mamba-1's low-rank dt projection (Jamba's ``mamba_dt_rank``); 0 for the
+    #: other mixers, whose dt comes straight from the input projection.
+    dt_rank: int = 0
 
     def __post_init__(self) -> None:
         if self.ssm_state_dtype not in SSM_STATE_BYTES:
@@ -179,7 +185,8 @@ MAX_LAYERS = 100_000
 # Integer fields that may be zero (everything else integer must be >= 1).
 _MAY_BE_ZERO = frozenset(
     {"num_sliding_layers", "num_shared_experts", "shared_expert_ffn", "dense_layer_ffn",
-     "q_lora_rank", "index_heads", "index_head_dim", "index_topk", "cross_attention_layers"}
+     "q_lora_rank", "index_heads", "index_head_dim", "index_topk", "cross_attention_layers",
+     "dt_rank"}
 )
 _BOOL_FIELDS = frozenset({"gated_mlp", "tie_word_embeddings", "qkv_bias", "parallel_block",
                           "attention_output_gate"})
@@ -317,6 +324,13 @@ def _check_hybrid(m: ModelConfig, h: HybridConfig, *, where: str) -> None:
     if h.ssm_heads % h.ssm_groups:
         raise ModelConfigError(f"{where}: hybrid.ssm_heads = {h.ssm_heads} is not a multiple "
                                f"of hybrid.ssm_groups = {h.ssm_groups}")
+    if (h.mixer == "mamba1") != (h.dt_rank > 0):
+        raise ModelConfigError(f"{where}: hybrid.dt_rank = {h.dt_rank}: a mamba1 mixer needs "
+                               f"its dt projection width (> 0), the other mixers none (0)")
+    if h.mixer == "mamba1" and (h.ssm_head_dim, h.ssm_groups) != (1, 1):
+        raise ModelConfigError(f"{where}: a mamba1 mixer has one channel per head and one "
+                               f"B/C group: hybrid.ssm_head_dim and ssm_groups must be 1, got "
+                               f"{h.ssm_head_dim} and {h.ssm_groups}")
     if m.sliding_window is not None:
         raise ModelConfigError(f"{where}: a hybrid model with a sliding window is not modelled")
 

@@ -4,8 +4,8 @@ A layer is assembled from parts in ``energylens/data/families``: attention, then
 MLP (gated or plain) or routed experts (plus optional shared experts). A model is a set
 of layer groups (dense/MoE x full/sliding attention) with layer counts, and a head. A
 hybrid model (``ModelConfig.hybrid``) is a set of single-purpose blocks instead: recurrent
-mixers (Mamba-2 or Gated DeltaNet), attention, dense MLPs and MoE, counted from its layer
-pattern.
+mixers (Mamba-2, Gated DeltaNet or Mamba-1), attention, dense MLPs and MoE, counted from
+its layer pattern.
 """
 
 from __future__ import annotations
@@ -242,10 +242,28 @@ def _moe_parts(model: ModelConfig) -> tuple[list[dict[str, Any]], dict[str, int]
     return parts, sizes
 
 
+def mixer_sizes(model: ModelConfig) -> dict[str, int]:
+    """Sizes of a hybrid's recurrent-mixer ranks: heads as groups x heads per group x head
+    width (Mamba-2, Gated DeltaNet), or Mamba-1's channels ``i`` (heads one wide), its dt
+    rank ``k`` and x_proj's output width ``q`` = k + 2 x state; state width ``s``,
+    convolution width ``w`` and ``u`` = w - 1 inputs of convolution state."""
+    hybrid = model.hybrid
+    assert hybrid is not None
+    if hybrid.mixer == "mamba1":
+        heads = {"i": hybrid.ssm_heads * hybrid.ssm_head_dim, "k": hybrid.dt_rank,
+                 "q": hybrid.dt_rank + 2 * hybrid.ssm_state_size}
+    else:
+        heads = {"g": hybrid.ssm_groups, "r": hybrid.ssm_heads // hybrid.ssm_groups,
+                 "e": hybrid.ssm_head_dim}
+    return {"d": model.hidden_size, **heads, "s": hybrid.ssm_state_size,
+            "w": hybrid.conv_kernel, "u": hybrid.conv_kernel - 1,
+            STATE_ELEMENT_BYTES: hybrid.ssm_state_bytes}
+
+
 def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     """One group per block kind of the pattern: recurrent mixer (its ``mixer`` family:
-    Mamba-2 or Gated DeltaNet), attention (its part keeps the pre-FFN norm, an extra norm
-    where no FFN block follows), dense MLP, MoE."""
+    Mamba-2, Gated DeltaNet or Mamba-1), attention (its part keeps the pre-FFN norm, an
+    extra norm where no FFN block follows), dense MLP, MoE."""
     hybrid = model.hybrid
     assert hybrid is not None
     norm = _norm(model)
@@ -253,11 +271,7 @@ def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     ffn_norm = family_part("ffn_norm")
     kinds: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {
-        "M": ([family_part(hybrid.mixer)],
-              {"d": model.hidden_size, "g": hybrid.ssm_groups,
-               "r": hybrid.ssm_heads // hybrid.ssm_groups, "e": hybrid.ssm_head_dim,
-               "s": hybrid.ssm_state_size, "w": hybrid.conv_kernel,
-               "u": hybrid.conv_kernel - 1, STATE_ELEMENT_BYTES: hybrid.ssm_state_bytes}),
+        "M": ([family_part(hybrid.mixer)], mixer_sizes(model)),
         "*": (_attention_parts(model), attention_sizes(model)),
         "-": ([ffn_norm, mlp], {"d": model.hidden_size, "f": model.ffn_size}),
     }

@@ -37,10 +37,18 @@ def _mixer_params(m: ModelConfig) -> int:
     """One recurrent mixer. Mamba-2: in_proj (z, x, B, C, dt), the convolution with its
     bias, A, D and the dt bias per head, the gated norm and out_proj. Gated DeltaNet: the
     q/k/v, z, b and a projections, the convolution over q, k and v (no bias), A and the dt
-    bias per value head, the gated norm over one head's width and out_proj."""
+    bias per value head, the gated norm over one head's width and out_proj. Mamba-1
+    (Jamba's JambaMambaMixer): in_proj (x, z; no bias), the convolution with its bias,
+    x_proj (dt, B, C), dt_proj with its bias, A_log (channels x state), D, out_proj (no
+    bias) and the RMSNorms of dt, B and C."""
     h = m.hybrid
     assert h is not None
     inner = h.ssm_heads * h.ssm_head_dim
+    if h.mixer == "mamba1":
+        dt_b_c = h.dt_rank + 2 * h.ssm_state_size
+        return m.hidden_size * 2 * inner + (h.conv_kernel + 1) * inner + inner * dt_b_c \
+            + (h.dt_rank + 1) * inner + inner * h.ssm_state_size + inner \
+            + inner * m.hidden_size + dt_b_c
     conv_channels = inner + 2 * h.ssm_groups * h.ssm_state_size
     if h.mixer == "gated_deltanet":
         in_proj = m.hidden_size * (inner + conv_channels + 2 * h.ssm_heads)
@@ -77,7 +85,7 @@ def parameter_count(model: ModelConfig) -> tuple[float, float]:
 
     Counts embeddings, lm_head (unless tied), attention projections, FFN / experts /
     shared experts / routers and the two norms per layer (one in a parallel block) plus
-    the final norm (a hybrid model: its blocks, each with one norm, Mamba-2 mixers
+    the final norm (a hybrid model: its blocks, each with one norm, recurrent mixers
     included). Small
     extras (QK-norm, biases other than qkv, MTP heads, vision encoders) are left out.
     Active counts both the embedding and lm_head plus the top-k routed experts.

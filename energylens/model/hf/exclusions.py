@@ -54,6 +54,11 @@ GATED_DELTANET = {"linear_attn.in_proj_qkvz": ("WQL", "WKL", "WX", "WZ"),
                   "linear_attn.in_proj_z": ("WZ",), "linear_attn.out_proj": ("WOL",)}
 #: Mamba-2 (Nemotron-H: one input projection for z, x, B, C and dt).
 MAMBA2 = {"mixer.in_proj": ("WZ", "WX", "WB", "WC", "WDT"), "mixer.out_proj": ("WO",)}
+#: Mamba-1 (Jamba's JambaMambaMixer: in_proj for x and z, x_proj for dt, B and C).
+MAMBA1 = {"mamba.in_proj": ("WX", "WZ"), "mamba.x_proj": ("WXP",), "mamba.dt_proj": ("WDT",),
+          "mamba.out_proj": ("WOM",)}
+#: The token-mixer modules of each hybrid mixer family.
+MIXER_MODULES = {"mamba2": MAMBA2, "gated_deltanet": GATED_DELTANET, "mamba1": MAMBA1}
 #: A dense MLP, gated (Llama) or plain, and Nemotron-H's MLP blocks.
 DENSE_MLP = {"mlp.gate_proj": ("WG",), "mlp.up_proj": ("WU",), "mlp.down_proj": ("WD",),
              "mlp.gate_up_proj": ("WG", "WU"), "mlp.fc1": ("WU",), "mlp.fc2": ("WD",),
@@ -122,7 +127,7 @@ def _block_modules(*, model: ModelConfig, kinds: str) -> dict[str, tuple[str, ..
             modules |= _attention(model)
         elif kind == "M":
             assert model.hybrid is not None
-            modules |= GATED_DELTANET if model.hybrid.mixer == "gated_deltanet" else MAMBA2
+            modules |= MIXER_MODULES[model.hybrid.mixer]
         elif kind == "-":
             modules |= DENSE_MLP
         elif kind == "E":

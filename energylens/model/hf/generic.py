@@ -40,9 +40,10 @@ _PLAIN_ACTIVATIONS = frozenset({"relu", "relu2", "squared_relu", "gelu", "gelu_n
                                 "gelu_fast", "quick_gelu", "gelu_pytorch_tanh"})
 _GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu"})
 #: Fields of recurrent (state-space) layers this reader cannot build, which it refuses
-#: rather than price as attention: Mamba-1 (Jamba's ``mamba_*`` and ``attn_layer_period``,
-#: MambaConfig's ``time_step_rank``), other Mamba hybrids (Zamba2's ``layers_block_type``,
-#: Bamba's ``attn_layer_indices``, ``ssm_*``) and Griffin's RG-LRU (RecurrentGemma's
+#: rather than price as attention: Mamba-1 outside Jamba (MambaConfig's ``time_step_rank``;
+#: Jamba's ``mamba_*`` and ``attn_layer_period`` under another model_type: ``jamba`` has
+#: its builder), other Mamba hybrids (Zamba2's ``layers_block_type``, Bamba's
+#: ``attn_layer_indices``, ``ssm_*``) and Griffin's RG-LRU (RecurrentGemma's
 #: ``block_types``, ``lru_width``). The SSM state dtype keys are not among them: Gated
 #: DeltaNet configs (Qwen3.5) carry one.
 _RECURRENT_FIELDS = frozenset({"block_types", "layers_block_type", "lru_width",
@@ -82,7 +83,8 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
 
     Raises ``ModelConfigError`` (one line naming the file) when the standard decoder
     fields are missing: hidden size, layers, heads, vocabulary and an FFN or expert width;
-    or when the config has recurrent layers other than Gated DeltaNet (Mamba-1, RG-LRU).
+    or when the config has recurrent layers other than Gated DeltaNet (Mamba-1 outside a
+    ``jamba`` config, RG-LRU).
     """
     r = _Reader(cfg, model_type=model_type)
     recurrent = [k for k in cfg.data if cfg.has(k) and k not in STATE_DTYPE_KEYS
@@ -90,8 +92,9 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
     if recurrent:
         shown = ", ".join(recurrent[:3]) + (", ..." if len(recurrent) > 3 else "")
         raise cfg.error(f"model_type {model_type!r} has recurrent layers ({shown}) of a kind "
-                        f"not modelled (only Mamba-2 blocks of nemotron_h and Gated DeltaNet "
-                        f"linear_* layers are): refused rather than priced as attention")
+                        f"not modelled (only Mamba-2 blocks of nemotron_h, Mamba-1 layers of "
+                        f"jamba and Gated DeltaNet linear_* layers are): refused rather than "
+                        f"priced as attention")
     missing = [keys[0] for keys in (HIDDEN, LAYERS, HEADS, VOCAB)
                if r.first(keys) is None]
     if r.first(FFN) is None and r.first(EXPERT_FFN) is None and _ffn_multiple(r) is None:
