@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import resolve_calibration
 from energylens.cost.constants import Calibration
-from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.memory import MemoryUse, memory_use, startup_tokens
 from energylens.cost.roofline import ClockState
 from energylens.cost.step import StepContext
 from energylens.cost.work import Size
@@ -80,7 +80,11 @@ def place(*, ctx: StepContext, model: ModelConfig, kind: WorkloadKind, workload:
     memory = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                         degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                         kv_dtype=ctx.kv_dtype, sequences=demand.sequences,
-                        context_tokens=demand.context_tokens, step_tokens=demand.step_tokens,
+                        context_tokens=demand.context_tokens,
+                        token_budget=startup_tokens(runtime=ctx.runtime, gpu=ctx.gpu,
+                                                    attention_ranks=ctx.attention_ranks,
+                                                    budget=prefill_chunk_tokens,
+                                                    offline=demand.offline),
                         draft_layers=ctx.draft_layers)
     placement = Placement(ctx=ctx, model=model, replicas=cast(int, busy),
                           gpus=cast(int, gpus), sequences=cast(float, sequences),

@@ -38,8 +38,7 @@ def _memory(deployment: Deployment, *, sequences: float, context: float) -> Memo
     ctx = _ctx(deployment)
     return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                       degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
-                      kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=context,
-                      step_tokens=sequences)
+                      kv_dtype=ctx.kv_dtype, sequences=sequences, context_tokens=context)
 
 
 # --- layout and its checks ------------------------------------------------------------------

@@ -85,8 +85,7 @@ def test_a_sequence_holds_the_fp32_state_and_three_convolution_inputs() -> None:
     def state(tp: int) -> float:
         return memory_use(graph=graph, gpu=load_gpu("h200"), runtime=get_runtime("sglang"),
                           degrees={"tp": tp, "etp": tp, "ep": 1}, pp=1, weight_dtype="bf16",
-                          kv_dtype="bf16", sequences=1, context_tokens=1,
-                          step_tokens=1).state_bytes
+                          kv_dtype="bf16", sequences=1, context_tokens=1).state_bytes
 
     by_hand = 45 * (64 * 128 * 128 * 4 + 3 * (2 * 2048 + 8192) * ACTIVATION_BYTES)
     assert state(1) == by_hand

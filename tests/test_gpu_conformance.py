@@ -48,6 +48,8 @@ def _numeric_keys(gpu: GPU) -> set[str]:
     keys |= {f"dense_flops_per_s.{dtype}" for dtype in gpu.dense_flops_per_s}
     for link in ("intra_node", "inter_node"):
         keys |= {f"{link}.bandwidth_bytes_per_s", f"{link}.latency_s"}
+        if getattr(gpu, link).beyond_pair_bandwidth_bytes_per_s is not None:
+            keys.add(f"{link}.beyond_pair_bandwidth_bytes_per_s")
     return keys
 
 

@@ -64,7 +64,7 @@ def test_qwen35_nvfp4_weights_add_up_by_hand() -> None:
         return memory_use(graph=build_graph(m), gpu=load_gpu("b200"),
                           runtime=get_runtime("sglang"), degrees={"tp": 4, "etp": 4, "ep": 1},
                           pp=1, weight_dtype="nvfp4", kv_dtype="bf16", sequences=1,
-                          context_tokens=1, step_tokens=1).weights_bytes
+                          context_tokens=1).weights_bytes
 
     mixer = 4096 * 12288 + 4096 * 8192 + 8192 * 4096
     attention = 4096 * 16384 + 8192 * 4096

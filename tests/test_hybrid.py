@@ -89,8 +89,7 @@ def _memory(model, *, sequences: float, context: float, tp: int = 1):
     return memory_use(graph=build_graph(model), gpu=load_gpu("h100"),
                       runtime=get_runtime(DEFAULT_RUNTIME),
                       degrees={"tp": tp, "etp": tp, "ep": 1}, pp=1, weight_dtype="bf16",
-                      kv_dtype="bf16", sequences=sequences, context_tokens=context,
-                      step_tokens=1)
+                      kv_dtype="bf16", sequences=sequences, context_tokens=context)
 
 
 def test_kv_only_in_attention_blocks_and_a_constant_state(nano) -> None:

@@ -91,7 +91,7 @@ def test_attention_ranks_schedule_their_own_prompts() -> None:
                           sequences=1.0)
     run = simulate_replica(placement=placement, workload=work)
     assert run.engines == RANKS and run.requests.clients == 64 // RANKS
-    assert run.limits.kv_tokens == kv_pool_tokens(ctx, budget=8192 * RANKS) // RANKS
+    assert run.limits.kv_tokens == kv_pool_tokens(ctx, budget=8192) // RANKS
     whole = replica_requests(workload=work, replicas=1, count=640)
     table = StepTable.build(ctx=ctx, max_decode=64, max_context=8192 + 256, budget=8192)
     one = simulate(requests=whole, table=table, limits=SchedulerLimits(
@@ -184,7 +184,9 @@ def test_a_trace_launch_admits_the_traces_longest_request() -> None:
 def test_sglang_sizes_its_prefill_chunk_from_the_gpu_memory() -> None:
     """SGLang's default --chunked-prefill-size follows the GPU's memory (4,096 on a 48 GB
     L40S, 8,192 on an 80 GB H100 and a 141 GB H200, 16,384 on a 192 GB B200), and the load
-    simulator's token budget and the activation memory follow it; vLLM's do not."""
+    simulator's token budget and the activation memory follow it; vLLM's offline budget
+    is 16,384 on GPUs of 70 GiB or more other than the A100 and 8,192 on the others
+    (EngineArgs' LLM-class default)."""
     from energylens.cost.memory import memory_use
     from energylens.model.families import build_graph
     from energylens.runtime import get_runtime
@@ -193,7 +195,9 @@ def test_sglang_sizes_its_prefill_chunk_from_the_gpu_memory() -> None:
     chunks = {g: sglang.prefill_chunk_on(gpu=load_gpu(g))
               for g in ("L40S", "H100-SXM", "H200-SXM", "B200")}
     assert chunks == {"L40S": 4096, "H100-SXM": 8192, "H200-SXM": 8192, "B200": 16384}
-    assert {vllm.prefill_chunk_on(gpu=load_gpu(g)) for g in chunks} == {vllm.prefill_chunk_tokens}
+    assert {g: vllm.prefill_chunk_on(gpu=load_gpu(g)) for g in (*chunks, "A100-80GB-SXM")} == {
+        "L40S": 8192, "H100-SXM": 16384, "H200-SXM": 16384, "B200": 16384,
+        "A100-80GB-SXM": 8192}
     model, cal = get_model("llama-3.1-8b"), default_calibration()
     activations = {}
     for gpu, chunk in (("H100-SXM", 8192), ("B200", 16384)):
@@ -203,7 +207,7 @@ def test_sglang_sizes_its_prefill_chunk_from_the_gpu_memory() -> None:
         assert rank_limits(ctx)[0] == chunk
         activations[gpu] = memory_use(
             graph=build_graph(model), gpu=spec, runtime=sglang, degrees={"tp": 1}, pp=1,
-            weight_dtype="bf16", kv_dtype="bf16", sequences=1.0, context_tokens=1.0,
-            step_tokens=1e6).activation_bytes
-    # a step of a million tokens holds one chunk's activations: twice as many on B200
+            weight_dtype="bf16", kv_dtype="bf16", sequences=1.0,
+            context_tokens=1.0).activation_bytes
+    # the start-up workspace holds one chunk's activations: twice as many on B200
     assert activations["B200"] == pytest.approx(2 * activations["H100-SXM"], rel=1e-12)

@@ -161,7 +161,8 @@ def test_a_window_without_output_tokens_is_a_config_error() -> None:
     metrics = replace(run.summary(ctx=ctx, slos=()), window_output_tokens=0.0)
     with pytest.raises(ConfigError, match="no output token in its measured window") as info:
         load_prediction(placement=placement, workload=workload, metrics=metrics, name="load",
-                        memory=minimal_memory(ctx=ctx, workload=workload))
+                        memory=minimal_memory(ctx=ctx, workload=workload,
+                                              token_budget=8192))
     assert "\n" not in str(info.value)
 
 

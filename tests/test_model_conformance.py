@@ -129,7 +129,7 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
     memory = memory_use(graph=build_graph(model), gpu=load_gpu("h100"),
                         runtime=get_runtime(DEFAULT_RUNTIME), degrees={"tp": 1, "etp": 1, "ep": 1},
                         pp=1, weight_dtype=model.weight_dtype, kv_dtype="bf16", sequences=1,
-                        context_tokens=1, step_tokens=1)
+                        context_tokens=1)
     assert memory.kv_cache_bytes > 0
     if model.mla is not None:  # one latent (plus its RoPE part) shared by all heads
         per_layer = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim

@@ -32,7 +32,7 @@ def test_weight_bytes_scale_with_the_format(dtype: str) -> None:
                           runtime=get_runtime(DEFAULT_RUNTIME),
                           degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1, weight_dtype=weight_dtype,
                           kv_dtype="bf16",
-                          sequences=1, context_tokens=1, step_tokens=1).weights_bytes
+                          sequences=1, context_tokens=1).weights_bytes
 
     # Every weight takes the format's bytes except the untied embedding and LM head (bf16).
     head = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)

@@ -19,7 +19,7 @@ def _weights_bytes(model_name: str, dtype: str) -> float:
                        calibration=default_calibration())
     return memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                       pp=1, weight_dtype=dtype, kv_dtype="bf16", sequences=1.0,
-                      context_tokens=1.0, step_tokens=1.0).weights_bytes
+                      context_tokens=1.0).weights_bytes
 
 
 def test_fp8_llama_stores_everything_but_embedding_and_head_in_one_byte() -> None:

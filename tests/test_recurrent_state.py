@@ -26,8 +26,7 @@ _PART = {"ops": {
 def _memory(graph, *, sequences: float, context: float) -> tuple[float, float]:
     use = memory_use(graph=graph, gpu=load_gpu("h100"), runtime=get_runtime(DEFAULT_RUNTIME),
                      degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1, weight_dtype="bf16",
-                     kv_dtype="bf16", sequences=sequences, context_tokens=context,
-                     step_tokens=1)
+                     kv_dtype="bf16", sequences=sequences, context_tokens=context)
     return use.kv_cache_bytes, use.state_bytes
 
 

@@ -89,7 +89,7 @@ def test_a_share_of_free_memory_leaves_the_kv_that_share_of_what_the_weights_lea
         runtime = get_runtime(name)
         use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
                          degrees=Deployment(tp=4).degrees(model), pp=1, weight_dtype="bf16",
-                         kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
+                         kv_dtype="bf16", sequences=1, context_tokens=1)
         fixed = use.weights_bytes + use.activation_bytes + use.reserve_bytes
         free_kv[name] = float(use.usable_bytes - fixed)
         share = runtime.memory_utilization
@@ -113,7 +113,7 @@ def test_sglangs_static_share_holds_the_weights_and_the_kv_pool_only() -> None:
     assert runtime.memory_share_of == "static"
     use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
                      degrees=Deployment(tp=2).degrees(model), pp=1, weight_dtype="bf16",
-                     kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=8192)
+                     kv_dtype="bf16", sequences=1, context_tokens=1, token_budget=8192)
     board_mib = 85.5208e9 / 2**20
     share = round(1 - (512 + 1.5 * 8192 + 2 * 256 + 1024 * 2 / 8) / board_mib, 3)
     assert use.default_share == share == 0.834
@@ -162,7 +162,7 @@ def _use(runtime: str, model: str, gpu: str, tp: int):
     return memory_use(graph=build_graph(spec), gpu=load_gpu(gpu), runtime=get_runtime(runtime),
                       degrees=Deployment(tp=tp, runtime=runtime).degrees(spec), pp=1,
                       weight_dtype=spec.weight_dtype, kv_dtype="bf16", sequences=1.0,
-                      context_tokens=1024.0, step_tokens=1024.0)
+                      context_tokens=1024.0)
 
 
 def test_a_share_that_cannot_hold_the_weights_is_raised_as_far_as_the_board_allows() -> None:
@@ -182,13 +182,20 @@ def test_a_share_that_cannot_hold_the_weights_is_raised_as_far_as_the_board_allo
 
 
 def test_vllm_raises_its_share_only_when_start_up_needs_more() -> None:
-    """vLLM's 0.9 of an 80 GB H100 holds Llama-3.1-8B with room (the default stands), not
-    Llama-3.1-70B's 70.6 GB per GPU at TP2 plus its profiling pass and reserve (raised to
-    the board: a small KV pool), and nothing holds the 70B's 141 GB on one GPU."""
+    """vLLM's 0.9 of an 85.5 GB H100 (77.0 GB) holds Llama-3.1-8B with room and Llama-3.1-70B's
+    70.6 GB per GPU at TP2 with its profiling pass (8,192 tokens: 1.2 GB) and reserve (3.5
+    GB) (the default stands), not Qwen2.5-72B's 72.7 GB with its 1.3 GB pass and the
+    reserve (raised to the board: a small KV pool), and nothing holds the 70B's 141 GB on
+    one GPU."""
     vllm = get_runtime("vllm")
-    small = _use("vllm", "llama-3.1-8b", "H100", 1)
-    assert small.usable_bytes == pytest.approx(small.capacity_bytes * vllm.memory_utilization)
-    tight = _use("vllm", "llama-3.1-70b", "H100", 2)
-    assert tight.weights_bytes < tight.capacity_bytes * vllm.memory_utilization
+    share = vllm.memory_utilization
+    for model, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 2)):
+        room = _use("vllm", model, "H100", tp)
+        assert room.usable_bytes == pytest.approx(room.capacity_bytes * share)
+        assert room.fits
+    tight = _use("vllm", "qwen2.5-72b", "H100", 2)
+    assert tight.weights_bytes < tight.capacity_bytes * share
+    assert (tight.weights_bytes + tight.activation_bytes + tight.reserve_bytes
+            > tight.capacity_bytes * share)
     assert tight.usable_bytes == tight.capacity_bytes and tight.fits
     assert not _use("vllm", "llama-3.1-70b", "H100", 1).fits

@@ -188,7 +188,7 @@ def test_the_draft_head_holds_one_layer_of_weights_and_cache() -> None:
     ctx = _ctx()
     args = {"graph": ctx.graph, "gpu": ctx.gpu, "runtime": ctx.runtime,
             "degrees": dict(ctx.degrees), "pp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
-            "sequences": 1.0, "context_tokens": 1000.0, "step_tokens": 1.0}
+            "sequences": 1.0, "context_tokens": 1000.0}
     plain, drafted = memory_use(**args), memory_use(**args, draft_layers=1)
     layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
     assert drafted.weights_bytes - plain.weights_bytes == pytest.approx(2 * layer, rel=1e-9)

@@ -60,9 +60,14 @@ def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     assert not run.feasible and run.running_batch == 1
     assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
     # the reason is the memory of one sequence (8 would need 8x the KV): weights, the
-    # runtime's reserve, and under 2 x 1.4 GB of KV and activations
+    # runtime's reserve, the activations of vLLM's 16,384-token start-up pass ((4 x 8,192 +
+    # 3 x 28,672) x 2 B per token: 3.89 GB) and one sequence's 4,096 tokens of KV (80
+    # layers x 2 x 8 heads x 128 x 2 B per token: 1.34 GB; eight would be 10.7 GB)
     reserve_gb = get_runtime("vllm").reserve_bytes / 1e9
-    assert run.memory_per_gpu_gb < 138.0 + reserve_gb + 2 * 1.4
+    activations_gb = (4 * 8192 + 3 * 28672) * 2 * 16384 / 1e9
+    one_kv_gb = 4096 * 80 * 2 * 8 * 128 * 2 / 1e9
+    assert run.memory_per_gpu_gb > 137.9 + reserve_gb + activations_gb + one_kv_gb
+    assert run.memory_per_gpu_gb < 138.0 + reserve_gb + activations_gb + 2 * one_kv_gb
 
 
 def test_many_configurations_run_their_waves_as_one_does(capacity: int) -> None:
@@ -80,3 +85,33 @@ def test_many_configurations_run_their_waves_as_one_does(capacity: int) -> None:
         assert table["decode_latency_s"][i] == pytest.approx(one.decode.latency_s, rel=1e-9)
         assert table["prefill_energy_j"][i] == pytest.approx(one.prefill.energy_j, rel=1e-9)
         assert table["tpot_s"][i] == pytest.approx(one.tpot_s, rel=1e-9)
+
+
+def test_asking_for_more_never_runs_fewer() -> None:
+    """The KV space is what the engine's start-up workspace leaves, whatever the batch:
+    asking for more sequences never runs fewer (Llama-2-70B on two H100s once ran 32
+    sequences in waves of 4 where 16 fit at once)."""
+    def static(batch: int):
+        return predict(model="llama-2-70b", gpu="H100-SXM", deployment=Deployment(tp=2),
+                       workload=Workload(kind="batch", batch=batch))
+    cap = static(10_000).running_batch
+    assert cap is not None and cap > 1
+    for asked in (int(cap) + 1, 2 * int(cap), 1_000):
+        assert static(asked).running_batch == cap
+
+
+def test_a_serving_batch_past_the_cap_runs_the_cap() -> None:
+    """Steady state: the running batch and throughput are flat once the KV cache is the
+    limit, however many sequences are asked, and the cap fits while a bit more does not."""
+    def serving(batch: int):
+        return predict(model="llama-3.1-70b", gpu="H200-SXM", deployment=Deployment(tp=2),
+                       workload=Workload(kind="serving", batch=batch, input_tokens=TOKENS,
+                                         output_tokens=TOKENS))
+    runs = [serving(batch) for batch in (256, 1024, 4096)]
+    capped = runs[0].running_batch
+    assert capped is not None and 1 < capped < 256
+    for run in runs[1:]:
+        assert run.running_batch == pytest.approx(capped, abs=0.02)
+        assert run.output_tokens_per_s == pytest.approx(runs[0].output_tokens_per_s, rel=1e-3)
+    whole = int(capped)
+    assert serving(whole).running_batch == whole  # fits as asked

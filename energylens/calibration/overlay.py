@@ -89,7 +89,7 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
         out = require_constants(calibration=out, gpu=gpu)
         kernels, links, runtimes = dict(out.kernels), dict(out.links), dict(out.runtimes)
         kernel = asdict(out.kernel(gpu.name))
-        link_keys = {f"{gpu.name}:{link.kind}" for link in (gpu.intra_node, gpu.inter_node)}
+        link_keys = {f"{gpu.name}:{kind}" for kind in gpu.link_kinds}
         link_values = {key: asdict(out.link(gpu=gpu.name, kind=key.split(":", 1)[1]))
                        for key in link_keys}
         # every runtime's section, and the earlier-release (``@legacy``) ones the GPU has

@@ -193,7 +193,7 @@ def _borrow_links(*, gpu: GPU, relative: str, links: dict[str, LinkConstants],
                   prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """Link constants of the relative's measured interconnects that ``gpu`` also uses."""
     prefix = f"links/{relative}:"
-    kinds = {gpu.intra_node.kind, gpu.inter_node.kind}
+    kinds = set(gpu.link_kinds)
     name = gpu.name
     for key, source in list(prov.items()):
         kind = key[len(prefix):]

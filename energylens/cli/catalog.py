@@ -173,7 +173,7 @@ def footprint(model: ModelConfig) -> dict[str, Any]:
         return memory_use(graph=graph, gpu=load_gpu("H100-SXM"),
                           runtime=get_runtime(DEFAULT_RUNTIME),
                           degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1, weight_dtype=weight_dtype,
-                          kv_dtype="bf16", sequences=1, context_tokens=1, step_tokens=1)
+                          kv_dtype="bf16", sequences=1, context_tokens=1)
 
     one = use(model.weight_dtype)
     shown = dict.fromkeys((*SHOWN_DTYPES, model.weight_dtype))  # the checkpoint's too

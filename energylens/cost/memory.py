@@ -140,13 +140,18 @@ def _layer_bytes(group: LayerGroup, degrees: tuple[tuple[str, int], ...], weight
 
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
                pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
-               context_tokens: float,
-               step_tokens: Size, draft_layers: int = 0) -> MemoryUse:
+               context_tokens: float, token_budget: float | None = None,
+               draft_layers: int = 0) -> MemoryUse:
     """Memory of one GPU of a replica holding ``sequences`` sequences of up to
-    ``context_tokens``, with ``step_tokens`` tokens in one forward pass (capped at the
-    runtime's prefill chunk). Under data-parallel attention (``degrees["adp"]``) each
-    attention rank holds its share of the sequences and tokens, and its own copy of the
-    attention and dense weights (the degrees already split only the experts over them).
+    ``context_tokens``. The activations are those of one forward pass of ``token_budget``
+    tokens per attention rank (None: :func:`startup_tokens` of the runtime's server), the
+    workspace an engine sizes at start-up for its token budget whatever batch then runs
+    (vLLM profiles a ``max_num_batched_tokens`` pass before it sizes the KV pool,
+    TensorRT-LLM builds for ``max_num_tokens``, SGLang and llama.cpp for their chunk and
+    ubatch): the KV space is the same for every batch, so asking for more sequences never
+    runs fewer. Under data-parallel attention (``degrees["adp"]``) each attention rank
+    holds its share of the sequences, and its own copy of the attention and dense weights
+    (the degrees already split only the experts over them).
 
     The runtime's memory share is its default on the GPU and layout
     (``RuntimeProfile.memory_share_on``: ``memory_utilization``, or SGLang's formula), except where that
@@ -180,8 +185,9 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     weights += vocab_shard * head_bytes * (1 if model.tie_word_embeddings else 2)
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
-    chunk = runtime.prefill_chunk_on(gpu=gpu)
-    activations = np.minimum(step_tokens / ranks, chunk) * per_token
+    if token_budget is None:
+        token_budget = startup_tokens(runtime=runtime, gpu=gpu, attention_ranks=ranks)
+    activations = token_budget * per_token
     capacity = gpu.hbm_capacity_bytes
     outside = activations + runtime.reserve_bytes
     default = runtime.memory_share_on(gpu=gpu, tp=degrees["tp"], pp=pp, attention_dp=ranks,
@@ -197,14 +203,31 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         # leaves outside it
         usable = np.where(weights > share, capacity, share + np.minimum(outside, capacity - share))
     else:  # everything within the share; likewise raised (--gpu-memory-utilization) where
-        # the weights and the activations of the engine's start-up profiling pass (a full
-        # prefill chunk) and its reserve exceed it
-        startup = weights + chunk * per_token + runtime.reserve_bytes
-        usable = np.where(startup > share, capacity, share)
+        # the weights and the activations of the engine's start-up profiling pass and its
+        # reserve exceed it
+        usable = np.where(weights + outside > share, capacity, share)
     usable = float(usable) if np.ndim(usable) == 0 else np.asarray(usable, dtype=float)
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
                      capacity_bytes=capacity, usable_bytes=usable, default_share=default)
+
+
+def startup_tokens(*, runtime: RuntimeProfile, gpu: GPU, attention_ranks: int,
+                   budget: int | None = None, offline: bool = False) -> int:
+    """Tokens of one attention rank's forward pass that the engine sizes its activations
+    for: ``budget`` (a deployment's token budget), else its server's default on ``gpu``
+    (``offline``: its offline API's prefill chunk, vLLM's ``LLM`` class), divided among the
+    ranks where the runtime splits it (SGLang's chunked-prefill size under data-parallel
+    attention)."""
+    if budget is not None:
+        tokens = budget
+    elif offline:
+        tokens = runtime.prefill_chunk_on(gpu=gpu)
+    else:
+        tokens = runtime.server_limits_on(gpu=gpu)[0]
+    if attention_ranks > 1 and runtime.attention_dp_limits == "split":
+        return max(1, tokens // attention_ranks)
+    return tokens
 
 
 def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:

@@ -48,13 +48,25 @@ class Provenance:
     kind: ProvenanceKind
 
 
+#: How a node's GPUs are wired (``intra_node.topology``): ``switch``, every group of the
+#: node gets the link's bandwidth (NVSwitch, a PCIe switch); ``mesh``, the bandwidth is the
+#: sum of equal point-to-point links to every other GPU of the node, so a group of g uses
+#: g - 1 of them (AMD xGMI, Gaudi's RoCE ports); ``pairs``, a bridge joins GPUs two by two
+#: and a larger group runs over ``beyond_pair_bandwidth_bytes_per_s`` (``beyond_pair_kind``).
+TOPOLOGIES = ("switch", "mesh", "pairs")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """A scale-up or scale-out interconnect, bandwidth per direction per GPU."""
+    """A scale-up or scale-out interconnect, bandwidth per direction per GPU (under a
+    ``mesh`` topology, summed over the links to every other GPU of the node)."""
 
     kind: str  # "nvswitch", "nvlink-pairwise", "pcie", "xgmi", "infiniband", ...
     bandwidth_bytes_per_s: float
     latency_s: float
+    topology: str = "switch"  # a TOPOLOGIES name
+    beyond_pair_kind: str | None = None  # ``pairs``: the link of a group larger than two
+    beyond_pair_bandwidth_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
@@ -85,6 +97,13 @@ class GPU:
     engines_from: str | None = None  # same die or software stack: its engine fits come first
     engines_reason: str | None = None  # why (set exactly when engines_from is)
     provenance: dict[str, Provenance] = field(default_factory=dict)
+
+    @property
+    def link_kinds(self) -> tuple[str, ...]:
+        """Every interconnect kind a deployment on this GPU may use: the scale-up link,
+        the one beyond a bridged pair, the scale-out network."""
+        kinds = (self.intra_node.kind, self.intra_node.beyond_pair_kind, self.inter_node.kind)
+        return tuple(dict.fromkeys(k for k in kinds if k is not None))
 
     def peak_flops_per_s(self, dtype: str) -> float:
         """Dense peak for ``dtype``; fp8 and fp4 fall back to bf16 on GPUs without fp8 or
@@ -124,7 +143,8 @@ _OPTIONAL_SPECS = ("compute_capability",)
 _SPEC_KEYS = frozenset(("dense_flops_per_s", *_FLOAT_SPECS, *_INT_SPECS, *_OPTIONAL_SPECS))
 _TOP_KEYS = frozenset(("name", "vendor", "aliases", "specs", "intra_node", "inter_node",
                        "price_per_hour", "borrows"))
-_LINK_KEYS = frozenset(("kind", "bandwidth_bytes_per_s", "latency_s"))
+_LINK_KEYS = frozenset(("kind", "bandwidth_bytes_per_s", "latency_s", "topology",
+                        "beyond_pair_kind", "beyond_pair_bandwidth_bytes_per_s"))
 _BORROW_KEYS = frozenset(("from", "reason", "engines_from", "engines_reason"))
 _VENDOR_PREFIXES = ("nvidia", "amdinstinct", "amd")
 _GENERIC_SUFFIX = "gpu"
@@ -204,12 +224,26 @@ class _Spec:
         if key not in root:
             self.fail(key, "missing")
         node = self.mapping(root[key], key=key, allowed=_LINK_KEYS)
+        topology = node.get("topology", "switch")
+        if topology not in TOPOLOGIES:
+            self.fail(f"{key}.topology", f"expected one of {', '.join(TOPOLOGIES)}, "
+                                         f"got {topology!r}")
+        pairs = topology == "pairs"
+        for name in ("beyond_pair_kind", "beyond_pair_bandwidth_bytes_per_s"):
+            if pairs != (name in node):
+                self.fail(f"{key}.{name}", "required with topology pairs, and only with it")
         return Link(
             kind=self.text(node, key="kind", path=f"{key}.kind"),
             bandwidth_bytes_per_s=self.number(
                 node, key="bandwidth_bytes_per_s", path=f"{key}.bandwidth_bytes_per_s", prov=prov
             ),
             latency_s=self.number(node, key="latency_s", path=f"{key}.latency_s", prov=prov),
+            topology=topology,
+            beyond_pair_kind=(self.text(node, key="beyond_pair_kind",
+                                        path=f"{key}.beyond_pair_kind") if pairs else None),
+            beyond_pair_bandwidth_bytes_per_s=(self.number(
+                node, key="beyond_pair_bandwidth_bytes_per_s",
+                path=f"{key}.beyond_pair_bandwidth_bytes_per_s", prov=prov) if pairs else None),
         )
 
     def dense_rates(

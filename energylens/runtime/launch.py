@@ -120,7 +120,7 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
                     weight_dtype: str, runtime: RuntimeProfile) -> tuple[float, float]:
     """The memory share ``runtime`` starts with on ``gpu`` (``cost.memory.engine_share``),
     its default or the raised one where that cannot hold the weights, and the default."""
-    from energylens.cost.memory import engine_share, memory_use
+    from energylens.cost.memory import engine_share, memory_use, startup_tokens
     from energylens.model.families import build_graph
 
     kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model, gpu=gpu,
@@ -129,7 +129,9 @@ def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
                      degrees=deployment.degrees(model), pp=deployment.pp,
                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, sequences=1.0,
                      context_tokens=1.0,
-                     step_tokens=float(runtime.prefill_chunk_on(gpu=gpu)),
+                     token_budget=startup_tokens(runtime=runtime, gpu=gpu,
+                                                 attention_ranks=deployment.attention_dp,
+                                                 budget=deployment.prefill_chunk_tokens),
                      draft_layers=(0 if deployment.speculation is None
                                    else deployment.speculation.draft_layers))
     return engine_share(runtime=runtime, use=use), use.default_share

@@ -165,6 +165,11 @@ class Fact:
     kind: str
 
 
+#: Running requests one server scheduler holds at most where its profile gives no cap
+#: (vLLM's default on large GPUs; assumed for the others).
+SERVER_MAX_SEQUENCES = 1024
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (one per runtime)
 class RuntimeProfile:
     """The facts of one serving runtime; subclasses override the behaviour hooks."""
@@ -301,11 +306,17 @@ class RuntimeProfile:
         return self.memory_utilization
 
     def prefill_chunk_on(self, *, gpu: GPU) -> int:
-        """Prefill tokens per forward pass of the server on ``gpu`` (its chunked-prefill
+        """Prefill tokens per forward pass of the engine on ``gpu`` (its chunked-prefill
         token budget; activation sizing): ``prefill_chunk_tokens`` unless the engine sets it
         from the GPU."""
         del gpu
         return self.prefill_chunk_tokens
+
+    def server_limits_on(self, *, gpu: GPU) -> tuple[int, int]:
+        """(token budget, max running requests) of the engine's server on ``gpu`` by
+        default: its prefill chunk and :data:`SERVER_MAX_SEQUENCES` (assumed: the server's
+        own cap is not in the profile yet) unless the engine's server has its own."""
+        return self.prefill_chunk_on(gpu=gpu), SERVER_MAX_SEQUENCES
 
     def follows_checkpoint_kv(self, *, version: str | None = None) -> bool:
         """Whether ``kv_dtype`` auto stores the KV precision the checkpoint declares, in

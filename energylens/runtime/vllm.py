@@ -17,7 +17,25 @@ from energylens.runtime.registry import register
 
 if TYPE_CHECKING:
     from energylens.deployment import Deployment
+    from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
+
+
+#: ``vllm serve`` scheduler defaults (V1 engine, OpenAI server): on GPUs with >= 70 GiB
+#: other than the A100, ``--max-num-batched-tokens`` 8,192 and ``--max-num-seqs`` 1,024;
+#: otherwise 2,048 and 256; the offline ``LLM`` class's token budget is 16,384 on those
+#: GPUs (the profile's ``prefill_chunk_tokens``), else 8,192. Source: vLLM's ``EngineArgs``
+#: batch defaults by usage context (vllm/engine/arg_utils.py), read in the 0.11.0, 0.14.0
+#: and 0.19.0 sdists on PyPI (the same values in all three): kind datasheet (engine code).
+SERVE_LARGE = (8192, 1024)
+SERVE_SMALL = (2048, 256)
+OFFLINE_SMALL_TOKENS = 8192
+LARGE_GPU_BYTES = 70 * 2**30
+
+
+def _large(gpu: GPU) -> bool:
+    """Whether vLLM takes ``gpu`` for a large one (>= 70 GiB, not an A100)."""
+    return gpu.hbm_capacity_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -28,6 +46,15 @@ class VLLM(RuntimeProfile):
     #: forward pass (``GPUModelRunner`` DP padding, ``num_tokens_across_dp``, 0.11), and a
     #: rank without requests runs a dummy batch: datasheet (the engine's code).
     pads_attention_ranks = True
+
+    def server_limits_on(self, *, gpu: GPU) -> tuple[int, int]:
+        """``vllm serve``'s defaults on ``gpu`` (:data:`SERVE_LARGE`, :data:`SERVE_SMALL`)."""
+        return SERVE_LARGE if _large(gpu) else SERVE_SMALL
+
+    def prefill_chunk_on(self, *, gpu: GPU) -> int:
+        """The offline ``LLM`` class's token budget on ``gpu``: ``prefill_chunk_tokens`` on
+        a large GPU, :data:`OFFLINE_SMALL_TOKENS` on another."""
+        return self.prefill_chunk_tokens if _large(gpu) else OFFLINE_SMALL_TOKENS
 
     def check(self, *, deployment: Deployment, model: ModelConfig,
               gpu_vendor: str | None = None) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.memory import MemoryUse, memory_use, startup_tokens
 from energylens.cost.work import Size
 from energylens.workloads.registry import MemoryDemand, Placement
 from energylens.workloads.result import Prediction, value
@@ -28,7 +28,9 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
     reserve holds (``whole``: a whole number of them), with the memory they use. Where
     not even one sequence fits, the memory of one sequence comes back (its shortfall is
     why the deployment is infeasible). ``demand(n)`` is what ``n`` sequences need; per
-    configuration when the placement holds arrays."""
+    configuration when the placement holds arrays. The activations are the engine's
+    start-up workspace (:func:`memory_use`), the same for any batch, so the KV space is
+    too and asking for more sequences never runs fewer."""
     batch = placement.sequences
     per_sequence = (memory.kv_cache_bytes + memory.state_bytes) / demand(batch).sequences
     free = (memory.usable_bytes - memory.weights_bytes - memory.activation_bytes
@@ -42,13 +44,15 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
     ctx = placement.ctx
     capped_batch: Size = batch
     capped = memory
-    # the step holds fewer tokens too: shrink until the whole working set fits
+    budget = startup_tokens(runtime=ctx.runtime, gpu=ctx.gpu, attention_ranks=ctx.attention_ranks,
+                            budget=placement.prefill_chunk_tokens, offline=demand(batch).offline)
+    # rounding can leave the KV space a hair short of ``held``: one fewer until it fits
     while not done.all():
         need = demand(value(held))
         trial = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                            degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                            kv_dtype=ctx.kv_dtype, sequences=need.sequences,
-                           context_tokens=need.context_tokens, step_tokens=need.step_tokens,
+                           context_tokens=need.context_tokens, token_budget=budget,
                            draft_layers=ctx.draft_layers)
         fits = np.asarray(trial.fits)
         take = ~done & (fits | (held <= 1.0))  # one sequence that does not fit: its memory

@@ -39,12 +39,13 @@ class Placement:
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryDemand:
-    """What the memory check must hold per replica: sequences, their longest context, and
-    the tokens of one forward pass."""
+    """What the memory check must hold per replica: sequences and their longest context
+    (the activations are the engine's start-up workspace, the same for any batch: its
+    server's token budget, or its offline API's where ``offline``)."""
 
     sequences: Size
     context_tokens: float
-    step_tokens: Size
+    offline: bool = False
 
 
 class WorkloadKind(Protocol):

@@ -58,10 +58,10 @@ class StaticBatch:
     name: str = "batch"
 
     def memory_demand(self, *, workload: Workload, sequences: Size) -> MemoryDemand:
-        """Every sequence at its final context; the whole batch's prompts in one pass."""
+        """Every sequence at its final context, run by the engine's offline API."""
         return MemoryDemand(sequences=value(np.ceil(sequences)),
                             context_tokens=workload.input_tokens + workload.output_tokens,
-                            step_tokens=value(np.ceil(sequences) * workload.input_tokens))
+                            offline=True)
 
     def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
         """Replicas with a sequence (:func:`sequence_replicas`)."""

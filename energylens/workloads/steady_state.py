@@ -86,11 +86,9 @@ class SteadyState:
     name: str = "serving"
 
     def memory_demand(self, *, workload: Workload, sequences: Size) -> MemoryDemand:
-        """Running sequences spread over their lifetimes (mean context in + out / 2); a
-        step holds the decodes plus the prompts admitted in it."""
+        """Running sequences spread over their lifetimes (mean context in + out / 2)."""
         s_in, s_out = workload.input_tokens, workload.output_tokens
-        return MemoryDemand(sequences=value(np.ceil(sequences)), context_tokens=s_in + s_out / 2,
-                            step_tokens=sequences + sequences / s_out * s_in)
+        return MemoryDemand(sequences=value(np.ceil(sequences)), context_tokens=s_in + s_out / 2)
 
     def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
         """Replicas with a sequence (:func:`sequence_replicas`)."""

@@ -23,7 +23,7 @@ from energylens.errors import EnergyLensError
 from energylens.hardware import load_gpu
 from energylens.measurements.user_csv import UnsupportedRow, load_user_csv, row_case
 from energylens.predict import step_context
-from energylens.workloads.load.kind import kv_pool_tokens, serve_defaults
+from energylens.workloads.load.kind import kv_pool_tokens
 
 #: Resident tokens beyond the 16-bit pool that a run must show before its campaign is
 #: read as FP8: the memory accounting's own uncertainty (reserve, activations, share: a
@@ -49,7 +49,7 @@ def resident_share(row: Any) -> float | None:
     try:
         ctx = step_context(model=case.model, gpu=load_gpu(case.gpu),
                            deployment=case.deployment, calibration=default_calibration())
-        pool = kv_pool_tokens(ctx, budget=serve_defaults(ctx)[0])
+        pool = kv_pool_tokens(ctx, budget=ctx.runtime.server_limits_on(gpu=ctx.gpu)[0])
     except EnergyLensError:
         return None
     prompt, output = float(v["input_tokens"]), float(v["output_tokens"])

@@ -84,7 +84,7 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                               prefill_chunk_tokens=d.prefill_chunk_tokens)
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                        sequences=1.0, context_tokens=float(longest), step_tokens=float(budget),
+                        sequences=1.0, context_tokens=float(longest), token_budget=budget,
                         draft_layers=ctx.draft_layers)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(kv_pool_tokens(ctx, budget=budget),
@@ -105,12 +105,12 @@ def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
     per_gpu = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                          degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                          kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=1.0,
-                         step_tokens=1.0, draft_layers=ctx.draft_layers).kv_cache_bytes
+                         draft_layers=ctx.draft_layers).kv_cache_bytes
     ranks = ctx.replica_gpus
     together = ctx.replica_gpus + decode.ctx.replica_gpus
     same_node = ctx.gpu.name == decode.ctx.gpu.name and together <= ctx.gpu.gpus_per_node
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=together if same_node else
-                                     ctx.gpu.gpus_per_node + 1)
+                                     ctx.gpu.gpus_per_node + 1, point_to_point=True)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     cost = collective_cost(kind="send_recv", message_bytes=per_gpu * tokens.astype(float),
                            group_size=2, bandwidth=bandwidth, constants=link)

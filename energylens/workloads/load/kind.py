@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from energylens.cost.memory import MemoryUse, memory_use
+from energylens.cost.memory import MemoryUse, memory_use, startup_tokens
 from energylens.cost.step import StepContext
 from energylens.cost.work import Size
 from energylens.errors import ConfigError
 from energylens.model.config import ModelConfig
 from energylens.model.context import context_shortfall
+from energylens.runtime.profile import SERVER_MAX_SEQUENCES
 from energylens.workloads.load.arrivals import (
     Requests,
     closed_loop_clients,
@@ -52,18 +53,6 @@ from energylens.workloads.registry import MemoryDemand, Placement, register
 from energylens.workloads.result import PhaseResult, Prediction
 from energylens.workloads.workload import Workload
 
-#: ``vllm serve`` scheduler defaults (V1 engine, OpenAI server): on GPUs with >= 70 GiB
-#: other than the A100, ``--max-num-batched-tokens`` 8,192 and ``--max-num-seqs`` 1,024;
-#: otherwise 2,048 and 256. Source: vLLM's ``EngineArgs`` batch defaults
-#: (vllm/engine/arg_utils.py), read in the 0.11.0, 0.14.0 and 0.19.0 sdists on PyPI (the
-#: same values in all three): kind datasheet (engine code). The profile's
-#: ``prefill_chunk_tokens`` (16,384, the offline ``LLM`` class's budget) sizes activation
-#: memory; a server under load runs with these.
-SERVE_LARGE = (8192, 1024)
-SERVE_SMALL = (2048, 256)
-LARGE_GPU_BYTES = 70 * 2**30
-MAX_SEQUENCES_LARGE = SERVE_LARGE[1]
-
 
 @dataclass(frozen=True, kw_only=True)
 class LoadPrediction(Prediction):
@@ -80,16 +69,6 @@ class LoadPrediction(Prediction):
         return {**out, **load}
 
 
-def serve_defaults(ctx: StepContext) -> tuple[int, int]:
-    """(token budget, max running requests) of the runtime's server on this GPU: vLLM's
-    ``vllm serve`` defaults; for another runtime its prefill chunk on the GPU and
-    :data:`MAX_SEQUENCES_LARGE` (assumed: its own cap is not in its profile yet)."""
-    if ctx.runtime.name != "vllm":
-        return ctx.runtime.prefill_chunk_on(gpu=ctx.gpu), MAX_SEQUENCES_LARGE
-    large = ctx.gpu.hbm_capacity_bytes >= LARGE_GPU_BYTES and "a100" not in ctx.gpu.name.lower()
-    return SERVE_LARGE if large else SERVE_SMALL
-
-
 def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None,
                 prefill_chunk_tokens: int | None = None) -> tuple[int, int]:
     """(token budget, max running requests) of one attention rank's scheduler: the
@@ -98,19 +77,17 @@ def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None,
     deployment's, per rank: SGLang divides a given --max-running-requests among its ranks,
     its default, half the KV pool's tokens, is each rank's own). ``prefill_chunk_tokens``: the
     deployment's token budget in place of the server's."""
-    budget, cap = serve_defaults(ctx)
-    budget = budget if prefill_chunk_tokens is None else prefill_chunk_tokens
-    ranks = ctx.attention_ranks
-    if ranks > 1 and ctx.runtime.attention_dp_limits == "split":
-        budget = max(1, budget // ranks)
+    budget, cap = ctx.runtime.server_limits_on(gpu=ctx.gpu)
+    budget = startup_tokens(runtime=ctx.runtime, gpu=ctx.gpu, attention_ranks=ctx.attention_ranks,
+                            budget=budget if prefill_chunk_tokens is None else prefill_chunk_tokens)
     return budget, cap if max_num_seqs is None else max_num_seqs
 
 
 def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
     """Tokens the KV cache of one replica holds: the runtime's usable memory less weights,
-    activations of a step of ``budget`` tokens and its reserve, over the cache bytes per
-    token."""
-    fixed = _memory(ctx, sequences=0.0, context_tokens=1.0, step_tokens=budget)
+    the activations of a pass of ``budget`` tokens per attention rank and its reserve, over
+    the cache bytes per token."""
+    fixed = _memory(ctx, sequences=0.0, context_tokens=1.0, token_budget=budget)
     per_token = kv_bytes_per_token(ctx)
     if per_token <= 0:  # no attention cache (a recurrent model): sequences cap the batch
         return 2**40
@@ -118,17 +95,17 @@ def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
 
 
 def _memory(ctx: StepContext, *, sequences: float, context_tokens: float,
-            step_tokens: float) -> MemoryUse:
+            token_budget: float | None = None) -> MemoryUse:
     return memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                       degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                       kv_dtype=ctx.kv_dtype, sequences=sequences,
-                      context_tokens=context_tokens, step_tokens=step_tokens,
+                      context_tokens=context_tokens, token_budget=token_budget,
                       draft_layers=ctx.draft_layers)
 
 
 def kv_bytes_per_token(ctx: StepContext) -> float:
     """KV-cache bytes one cached token takes on a GPU of the most loaded stage."""
-    return float(_memory(ctx, sequences=1.0, context_tokens=1.0, step_tokens=1.0).kv_cache_bytes)
+    return float(_memory(ctx, sequences=1.0, context_tokens=1.0).kv_cache_bytes)
 
 
 def _clients_per_replica(workload: Workload, sequences: float) -> float:
@@ -136,11 +113,12 @@ def _clients_per_replica(workload: Workload, sequences: float) -> float:
     return closed_loop_clients(workload) * sequences / workload.batch
 
 
-def minimal_memory(*, ctx: StepContext, workload: Workload) -> MemoryUse:
-    """Memory of the minimal working set: one request of the longest length (infeasible
-    only when this does not fit)."""
-    mean_in, _, longest = request_lengths(workload)
-    return _memory(ctx, sequences=1.0, context_tokens=longest, step_tokens=mean_in)
+def minimal_memory(*, ctx: StepContext, workload: Workload, token_budget: int) -> MemoryUse:
+    """Memory of the minimal working set: one request of the longest length beside the
+    activations of the scheduler's ``token_budget`` (infeasible only when this does not
+    fit)."""
+    _, _, longest = request_lengths(workload)
+    return _memory(ctx, sequences=1.0, context_tokens=longest, token_budget=token_budget)
 
 
 def schedulers(*, ctx: StepContext, workload: Workload, replicas: int) -> tuple[int, int]:
@@ -194,7 +172,7 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs,
                               prefill_chunk_tokens=placement.prefill_chunk_tokens)
     every = ctx.attention_ranks
-    pool = kv_pool_tokens(ctx, budget=budget * every) // (ctx.pp * every)
+    pool = kv_pool_tokens(ctx, budget=budget) // (ctx.pp * every)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
@@ -306,10 +284,9 @@ class Load:
         mean_in, mean_out, longest = request_lengths(workload)
         clients = _clients_per_replica(workload, sequences)
         if clients > 0:
-            held = float(min(math.ceil(clients), MAX_SEQUENCES_LARGE))
-            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out / 2,
-                                step_tokens=held * mean_in)
-        return MemoryDemand(sequences=1.0, context_tokens=longest, step_tokens=mean_in)
+            held = float(min(math.ceil(clients), SERVER_MAX_SEQUENCES))
+            return MemoryDemand(sequences=held, context_tokens=mean_in + mean_out / 2)
+        return MemoryDemand(sequences=1.0, context_tokens=longest)
 
     def busy_replicas(self, *, workload: Workload, batch: Size, replicas: Size) -> Size:
         """Every replica in an open loop (the balancer spreads the arrivals); in a closed
@@ -332,7 +309,9 @@ class Load:
         metrics = result.summary(ctx=placement.ctx, slos=slos)
         if not memory.fits or placement.max_num_seqs is not None:
             # engines queue what the KV pool or the running cap does not hold
-            memory = minimal_memory(ctx=placement.ctx, workload=workload)
+            budget, _ = rank_limits(placement.ctx,
+                                    prefill_chunk_tokens=placement.prefill_chunk_tokens)
+            memory = minimal_memory(ctx=placement.ctx, workload=workload, token_budget=budget)
             if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
                 peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
                 memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
