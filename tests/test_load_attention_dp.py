@@ -54,10 +54,11 @@ def test_a_rank_table_prices_every_rank_running_the_batch() -> None:
 
 def test_limits_are_per_rank_or_split_as_the_runtime_says() -> None:
     """TensorRT-LLM: every rank its own max_num_tokens (8,192) and cap; SGLang: the
-    server's chunked-prefill size divided among the ranks, the default cap each rank's own;
-    a deployment's max_num_seqs is per rank for both."""
+    server's chunked-prefill size divided among the ranks, the default cap each rank's own
+    (at most its largest request pool, 4,096, where the KV pool is not given); a
+    deployment's max_num_seqs is per rank for both."""
     assert rank_limits(_ctx(_adp())) == (8192, 1024)
-    assert rank_limits(_ctx(_adp("sglang"))) == (8192 // RANKS, 1024)
+    assert rank_limits(_ctx(_adp("sglang"))) == (8192 // RANKS, 4096)
     assert rank_limits(_ctx(_adp("sglang")), max_num_seqs=7) == (8192 // RANKS, 7)
 
 

@@ -121,6 +121,11 @@ def test_fact_values_are_in_range(name: str) -> None:
     assert isinstance(p.kv_block_tokens, int) and p.kv_block_tokens >= 1
     assert p.weight_dtypes and p.weight_dtypes <= frozenset(WEIGHT_DTYPES)
     assert p.kv_dtypes and p.kv_dtypes <= frozenset(KV_DTYPES)
+    # a precision gate names precisions the engine runs, at a CUDA compute capability
+    assert set(p.weight_min_compute_capability) <= p.weight_dtypes
+    assert set(p.kv_min_compute_capability) <= p.kv_dtypes
+    for cc in (*p.weight_min_compute_capability.values(), *p.kv_min_compute_capability.values()):
+        assert math.isfinite(cc) and 1.0 <= cc < 20.0
     assert p.parallelism <= frozenset(PARALLEL_DIMS)
     assert p.gpu_vendors and p.gpu_vendors <= {gpu.vendor for gpu in list_gpus()}
     if "ep" in p.parallelism:  # an engine with EP states which layout it uses

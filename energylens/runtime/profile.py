@@ -87,6 +87,16 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _capabilities(value: Any) -> dict[str, float]:
+    """A precision -> lowest CUDA compute capability mapping (empty: no gate)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise EnergyLensError(f"a compute-capability gate must map precisions to numbers, "
+                              f"got {value!r}")
+    return {str(dtype): float(cc) for dtype, cc in value.items()}
+
+
 def release_key(version: str) -> tuple[int, ...]:
     """``1.3.0rc20`` -> (1, 3, 0): the numeric release, for ordering (pre-release tags
     count as their release). A build named otherwise (``nightly-dev-20260216-d3bae71e``,
@@ -130,6 +140,8 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
+    "weight_min_compute_capability": _capabilities,
+    "kv_min_compute_capability": _capabilities,
     "auto_kv_dtype": _one_of("auto_kv_dtype", AUTO_KV_DTYPES),
     "checkpoint_kv_since": _release,
     "sparse_attention_fp8_kv_from": _optional_float,
@@ -189,6 +201,9 @@ class RuntimeProfile:
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores
+    weight_min_compute_capability: dict[str, float]  # the lowest CUDA compute capability
+    # on which it runs weights of a precision (a precision not named: every NVIDIA GPU)
+    kv_min_compute_capability: dict[str, float]  # the same for a KV-cache precision
     auto_kv_dtype: str  # what kv_dtype auto stores (AUTO_KV_DTYPES)
     checkpoint_kv_since: str | None  # the release from which auto follows the checkpoint
     sparse_attention_fp8_kv_from: float | None  # the compute capability from which auto
@@ -264,6 +279,39 @@ class RuntimeProfile:
                     f"({dim} = {degrees[dim]}; it supports "
                     f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
 
+    def check_on(self, *, deployment: Deployment, model: ModelConfig, gpu: GPU | None) -> None:
+        """:meth:`check` for ``gpu`` (its vendor), then :meth:`check_precision_on` (None:
+        an unknown GPU, :meth:`check` alone). Raises :class:`ConfigError` with the reason."""
+        self.check(deployment=deployment, model=model,
+                   gpu_vendor=None if gpu is None else gpu.vendor)
+        if gpu is not None:
+            self.check_precision_on(deployment=deployment, model=model, gpu=gpu)
+
+    def check_precision_on(self, *, deployment: Deployment, model: ModelConfig,
+                           gpu: GPU) -> None:
+        """Raise :class:`ConfigError` if ``gpu``'s CUDA compute capability is below what
+        this engine needs for the deployment's weight precision
+        (``weight_min_compute_capability``) or the KV precision it stores
+        (``kv_min_compute_capability``; ``kv_dtype`` auto: :meth:`auto_kv` on ``gpu``). A
+        GPU without a compute capability (not NVIDIA) passes."""
+        cc = gpu.compute_capability
+        if cc is None:
+            return
+        weight = deployment.weight_dtype or model.weight_dtype
+        need = self.weight_min_compute_capability.get(weight)
+        if need is not None and cc < need:
+            raise ConfigError(f"{self.display_name} {self.version} runs no {weight} weights on "
+                              f"{gpu.name} (compute capability {cc:.1f}; it needs {need:.1f} or "
+                              "more)")
+        kv = deployment.kv_dtype or self.auto_kv(model=model, gpu=gpu,
+                                                 version=deployment.runtime_version)
+        need = self.kv_min_compute_capability.get(kv)
+        if need is not None and cc < need:
+            auto = "" if deployment.kv_dtype else ", kv_dtype auto: the checkpoint's"
+            raise ConfigError(f"{self.display_name} {self.version} stores no {kv} KV cache on "
+                              f"{gpu.name} (compute capability {cc:.1f}; it needs {need:.1f} or "
+                              f"more{auto})")
+
     def sharded_model(self, *, model: ModelConfig, attention_tp: int, ep: int) -> ModelConfig:
         """``model`` as its slowest rank holds it. An engine that splits attention unevenly
         in whole KV groups (``uneven_head_sharding``) gives the first ``num_kv_heads % tp``
@@ -315,8 +363,22 @@ class RuntimeProfile:
     def server_limits_on(self, *, gpu: GPU) -> tuple[int, int]:
         """(token budget, max running requests) of the engine's server on ``gpu`` by
         default: its prefill chunk and :data:`SERVER_MAX_SEQUENCES` (assumed: the server's
-        own cap is not in the profile yet) unless the engine's server has its own."""
+        own cap is not in the profile yet) unless the engine's server has its own. An engine
+        whose default cap follows its KV pool gives the most it can be here and the cap
+        itself in :meth:`running_cap_on`."""
         return self.prefill_chunk_on(gpu=gpu), SERVER_MAX_SEQUENCES
+
+    def running_cap_on(self, *, gpu: GPU, kv_tokens: int, context_tokens: int,
+                       attention_dp: int = 1, pp: int = 1, speculative: bool = False) -> int:
+        """Running requests one attention rank's scheduler admits by default (in one
+        pipeline micro-batch, where the engine divides its cap among ``pp`` micro-batches),
+        on ``gpu``, its KV pool holding ``kv_tokens`` tokens per attention rank (all its
+        micro-batches' together), the server started for sequences of up to
+        ``context_tokens`` (its context-length flag), with ``attention_dp`` data-parallel
+        attention ranks and a draft head where ``speculative``: the cap of
+        :meth:`server_limits_on` unless the engine derives its own (SGLang)."""
+        del kv_tokens, context_tokens, attention_dp, pp, speculative
+        return self.server_limits_on(gpu=gpu)[1]
 
     def follows_checkpoint_kv(self, *, version: str | None = None) -> bool:
         """Whether ``kv_dtype`` auto stores the KV precision the checkpoint declares, in
@@ -554,5 +616,11 @@ def load_facts(name: str) -> dict[str, Any]:
                                   f"{', '.join(FACT_KINDS)}, got {entry.get('kind')!r}")
         values[key] = read(entry["value"])
         provenance[key] = Fact(source=entry["source"], kind=entry["kind"])
+    for gate, runs in (("weight_min_compute_capability", "weight_dtypes"),
+                       ("kv_min_compute_capability", "kv_dtypes")):
+        stray = set(values[gate]) - set(values[runs])
+        if stray:
+            raise EnergyLensError(f"runtimes/{name}.yaml: {gate} names {sorted(stray)}, "
+                                  f"which {runs} lacks")
     values["provenance"] = provenance
     return values
