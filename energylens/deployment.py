@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from energylens.cost.moe import Routing
 from energylens.cost.speculative import DEFAULT_ACCEPTANCE, Speculation
 from energylens.errors import ConfigError, SpecError, UnknownGPUError
-from energylens.hardware import load_gpu
+from energylens.hardware import GPU, load_gpu
 from energylens.model.config import ModelConfig
 from energylens.model.spec import split_sizes
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime
@@ -242,8 +242,8 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
             raise ConfigError(
                 f"freq_mhz = {d.freq_mhz:g} is outside {gpu_name}'s range {low:g}-{high:g} MHz"
             )
-    try:  # the runtime refuses a GPU vendor, precision or layout it lacks
-        vendor: str | None = load_gpu(gpu_name).vendor
+    try:  # the runtime refuses a GPU vendor or generation, precision or layout it lacks
+        gpu: GPU | None = load_gpu(gpu_name)
     except UnknownGPUError:
-        vendor = None
-    get_runtime(d.runtime).check(deployment=d, model=model, gpu_vendor=vendor)
+        gpu = None
+    get_runtime(d.runtime).check_on(deployment=d, model=model, gpu=gpu)

@@ -80,15 +80,17 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                      gpu_clock_range=(gpu.min_clock_mhz, gpu.boost_clock_mhz),
                      gpu_sm_count=gpu.sm_count)
     ctx = step_context(model=model, gpu=gpu, deployment=d, calibration=cal)
+    budget, _ = rank_limits(ctx, prefill_chunk_tokens=d.prefill_chunk_tokens)
+    kv_tokens = kv_pool_tokens(ctx, budget=budget)
     budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs,
-                              prefill_chunk_tokens=d.prefill_chunk_tokens)
+                              prefill_chunk_tokens=d.prefill_chunk_tokens,
+                              kv_tokens=kv_tokens, context_tokens=int(longest))
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                         sequences=1.0, context_tokens=float(longest), token_budget=budget,
                         draft_layers=ctx.draft_layers)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
-                             kv_tokens=max(kv_pool_tokens(ctx, budget=budget),
-                                           longest + 2 * BLOCK_TOKENS),
+                             kv_tokens=max(kv_tokens, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
                                       gpus=d.total_gpus, sequences=1.0,

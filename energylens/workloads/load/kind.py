@@ -70,17 +70,27 @@ class LoadPrediction(Prediction):
 
 
 def rank_limits(ctx: StepContext, *, max_num_seqs: int | None = None,
-                prefill_chunk_tokens: int | None = None) -> tuple[int, int]:
+                prefill_chunk_tokens: int | None = None, kv_tokens: int | None = None,
+                context_tokens: int | None = None) -> tuple[int, int]:
     """(token budget, max running requests) of one attention rank's scheduler: the
     server's token budget, divided among the ranks where the runtime splits it (SGLang's
     chunked-prefill size), and the default cap of one scheduler, or ``max_num_seqs`` (the
     deployment's, per rank: SGLang divides a given --max-running-requests among its ranks,
     its default, half the KV pool's tokens, is each rank's own). ``prefill_chunk_tokens``: the
-    deployment's token budget in place of the server's."""
+    deployment's token budget in place of the server's. Given the rank's KV pool
+    (``kv_tokens``) and the server's context length (``context_tokens``), the default cap
+    is the one the runtime derives from them (``RuntimeProfile.running_cap_on``: SGLang's)."""
     budget, cap = ctx.runtime.server_limits_on(gpu=ctx.gpu)
     budget = startup_tokens(runtime=ctx.runtime, gpu=ctx.gpu, attention_ranks=ctx.attention_ranks,
                             budget=budget if prefill_chunk_tokens is None else prefill_chunk_tokens)
-    return budget, cap if max_num_seqs is None else max_num_seqs
+    if max_num_seqs is not None:
+        return budget, max_num_seqs
+    if kv_tokens is not None and context_tokens is not None:
+        cap = ctx.runtime.running_cap_on(gpu=ctx.gpu, kv_tokens=kv_tokens,
+                                         context_tokens=context_tokens,
+                                         attention_dp=ctx.attention_ranks, pp=ctx.pp,
+                                         speculative=ctx.draft_layers > 0)
+    return budget, cap
 
 
 def kv_pool_tokens(ctx: StepContext, *, budget: int) -> int:
@@ -169,10 +179,12 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     count = max(count, at_least)
     requests = replica_requests(workload=workload, replicas=streams, count=count)
     longest = int((requests.input_tokens + requests.output_tokens).max())
+    budget, _ = rank_limits(ctx, prefill_chunk_tokens=placement.prefill_chunk_tokens)
+    rank_pool = kv_pool_tokens(ctx, budget=budget) // ctx.attention_ranks
     budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs,
-                              prefill_chunk_tokens=placement.prefill_chunk_tokens)
-    every = ctx.attention_ranks
-    pool = kv_pool_tokens(ctx, budget=budget) // (ctx.pp * every)
+                              prefill_chunk_tokens=placement.prefill_chunk_tokens,
+                              kv_tokens=rank_pool, context_tokens=longest)
+    pool = rank_pool // ctx.pp  # a virtual engine's share
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
