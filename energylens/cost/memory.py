@@ -230,14 +230,26 @@ def startup_tokens(*, runtime: RuntimeProfile, gpu: GPU, attention_ranks: int,
     return tokens
 
 
-def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:
+def engine_share(*, runtime: RuntimeProfile, use: MemoryUse,
+                 held_bytes: float = 1.5 * 2**30) -> float:
     """The value of the runtime's memory-share flag that ``use`` (one configuration) was
     priced with: its default, or where :func:`memory_use` raised it (the default could not
     hold what the engine loads at start-up), the whole board less what lives outside the
-    share (``static``) or the whole board (``hbm``), rounded down to a thousandth."""
+    share (``static``), or (``hbm``) the largest share the engine starts with: the board
+    less ``held_bytes``, rounded down to a thousandth.
+
+    An ``hbm`` share of 1 never starts: vLLM V1 refuses to start when the memory free at
+    start-up is below the share x the total (``Worker.init_device``, after its NCCL
+    communicators are set up: vllm/v1/worker/gpu_worker.py of the 0.11.0 sdist), and by then
+    the CUDA context, the driver's reservation and the communicators' buffers hold part of
+    the board: ``held_bytes``, 1.5 GiB assumed (about 0.5 GiB each; not measured), so 0.981
+    on an 80 GB H100 (79.6 GiB). :func:`memory_use` still prices the raised share as the
+    whole board."""
     if runtime.memory_share_of == "free" or float(use.usable_bytes) < use.capacity_bytes \
             or use.default_share >= 1.0:
         return use.default_share
-    outside = float(use.activation_bytes) + use.reserve_bytes
-    share = 1.0 - outside / use.capacity_bytes if runtime.memory_share_of == "static" else 1.0
+    if runtime.memory_share_of == "static":
+        share = 1.0 - (float(use.activation_bytes) + use.reserve_bytes) / use.capacity_bytes
+    else:
+        share = 1.0 - held_bytes / use.capacity_bytes
     return math.floor(share * 1000.0) / 1000.0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from energylens.runtime.registry import get_runtime
 
 if TYPE_CHECKING:  # runtime modules import this one while energylens.deployment imports them
+    from energylens.cost.memory import MemoryUse
     from energylens.deployment import Deployment
     from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
@@ -32,6 +33,59 @@ MTP_NOTE = ("drafts from the checkpoint's multi-token-prediction module (DeepSee
             "style); a model without one needs an EAGLE draft head")
 #: Torch dtype names the engines' ``--dtype`` flags take.
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+#: Checkpoints that ship a multi-token-prediction module, by the lower-cased prefix of their
+#: Hugging Face repo id, and the family an engine's MTP drafting knows them by. Source: the
+#: architectures vLLM 0.11.0 drafts from with ``--speculative-config`` method ``mtp``
+#: (``SpeculativeConfig.hf_config_override``, vllm/config/speculative.py of the 0.11.0
+#: sdist: deepseek_v3/v32, Glm4MoeForCausalLM, qwen3_next, MiMoForCausalLM); which
+#: checkpoints carry the module: models.yaml's notes (DeepSeek-V3's 14B MTP module,
+#: GLM-4.5-Air's MTP layer) and the model cards (GLM-4.6, Qwen3-Next, MiMo-7B: recalled). A
+#: distilled checkpoint (``-Distill-``) has none.
+MTP_CHECKPOINTS = {"deepseek-ai/deepseek-v3": "deepseek", "deepseek-ai/deepseek-r1": "deepseek",
+                   "zai-org/glm-4.5": "glm4_moe", "zai-org/glm-4.6": "glm4_moe",
+                   "qwen/qwen3-next": "qwen3_next", "xiaomimimo/mimo": "mimo"}
+#: The variable that restricts a server to some devices of its host, by GPU vendor. Source:
+#: vLLM 0.11.0's platforms (vllm/platforms/rocm.py copies HIP_VISIBLE_DEVICES to
+#: CUDA_VISIBLE_DEVICES; vllm/platforms/xpu.py's device_control_env_var ZE_AFFINITY_MASK)
+#: and Intel Gaudi's docs (HABANA_VISIBLE_MODULES, module ids; recalled); CUDA's otherwise.
+DEVICE_ENV = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES",
+              "intel": "ZE_AFFINITY_MASK", "habana": "HABANA_VISIBLE_MODULES"}
+#: GPUs one host (one operating system) holds where the GPU file's ``gpus_per_node`` is a
+#: scale-up domain of several hosts: a GB200/GB300 NVL72 compute tray holds 4 of the 72
+#: GPUs (energylens/data/gpus/gb200.yaml's header; recalled).
+HOST_GPUS = {"GB200": 4, "GB300": 4}
+#: Prompt-token budget flag of each engine (where the deployment's ``prefill_chunk_tokens``
+#: goes), for the note on a command that does not write it.
+CHUNK_FLAGS = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
+               "trtllm": "--max_num_tokens", "llama.cpp": "--ubatch-size",
+               "lmdeploy": "--max-prefill-token-num"}
+#: What a server spanning several hosts needs beyond its command, for an engine whose
+#: module does not say (``LaunchCommand.multi_node``). SGLang: --nnodes, --node-rank and
+#: --dist-init-addr (python/sglang/srt/server_args.py of the 0.5.3 sdist), not among the
+#: flags its profile documents.
+MULTI_NODE = {
+    "sglang": ("SGLang spans nodes with --nnodes N --node-rank R --dist-init-addr HEAD:PORT "
+               "on every node (the same command, R = 0..N-1); add them: they are not among "
+               "the flags energylens writes"),
+}
+#: The same where neither the module nor :data:`MULTI_NODE` says.
+MULTI_NODE_UNKNOWN = ("this engine's multi-node arguments are not among the flags energylens "
+                      "writes: add them, or choose a layout whose servers fit one node")
+
+
+def mtp_family(model_id: str) -> str | None:
+    """The :data:`MTP_CHECKPOINTS` family of checkpoint ``model_id``, or None where it ships
+    no multi-token-prediction module that energylens knows of."""
+    key = model_id.lower()
+    if "distill" in key:
+        return None
+    return next((family for prefix, family in MTP_CHECKPOINTS.items()
+                 if key.startswith(prefix)), None)
+
+
+def host_gpus(gpu: GPU) -> int:
+    """GPUs of one host of ``gpu`` (:data:`HOST_GPUS`, else its ``gpus_per_node``)."""
+    return HOST_GPUS.get(gpu.name, gpu.gpus_per_node)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +103,17 @@ class LaunchSpec:
     #: start-up (None: the default), and that default on the GPU
     memory_share: float | None = None
     default_memory_share: float | None = None
+    moe: bool = False  # the model has experts (an MoE layer)
+    #: prompt and output tokens of every request where they are all alike (None: they vary)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    max_prompt_len: int | None = None  # the longest prompt (None: max_model_len)
+    #: on the priced GPU (None: no GPU given): GPUs of one host; the running requests one
+    #: scheduler admits by default (the prediction's cap where ``max_num_seqs`` is None);
+    #: tokens one replica's KV pool (all its attention ranks') holds as priced at start-up
+    host_gpus: int | None = None
+    server_running_cap: int | None = None
+    kv_pool_tokens: int | None = None
 
     @property
     def quantize(self) -> bool:
@@ -61,80 +126,156 @@ class LaunchSpec:
 class LaunchCommand:
     """One server's command line; ``replicas`` servers when the engine has no data-parallel
     option of its own; ``files`` (name, text) written before it starts; ``notes`` say what
-    the command needs that it cannot give (a pre-quantised checkpoint)."""
+    the command needs that it cannot give (a pre-quantised checkpoint). ``device_env``
+    restricts a server to its devices; ``host_gpus`` (None: unknown, every server on one
+    host) places the servers on hosts; ``multi_node`` says what a server spanning hosts
+    needs beyond the command."""
 
     argv: tuple[str, ...]
     replicas: int = 1
     gpus_per_server: int = 1
     files: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
+    device_env: str = DEVICE_ENV["nvidia"]
+    host_gpus: int | None = None
+    multi_node: str = ""
 
     def line(self) -> str:
         """The command as one shell line (one server)."""
         return shlex.join(self.argv)
 
     def script(self) -> str:
-        """A bash script that writes the files and starts every server."""
+        """A bash script that writes the files and starts every server: on one host, or,
+        where the servers need several, on the host it runs on (``NODE``, its number)."""
         lines = ["#!/usr/bin/env bash", "# written by energylens", "set -euo pipefail"]
         lines += [f"# {note}" for note in self.notes]
         for name, text in self.files:
             lines += [f"cat > {shlex.quote(name)} <<'EOF'", text.rstrip("\n"), "EOF"]
+        size, host = self.gpus_per_server, self.host_gpus
+        spans = host is not None and size > host  # one server over several hosts
+        if spans:
+            assert host is not None
+            lines.append(f"# each server spans {-(-size // host)} nodes of {host} GPUs "
+                         f"({size} GPUs): {self.multi_node or MULTI_NODE_UNKNOWN}")
         if self.replicas == 1:
+            if spans:
+                lines.append("# run on the server's first node (the others join it as above)")
             lines.append(self.line())
             return "\n".join(lines) + "\n"
-        # replica i on the next gpus_per_server GPUs, listening on PORT + i
+        # replica i listens on PORT + i
         words = [shlex.quote(word) for word in self.argv]
         words = [f"$(({PORT} + i))" if word == str(PORT) and "port" in words[n - 1] else word
                  for n, word in enumerate(words)]
-        lines += [
-            f"# {self.replicas} independent servers of {self.gpus_per_server} GPU(s) each, "
-            f"ports {PORT}..{PORT + self.replicas - 1}",
-            f"for i in $(seq 0 {self.replicas - 1}); do",
-            f"  first=$((i * {self.gpus_per_server}))",
-            f"  CUDA_VISIBLE_DEVICES=$(seq -s, $first $((first + {self.gpus_per_server - 1}))) "
-            + " ".join(words) + " &",
-            "done",
-            "wait",
-        ]
+        command = " ".join(words)
+        servers = f"{self.replicas} independent servers of {size} GPU(s) each" + (
+            f", ports {PORT}..{PORT + self.replicas - 1}" if f"$(({PORT} + i))" in words else "")
+        if host is None or self.replicas * size <= host:  # one host
+            return "\n".join([*lines, f"# {servers}", f"for i in $(seq 0 {self.replicas - 1}); do",
+                              *self._on_devices(command, first=f"$((i * {size}))"),
+                              "done", "wait"]) + "\n"
+        if spans:  # replica i from node i * nodes on
+            nodes = -(-size // host)
+            where, last = f"$((i * {nodes}))", self.replicas * nodes - 1
+            lines.append(f"# {servers}: server i on nodes {nodes} x i..{nodes} x i + "
+                         f"{nodes - 1}, started on the first")
+            start = [f"  {command} &"]
+        else:  # whole servers per node
+            per_node = host // size
+            where, last = f"$((i / {per_node}))", -(-self.replicas // per_node) - 1
+            idle = host - per_node * size
+            lines.append(f"# {servers}: {per_node} per node of {host} GPUs, server i on node "
+                         + (f"i / {per_node}" if per_node > 1 else "i")
+                         + (f" ({idle} GPU(s) of each node idle: {size} does not divide "
+                            f"{host})" if idle else ""))
+            start = self._on_devices(command, first=f"$(((i % {per_node}) * {size}))")
+        lines += [f"# {last + 1} nodes: run this script on each with NODE=0..{last}",
+                  f'NODE="${{NODE:?set NODE to the number of this node, 0..{last}}}"',
+                  f"for i in $(seq 0 {self.replicas - 1}); do",
+                  f'  [ {where} -eq "$NODE" ] || continue', *start, "done", "wait"]
         return "\n".join(lines) + "\n"
+
+    def _on_devices(self, command: str, *, first: str) -> list[str]:
+        """Loop-body lines starting ``command`` on ``gpus_per_server`` devices from
+        ``first`` (a shell expression) on, by :attr:`device_env`."""
+        return [f"  first={first}",
+                f"  {self.device_env}=$(seq -s, $first $((first + {self.gpus_per_server - 1}))) "
+                f"{command} &"]
 
 
 def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workload,
                 gpu: GPU | None = None) -> LaunchSpec:
-    """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime); on
-    ``gpu`` (when given) with the memory share the prediction priced."""
+    """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime, on
+    ``gpu`` where given: its vendor and the precisions it runs there); on ``gpu`` with the
+    memory share the prediction priced."""
     runtime = get_runtime(deployment.runtime)
-    runtime.check(deployment=deployment, model=model)
+    runtime.check_on(deployment=deployment, model=model, gpu=gpu)
     weight_dtype = deployment.weight_dtype or model.weight_dtype
-    share, default = (None, None) if gpu is None else _start_up_share(
-        model=model, deployment=deployment, gpu=gpu, weight_dtype=weight_dtype, runtime=runtime)
-    return LaunchSpec(
+    fixed = _fixed_lengths(workload)
+    spec = LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=weight_dtype,
         max_num_seqs=_running_cap(deployment=deployment, workload=workload),
-        max_model_len=_longest_request(workload),
-        memory_share=None if share == default else share, default_memory_share=default)
+        max_model_len=_longest_request(workload), moe=model.moe is not None,
+        prompt_tokens=None if fixed is None else fixed[0],
+        output_tokens=None if fixed is None else fixed[1],
+        max_prompt_len=_longest_prompt(workload))
+    if gpu is None:
+        return spec
+    use = start_up_memory(model=model, deployment=deployment, gpu=gpu)
+    from energylens.cost.memory import engine_share
+
+    share = engine_share(runtime=runtime, use=use)
+    free = float(use.usable_bytes) - float(use.total_bytes - use.kv_cache_bytes)
+    per_token = float(use.kv_cache_bytes)  # one sequence of one token
+    return replace(spec, memory_share=None if share == use.default_share else share,
+                   default_memory_share=use.default_share, host_gpus=host_gpus(gpu),
+                   server_running_cap=runtime.server_limits_on(gpu=gpu)[1],
+                   kv_pool_tokens=(int(max(free, 0.0) // per_token) if per_token > 0
+                                   else None))
 
 
-def _start_up_share(*, model: ModelConfig, deployment: Deployment, gpu: GPU,
-                    weight_dtype: str, runtime: RuntimeProfile) -> tuple[float, float]:
-    """The memory share ``runtime`` starts with on ``gpu`` (``cost.memory.engine_share``),
-    its default or the raised one where that cannot hold the weights, and the default."""
-    from energylens.cost.memory import engine_share, memory_use, startup_tokens
+def start_up_memory(*, model: ModelConfig, deployment: Deployment, gpu: GPU) -> MemoryUse:
+    """Memory of one GPU of ``deployment`` on ``gpu`` as its engine starts: the weights of
+    the model as the prediction shards it (``RuntimeProfile.sharded_model``: padded heads
+    or expert slots, so every layout ``predict`` accepts builds), the start-up pass's
+    activations and reserve, and one sequence of one token (its cache bytes per token);
+    ``usable_bytes`` and ``default_share`` as ``cost.memory.memory_use`` priced them."""
+    from energylens.cost.memory import memory_use, startup_tokens
     from energylens.model.families import build_graph
 
-    kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=model, gpu=gpu,
+    runtime = get_runtime(deployment.runtime)
+    sharded = runtime.sharded_model(model=model, attention_tp=deployment.attention_tp,
+                                    ep=deployment.ep)
+    kv_dtype = deployment.kv_dtype or runtime.auto_kv(model=sharded, gpu=gpu,
                                                       version=deployment.runtime_version)
-    use = memory_use(graph=build_graph(model), gpu=gpu, runtime=runtime,
-                     degrees=deployment.degrees(model), pp=deployment.pp,
-                     weight_dtype=weight_dtype, kv_dtype=kv_dtype, sequences=1.0,
-                     context_tokens=1.0,
-                     token_budget=startup_tokens(runtime=runtime, gpu=gpu,
-                                                 attention_ranks=deployment.attention_dp,
-                                                 budget=deployment.prefill_chunk_tokens),
-                     draft_layers=(0 if deployment.speculation is None
-                                   else deployment.speculation.draft_layers))
-    return engine_share(runtime=runtime, use=use), use.default_share
+    return memory_use(graph=build_graph(sharded), gpu=gpu, runtime=runtime,
+                      degrees=deployment.degrees(sharded), pp=deployment.pp,
+                      weight_dtype=deployment.weight_dtype or sharded.weight_dtype,
+                      kv_dtype=kv_dtype, sequences=1.0, context_tokens=1.0,
+                      token_budget=startup_tokens(runtime=runtime, gpu=gpu,
+                                                  attention_ranks=deployment.attention_dp,
+                                                  budget=deployment.prefill_chunk_tokens),
+                      draft_layers=(0 if deployment.speculation is None
+                                    else deployment.speculation.draft_layers))
+
+
+def _fixed_lengths(workload: Workload) -> tuple[int, int] | None:
+    """(prompt, output) tokens of every request, where they are all alike: a static kind's,
+    or a load workload's without a trace or a length spread; else None."""
+    if workload.kind == "load" and (workload.trace or workload.length_cv > 0):
+        return None
+    return int(math.ceil(workload.input_tokens)), int(math.ceil(workload.output_tokens))
+
+
+def _longest_prompt(workload: Workload) -> int:
+    """Prompt tokens of the longest prompt: a load workload's trace's longest, or its
+    spread's tail (4 CVs above the mean, as :func:`_longest_request`), else the fixed one."""
+    if workload.kind == "load" and workload.trace:
+        from energylens.workloads.load.arrivals import load_trace
+
+        return int(math.ceil(float(max(load_trace(workload.trace).input_tokens))))
+    spread = 1 + 4 * workload.length_cv if workload.kind == "load" else 1.0
+    return int(math.ceil(workload.input_tokens * spread))
 
 
 def _longest_request(workload: Workload) -> int:
@@ -166,7 +307,8 @@ def _running_cap(*, deployment: Deployment, workload: Workload) -> int | None:
 def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Workload,
                    gpu: GPU | None = None) -> LaunchCommand:
     """The command that starts ``deployment`` on its runtime (on ``gpu``, when given: with
-    the memory share raised where the engine's default cannot hold the weights).
+    the memory share raised where the engine's default cannot hold the weights, its
+    devices numbered per host and its servers placed on hosts).
 
     Raises:
         ConfigError: the runtime cannot run the deployment (the reason, one line).
@@ -174,19 +316,21 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
     spec = launch_spec(model=model, deployment=deployment, workload=workload, gpu=gpu)
     runtime = get_runtime(deployment.runtime)
     command = runtime.launch(spec=spec)
-    if spec.memory_share is not None:
-        default = (runtime.memory_utilization if spec.default_memory_share is None
-                   else spec.default_memory_share)
+    if gpu is not None:
+        command = replace(command, device_env=DEVICE_ENV.get(gpu.vendor, command.device_env),
+                          host_gpus=spec.host_gpus)
+    if not command.multi_node:
+        command = replace(command, multi_node=MULTI_NODE.get(runtime.name, ""))
+    if (spec.memory_share is not None and gpu is not None
+            and f"{spec.memory_share:g}" in command.argv):  # the share the command writes
+        command = replace(command, notes=(*command.notes, *_share_notes(
+            model=model, deployment=deployment, gpu=gpu, spec=spec, runtime=runtime)))
+    chunk_flag = CHUNK_FLAGS.get(runtime.name)
+    if deployment.prefill_chunk_tokens is not None and chunk_flag not in command.argv:
         command = replace(command, notes=(*command.notes, (
-            f"memory share {spec.memory_share:g}, not the engine's default "
-            f"{default:g}: the default "
-            "cannot hold the weights on "
-            f"{gpu.name if gpu is not None else 'this GPU'} (the prediction priced it raised)")))
-    if deployment.prefill_chunk_tokens is not None:
-        command = replace(command, notes=(*command.notes, (
-            f"{deployment.prefill_chunk_tokens} prompt tokens per forward pass: not written "
-            "above; set the engine's own flag (vLLM --max-num-batched-tokens, SGLang "
-            "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp --batch-size)")))
+            f"{deployment.prefill_chunk_tokens} prompt tokens per forward pass, as predicted: "
+            "not written above; set the engine's own flag"
+            + (f" ({chunk_flag})" if chunk_flag else ""))))
     command = replace(command, notes=(*command.notes, *_unflagged(deployment=deployment,
                                                                   runtime=runtime, gpu=gpu)))
     moe = model.moe
@@ -200,6 +344,30 @@ def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Work
             "itself; TensorRT-LLM and SGLang need their expert load balancer (redundant "
             "experts), which this command does not set")))
     return command
+
+
+def _share_notes(*, model: ModelConfig, deployment: Deployment, gpu: GPU, spec: LaunchSpec,
+                 runtime: RuntimeProfile) -> list[str]:
+    """Why the command's memory share is not the engine's default, and, where even the
+    raised share cannot hold what the engine loads at start-up, that it will not start."""
+    assert spec.memory_share is not None
+    default = (runtime.memory_utilization if spec.default_memory_share is None
+               else spec.default_memory_share)
+    notes = [f"memory share {spec.memory_share:g}, not the engine's default {default:g}: the "
+             f"default cannot hold the weights on {gpu.name} (the prediction priced it raised)"]
+    if runtime.memory_share_of != "hbm":
+        return notes
+    notes[0] += (f"; {spec.memory_share:g} is the most it starts with (it refuses a share above "
+                 "the memory free at start-up: the board less the CUDA context, the driver's "
+                 "reservation and the communicators' buffers, ~1.5 GiB assumed), while the "
+                 "prediction priced the whole board")
+    use = start_up_memory(model=model, deployment=deployment, gpu=gpu)
+    need = float(use.weights_bytes + use.activation_bytes) + use.reserve_bytes
+    if need > spec.memory_share * use.capacity_bytes:
+        notes.append(f"even that share ({spec.memory_share * use.capacity_bytes / 2**30:.1f} "
+                     f"GiB) cannot hold the weights, the start-up pass and the reserve "
+                     f"({need / 2**30:.1f} GiB per GPU): the engine will not start")
+    return notes
 
 
 def clock_note(*, freq_mhz: float, gpu: GPU | None, what: str = "GPU clock",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from energylens.errors import ConfigError
 from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
-from energylens.runtime.profile import RuntimeProfile, load_facts
+from energylens.runtime.profile import SERVER_MAX_SEQUENCES, RuntimeProfile, load_facts
 from energylens.runtime.registry import register
 
 if TYPE_CHECKING:
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 GGUF_TYPES = {"bf16": "BF16", "fp16": "F16", "int8": "Q8_0", "int4": "Q4_K_M", "mxfp4": "MXFP4"}
 #: ``--cache-type-k/-v`` of a KV dtype.
 CACHE_TYPES = {"bf16": "bf16", "fp16": "f16"}
+#: What a replica spanning hosts needs: llama.cpp reaches other hosts' GPUs only through its
+#: RPC backend (tools/rpc/README.md, recalled), with no flag among those energylens writes.
+MULTI_NODE = ("llama.cpp reaches another host's GPUs only through its RPC backend "
+              "(`rpc-server` on each other node, `--rpc HOST:PORT,...` here), not among the "
+              "flags energylens writes: choose a layout whose replicas fit one node")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -34,7 +39,12 @@ class LlamaCpp(RuntimeProfile):
                               f"not both (tp = {deployment.tp}, pp = {deployment.pp})")
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
-        """``llama-server --model MODEL.gguf --n-gpu-layers 999 --parallel N ...``."""
+        """``llama-server --model MODEL.gguf --n-gpu-layers 999 --parallel N ...``: ``N``
+        slots, the running requests the prediction let one replica hold (its cap, else the
+        server default it priced), each with ``--ctx-size`` / N tokens of cache, the
+        longest request; ``--batch-size`` and ``--ubatch-size`` the priced prompt tokens per
+        forward pass (llama.cpp runs min(n_batch, n_ubatch) per pass: common/arg.cpp and
+        tools/server/README.md, b6700, recalled)."""
         d, f = spec.deployment, self.flag
         gguf = f"{spec.model_id.rsplit('/', 1)[-1]}-{GGUF_TYPES[spec.weight_dtype]}.gguf"
         argv = [*self.launch_program.split(), f("--model"), gguf, f("--n-gpu-layers"), "999"]
@@ -43,16 +53,27 @@ class LlamaCpp(RuntimeProfile):
         if d.kv_dtype is not None:
             argv += [f("--cache-type-k"), CACHE_TYPES[d.kv_dtype],
                      f("--cache-type-v"), CACHE_TYPES[d.kv_dtype]]
-        slots = spec.max_num_seqs or 1  # no server default to leave it to
+        notes: list[str] = []
+        slots = spec.max_num_seqs or spec.server_running_cap or SERVER_MAX_SEQUENCES
+        pool = spec.kv_pool_tokens
+        if pool is not None and slots * spec.max_model_len > pool:
+            fit = max(1, pool // spec.max_model_len)
+            notes.append(f"{fit} slots, not the {slots} the prediction let run: llama-server "
+                         f"gives each slot --ctx-size / --parallel tokens, and {slots} slots of "
+                         f"the longest request ({spec.max_model_len} tokens) exceed the "
+                         f"{pool}-token cache the memory holds (the prediction shares one pool)")
+            slots = fit
+        chunk = d.prefill_chunk_tokens or self.prefill_chunk_tokens
         argv += [f("--parallel"), str(slots),
                  f("--ctx-size"), str(slots * spec.max_model_len),
-                 f("--ubatch-size"), str(self.prefill_chunk_tokens),
+                 f("--batch-size"), str(chunk), f("--ubatch-size"), str(chunk),
                  f("--flash-attn"), "on", f("--port"), str(PORT)]
-        note = (f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"
-                + (f" and llama-quantize to {GGUF_TYPES[spec.weight_dtype]}"
-                   if spec.weight_dtype not in ("bf16", "fp16") else ""))
+        notes.insert(0, f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"
+                     + (f" and llama-quantize to {GGUF_TYPES[spec.weight_dtype]}"
+                        if spec.weight_dtype not in ("bf16", "fp16") else ""))
         return LaunchCommand(argv=tuple(argv), replicas=d.replicas,
-                             gpus_per_server=d.gpus_per_replica, notes=(note,))
+                             gpus_per_server=d.gpus_per_replica, notes=tuple(notes),
+                             multi_node=MULTI_NODE)
 
 
 register(LlamaCpp(**load_facts("llama.cpp")))

@@ -12,6 +12,10 @@ from energylens.runtime.registry import register
 MODEL_FORMATS = {"int4": "awq", "fp8": "fp8"}
 #: ``--cache-max-entry-count`` (KV share of the memory left after weights; its default).
 CACHE_SHARE = 0.8
+#: What a replica spanning hosts needs: no TurboMind flag among those the profile documents
+#: (its multi-node serving is the PyTorch engine's, not modelled).
+MULTI_NODE = ("no multi-node option of the TurboMind server is among the flags energylens "
+              "writes: choose a layout whose replicas fit one node")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -33,11 +37,14 @@ class LMDeploy(RuntimeProfile):
                              "(lmdeploy lite auto_awq writes an int4 one)")
         if spec.max_num_seqs is not None:
             argv += [f("--max-batch-size"), str(spec.max_num_seqs)]
+        if d.prefill_chunk_tokens is not None:  # TurboMind's prompt tokens per pass
+            argv += [f("--max-prefill-token-num"), str(d.prefill_chunk_tokens)]
         argv += [f("--session-len"), str(spec.max_model_len),
                  f("--cache-max-entry-count"), f"{CACHE_SHARE:g}",
                  f("--server-port"), str(PORT)]
         return LaunchCommand(argv=tuple(argv), replicas=d.replicas,
-                             gpus_per_server=d.gpus_per_replica, notes=tuple(notes))
+                             gpus_per_server=d.gpus_per_replica, notes=tuple(notes),
+                             multi_node=MULTI_NODE)
 
 
 register(LMDeploy(**load_facts("lmdeploy")))
