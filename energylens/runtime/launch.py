@@ -227,11 +227,17 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
     share = engine_share(runtime=runtime, use=use)
     free = float(use.usable_bytes) - float(use.total_bytes - use.kv_cache_bytes)
     per_token = float(use.kv_cache_bytes)  # one sequence of one token
+    pool = int(max(free, 0.0) // per_token) if per_token > 0 else None
+    # the default cap as the load kind's rank_limits asks for it: per attention rank and
+    # micro-batch's share of the pool (2**40 tokens: no attention cache, as kv_pool_tokens)
+    ranks = deployment.pp * deployment.attention_dp
+    cap = runtime.running_cap_on(gpu=gpu, kv_tokens=(2**40 if pool is None else pool // ranks),
+                                 context_tokens=spec.max_model_len,
+                                 attention_dp=deployment.attention_dp, pp=deployment.pp,
+                                 speculative=deployment.speculation is not None)
     return replace(spec, memory_share=None if share == use.default_share else share,
                    default_memory_share=use.default_share, host_gpus=host_gpus(gpu),
-                   server_running_cap=runtime.server_limits_on(gpu=gpu)[1],
-                   kv_pool_tokens=(int(max(free, 0.0) // per_token) if per_token > 0
-                                   else None))
+                   server_running_cap=cap, kv_pool_tokens=pool)
 
 
 def start_up_memory(*, model: ModelConfig, deployment: Deployment, gpu: GPU) -> MemoryUse:
