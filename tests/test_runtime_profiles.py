@@ -198,6 +198,7 @@ MOE_DEPLOYMENTS = [Deployment(tp=2, ep=2, num_gpus=4), Deployment(ep=4, num_gpus
                    Deployment(tp=2, attention_dp=2, ep=2, num_gpus=4)]  # moe_tp = 2
 
 
+LAUNCHED_WORK = Workload(batch=64, input_tokens=1000, output_tokens=200)
 #: Runtimes that document a launch program (the others refuse every launch, with why).
 LAUNCHED = tuple(r for r in runtime_names() if get_runtime(r).launch_program)
 
@@ -209,8 +210,9 @@ def _cases() -> list[tuple[str, str, Deployment]]:
         for model, deployments in ((DENSE, DEPLOYMENTS), (MOE, MOE_DEPLOYMENTS)):
             for d in deployments:
                 d = dataclasses.replace(d, runtime=runtime)
-                try:
+                try:  # a layout or precision the runtime, or its launcher, refuses
                     profile.check(deployment=d, model=get_model(model))
+                    launch_command(model=get_model(model), deployment=d, workload=LAUNCHED_WORK)
                 except ConfigError:
                     continue
                 out.append((runtime, model, d))
@@ -252,7 +254,7 @@ def test_launch_command_uses_only_the_documented_flags(runtime: str, model: str,
                                                        deployment: Deployment) -> None:
     profile = get_runtime(runtime)
     command = launch_command(model=get_model(model), deployment=deployment,
-                             workload=Workload(batch=64, input_tokens=1000, output_tokens=200))
+                             workload=LAUNCHED_WORK)
     argv = shlex.split(command.line())
     assert list(command.argv) == argv  # the line quotes what it must
     if runtime == "deepspeed-mii":  # started from Python: keyword arguments of mii.serve
