@@ -59,20 +59,15 @@ class CommCost:
     wire_s: Size  # bandwidth-bound part (what SM allocation speeds up)
 
 
-def link_for_group(*, gpu: GPU, group_size: int,
-                   point_to_point: bool = False) -> tuple[str, float]:
-    """Interconnect kind and per-direction bandwidth per GPU used by a collective over
-    ``group_size`` GPUs (``point_to_point``: a send to one peer of such a group): the
-    scale-out network once the group is larger than one scale-up domain; inside a node,
-    as its topology wires it (:data:`energylens.hardware.database.TOPOLOGIES`): a mesh
-    gives a collective the g - 1 links to its peers and a send one link; pairs give a
-    group of two the bridge and a larger one the link beyond it."""
+def link_for_group(*, gpu: GPU, group_size: int) -> tuple[str, float]:
+    """Interconnect kind and per-direction bandwidth per GPU used by a group of
+    ``group_size`` GPUs: the scale-out network once the group is larger than one scale-up
+    domain; inside a node, as its topology wires it
+    (:data:`energylens.hardware.database.TOPOLOGIES`): bridged pairs give a group of two
+    the bridge and a larger one the link beyond it."""
     if group_size > gpu.gpus_per_node:
         return gpu.inter_node.kind, gpu.inter_node.bandwidth_bytes_per_s
     link = gpu.intra_node
-    if link.topology == "mesh" and gpu.gpus_per_node > 1:
-        per_peer = link.bandwidth_bytes_per_s / (gpu.gpus_per_node - 1)
-        return link.kind, per_peer * (1 if point_to_point else max(group_size - 1, 1))
     if link.topology == "pairs" and group_size > 2:
         assert link.beyond_pair_kind is not None
         assert link.beyond_pair_bandwidth_bytes_per_s is not None

@@ -487,8 +487,7 @@ def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
     transfer and the runtime's own hand-off time."""
     if ctx.pp <= 1:
         return 0.0
-    kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus,
-                                     point_to_point=True)
+    kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     message = tokens * ctx.graph.model.hidden_size * ACTIVATION_BYTES
     return collective_cost(kind="send_recv", message_bytes=message, group_size=2,

@@ -49,17 +49,15 @@ class Provenance:
 
 
 #: How a node's GPUs are wired (``intra_node.topology``): ``switch``, every group of the
-#: node gets the link's bandwidth (NVSwitch, a PCIe switch); ``mesh``, the bandwidth is the
-#: sum of equal point-to-point links to every other GPU of the node, so a group of g uses
-#: g - 1 of them (AMD xGMI, Gaudi's RoCE ports); ``pairs``, a bridge joins GPUs two by two
-#: and a larger group runs over ``beyond_pair_bandwidth_bytes_per_s`` (``beyond_pair_kind``).
-TOPOLOGIES = ("switch", "mesh", "pairs")
+#: node gets the link's bandwidth (NVSwitch, a PCIe switch; full meshes such as AMD's xGMI
+#: are priced so too, docs/gpus.md); ``pairs``, a bridge joins GPUs two by two and a larger
+#: group runs over ``beyond_pair_bandwidth_bytes_per_s`` (``beyond_pair_kind``).
+TOPOLOGIES = ("switch", "pairs")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """A scale-up or scale-out interconnect, bandwidth per direction per GPU (under a
-    ``mesh`` topology, summed over the links to every other GPU of the node)."""
+    """A scale-up or scale-out interconnect, bandwidth per direction per GPU."""
 
     kind: str  # "nvswitch", "nvlink-pairwise", "pcie", "xgmi", "infiniband", ...
     bandwidth_bytes_per_s: float

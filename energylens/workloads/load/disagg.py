@@ -112,7 +112,7 @@ def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
     together = ctx.replica_gpus + decode.ctx.replica_gpus
     same_node = ctx.gpu.name == decode.ctx.gpu.name and together <= ctx.gpu.gpus_per_node
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=together if same_node else
-                                     ctx.gpu.gpus_per_node + 1, point_to_point=True)
+                                     ctx.gpu.gpus_per_node + 1)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     cost = collective_cost(kind="send_recv", message_bytes=per_gpu * tokens.astype(float),
                            group_size=2, bandwidth=bandwidth, constants=link)
