@@ -7,7 +7,9 @@ Collectives are derived from the sharding, never written by hand:
   rank's share of the sum of squares: all-reduce of those statistics (one value per row
   of its output; 16-bit here, the engine's fp32 pair per token is as small), which also
   ends the norm's kernel: it is never fused with the ops after it;
-- an output that keeps a split rank and feeds an op that is not split on it: all-gather;
+- an output that keeps a split rank and feeds an op that is not split on it: all-gather
+  (sized as the gathered tensor, the message :func:`energylens.cost.comm.collective_cost`
+  prices: NCCL moves (n-1)/n of it per GPU);
 - an op that routes tokens onto an expert-parallel rank (``ep``) absent from its inputs:
   all-to-all dispatch; the op that brings them back: all-to-all combine.
 
@@ -51,7 +53,9 @@ class Collective:
     dim: str
     tensor: TensorRef
     after_op: str
-    sizes: dict[str, int]  # local sizes of the tensor's fixed ranks
+    #: fixed-rank sizes of the message :func:`energylens.cost.comm.collective_cost` prices:
+    #: the tensor on one GPU (all-reduce, all-to-all), the gathered tensor (all-gather)
+    sizes: dict[str, int]
     overlap_kernel: int | None = None  # index of the kernel it may overlap with
 
 
@@ -289,9 +293,11 @@ def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
         for consumer in consumers.get(op.output.name, []):
             theirs = _split_ranks(layer=layer, op_name=consumer, dim=dim, sizes=sizes,
                                   degree=degrees.get(dim, 1))
-            if kept - theirs:
+            if kept - theirs:  # the message is the gathered tensor: this dim unsplit
+                gathered = local_sizes(layer=layer, op=op, sizes=sizes,
+                                       degrees={**degrees, dim: 1})
                 found.append(Collective(kind="all_gather", dim=dim, tensor=op.output,
-                                        after_op=op.name, sizes=out_sizes))
+                                        after_op=op.name, sizes=gathered))
                 break
     ep_split = _split_ranks(layer=layer, op_name=op.name, dim="ep", sizes=sizes,
                             degree=degrees.get("ep", 1))
