@@ -1,14 +1,32 @@
-"""The head's tensor-parallel all-gather at hand-computed sizes (Llama-3.1-8B: vocabulary
-128,256)."""
+"""The head's tensor-parallel all-gather and the speculative verify pass's logits, at
+hand-computed sizes (Llama-3.1-8B: hidden 4096, vocabulary 128,256)."""
 
 from __future__ import annotations
 
+import pytest
+
+from energylens.calibration.file import default_calibration
 from energylens.cost.kernels import Collective, compile_layer
+from energylens.cost.step import (
+    SequenceGroup,
+    StepContext,
+    _head_cost,
+    _phase_sizes,
+)
 from energylens.cost.work import tensor_bytes
+from energylens.deployment import Deployment
+from energylens.hardware import load_gpu
 from energylens.model.families import build_graph
 from energylens.model.zoo import get_model
+from energylens.predict import step_context
 
 VOCAB = 128_256
+
+
+def _ctx(*, gpu: str = "H100", tp: int = 1) -> StepContext:
+    return step_context(model=get_model("llama-3.1-8b"), gpu=load_gpu(gpu),
+                        deployment=Deployment(num_gpus=tp, tp=tp),
+                        calibration=default_calibration())
 
 
 def _head(tp: int) -> dict[str, Collective]:
@@ -35,3 +53,31 @@ def test_the_logits_all_gather_is_sized_as_the_gathered_tensor() -> None:
     assert gather.sizes["v"] == VOCAB
     assert _message(gather, DECODE_256) == 256 * VOCAB * 2 == 65_667_072
     assert _message(gather, DECODE_256) == _message(_head(2)["lm_head"], DECODE_256)
+
+
+def test_a_verify_pass_needs_logits_for_every_checked_token() -> None:
+    """k = 3 drafts: the target model scores 4 positions per sequence, n = 4; mixed with a
+    prompt chunk (one logit row per sequence), n is the mean rows per sequence:
+    (10 x 4 + 2 x 1) / 12 = 3.5; a plain decode step keeps n = 1."""
+    ctx = _ctx(gpu="H200")
+    head = ctx.graph.head_group
+    verify = SequenceGroup(sequences=10.0, new_tokens=4.0, context=512.0, verifying=True)
+    prompt = SequenceGroup(sequences=2.0, new_tokens=100.0, context=100.0)
+    decode = SequenceGroup(sequences=10.0, new_tokens=1.0, context=512.0)
+    for seqs, rows in (([verify], 4.0), ([verify, prompt], 3.5), ([decode, prompt], 1.0)):
+        merged, local, _ = _phase_sizes(ctx=ctx, group=head, seqs=seqs, critical=True)
+        assert merged["n"] == pytest.approx(rows) and local["n"] == pytest.approx(rows)
+
+
+def test_a_verify_head_costs_what_one_token_each_of_as_many_sequences_does() -> None:
+    """Llama-3.1-8B on H200, 128 sequences checking k + 1 = 4 tokens: embedding, final
+    norm, LM head and sampling each see 512 rows, as for 512 sequences decoding one token
+    (before the fix the LM head and sampling saw 128)."""
+    ctx = _ctx(gpu="H200")
+    verify = _head_cost(ctx=ctx, seqs=[SequenceGroup(sequences=128.0, new_tokens=4.0,
+                                                     context=1024.0, verifying=True)])
+    wide = _head_cost(ctx=ctx, seqs=[SequenceGroup(sequences=512.0, new_tokens=1.0,
+                                                   context=1024.0)])
+    assert float(verify.latency_s) == pytest.approx(float(wide.latency_s))
+    assert float(verify.compute_energy_j) == pytest.approx(float(wide.compute_energy_j))
+    assert float(verify.memory_energy_j) == pytest.approx(float(wide.memory_energy_j))

@@ -208,6 +208,16 @@ def _decode_token_share(seqs: list[SequenceGroup]) -> Size:
     return float(decode / total) if total > 0 else 1.0
 
 
+def _logit_rows(seqs: list[SequenceGroup]) -> Size:
+    """Tokens of a step that need logits: one per sequence (its last prompt token, or the
+    decoded one), every new token of a verify pass (the drafts and the token after them:
+    the target model scores each checked position)."""
+    rows: Size = 0.0
+    for s in seqs:
+        rows = rows + s.sequences * (s.new_tokens if s.verifying else 1.0)
+    return rows
+
+
 def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup],
                  critical: bool,
                  ) -> tuple[dict[str, Size], dict[str, Size], list[dict[str, Size]]]:
@@ -219,18 +229,16 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     adp = ctx.attention_ranks
     rank_seqs, linear_seqs = seqs, seqs
     if adp > 1:  # each attention rank runs its own share of the sequences
-        rank_seqs = [SequenceGroup(sequences=attention_rank_sequences(
-            sequences=s.sequences, attention_dp=adp, critical=critical),
-            new_tokens=s.new_tokens, context=s.context) for s in seqs]
+        rank_seqs = [replace(s, sequences=attention_rank_sequences(
+            sequences=s.sequences, attention_dp=adp, critical=critical)) for s in seqs]
         linear_seqs = rank_seqs
         if ctx.runtime.pads_attention_ranks:  # every rank runs the largest rank's tokens
-            linear_seqs = [SequenceGroup(sequences=attention_rank_sequences(
-                sequences=s.sequences, attention_dp=adp, critical=True),
-                new_tokens=s.new_tokens, context=s.context) for s in seqs]
+            linear_seqs = [replace(s, sequences=attention_rank_sequences(
+                sequences=s.sequences, attention_dp=adp, critical=True)) for s in seqs]
             tokens = adp * sum(s.sequences * s.new_tokens for s in linear_seqs)
-    # Linear kernels depend on b*m only; n = 1 logit row per sequence.
-    merged: dict[str, Size] = {"b": sequences, "m": tokens / sequences, "n": 1.0, "p": 1.0,
-                               "t": 1.0}
+    # Linear kernels depend on b*m only; n = logit rows per sequence (the head's).
+    merged: dict[str, Size] = {"b": sequences, "m": tokens / sequences,
+                               "n": _logit_rows(seqs) / sequences, "p": 1.0, "t": 1.0}
     moe = ctx.graph.model.moe
     if group.is_moe and moe is not None:
         ep = dict(ctx.degrees)["ep"]
@@ -247,7 +255,8 @@ def _phase_sizes(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGrou
     if adp > 1:
         linear_sequences = sum(s.sequences for s in linear_seqs)
         local = {**merged, "b": linear_sequences,
-                 "m": sum(s.sequences * s.new_tokens for s in linear_seqs) / linear_sequences}
+                 "m": sum(s.sequences * s.new_tokens for s in linear_seqs) / linear_sequences,
+                 "n": _logit_rows(linear_seqs) / linear_sequences}
     attention = [{"b": s.sequences, "m": s.new_tokens, "p": s.context, "n": 1.0, "t": 1.0}
                  for s in rank_seqs]
     return merged, local, attention
