@@ -89,10 +89,12 @@ def test_ep_derives_all_to_all_dispatch_and_combine():
 
 
 def test_lm_head_logits_are_gathered_under_tp():
+    """The vocab-parallel embedding's all-reduce, then the logits' all-gather."""
     graph = build_graph(get_model("llama-3.1-8b"))
     compiled = compile_layer(layer=graph.head, sizes=graph.head_sizes,
                              degrees={"tp": 2, "etp": 2, "ep": 1}, fusion=frozenset())
-    assert [(c.kind, c.after_op) for c in compiled.collectives] == [("all_gather", "lm_head")]
+    assert [(c.kind, c.after_op) for c in compiled.collectives] == [
+        ("all_reduce", "embed"), ("all_gather", "lm_head")]
 
 
 def test_fusion_groups_that_share_ops_merge():

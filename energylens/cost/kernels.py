@@ -10,6 +10,9 @@ Collectives are derived from the sharding, never written by hand:
 - an output that keeps a split rank and feeds an op that is not split on it: all-gather
   (sized as the gathered tensor, the message :func:`energylens.cost.comm.collective_cost`
   prices: NCCL moves (n-1)/n of it per GPU);
+- a lookup (``dispatch``) in a table that tensor parallelism splits by rows
+  (:data:`VOCAB_PARALLEL_TABLES`: the embedding) finds only its rank's rows and leaves
+  zeros for the rest: all-reduce of its output;
 - an op that routes tokens onto an expert-parallel rank (``ep``) absent from its inputs:
   all-to-all dispatch; the op that brings them back: all-to-all combine.
 
@@ -43,6 +46,17 @@ from energylens.model.spec import (
 
 CollectiveKind = Literal["all_reduce", "all_gather", "all_to_all"]
 TENSOR_PARALLEL_DIMS = ("tp", "etp")
+#: Tables a lookup reads by rows that tensor parallelism (``tp``) splits by rows: the token
+#: embedding, vocab / tp rows a rank, as :func:`energylens.cost.memory.memory_use` counts
+#: it. vLLM's and SGLang's VocabParallelEmbedding (layers/vocab_parallel_embedding.py)
+#: mask the tokens outside the rank's rows, look up the rest, zero the masked rows and
+#: all-reduce X[b,m,d] over the TP group when tp > 1 (SGLang under data-parallel attention
+#: over the attention-TP group, ``tp`` here); TensorRT-LLM's PyTorch backend
+#: embeds Llama-style models with TensorParallelMode.COLUMN (a vocabulary split and the
+#: same all-reduce). Each rank's lookup reads and writes the rows of every token, so its
+#: bytes do not shrink with tp. The lookup has no vocabulary rank to shard in the spec, so
+#: the split is keyed on the table's name.
+VOCAB_PARALLEL_TABLES = frozenset({"EMB"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,6 +288,10 @@ def _derive_collectives(*, layer: LayerSpec, op: Einsum, sizes: dict[str, int],
                         consumers: dict[str, list[str]]) -> list[Collective]:
     found: list[Collective] = []
     out_sizes = local_sizes(layer=layer, op=op, sizes=sizes, degrees=degrees)
+    if (op.kind == "gather" and degrees.get("tp", 1) > 1
+            and any(t.name in VOCAB_PARALLEL_TABLES for t in op.inputs)):
+        found.append(Collective(kind="all_reduce", dim="tp", tensor=op.output,
+                                after_op=op.name, sizes=out_sizes))
     for dim in TENSOR_PARALLEL_DIMS:
         split = _split_ranks(layer=layer, op_name=op.name, dim=dim, sizes=sizes,
                              degree=degrees.get(dim, 1))
