@@ -22,6 +22,7 @@ from energylens.model.spec import (
     HELD_MARK,
     STATE_ELEMENT_BYTES,
     Einsum,
+    FusionGroups,
     LayerSpec,
     Overlap,
     parse_einsum,
@@ -135,9 +136,11 @@ PLAIN = Bypass(ops={"qk_norm": ("QN", "Q"), "agate": ("AG", "Q"), "aout": ("OG",
 def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
                 bypass: Bypass = PLAIN) -> LayerSpec:
     """Assemble a layer from YAML parts (ops, fusion, sharding, overlap), in order,
-    without the ops ``bypass`` leaves out (their readers read the stand-in tensor)."""
+    without the ops ``bypass`` leaves out (their readers read the stand-in tensor). A
+    fusion name two parts use (``gate_up`` of the routed and of the shared experts) names
+    a group of each part's ops: two kernels, each part's own, switched on together."""
     ops: list[Einsum] = []
-    fusion: dict[str, list[str]] = {}
+    fusion: list[tuple[str, tuple[str, ...]]] = []
     sharding: dict[str, dict[str, list[str]]] = {}
     overlap: list[Overlap] = []
     kept = {op for part in parts for op in part.get("ops", {}) if op not in bypass.ops}
@@ -149,7 +152,7 @@ def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
             left = [m for m in members if m in kept]
             if len(left) < min(2, len(members)):  # bypass left one op: nothing to fuse
                 continue
-            fusion.setdefault(group, []).extend(m for m in left if m not in fusion.get(group, []))
+            fusion.append((group, tuple(left)))
         for dim, ranks in part.get("sharding", {}).items():
             for rank, members in ranks.items():
                 sharding.setdefault(dim, {}).setdefault(rank, []).extend(
@@ -163,7 +166,7 @@ def parse_layer(*, name: str, parts: list[dict[str, Any]], norm: str,
     return LayerSpec(
         name=name,
         ops=tuple(ops),
-        fusion={g: tuple(m) for g, m in fusion.items()},
+        fusion=FusionGroups(groups=tuple(fusion)),
         sharding={d: {r: tuple(m) for r, m in rs.items()} for d, rs in sharding.items()},
         overlap=tuple(overlap),
     )

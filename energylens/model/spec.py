@@ -195,13 +195,30 @@ class Overlap:
     with_ops: tuple[str, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class FusionGroups:
+    """A layer's fusion groups, each under the fusion name that turns it on (a runtime's
+    switch). Parts of a layer may use one name for groups of their own ops (the routed and
+    the shared experts' ``gate_up``): each stays a group, and a kernel, of its own."""
+
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def items(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(fusion name, member ops) of each group, a name once per part that uses it."""
+        return self.groups
+
+    def members(self, name: str) -> tuple[tuple[str, ...], ...]:
+        """The member ops of each group called ``name``."""
+        return tuple(members for group, members in self.groups if group == name)
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
 class LayerSpec:
     """The ops of one transformer layer (or the model head), with fusion/sharding/overlap."""
 
     name: str
     ops: tuple[Einsum, ...]
-    fusion: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    fusion: FusionGroups = field(default_factory=FusionGroups)
     sharding: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     overlap: tuple[Overlap, ...] = ()
 

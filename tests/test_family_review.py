@@ -1,0 +1,77 @@
+"""Family review: fusion groups stay within their part, a recurrent mixer's input projection
+is one GEMM in every engine, a hybrid's draft head is a decoder layer, the mixers' tensors
+keep clear of the KV cache's names, and each hybrid block has one pre-norm."""
+
+from __future__ import annotations
+
+import pytest
+
+from energylens.cost.kernels import compile_layer
+from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
+from energylens.deployment import Deployment
+from energylens.model import build_graph
+from energylens.model.families import LayerGroup, family_part, parse_layer
+from energylens.model.zoo import get_model
+from energylens.predict import checked_context
+
+DSV3 = "deepseek-v3"
+QWEN = "qwen3.5-397b-a17b"
+NEMOTRON = "nemotron-nano-9b-v2"
+ONE = {"b": 1, "m": 1, "p": 1, "t": 1, "n": 1}
+
+
+def _group(model: str, name: str) -> LayerGroup:
+    return next(g for g in build_graph(get_model(model)).groups if g.name == name)
+
+
+def _kernels(group: LayerGroup, fusion: frozenset[str], **degrees: int) -> list[str]:
+    compiled = compile_layer(layer=group.layer, sizes={**group.sizes, **ONE},
+                             degrees=degrees or {"tp": 1}, fusion=fusion)
+    return [kernel.name for kernel in compiled.kernels]
+
+
+# --- 1. a fusion name two parts use: a kernel per part ---------------------------------------
+
+def test_routed_and_shared_experts_keep_a_gate_up_kernel_each() -> None:
+    """moe.yaml's gate_up/act and shared_expert.yaml's are groups of their own parts: the
+    routed experts' GEMM (an expert kernel) and the shared experts' (a dense one)."""
+    layer = parse_layer(name="moe", parts=[family_part("moe"), family_part("shared_expert")],
+                        norm="rmsnorm")
+    assert layer.fusion.members("gate_up") == (("egate", "eup"), ("sgate", "sup"))
+    compiled = compile_layer(layer=_group(DSV3, "moe").layer,
+                             sizes={**_group(DSV3, "moe").sizes, **ONE},
+                             degrees={"tp": 1, "ep": 8, "etp": 1},
+                             fusion=frozenset({"gate_up", "act"}))
+    experts = {k.name: k.is_expert for k in compiled.kernels if "up" in k.name}
+    assert experts == {"egate+eup+eact": True, "sgate+sup+sact": False}
+    # without act: two gate/up GEMMs, and each activation a kernel of its own
+    assert [k for k in _kernels(_group(DSV3, "moe"), frozenset({"gate_up"}))
+            if "up" in k or "act" in k] == ["egate+eup", "eact", "sgate+sup", "sact"]
+
+
+def _shared_seconds(*, ranks: int) -> float:
+    """Seconds of the shared experts' gate/up GEMM in one DeepSeek-V3 prefill step of one
+    2,048-token prompt on each of ``ranks`` attention-DP ranks (SGLang, EP = ranks, H200)."""
+    _, ctx = checked_context(model=DSV3, gpu="H200",
+                             deployment=Deployment(runtime="sglang", attention_dp=ranks,
+                                                   ep=ranks, num_gpus=ranks))
+    seconds: dict[str, float] = {}
+
+    def record(group, item, latency, energy, critical):  # type: ignore[no-untyped-def]
+        if critical and group.is_moe and not isinstance(item, str):
+            seconds[item.name] = seconds.get(item.name, 0.0) + float(latency)
+
+    token = STEP_RECORDER.set(record)
+    try:
+        step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=float(ranks), new_tokens=2048.0,
+                                               context=2048.0)])
+    finally:
+        STEP_RECORDER.reset(token)
+    return seconds["sgate+sup"]
+
+
+def test_attention_dp_ranks_run_the_shared_experts_on_their_own_tokens() -> None:
+    """Each rank runs the shared experts on its own 2,048 tokens, however many ranks route
+    tokens to its experts: the same seconds with 4 ranks as with 8 (merged into the routed
+    experts' kernel, they were priced on every rank's tokens)."""
+    assert _shared_seconds(ranks=8) == pytest.approx(_shared_seconds(ranks=4), rel=1e-9)
