@@ -26,10 +26,12 @@ __all__ = ["FUSIONS", "KV_DTYPES", "WEIGHT_DTYPES", "Deployment", "Workload", "c
 #: attention kernel or plain GEMM that made it (without them, a quantisation kernel of its
 #: own before the linear layer); ``qk_norm_rope``: a query/key norm inside the rotary kernel;
 #: ``conv``: a recurrent mixer's causal convolution over all its channels, state update
-#: included, in one kernel; ``mixer_proj`` / ``mixer_gates``: a Gated DeltaNet mixer's z
-#: projection merged into its q/k/v GEMM, its b and a projections into one GEMM.
+#: included, in one kernel; ``mixer_in``: a recurrent mixer's input projection (Mamba's
+#: ``in_proj``, Gated DeltaNet's ``in_proj_qkv``: one tensor in the checkpoint) in one GEMM;
+#: ``mixer_proj`` / ``mixer_gates``: a Gated DeltaNet mixer's z projection merged into its
+#: q/k/v GEMM, its b and a projections into one GEMM.
 FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epilogue_quant",
-           "qk_norm_rope", "conv", "mixer_proj", "mixer_gates")
+           "qk_norm_rope", "conv", "mixer_in", "mixer_proj", "mixer_gates")
 #: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")

@@ -4,15 +4,18 @@ keep clear of the KV cache's names, and each hybrid block has one pre-norm."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from energylens.cost.kernels import compile_layer
 from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
-from energylens.deployment import Deployment
+from energylens.deployment import FUSIONS, Deployment
 from energylens.model import build_graph
 from energylens.model.families import LayerGroup, family_part, parse_layer
 from energylens.model.zoo import get_model
 from energylens.predict import checked_context
+from energylens.runtime import get_runtime, runtime_names
 
 DSV3 = "deepseek-v3"
 QWEN = "qwen3.5-397b-a17b"
@@ -75,3 +78,31 @@ def test_attention_dp_ranks_run_the_shared_experts_on_their_own_tokens() -> None
     tokens to its experts: the same seconds with 4 ranks as with 8 (merged into the routed
     experts' kernel, they were priced on every rank's tokens)."""
     assert _shared_seconds(ranks=8) == pytest.approx(_shared_seconds(ranks=4), rel=1e-9)
+
+
+# --- 2. a recurrent mixer's input projection ------------------------------------------------
+
+@pytest.mark.parametrize("runtime", runtime_names())
+def test_every_engine_runs_the_mixer_input_projection_as_one_gemm(runtime: str) -> None:
+    """Mamba-2's in_proj (z, x, B, C, dt) and Gated DeltaNet's in_proj_qkv are one tensor in
+    the checkpoint: one GEMM whatever the engine's attention q/k/v fusion (llama.cpp has
+    none)."""
+    assert "mixer_in" in FUSIONS
+    fusion = get_runtime(runtime).fusions_at()
+    assert "mixer_in" in fusion
+    mamba = [k for k in _kernels(_group(NEMOTRON, "mamba"), fusion) if k.startswith("in_")]
+    assert mamba == ["in_z+in_x+in_b+in_c+in_dt"]
+    deltanet = [k for k in _kernels(_group(QWEN, "mamba"), fusion) if k.startswith("in_")]
+    assert deltanet[0].startswith("in_q+in_k+in_v")
+
+
+def test_llama_cpp_nemotron_h_decode_has_four_fewer_kernels_a_mixer() -> None:
+    """27 Mamba-2 mixers, each one projection GEMM instead of five; the step is faster."""
+    _, ctx = checked_context(model=NEMOTRON, gpu="H200",
+                             deployment=Deployment(runtime="llama.cpp"))
+    mixer = _group(NEMOTRON, "mamba")
+    assert len(_kernels(mixer, ctx.fusion - {"mixer_in"})) - len(_kernels(mixer, ctx.fusion)) \
+        == 4
+    seqs = [SequenceGroup(sequences=8.0, new_tokens=1.0, context=1024.0)]
+    split = step_cost(ctx=replace(ctx, fusion=ctx.fusion - {"mixer_in"}), seqs=seqs).latency_s
+    assert float(step_cost(ctx=ctx, seqs=seqs).latency_s) < float(split)
