@@ -5,14 +5,17 @@ keep clear of the KV cache's names, and each hybrid block has one pre-norm."""
 from __future__ import annotations
 
 from dataclasses import replace
+from importlib import resources
 
 import pytest
 
 from energylens.cost.kernels import compile_layer
 from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
+from energylens.cost.work import ACTIVATION_BYTES, KV_TENSORS, tensor_bytes
 from energylens.deployment import FUSIONS, Deployment
 from energylens.model import build_graph
 from energylens.model.families import LayerGroup, family_part, parse_layer
+from energylens.model.spec import parse_einsum
 from energylens.model.zoo import get_model
 from energylens.predict import checked_context
 from energylens.runtime import get_runtime, runtime_names
@@ -106,3 +109,37 @@ def test_llama_cpp_nemotron_h_decode_has_four_fewer_kernels_a_mixer() -> None:
     seqs = [SequenceGroup(sequences=8.0, new_tokens=1.0, context=1024.0)]
     split = step_cost(ctx=replace(ctx, fusion=ctx.fusion - {"mixer_in"}), seqs=seqs).latency_s
     assert float(step_cost(ctx=ctx, seqs=seqs).latency_s) < float(split)
+
+
+# --- 4. the KV cache's tensor names ---------------------------------------------------------
+
+def _family_tensors() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(part, tensor, ranks) of every tensor the family parts name."""
+    out = []
+    folder = resources.files("energylens.data.families")
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".yaml"):
+            continue
+        part = entry.name.removesuffix(".yaml")
+        for name, body in family_part(part).get("ops", {}).items():
+            text = body if isinstance(body, str) else body["einsum"]
+            text = text.replace("{norm}", "rmsnorm").replace("{qk_norm}", "e")
+            op = parse_einsum(name=name, text=text)
+            out.extend((part, t.name, t.ranks) for t in (op.output, *op.inputs))
+    return out
+
+
+def test_only_caches_over_the_context_carry_kv_cache_names() -> None:
+    """KC, VC, LC and IC are priced at the KV-cache dtype: every tensor so named is a cache
+    over the context rank p."""
+    misnamed = [(part, name) for part, name, ranks in _family_tensors()
+                if name in KV_TENSORS and "p" not in ranks]
+    assert misnamed == []
+
+
+def test_deltanet_keys_stay_16_bit_under_an_fp8_kv_cache() -> None:
+    """The convolved keys (16 key heads x 128 a token) are activations: 2 bytes each."""
+    conv_k = _group(QWEN, "mamba").layer.op("conv_k")
+    sizes = {**_group(QWEN, "mamba").sizes, "b": 1, "m": 1}
+    assert tensor_bytes(tensor=conv_k.output, sizes=sizes, weight_dtype="fp8", window=None,
+                        kv_dtype="fp8") == 16 * 128 * ACTIVATION_BYTES
