@@ -143,3 +143,31 @@ def test_deltanet_keys_stay_16_bit_under_an_fp8_kv_cache() -> None:
     sizes = {**_group(QWEN, "mamba").sizes, "b": 1, "m": 1}
     assert tensor_bytes(tensor=conv_k.output, sizes=sizes, weight_dtype="fp8", window=None,
                         kv_dtype="fp8") == 16 * 128 * ACTIVATION_BYTES
+
+
+# --- 5. one pre-norm per hybrid block --------------------------------------------------------
+
+@pytest.mark.parametrize("model", [QWEN, NEMOTRON, "nemotron-nano-12b-v2"])
+def test_each_hybrid_block_has_one_hidden_norm(model: str) -> None:
+    """Qwen3.5: 120 blocks (60 mixer or attention, 60 MoE), 120 norms over the hidden
+    width; Nemotron-Nano 9B and 12B: 56 and 62."""
+    graph = build_graph(get_model(model))
+    hybrid = graph.model.hybrid
+    assert hybrid is not None
+    norms = sum(g.count * sum(op.function in ("rmsnorm", "layernorm")
+                              and op.reduced_ranks == ("d",) for op in g.layer.ops)
+                for g in graph.groups)
+    assert norms == len(hybrid.layer_pattern)
+
+
+def test_a_hybrid_attention_block_writes_its_residual_once() -> None:
+    """With every fusion on, the attention block's residual add ends it and writes H (d
+    values a token); the FFN block after it reads H for its norm and its residual."""
+    attention = _group(QWEN, "attention")
+    compiled = compile_layer(layer=attention.layer, sizes={**attention.sizes, **ONE},
+                             degrees={"tp": 1}, fusion=frozenset(FUSIONS))
+    writes = [t.name for k in compiled.kernels for t in k.writes]
+    assert writes.count("H") == 1 and compiled.kernels[-1].name == "res1"
+    assert "N2" not in writes
+    moe = _group(QWEN, "moe").layer
+    assert [op.name for op in moe.ops if "H" in {t.name for t in op.inputs}] == ["norm2", "res2"]

@@ -265,32 +265,43 @@ def mixer_sizes(model: ModelConfig) -> dict[str, int]:
 
 def _hybrid_groups(model: ModelConfig) -> list[LayerGroup]:
     """One group per block kind of the pattern: recurrent mixer (its ``mixer`` family:
-    Mamba-2, Gated DeltaNet or Mamba-1), attention (its part keeps the pre-FFN norm, an
-    extra norm where no FFN block follows), dense MLP, MoE."""
+    Mamba-2, Gated DeltaNet or Mamba-1), attention, dense MLP, MoE. Each block has one
+    pre-norm, its own: the attention part's pre-FFN norm ``norm2`` is left out (an FFN
+    block has its own, ``ffn_norm``), so an attention block ends with its residual add."""
     hybrid = model.hybrid
     assert hybrid is not None
     norm = _norm(model)
     bypass = model_bypass(model)
-    mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     ffn_norm = family_part("ffn_norm")
+    mlp, mlp_sizes = _ffn_parts(model, "-")
     kinds: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {
         "M": ([family_part(hybrid.mixer)], mixer_sizes(model)),
         "*": (_attention_parts(model), attention_sizes(model)),
-        "-": ([ffn_norm, mlp], {"d": model.hidden_size, "f": model.ffn_size}),
+        "-": ([ffn_norm, *mlp], mlp_sizes),
     }
     if model.moe is not None:
-        parts, sizes = _moe_parts(model)
+        parts, sizes = _ffn_parts(model, "E")
         kinds["E"] = ([ffn_norm, *parts], sizes)
     names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    without_norm2 = replace(bypass, ops={**bypass.ops, "norm2": ("N2", "H")})
     groups = []
     for kind, (parts, sizes) in kinds.items():
         if hybrid.count(kind):
-            groups.append(LayerGroup(name=names[kind],
-                                     layer=parse_layer(name=names[kind], parts=parts, norm=norm,
-                                                       bypass=bypass),
+            layer = parse_layer(name=names[kind], parts=parts, norm=norm,
+                                bypass=without_norm2 if kind == "*" else bypass)
+            groups.append(LayerGroup(name=names[kind], layer=layer,
                                      count=float(hybrid.count(kind)), window=None, sizes=sizes,
                                      is_moe=kind == "E"))
     return groups
+
+
+def _ffn_parts(model: ModelConfig, kind: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The parts and sizes of a hybrid's FFN block of ``kind`` ("-": dense MLP, "E": MoE),
+    without its pre-norm."""
+    if kind == "E":
+        return _moe_parts(model)
+    mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
+    return [mlp], {"d": model.hidden_size, "f": model.ffn_size}
 
 
 @cache
