@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from importlib import resources
+from typing import Any
 
 import pytest
 
 from energylens.cost.kernels import compile_layer
+from energylens.cost.memory import kv_bytes_per_token, memory_use
 from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
 from energylens.cost.work import ACTIVATION_BYTES, KV_TENSORS, tensor_bytes
 from energylens.deployment import FUSIONS, Deployment
+from energylens.hardware import load_gpu
 from energylens.model import build_graph
 from energylens.model.families import LayerGroup, family_part, parse_layer
 from energylens.model.spec import parse_einsum
@@ -109,6 +112,42 @@ def test_llama_cpp_nemotron_h_decode_has_four_fewer_kernels_a_mixer() -> None:
     seqs = [SequenceGroup(sequences=8.0, new_tokens=1.0, context=1024.0)]
     split = step_cost(ctx=replace(ctx, fusion=ctx.fusion - {"mixer_in"}), seqs=seqs).latency_s
     assert float(step_cost(ctx=ctx, seqs=seqs).latency_s) < float(split)
+
+
+# --- 3. a hybrid's draft head ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("model", "ffn", "kv_bytes"), [
+    # Qwen3.5-397B: 2 KV heads x 256 wide, K and V in bf16; its MTP layer's FFN is the MoE
+    (QWEN, "egate", 2 * 2 * 256 * 2),
+    # Nemotron-Nano-9B-v2: 8 KV heads x 128; attention blocks feed MLP blocks
+    (NEMOTRON, "up", 2 * 8 * 128 * 2),
+])
+def test_a_hybrid_draft_head_is_attention_and_its_ffn(model: str, ffn: str,
+                                                      kv_bytes: int) -> None:
+    draft = build_graph(get_model(model)).draft_group
+    ops = [op.name for op in draft.layer.ops]
+    assert {"norm1", "qk", "soft", "av", "o", "res1", "norm2", ffn, "res2"} <= set(ops)
+    assert ops.count("norm1") == ops.count("norm2") == 1
+    assert draft.is_moe == (ffn == "egate") and draft.count == 1.0
+    assert kv_bytes_per_token(group=draft, degrees={"tp": 1}, kv_dtype="bf16") == kv_bytes
+
+
+def test_a_hybrid_draft_head_keeps_its_own_kv_cache() -> None:
+    """The draft's cache: 64 sequences x 4,096 tokens x 4,096 bytes (Nemotron-Nano-9B-v2)."""
+    graph = build_graph(get_model(NEMOTRON))
+    gpu = load_gpu("H200")
+    kwargs: dict[str, Any] = dict(graph=graph, gpu=gpu, runtime=get_runtime("vllm"),
+                                  degrees={"tp": 1, "etp": 1, "ep": 1}, pp=1,
+                                  weight_dtype="bf16", kv_dtype="bf16", sequences=64.0,
+                                  context_tokens=4096.0)
+    extra = memory_use(**kwargs, draft_layers=1).kv_cache_bytes \
+        - memory_use(**kwargs).kv_cache_bytes
+    assert float(extra) == 64 * 4096 * 2 * 8 * 128 * 2
+
+
+def test_a_transformer_draft_head_is_still_its_last_layer() -> None:
+    graph = build_graph(get_model(DSV3))
+    assert graph.draft_group.layer is graph.groups[-1].layer
 
 
 # --- 4. the KV cache's tensor names ---------------------------------------------------------

@@ -70,8 +70,12 @@ class ModelGraph:
 
     @cached_property
     def draft_group(self) -> LayerGroup:
-        """One decoder layer like the model's last: the draft head of speculative decoding
-        (a multi-token-prediction module or an EAGLE head; the LM head is ``head``'s)."""
+        """One decoder layer: the draft head of speculative decoding (a multi-token-prediction
+        module or an EAGLE head; the LM head is ``head``'s). A transformer's is like its last
+        layer; a hybrid's is its attention with the FFN its attention blocks feed
+        (:func:`hybrid_decoder_layer`), not its last block kind."""
+        if self.model.hybrid is not None and self.model.hybrid.count("*"):
+            return hybrid_decoder_layer(self.model)
         return replace(self.groups[-1], name="draft", count=1.0)
 
 
@@ -302,6 +306,33 @@ def _ffn_parts(model: ModelConfig, kind: str) -> tuple[list[dict[str, Any]], dic
         return _moe_parts(model)
     mlp = family_part("mlp_gated" if model.gated_mlp else "mlp_plain")
     return [mlp], {"d": model.hidden_size, "f": model.ffn_size}
+
+
+def hybrid_decoder_layer(model: ModelConfig) -> LayerGroup:
+    """One decoder layer of a hybrid with attention, as its MTP module is (Qwen3.5's
+    ``mtp`` layer: full attention and the MoE): its attention part, ``norm2`` kept, and
+    the FFN that most of its attention blocks feed (the commonest where none does), or
+    attention alone in a model without FFN blocks. The draft head of speculative decoding."""
+    hybrid = model.hybrid
+    assert hybrid is not None and hybrid.count("*")
+    pattern = hybrid.layer_pattern
+    fed = [pattern[i + 1] for i, kind in enumerate(pattern[:-1])
+           if kind == "*" and pattern[i + 1] in "-E"]
+    ffns = fed or [kind for kind in pattern if kind in "-E"]
+    parts = _attention_parts(model)
+    sizes = attention_sizes(model)
+    bypass = model_bypass(model)
+    ffn = max("-E", key=ffns.count) if ffns else None
+    if ffn is None:
+        bypass = replace(bypass, ops={**bypass.ops, "norm2": ("N2", "H")})
+    else:
+        ffn_parts, ffn_sizes = _ffn_parts(model, ffn)
+        parts = [*parts, *ffn_parts]
+        sizes = {**sizes, **ffn_sizes}
+    layer = parse_layer(name="draft", parts=parts, norm=_norm(model), bypass=bypass)
+    validate_layer(layer=layer, sizes={**sizes, **dict.fromkeys(PHASE_RANKS, 1)})
+    return LayerGroup(name="draft", layer=layer, count=1.0, window=None, sizes=sizes,
+                      is_moe=ffn == "E")
 
 
 @cache
