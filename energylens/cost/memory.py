@@ -160,8 +160,9 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     to start until its user raises the share, so the share is taken as raised to the whole
     board. A deployment is then infeasible only when the board cannot hold the weights and
     the working set (issue 10: no measured configuration is refused). ``draft_layers``: a
-    speculative-decoding draft head's decoder layers (each like the model's last), with
-    their weights and their own cache of every token."""
+    speculative-decoding draft head's decoder layers (each ``graph.draft_group``: a
+    transformer's last layer, a hybrid's attention and FFN), with their weights and their
+    own cache of every token."""
     weights = 0.0
     kv: Size = 0.0
     state: Size = 0.0

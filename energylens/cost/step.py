@@ -555,7 +555,7 @@ def decode_step_cost(*, ctx: StepContext, seqs: list[SequenceGroup],
     """A step in which every group decodes, per token each sequence gains.
 
     Without speculation that is :func:`step_cost`. With it (``ctx.speculation``), the
-    draft head (one decoder layer like the model's last and the LM head) runs
+    draft head (one decoder layer, ``graph.draft_group``, and the LM head) runs
     ``draft_tokens`` times on one token per sequence, then the model checks ``draft_tokens
     + 1`` tokens per sequence in one pass (decode-form attention), and the step's time and
     energy are shared over the ``tokens_per_decode_step`` tokens each sequence gains."""
