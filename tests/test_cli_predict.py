@@ -112,8 +112,8 @@ def test_bad_knob_values_are_refused_not_ignored(capsys, extra, fragment):
     assert code == 2 and fragment in err and err.count("\n") == 1
 
 
-def _llama70b_tp2(workload: str, batch: int, *extra: str) -> list[str]:
-    return ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--workload",
+def _llama70b_tp4(workload: str, batch: int, *extra: str) -> list[str]:
+    return ["predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "4", "--workload",
             workload, "--batch", str(batch), "--input-tokens", "2048", "--output-tokens", "1024",
             *extra]
 
@@ -127,22 +127,23 @@ def _json_and_table(capsys, args: list[str]) -> tuple[float, str]:
 
 
 def test_a_kv_capped_running_batch_is_said_with_the_json_numbers(capsys):
-    """Llama-3.1-70B BF16 on 2 H100 (TP2): ~141 GB of weights leave room for far fewer than
-    1,024 sequences of 2,048 + 1,024 tokens; the table says how many run, as the JSON does,
-    and what holds more. An FP8 cache holds twice the tokens and is not suggested again."""
-    running, out = _json_and_table(capsys, _llama70b_tp2("serving", 1024))
+    """Llama-3.1-70B BF16 on 4 H100 (TP4): ~141 GB of weights leave room for far fewer than
+    1,024 sequences of 2,048 + 1,024 tokens (about 180); the table says how many run, as
+    the JSON does, and what holds more. An FP8 cache holds twice the tokens and is not
+    suggested again."""
+    running, out = _json_and_table(capsys, _llama70b_tp4("serving", 1024))
     assert 1 <= running < 1024
     assert f"KV cache full: {running:,.0f} of the 1,024 sequences per replica" in out
     assert "--kv-dtype fp8" in out
-    running_fp8, out = _json_and_table(capsys, _llama70b_tp2("serving", 1024, "--kv-dtype", "fp8"))
+    running_fp8, out = _json_and_table(capsys, _llama70b_tp4("serving", 1024, "--kv-dtype", "fp8"))
     assert running_fp8 == pytest.approx(2 * running, rel=0.15)  # KV bytes halve
     assert "KV cache full" in out and "--kv-dtype fp8" not in out
-    _, out = _json_and_table(capsys, _llama70b_tp2("serving", 8))
+    _, out = _json_and_table(capsys, _llama70b_tp4("serving", 8))
     assert "KV cache full" not in out
 
 
 def test_a_static_batch_larger_than_the_kv_cache_is_said_to_run_in_waves(capsys):
-    cap, out = _json_and_table(capsys, _llama70b_tp2("batch", 512))
+    cap, out = _json_and_table(capsys, _llama70b_tp4("batch", 512))
     assert 1 <= cap < 512
     waves = -(-512 // int(cap))  # ceil
     assert (f"KV cache full: the 512 sequences per replica run in {waves} waves of at most "

@@ -754,11 +754,11 @@ def test_the_mlenergy_converter_marks_the_runs_the_host_paced(tmp_path: Path) ->
 
 
 def test_a_row_the_kv_cache_decided_carries_a_note(tmp_path: Path) -> None:
-    """Llama-3.1-70B BF16 on 2 H100 cannot hold 1,024 sequences of 2,048 + 1,024 tokens:
+    """Llama-3.1-70B BF16 on 4 H100 cannot hold 1,024 sequences of 2,048 + 1,024 tokens:
     the row says so (its KV precision matters); 8 sequences fit and carry no note."""
     text = (f"{HEADER},tpot_s\n"
-            "llama-3.1-70b,H100,2,2,vllm,serving,1024,2048,1024,0.05\n"
-            "llama-3.1-70b,H100,2,2,vllm,serving,8,2048,1024,0.02\n")
+            "llama-3.1-70b,H100,4,4,vllm,serving,1024,2048,1024,0.05\n"
+            "llama-3.1-70b,H100,4,4,vllm,serving,8,2048,1024,0.02\n")
     report = validate_measured(load_user_csv(_write(tmp_path, text)),
                                calibration=default_calibration())
     capped, free = report.rows

@@ -149,12 +149,16 @@ def test_sglangs_default_memory_share_follows_its_server_args(
 
 
 def test_sglangs_default_share_is_zero_where_its_reserve_exceeds_the_board() -> None:
-    """64 DP-attention ranks on GB200: 3 x and 1.5 x 512 graphs x 64 ranks alone reserve
-    147,456 MiB more, past the board; the server cannot start on its default, and a
-    prediction raises the share as a user must (the launch note names the default 0)."""
-    share = get_runtime("sglang").memory_share_on(gpu=load_gpu("GB200"), tp=1, pp=1,
-                                                  attention_dp=64, speculative=False)
-    assert share == 0.0
+    """DP-attention ranks on a GB200 (186 GiB, 190,464 MiB): 512 + 1.5 x 16,384 (chunk) +
+    2 x 512 (graphs) + ranks / 8 x 1,024, and (3 + 1.5) x 512 graphs x ranks more. At 72
+    ranks (a whole NVL72) that is 201,216 MiB, past the board: the server cannot start on
+    its default, and a prediction raises the share as a user must (the launch note names
+    the default 0); at 64, 181,760 MiB leave a share of 0.046."""
+    def share(ranks: int) -> float:
+        return get_runtime("sglang").memory_share_on(gpu=load_gpu("GB200"), tp=1, pp=1,
+                                                     attention_dp=ranks, speculative=False)
+    assert share(72) == 0.0
+    assert share(64) == round((186 * 1024 - 181_760) / (186 * 1024), 3) == 0.046
 
 
 def _use(runtime: str, model: str, gpu: str, tp: int):
