@@ -87,6 +87,18 @@ KNOWN_MISSES: dict[str, float] = {
     # -> 9.1, gpu-count energy 8.6 -> 7.9, task energy 14.4 -> 14.3, dense -> MoE 14.1 ->
     # 13.9 (ITL 10.6 -> 10.5), MoE -> dense 8.4 -> 8.6, hybrid 12.1 -> 12.2; B200 within 0.1.
     # Three limits lowered to today's + 1.5.
+    # Fortieth session (2026-11-30): the KV space from the engine's start-up workspace
+    # (vLLM reserve re-identified 5 -> 3.5 GB, chat prompt 477 -> 478), the logits
+    # all-gather sized whole, the vocab-parallel embedding's all-reduce, and two hybrid
+    # fixes: Mamba-2's causal convolution fused as engines run it (it sat under 'act',
+    # which vLLM does not fuse: six kernels for one) and one pre-norm per hybrid block (the
+    # attention block had kept a second). Every fold within 0.4 points except B200 hybrid:
+    # ITL 22.0 -> 24.1 %, energy 18.6 -> 18.8 %. Its 8 held-out rows are Nemotron-Nano chat
+    # runs the B200 transformer fit already predicted far too fast (9B: -33.4 % ITL median
+    # over 5 rows; the same models on H100 are within 2.5 %), and the two fixes take
+    # ~2 % of phantom kernel time off them. The limit is raised to today's + 1.5 with the
+    # phantom kernels gone rather than kept to hold a number; the B200 Nemotron under-
+    # prediction is the thing to explain (docs/regime-folds.md).
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.168,
     "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.158,
     "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.154,
@@ -103,7 +115,7 @@ KNOWN_MISSES: dict[str, float] = {
     "Regime-out B200 family: fit MoE, predict dense: energy per output token": 0.152,
     "Regime-out B200 family: fit MoE, predict dense: inter-token latency": 0.129,
     "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: energy per output token": 0.198,
-    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.226,
+    "Regime-out B200 family: fit transformers, predict hybrid Mamba-2: inter-token latency": 0.256,
     "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: energy per output token": 0.184,
     "Regime-out B200 gpu-generation: fit H100-SXM, predict B200: inter-token latency": 0.151,
 }

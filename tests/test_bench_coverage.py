@@ -112,16 +112,17 @@ def test_mii_gives_its_kv_cache_what_the_weights_leave_but_a_reserve() -> None:
 
 def test_gh200_is_the_h100_die_with_96_gb_at_4_tb_s() -> None:
     gh200, h100 = load_gpu("GH200"), load_gpu("H100-SXM")
-    assert gh200.hbm_capacity_bytes == 96e9 and gh200.hbm_bandwidth_bytes_per_s == 4.0e12
+    # 96 GB read as GiB, as nvidia-smi reports H100's 80 GB (docs/gpus.md)
+    assert gh200.hbm_capacity_bytes == 96 * 2**30 and gh200.hbm_bandwidth_bytes_per_s == 4.0e12
     assert gh200.dense_flops_per_s == h100.dense_flops_per_s and gh200.sm_count == 132
 
 
 def test_an_mi250_package_is_two_gpus() -> None:
     """The bench counts MI250 packages; ROCm shows each of a package's two dies as a GPU
-    (the GPU file describes one die: half the package's 3.28 TB/s and 128 GB)."""
+    (the GPU file describes one die: half the package's 3.28 TB/s and 128 GB, read as GiB)."""
     gcd = load_gpu("MI250")
     assert gcd.hbm_bandwidth_bytes_per_s == pytest.approx(3.2768e12 / 2)
-    assert gcd.hbm_capacity_bytes == pytest.approx(128e9 / 2)
+    assert gcd.hbm_capacity_bytes == pytest.approx(128 * 2**30 / 2)
     row = {"Hardware": "AMD MI250 GPU", "Num of Hardware": 2, "Input Output Length": 128,
            "Batch Size": 16}
     vllm, llama = (bench_setup({**row, "Framework": f}) for f in ("vLLM", "llama.cpp"))

@@ -40,14 +40,16 @@ def test_the_borrowing_chain_is_followed_past_borrowed_values() -> None:
 
 def test_a_gpu_without_a_fitted_relative_falls_back_to_the_profiles_priors() -> None:
     # Nothing DeepSpeed-MII runs on besides the A100 40 GB was fitted: the chain ends
-    # without a value, and the profile's priors stand in (no all-reduce arrival time: the
-    # field's default, none).
+    # without a value, and its priors stand in: vLLM's overheads on that GPU
+    # (prior_overheads_from; no all-reduce arrival time: the field's default, none).
     forgotten = forgotten_fields(document=DOC, data_file=LIB, runtime="deepspeed-mii",
                                  gpu="A100-40GB-SXM")
-    profile = get_runtime("deepspeed-mii")
-    assert forgotten == {"step_overhead_s": profile.prior_step_overhead_s,
-                         "per_sequence_overhead_s": profile.prior_per_sequence_overhead_s,
-                         "collective_sync_s": 0.0}
+    assert get_runtime("deepspeed-mii").prior_overheads_from == "vllm"
+    assert forgotten == {
+        "step_overhead_s": _entry("vllm", "A100-40GB-SXM", "step_overhead_s")["value"],
+        "per_sequence_overhead_s": _entry("vllm", "A100-40GB-SXM",
+                                          "per_sequence_overhead_s")["value"],
+        "collective_sync_s": 0.0}
 
 
 def test_a_runtime_whose_priors_are_another_runtimes_takes_its_values_on_the_gpu() -> None:
@@ -128,14 +130,14 @@ def test_a_blind_group_is_predicted_with_the_forgotten_constants(tmp_path: Path)
                    blind=BlindBase(document=DOC, data_file=LIB))
     mii = [(p.predicted["e2e_s"], b.predicted["e2e_s"])
            for p, b in zip(plain.rows[:2], blind.rows[:2], strict=True)]
-    # per step (128 decodes and the prompt's pass): the fitted overheads against the
-    # profile's priors, the per-sequence one for each of 1 and 16 sequences
-    profile = get_runtime("deepspeed-mii")
-    step = _entry("deepspeed-mii", "A100-40GB-SXM", "step_overhead_s")["value"]
-    per_sequence = _entry("deepspeed-mii", "A100-40GB-SXM", "per_sequence_overhead_s")["value"]
+    # per step (128 decodes and the prompt's pass): the fitted overheads against its
+    # priors (vLLM's on the GPU), the per-sequence one for each of 1 and 16 sequences
+    step, per_sequence = (_entry("deepspeed-mii", "A100-40GB-SXM", f)["value"]
+                          for f in ("step_overhead_s", "per_sequence_overhead_s"))
+    prior_step, prior_per_sequence = (_entry("vllm", "A100-40GB-SXM", f)["value"]
+                                      for f in ("step_overhead_s", "per_sequence_overhead_s"))
     for (fitted, forgotten), batch in zip(mii, (1, 16), strict=True):
-        saved = 129 * ((step - profile.prior_step_overhead_s)
-                       + batch * (per_sequence - profile.prior_per_sequence_overhead_s))
+        saved = 129 * ((step - prior_step) + batch * (per_sequence - prior_per_sequence))
         assert fitted - forgotten == pytest.approx(saved, rel=0.02)
     assert plain.rows[2].predicted == blind.rows[2].predicted  # vLLM: nothing fitted there
 

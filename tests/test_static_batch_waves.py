@@ -60,11 +60,12 @@ def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     assert not run.feasible and run.running_batch == 1
     assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
     # the reason is the memory of one sequence (8 would need 8x the KV): weights, the
-    # runtime's reserve, the activations of vLLM's 16,384-token start-up pass ((4 x 8,192 +
-    # 3 x 28,672) x 2 B per token: 3.89 GB) and one sequence's 4,096 tokens of KV (80
-    # layers x 2 x 8 heads x 128 x 2 B per token: 1.34 GB; eight would be 10.7 GB)
+    # runtime's reserve, the activations of the start-up pass of vLLM's offline budget on
+    # an A100 (8,192 tokens x (4 x 8,192 + 3 x 28,672) x 2 B per token: 1.95 GB) and one
+    # sequence's 4,096 tokens of KV (80 layers x 2 x 8 heads x 128 x 2 B per token: 1.34
+    # GB; eight would be 10.7 GB)
     reserve_gb = get_runtime("vllm").reserve_bytes / 1e9
-    activations_gb = (4 * 8192 + 3 * 28672) * 2 * 16384 / 1e9
+    activations_gb = (4 * 8192 + 3 * 28672) * 2 * 8192 / 1e9
     one_kv_gb = 4096 * 80 * 2 * 8 * 128 * 2 / 1e9
     assert run.memory_per_gpu_gb > 137.9 + reserve_gb + activations_gb + one_kv_gb
     assert run.memory_per_gpu_gb < 138.0 + reserve_gb + activations_gb + 2 * one_kv_gb
