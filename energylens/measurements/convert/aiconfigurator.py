@@ -303,6 +303,13 @@ def convert(path: Path, options: Options) -> Converted:
         if _drafted(row, twins):
             converted["speculative_tokens"] = MTP_DRAFT_TOKENS[row["backend"]]
             converted["draft_acceptance"] = MTP_ACCEPTANCE
+            # the cap on running requests: the clients per attention rank. SGLang's default
+            # with a draft is 48 (server_args, 0.5.3 and 0.5.9; runtime/sglang.py), under
+            # which 64 clients of 1,024 + 8,192 tokens would queue 16 for a whole request,
+            # while the 0.5.9 campaigns measured a TTFT of 0.93 s at 64 clients: they set
+            # --max-running-requests to their concurrency. Inferred, not recorded
+            # (batch_size is not the cap: docs/load.md).
+            converted["max_num_seqs"] = -(-concurrency // (workers * (adp or 1)))
             speculative += 1
         fp8_kv += converted["kv_dtype"] is not None
         if options.load_as_serving:
