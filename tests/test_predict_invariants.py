@@ -192,6 +192,28 @@ def test_lower_clock_saves_decode_energy_at_small_latency_cost():
     assert slow.ttft_s / base.ttft_s > 1.2  # compute-bound prefill: clearly slower
 
 
+def test_the_engines_busy_time_draws_the_busy_power_of_the_steps_clock():
+    """The runtime's per-sequence busy time is charged busy power as a kernel's busy time
+    is: x f/f_boost x (V(f)/V(f_boost))^2, so a lower clock lowers it by that factor (it
+    was the boost clock's whatever the clock)."""
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.step import engine_cost
+
+    model = get_model("llama-3.1-8b")
+    gpu = load_gpu("H100")
+    cal = default_calibration()
+    boost = step_context(model=model, gpu=gpu, deployment=Deployment(), calibration=cal)
+    slow = step_context(model=model, gpu=gpu, deployment=Deployment(freq_mhz=800), calibration=cal)
+    at_boost = engine_cost(ctx=boost, sequences=64.0)
+    at_800 = engine_cost(ctx=slow, sequences=64.0)
+    assert float(at_boost.compute_energy_j) > 0
+    ratio = 800 / gpu.boost_clock_mhz
+    assert slow.clock.ratio == pytest.approx(ratio)
+    assert float(at_800.compute_energy_j) == pytest.approx(
+        float(at_boost.compute_energy_j) * ratio * slow.clock.dynamic_scale, rel=1e-12)
+    assert float(at_800.compute_energy_j) < 0.5 * float(at_boost.compute_energy_j)
+
+
 def test_decode_integration_matches_a_per_token_sum():
     from energylens.cost.step import SequenceGroup, step_cost
 

@@ -574,12 +574,14 @@ def decode_step_cost(*, ctx: StepContext, seqs: list[SequenceGroup],
 def engine_cost(*, ctx: StepContext, sequences: Size) -> StepCost:
     """The runtime's own time in one step on a replica: a fixed part the GPUs idle through
     (static power only, charged by the caller over the wall time) and a part per running
-    sequence during which they draw busy power. Join it to the GPUs' step with
+    sequence during which they draw busy power, at the step's clock as a kernel's busy
+    power is (x f/f_boost x (V(f)/V(f_boost))^2). Join it to the GPUs' step with
     :func:`with_engine`."""
     # the runtime hooks are written for a number; their arithmetic broadcasts over arrays
     idle_s, busy_s = ctx.runtime.step_overhead_s(constants=ctx.runtime_constants,
                                                  sequences=cast(float, sequences))
-    busy_j = ctx.constants.busy_power_w * busy_s * ctx.replica_gpus
+    busy_w = ctx.constants.busy_power_w * ctx.clock.ratio * ctx.clock.dynamic_scale
+    busy_j = busy_w * busy_s * ctx.replica_gpus
     return StepCost(latency_s=idle_s + busy_s, compute_energy_j=busy_j, memory_energy_j=0.0,
                     communication_energy_j=0.0, communication_s=0.0)
 
