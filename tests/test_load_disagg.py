@@ -96,3 +96,23 @@ def test_capacity_of_two_pools() -> None:
     at = predict_disaggregated(model=MODEL, workload=Workload(
         kind="load", request_rate=capacity, num_requests=300, slo=slos), **_pools())
     assert float(at.load["slo_attainment"]) >= 0.9
+
+
+def test_a_cache_transfer_counts_its_bytes_once_and_the_links_power_at_both_ends() -> None:
+    """By hand, per TP rank pair: sent bytes x energy per byte + 2 x link power x time
+    (each byte once, as a collective's are per sending GPU; it was charged twice)."""
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.comm import link_for_group
+    from energylens.model.zoo import get_model
+    from energylens.workloads.load.disagg import bind_pool
+
+    model, cal = get_model(MODEL), default_calibration()
+    pool = bind_pool(model=model, pool=_pools(tp=2)["prefill"], calibration=cal, longest=4096)
+    tokens = np.array([1024, 4096])
+    seconds, joules = transfer_cost(prefill=pool.placement, decode=pool.placement, tokens=tokens)
+    kind, _ = link_for_group(gpu=pool.placement.ctx.gpu, group_size=4)
+    link = cal.link(gpu="H100-SXM", kind=kind)
+    # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x (K, V) x 2 B = 131,072 B a token, half a rank
+    sent = tokens * 131_072 / 2
+    expected = 2 * (sent * link.energy_per_byte_j + 2 * link.power_w * seconds)
+    assert joules == pytest.approx(expected, rel=1e-9)

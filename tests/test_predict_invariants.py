@@ -214,6 +214,30 @@ def test_the_engines_busy_time_draws_the_busy_power_of_the_steps_clock():
     assert float(at_800.compute_energy_j) < 0.5 * float(at_boost.compute_energy_j)
 
 
+def test_pipeline_sends_carry_their_transfer_energy():
+    """Llama-3.1-8B over two pipeline stages of one GPU each (no collective inside a
+    stage): a running engine's step sends each of its 2 micro-batches over both stage
+    boundaries, 4 sends of 8 tokens x 4,096 x 2 B, each the bytes once plus the link's
+    power at both ends; a one-shot pass (fill and drain) crosses the one boundary twice."""
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.comm import link_for_group
+    from energylens.cost.step import SequenceGroup, pipeline_send, step_cost
+
+    model, gpu, cal = get_model("llama-3.1-8b"), load_gpu("H100"), default_calibration()
+    ctx = step_context(model=model, gpu=gpu, deployment=Deployment(pp=2), calibration=cal)
+    seqs = [SequenceGroup(sequences=16.0, new_tokens=1.0, context=1000.0)]
+    seconds, joules = pipeline_send(ctx=ctx, tokens=8.0)
+    kind, _ = link_for_group(gpu=gpu, group_size=2)
+    link = cal.link(gpu=gpu.name, kind=kind)
+    wire_s = seconds - ctx.runtime_constants.stage_handoff_s
+    by_hand = 8 * 4096 * 2 * link.energy_per_byte_j + 2 * link.power_w * wire_s
+    assert float(joules) == pytest.approx(by_hand, rel=1e-9) and by_hand > 0
+    running = step_cost(ctx=ctx, seqs=seqs, pipelined=True)
+    one_shot = step_cost(ctx=ctx, seqs=seqs, pipelined=False)
+    assert float(running.communication_energy_j) == pytest.approx(4 * by_hand, rel=1e-9)
+    assert float(one_shot.communication_energy_j) == pytest.approx(2 * by_hand, rel=1e-9)
+
+
 def test_decode_integration_matches_a_per_token_sum():
     from energylens.cost.step import SequenceGroup, step_cost
 

@@ -156,6 +156,13 @@ def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidt
     return CommCost(latency_s=latency, energy_j=energy, wire_s=wire)
 
 
+def point_to_point_energy_j(*, cost: CommCost, constants: LinkConstants) -> Size:
+    """Energy of one ``send_recv`` (``cost``, from :func:`collective_cost`) over both of its
+    GPUs: its bytes once (the sender's, as a collective's are per sending GPU) and the
+    link's power at both ends while it runs."""
+    return cost.energy_j + constants.power_w * cost.latency_s
+
+
 def overlapped_time(*, compute_s: Size, comm_s: Size, sync_s: Size) -> Size:
     """Wall time of compute and communication that run concurrently."""
     return np.maximum(compute_s, comm_s) + sync_s

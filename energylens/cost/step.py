@@ -29,6 +29,7 @@ from energylens.cost.comm import (
     collective_cost,
     link_for_group,
     overlapped_time,
+    point_to_point_energy_j,
     scale_out_cost,
 )
 from energylens.cost.constants import (
@@ -491,17 +492,19 @@ def _head_cost(*, ctx: StepContext, seqs: list[SequenceGroup]) -> StepCost:
     return _group_cost(ctx=ctx, group=ctx.graph.head_group, seqs=seqs)
 
 
-def pipeline_send_s(*, ctx: StepContext, tokens: Size) -> Size:
-    """Time to pass one micro-batch's activations to the next pipeline stage: the link's
-    transfer and the runtime's own hand-off time."""
+def pipeline_send(*, ctx: StepContext, tokens: Size) -> tuple[Size, Size]:
+    """(seconds, joules) to pass one micro-batch's activations to the next pipeline stage:
+    the link's transfer and the runtime's own hand-off time; the energy is the transfer's
+    over both GPUs (:func:`point_to_point_energy_j`; the hand-off is host time)."""
     if ctx.pp <= 1:
-        return 0.0
+        return 0.0, 0.0
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=ctx.replica_gpus)
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     message = tokens * ctx.graph.model.hidden_size * ACTIVATION_BYTES
-    return collective_cost(kind="send_recv", message_bytes=message, group_size=2,
-                           bandwidth=bandwidth, constants=link).latency_s \
-        + ctx.runtime_constants.stage_handoff_s
+    cost = collective_cost(kind="send_recv", message_bytes=message, group_size=2,
+                           bandwidth=bandwidth, constants=link)
+    return (cost.latency_s + ctx.runtime_constants.stage_handoff_s,
+            point_to_point_energy_j(cost=cost, constants=link))
 
 
 def micro_batches(*, ctx: StepContext, seqs: list[SequenceGroup]) -> Size:
@@ -530,14 +533,18 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
         total = total + _group_cost(ctx=ctx, group=ctx.graph.draft_group, seqs=prompts) \
             + _head_cost(ctx=ctx, seqs=prompts)
     stages = float(ctx.pp)
-    send = pipeline_send_s(ctx=ctx, tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
+    send, send_j = pipeline_send(ctx=ctx,
+                                 tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
     # Stage time = a micro-batch's whole-model time / pp; fill + drain = micro + pp - 1 stages.
     rounds = stages if pipelined else micro + stages - 1.0
     wall = rounds * (total.latency_s / stages + send)
+    # each micro-batch crosses every stage boundary (a running engine's also the last one,
+    # back to the first stage, as the wall time charges)
+    sends = micro * (stages if pipelined else stages - 1.0)
     return StepCost(latency_s=wall,
                     compute_energy_j=total.compute_energy_j * micro,
                     memory_energy_j=total.memory_energy_j * micro,
-                    communication_energy_j=total.communication_energy_j * micro,
+                    communication_energy_j=total.communication_energy_j * micro + sends * send_j,
                     communication_s=total.communication_s * micro / stages + rounds * send)
 
 

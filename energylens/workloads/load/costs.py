@@ -42,7 +42,7 @@ from energylens.cost.step import (
     StepContext,
     decode_step_cost,
     engine_cost,
-    pipeline_send_s,
+    pipeline_send,
     step_cost,
 )
 
@@ -78,9 +78,10 @@ def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int,
     price = decode_step_cost if decode else step_cost
     cost = price(ctx=replace(ctx, pp=1), seqs=groups)
     tokens = sum(g.sequences * g.new_tokens for g in groups)
-    sends = ctx.pp * pipeline_send_s(ctx=ctx, tokens=tokens) if ctx.pp > 1 else 0.0
+    send_s, send_j = pipeline_send(ctx=ctx, tokens=tokens)
     values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
-    values[0] = values[0] + sends
+    values[0] = values[0] + ctx.pp * send_s
+    values[3] = values[3] + ctx.pp * send_j
     values[1:] = [v / ranks for v in values[1:]]
     points = np.broadcast_shapes(*(v.shape for v in values))
     return np.stack([np.broadcast_to(v, points) for v in values])

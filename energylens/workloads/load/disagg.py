@@ -21,7 +21,7 @@ import numpy as np
 
 from energylens.calibration.coverage import require_constants
 from energylens.calibration.file import default_calibration
-from energylens.cost.comm import collective_cost, link_for_group
+from energylens.cost.comm import collective_cost, link_for_group, point_to_point_energy_j
 from energylens.cost.constants import Calibration
 from energylens.cost.memory import MemoryUse, memory_use
 from energylens.deployment import Deployment, check_deployment, sharded_model
@@ -116,8 +116,8 @@ def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
     link = ctx.calibration.link(gpu=ctx.gpu.name, kind=kind)
     cost = collective_cost(kind="send_recv", message_bytes=per_gpu * tokens.astype(float),
                            group_size=2, bandwidth=bandwidth, constants=link)
-    # both ends of every rank pair draw the link's power while it runs
-    return np.asarray(cost.latency_s, dtype=float), np.asarray(cost.energy_j) * 2 * ranks
+    energy = point_to_point_energy_j(cost=cost, constants=link)
+    return np.asarray(cost.latency_s, dtype=float), np.asarray(energy, dtype=float) * ranks
 
 
 def _pool_phase(*, metrics: LoadMetrics, static_w: float, gpus: int, replicas: int) -> PhaseResult:
