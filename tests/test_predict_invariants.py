@@ -135,6 +135,34 @@ def test_power_cap_lowers_the_clock_instead_of_exceeding_tdp():
                                                                                rel=1e-12)
 
 
+def test_a_kernel_and_the_all_reduce_hidden_under_it_stay_under_the_board_limit():
+    """Llama-3.1-70B TP8 on B200, an 8,192-token prompt, all-reduces overlapped on 16 SMs:
+    each layer's two all-reduces (same size) hide under o and down; a kernel and its
+    collective together draw at most the TDP (down, the longer GEMM with the fitted link
+    power, would draw ~1,020 W at their overlapped time, so it is stretched to the limit)."""
+    from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
+    from energylens.predict import checked_context
+
+    _, ctx = checked_context(model="llama-3.1-70b", gpu="B200",
+                             deployment=Deployment(tp=8, overlap_sms=16))
+    records: list[tuple[int, str, float, float]] = []
+    token = STEP_RECORDER.set(lambda group, kernel, seconds, joules, critical: records.append(
+        (group.count, getattr(kernel, "name", kernel), float(seconds), float(joules))))
+    try:
+        step_cost(ctx=ctx, seqs=[SequenceGroup(sequences=1.0, new_tokens=8192.0, context=8192.0)])
+    finally:
+        STEP_RECORDER.reset(token)
+    layers = {name: (seconds / count, joules / count) for count, name, seconds, joules in records
+              if count > 1}
+    assert layers["communication"][0] == 0.0  # both hidden
+    per_collective_j = layers["communication"][1] / 2
+    static_w, tdp_w = ctx.constants.static_power_w, ctx.gpu.tdp_w
+    powers = {name: (layers[name][1] + per_collective_j) / layers[name][0] + static_w
+              for name in ("o", "down")}
+    assert max(powers.values()) <= tdp_w * (1 + 1e-9), powers
+    assert powers["down"] == pytest.approx(tdp_w, rel=1e-6)
+
+
 @pytest.mark.parametrize(("model", "gpu", "deployment"), CASES)
 def test_static_energy_is_static_power_times_gpus_times_wall_time(model, gpu, deployment):
     p = predict(model=model, gpu=gpu, deployment=deployment, workload=Workload(batch=4))

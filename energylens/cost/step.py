@@ -291,7 +291,7 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     slowdown = ctx.gpu.sm_count / np.maximum(ctx.gpu.sm_count - ctx.overlap_sms, 1)
     latencies: dict[int, Size] = {}
     record = STEP_RECORDER.get()
-    energies: dict[int, Size] = {}  # per kernel, only for a recorder (off the hot path)
+    energies: dict[int, Size] = {}  # per kernel (a recorder's, and an overlap's power limit)
     compute_j: Size = 0.0
     memory_j: Size = 0.0
     first_context = next((i for i, k in enumerate(compiled.kernels)
@@ -338,9 +338,8 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                 cost = KernelCost(**{f.name: getattr(cost, f.name) * runs
                                      for f in dataclass_fields(KernelCost)})
             latencies[index] = latencies.get(index, 0.0) + cost.latency_s
-            if record is not None:
-                energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \
-                    + cost.memory_energy_j
+            energies[index] = energies.get(index, 0.0) + cost.compute_energy_j \
+                + cost.memory_energy_j
             compute_j = compute_j + cost.compute_energy_j
             memory_j = memory_j + cost.memory_energy_j
     comm_j: Size = 0.0
@@ -358,9 +357,10 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
         comm_j = comm_j + comm.energy_j
         if overlapped and collective.overlap_kernel is not None:
             index = collective.overlap_kernel
-            hidden = latencies[index]
-            latencies[index] = overlapped_time(compute_s=hidden, comm_s=comm.latency_s,
-                                               sync_s=sync_s)
+            together = overlapped_time(compute_s=latencies[index], comm_s=comm.latency_s,
+                                       sync_s=sync_s)
+            latencies[index] = _within_board_limit(ctx=ctx, seconds=together,
+                                                   dynamic_j=energies[index] + comm.energy_j)
         else:
             exposed = exposed + comm.latency_s
     latency = sum(latencies.values()) + exposed
@@ -370,6 +370,14 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
                    energies[index] * group.count, critical)
         record(group, "communication", exposed * group.count, comm_j * group.count, critical)
     return latency, compute_j, memory_j, comm_j, exposed
+
+
+def _within_board_limit(*, ctx: StepContext, seconds: Size, dynamic_j: Size) -> Size:
+    """A kernel and the collective hidden under it, stretched where their dynamic energy
+    over ``seconds`` plus static power would exceed the board's limit (each alone was
+    held under it by its own clock; together the GPU's power management slows them)."""
+    headroom_w = ctx.gpu.tdp_w - ctx.constants.static_power_w
+    return np.maximum(seconds, dynamic_j / headroom_w) if headroom_w > 0 else seconds
 
 
 def _all_tokens(kernel: Kernel) -> bool:
