@@ -205,8 +205,9 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         usable = np.where(weights > share, capacity, share + np.minimum(outside, capacity - share))
     else:  # everything within the share; likewise raised (--gpu-memory-utilization) where
         # the weights and the activations of the engine's start-up profiling pass and its
-        # reserve exceed it
-        usable = np.where(weights + outside > share, capacity, share)
+        # reserve exceed it, to the most the engine starts with
+        raised = max(share, capacity * raised_hbm_share(capacity_bytes=capacity))
+        usable = np.where(weights + outside > share, raised, share)
     usable = float(usable) if np.ndim(usable) == 0 else np.asarray(usable, dtype=float)
     return MemoryUse(weights_bytes=weights, kv_cache_bytes=kv, state_bytes=state,
                      activation_bytes=activations, reserve_bytes=runtime.reserve_bytes,
@@ -231,26 +232,36 @@ def startup_tokens(*, runtime: RuntimeProfile, gpu: GPU, attention_ranks: int,
     return tokens
 
 
-def engine_share(*, runtime: RuntimeProfile, use: MemoryUse,
-                 held_bytes: float = 1.5 * 2**30) -> float:
+#: What the CUDA context, the driver's reservation and the communicators' buffers hold
+#: outside an ``hbm`` share by the time the engine checks it: 1.5 GiB, about 0.5 GiB each
+#: (assumed, not measured).
+HELD_OUTSIDE_SHARE_BYTES = 1.5 * 2**30
+
+
+def raised_hbm_share(*, capacity_bytes: float) -> float:
+    """The largest ``hbm`` share an engine starts with on a board of ``capacity_bytes``:
+    the board less :data:`HELD_OUTSIDE_SHARE_BYTES`, rounded down to a thousandth (0.981
+    on an 80 GB H100, 79.6 GiB).
+
+    A share of 1 never starts: vLLM V1 refuses to start when the memory free at start-up
+    is below the share x the total (``Worker.init_device``, after its NCCL communicators are
+    set up: vllm/v1/worker/gpu_worker.py of the 0.11.0 sdist)."""
+    return math.floor((1.0 - HELD_OUTSIDE_SHARE_BYTES / capacity_bytes) * 1000.0) / 1000.0
+
+
+def engine_share(*, runtime: RuntimeProfile, use: MemoryUse) -> float:
     """The value of the runtime's memory-share flag that ``use`` (one configuration) was
     priced with: its default, or where :func:`memory_use` raised it (the default could not
     hold what the engine loads at start-up), the whole board less what lives outside the
-    share (``static``), or (``hbm``) the largest share the engine starts with: the board
-    less ``held_bytes``, rounded down to a thousandth.
-
-    An ``hbm`` share of 1 never starts: vLLM V1 refuses to start when the memory free at
-    start-up is below the share x the total (``Worker.init_device``, after its NCCL
-    communicators are set up: vllm/v1/worker/gpu_worker.py of the 0.11.0 sdist), and by then
-    the CUDA context, the driver's reservation and the communicators' buffers hold part of
-    the board: ``held_bytes``, 1.5 GiB assumed (about 0.5 GiB each; not measured), so 0.981
-    on an 80 GB H100 (79.6 GiB). :func:`memory_use` still prices the raised share as the
-    whole board."""
-    if runtime.memory_share_of == "free" or float(use.usable_bytes) < use.capacity_bytes \
-            or use.default_share >= 1.0:
-        return use.default_share
+    share (``static``), or (``hbm``) :func:`raised_hbm_share`."""
+    default = use.default_share
+    if runtime.memory_share_of == "free" or default >= 1.0:
+        return default
     if runtime.memory_share_of == "static":
+        if float(use.usable_bytes) < use.capacity_bytes:
+            return default
         share = 1.0 - (float(use.activation_bytes) + use.reserve_bytes) / use.capacity_bytes
-    else:
-        share = 1.0 - held_bytes / use.capacity_bytes
-    return math.floor(share * 1000.0) / 1000.0
+        return math.floor(share * 1000.0) / 1000.0
+    if float(use.usable_bytes) <= default * use.capacity_bytes:
+        return default
+    return raised_hbm_share(capacity_bytes=use.capacity_bytes)
