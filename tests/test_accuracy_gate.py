@@ -1,14 +1,15 @@
 """Accuracy gate: fails when any accuracy number regresses past its target.
 
 Every target of ``energylens.validation.accuracy.TARGETS`` (the issue's: per-op GEMM
-latency <= 10 % on Vidur H100/A100, all-reduce latency <= 10 % on Vidur h100_dgx/a100_dgx,
-ML.ENERGY H100 energy per output token and inter-token latency <= 12 % for dense and MoE,
-single- and multi-GPU; every leave-one-regime-out fold <= 10 % on energy per token and
-inter-token latency) is judged on its held-out number (leave one model out or one regime
-out, recorded in the shipped calibration by ``energylens calibrate``) where the data allows
-one, else on the in-sample number computed here from ``data/measurements``. Targets missed today are
-held at today's value plus a small margin (KNOWN_MISSES) so they cannot silently get
-worse; ``docs/accuracy.md`` lists them as missed. Needs nothing outside the repository.
+latency <= 10 % on Vidur H100/A100, all-reduce latency <= 10 % on Vidur h100_dgx/a100_dgx
+within one node, ML.ENERGY H100 energy per output token and inter-token latency <= 12 % on
+the rows the serving fit uses, for dense and MoE, single- and multi-GPU; every
+leave-one-regime-out fold <= 10 % on energy per token and inter-token latency) is judged on
+its held-out number (leave one model out, one group size out or one regime out, recorded in
+the shipped calibration by ``energylens calibrate``) where the data allows one, else on the
+in-sample number computed here from ``data/measurements``. Targets missed today are held at
+today's value plus a small margin (KNOWN_MISSES) so they cannot silently get worse;
+``docs/accuracy.md`` lists them as missed. Needs nothing outside the repository.
 """
 
 from __future__ import annotations
@@ -99,6 +100,13 @@ KNOWN_MISSES: dict[str, float] = {
     # ~2 % of phantom kernel time off them. The limit is raised to today's + 1.5 with the
     # phantom kernels gone rather than kept to hold a number; the B200 Nemotron under-
     # prediction is the thing to explain (docs/regime-folds.md).
+    # 2026-11-30 review: the all-reduce targets were judged in-sample although the NVSwitch
+    # link fit holds one group size out; judged on that now (its rows: the DGX files' rows
+    # within one node), both miss: h100_dgx 16.2 % held out (in-sample 9.8 %), a100_dgx
+    # 10.6 % (8.4 %). The link curves' form does not carry from two group sizes to the
+    # third (H100: 2 GPUs 18.8 %, 8 GPUs 19.2 % held out). Limits: today's + 1.5 points.
+    "All-reduce latency, Vidur h100_dgx, one node (2-8 GPUs, NVSwitch)": 0.177,
+    "All-reduce latency, Vidur a100_dgx, one node (2-8 GPUs, NVSwitch)": 0.122,
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.168,
     "Regime-out H100-SXM task: fit chat, predict reasoning/FIM: energy per output token": 0.158,
     "Regime-out H100-SXM family: fit dense, predict MoE: energy per output token": 0.154,
@@ -159,7 +167,8 @@ def test_shipped_calibration_matches_the_code(report):
     recorded = fits["mlenergy/H100-SXM"]["in_sample_by_group"]
     for kind in ("dense", "moe"):  # the fitted rows (hybrid rows are only predicted)
         for metric in ("energy_per_token_joules", "median_itl_ms"):
-            assert now[f"{metric}[{kind}]"].mape == pytest.approx(
+            assert now[f"{metric}[fitted,{kind}]"].n == recorded[kind][metric]["n"]
+            assert now[f"{metric}[fitted,{kind}]"].mape == pytest.approx(
                 recorded[kind][metric]["mape"], abs=0.005), (kind, metric)
     gemm = report.datasets["vidur-mlp-A100-80GB-SXM"].summary["gemm"].mape
     assert gemm == pytest.approx(fits["vidur-mlp/A100-80GB-SXM"]["in_sample"]["gemm"]["mape"],

@@ -43,17 +43,24 @@ class Target:
     leave_out: tuple[str, ...] | None  # path into the calibration file's fits, if any
 
 
+#: ML.ENERGY row group of the rows the serving fit uses (``fit_serving.fitted_rows``): the
+#: rows its leave-one-model-out figures score, so the in-sample column scores them too.
+FITTED = "fitted"
+MLENERGY_GROUPS = ("dense", "moe", "dense,1-gpu", "dense,multi-gpu", "moe,1-gpu",
+                   "moe,multi-gpu")
+
+
 def _mlenergy_targets() -> list[Target]:
     out = []
     fit = "mlenergy/H100-SXM"
     for metric, label in (("energy_per_token_joules", "energy per output token"),
                           ("median_itl_ms", "inter-token latency")):
-        out.append(Target(f"ML.ENERGY H100 {label}, all rows", "mlenergy-H100", metric, 0.12,
+        out.append(Target(f"ML.ENERGY H100 {label}, {FITTED} rows", "mlenergy-H100",
+                          f"{metric}[{FITTED}]", 0.12,
                           (fit, "leave_one_model_out", metric, "mape")))
-        for group in ("dense", "moe", "dense,1-gpu", "dense,multi-gpu", "moe,1-gpu",
-                      "moe,multi-gpu"):
-            out.append(Target(f"ML.ENERGY H100 {label}, {group}", "mlenergy-H100",
-                              f"{metric}[{group}]", 0.12,
+        for group in MLENERGY_GROUPS:
+            out.append(Target(f"ML.ENERGY H100 {label}, {FITTED} rows, {group}", "mlenergy-H100",
+                              f"{metric}[{FITTED},{group}]", 0.12,
                               (fit, "leave_one_model_out_by_group", group, metric, "mape")))
     return out
 
@@ -96,16 +103,32 @@ def _small_kernel_targets() -> list[Target]:
             for gpu in ("H100-SXM", "A100-80GB-SXM") for op in SMALL_KERNEL_OPS]
 
 
+#: Vidur NCCL rows run within one node (2-8 GPUs over NVSwitch): the rows the NVSwitch link
+#: fit uses, and holds out one group size at a time.
+ONE_NODE = "one node"
+
+
+def _one_node(row: RowResult) -> bool:
+    return int(row.input["num_workers"]) == int(row.input["devices_per_node"])
+
+
+def _all_reduce_targets() -> list[Target]:
+    """All-reduce on the DGX rows within one node, judged on the NVSwitch fit's leave one
+    group size out (the a100_dgx file's 16-GPU rows cross InfiniBand: another fit)."""
+    return [Target(f"All-reduce latency, Vidur {sku}, {ONE_NODE} (2-8 GPUs, NVSwitch)",
+                   f"vidur-network-{sku}", f"all_reduce[{ONE_NODE}]", 0.10,
+                   (f"vidur-network/{gpu}:nvswitch", "leave_one_group_size_out", "all_reduce",
+                    "mape"))
+            for sku, gpu in (("h100_dgx", "H100-SXM"), ("a100_dgx", "A100-80GB-SXM"))]
+
+
 TARGETS: tuple[Target, ...] = (
     Target("GEMM per-op latency, Vidur H100", "vidur-mlp-H100-SXM", "gemm", 0.10,
            ("vidur-mlp/H100-SXM", "leave_one_model_out", "gemm", "mape")),
     Target("GEMM per-op latency, Vidur A100", "vidur-mlp-A100-80GB-SXM", "gemm", 0.10,
            ("vidur-mlp/A100-80GB-SXM", "leave_one_model_out", "gemm", "mape")),
     *_small_kernel_targets(),
-    Target("All-reduce latency, Vidur h100_dgx", "vidur-network-h100_dgx", "all_reduce", 0.10,
-           None),
-    Target("All-reduce latency, Vidur a100_dgx", "vidur-network-a100_dgx", "all_reduce", 0.10,
-           None),
+    *_all_reduce_targets(),
     *_mlenergy_targets(),
     *_regime_targets(),
 )
@@ -238,16 +261,30 @@ def _mlenergy_groups(rows: list[RowResult]) -> dict[str, Callable[[RowResult], b
     def multi(row: RowResult) -> bool:
         return int(row.input["num_gpus"]) > 1
 
-    return {
+    def host_bound(row: RowResult) -> bool:
+        return row_key(row.input) in screened
+
+    def dp_attention(row: RowResult) -> bool:
+        return int(row.input.get("data_parallel", 1)) > 1
+
+    def fitted(row: RowResult) -> bool:
+        return kind(row) in ("dense", "moe") and not host_bound(row) and not dp_attention(row)
+
+    groups: dict[str, Callable[[RowResult], bool]] = {
         "dense": is_dense, "moe": is_moe, "hybrid": lambda r: kind(r) == "hybrid",
-        "host-bound": lambda r: row_key(r.input) in screened,
-        "dp-attention": lambda r: int(r.input.get("data_parallel", 1)) > 1,
+        "host-bound": host_bound, "dp-attention": dp_attention,
         "1-gpu": lambda r: not multi(r), "multi-gpu": multi,
         "dense,1-gpu": lambda r: is_dense(r) and not multi(r),
         "dense,multi-gpu": lambda r: is_dense(r) and multi(r),
         "moe,1-gpu": lambda r: is_moe(r) and not multi(r),
         "moe,multi-gpu": lambda r: is_moe(r) and multi(r),
+        FITTED: fitted,
     }
+    def fitted_and(keep: Callable[[RowResult], bool]) -> Callable[[RowResult], bool]:
+        return lambda row: fitted(row) and keep(row)
+
+    groups.update({f"{FITTED},{name}": fitted_and(groups[name]) for name in MLENERGY_GROUPS})
+    return groups
 
 
 def _calibration_doc(calibration: str | Path | None) -> tuple[dict[str, Any], str]:
@@ -335,7 +372,7 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
             [p for p in compute if p.parts[-4] == gpu], aggregate={"gemm": GEMM_OPS})
     for sku_dir in sorted((data / "vidur" / "network").glob("*")):
         add(f"vidur-network-{sku_dir.name}", f"Vidur NCCL collectives, {sku_dir.name}",
-            "vidur-network", sorted(sku_dir.glob("*.csv")))
+            "vidur-network", sorted(sku_dir.glob("*.csv")), extra={ONE_NODE: _one_node})
     add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
         sorted((data / "llmcompass").glob("matmul_*.csv")))
     for phase in ("prefill", "decode"):  # one dataset per phase: each its own MAPE line
