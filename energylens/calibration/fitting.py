@@ -14,6 +14,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
+#: A fitted constant within this share of its range (in log for a ``log`` parameter) of
+#: either end is at a bound: not identified by the data. The one rule of every fit here.
+BOUND_SHARE = 1e-3
+
+
+def near_bound(*, value: float, low: float, high: float) -> bool:
+    """Whether ``value`` lies within :data:`BOUND_SHARE` of ``high - low`` of either end."""
+    return min(abs(value - low), abs(high - value)) <= BOUND_SHARE * (high - low)
+
 
 @dataclass(frozen=True)
 class Param:
@@ -31,6 +40,13 @@ class Param:
             self.low, self.high, value)
         frac = np.clip((v - lo) / (hi - lo), 1e-6, 1 - 1e-6)
         return float(np.log(frac / (1 - frac)))
+
+    def at_bound(self, value: float) -> bool:
+        """Whether ``value`` is at a bound of the range (:func:`near_bound`, in log if ``log``)."""
+        if self.log:
+            return near_bound(value=float(np.log(value)), low=float(np.log(self.low)),
+                              high=float(np.log(self.high)))
+        return near_bound(value=value, low=self.low, high=self.high)
 
     def to_bounded(self, z: float) -> float:
         """Map an unbounded optimiser variable into [low, high]."""
@@ -124,7 +140,7 @@ def fit_bounded(*, params: Sequence[Param], residuals: Callable[[dict[str, float
     residual = fun(z_fit)
     values = unpack(z_fit)
     rms = float(np.sqrt(np.mean(residual**2))) if residual.size else 0.0
-    at_bound = [p.name for p, z in zip(params, z_fit, strict=True) if abs(z) > 9.0]
+    at_bound = [p.name for p in params if p.at_bound(values[p.name])]
     return values, rms, at_bound
 
 
@@ -186,7 +202,7 @@ def fit_efficiency_ramp(*, fields: tuple[str, str],
     """A kernel table's efficiency (``fields[0]``, a share of a peak) and the half-point of
     its ramp (``fields[1]``, solved for in log10, started half-way along its log range, away
     from both bounds and from 0, no ramp): :func:`fit_kernel_table` with ``price(rows,
-    values)``. A constant within 0.1 % of its (log) range of a bound is at it."""
+    values)``. A constant is at a bound by :func:`near_bound` on its (log) range."""
     log_bounds = ((bounds[0][0], bounds[0][1]), (np.log10(bounds[1][0]), np.log10(bounds[1][1])))
     lower = [low for low, _ in log_bounds]
     upper = [high for _, high in log_bounds]
@@ -203,7 +219,7 @@ def fit_efficiency_ramp(*, fields: tuple[str, str],
     def at_bound(found: dict[str, float]) -> list[str]:
         scaled = (found[fields[0]], np.log10(found[fields[1]]))
         return [name for name, value, (low, high) in zip(fields, scaled, log_bounds, strict=True)
-                if min(abs(value - low), abs(value - high)) < 1e-3 * (high - low)]
+                if near_bound(value=float(value), low=low, high=high)]
 
     return fit_kernel_table(latency_s=latency_s, split_by=split_by, at_bound=at_bound,
                             best=best, price=price, fitted_on=fitted_on, leave_out=leave_out)

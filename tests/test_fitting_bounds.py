@@ -1,0 +1,42 @@
+"""One bound rule for every bounded fit: within 0.1 % of the (log) range of either end."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from energylens.calibration.fit_serving import FLOP_SHARE, serving_params
+from energylens.calibration.fitting import Param, fit_bounded, near_bound
+
+
+def test_near_bound_by_hand():
+    # range 0.93: 0.1 % of it is 0.00093
+    assert near_bound(value=0.02028, low=0.02, high=0.95)
+    assert near_bound(value=0.9492, low=0.02, high=0.95)
+    assert not near_bound(value=0.021, low=0.02, high=0.95)
+    assert not near_bound(value=0.5, low=0.02, high=0.95)
+
+
+def test_log_param_judged_on_its_log_range():
+    param = Param("f", 1.0, 0.2, 5.0, log=True)  # log range ln 25 = 3.219: 0.1 % is 0.00322
+    assert param.at_bound(0.2 * math.exp(0.003))
+    assert param.at_bound(5.0 * math.exp(-0.003))
+    assert not param.at_bound(0.2 * math.exp(0.004))
+
+
+def test_b200_task_fold_tensor_power_share_is_at_its_bound():
+    """The B200 task fold's 0.02028 (lower bound 0.02: 0.03 % of the range) is at it."""
+    share = next(p for p in serving_params("B200") if p.name == FLOP_SHARE)
+    assert (share.low, share.high) == (0.02, 0.95)
+    assert share.at_bound(0.02028)
+
+
+def test_fit_bounded_flags_an_optimum_within_the_share_of_a_bound():
+    """Optimum 0.02028 in [0.02, 0.95]: logistic variable ~ -8.1, which the old |z| > 9
+    rule let through."""
+    params = [Param("x", 0.5, 0.02, 0.95), Param("y", 0.5, 0.02, 0.95)]
+    values, _, at_bound = fit_bounded(
+        params=params, residuals=lambda v: 100.0 * np.array([v["x"] - 0.02028, v["y"] - 0.4]))
+    assert abs(values["x"] - 0.02028) < 1e-4
+    assert at_bound == ["x"]
