@@ -133,13 +133,14 @@ class FitRow:
 
 @dataclass(frozen=True, kw_only=True)
 class OverlayFit:
-    """The fitted overlay, the factors moved in the order they were freed, and the RMS log
-    error of the rows before and after."""
+    """The fitted overlay, the factors moved in the order they were freed, the RMS log
+    error of the rows before and after, and the factors that ended at a bound."""
 
     overlay: Overlay
     freed: tuple[str, ...]
     rms_log_before: float
     rms_log_after: float
+    at_bound: tuple[str, ...] = ()  # factors at a bound of FACTOR_RANGE: not identified
 
 
 def _log_errors(rows: Sequence[FitRow], calibration: Calibration,
@@ -234,12 +235,19 @@ def fit_overlay(*, rows: Sequence[FitRow], base: Calibration,
         prior = np.log([values[n] for n in names]) / PRIOR_SIGMA
         return np.concatenate([data, prior])
 
-    values, _, _ = fit_bounded(params=params, residuals=residuals, max_nfev=40)
+    values, _, at_bound = fit_bounded(params=params, residuals=residuals, max_nfev=40)
     if np.sum(np.nan_to_num(residuals(values), nan=10.0) ** 2) >= np.sum((r0 / NOISE_SIGMA) ** 2):
         return OverlayFit(overlay=none, freed=(), rms_log_before=before, rms_log_after=before)
     after = _log_errors(fit_rows, apply_overlay(base, Overlay(factors=values, gpus=gpus)), metrics)
     return OverlayFit(overlay=Overlay(factors=values, gpus=gpus), freed=tuple(names),
-                      rms_log_before=before, rms_log_after=float(np.sqrt(np.mean(after**2))))
+                      rms_log_before=before, rms_log_after=float(np.sqrt(np.mean(after**2))),
+                      at_bound=tuple(n for n in names if n in at_bound))
+
+
+def bound_note(name: str) -> str:
+    """What an overlay says of factor ``name`` at a bound of its range."""
+    return (f"at a bound of its range {FACTOR_RANGE[0]:g}-{FACTOR_RANGE[1]:g}: not identified "
+            f"by the rows ({name} would move further)")
 
 
 def overlay_document(*, fit: OverlayFit, base: str, fitted_on: dict[str, Any],
@@ -251,8 +259,11 @@ def overlay_document(*, fit: OverlayFit, base: str, fitted_on: dict[str, Any],
     factors: dict[str, Any] = {}
     for name in FACTOR_NAMES:
         if name in fit.overlay.factors:
+            note = f"freed {fit.freed.index(name) + 1} of {len(fit.freed)}"
+            if name in fit.at_bound:
+                note += f"; {bound_note(name)}"
             factors[name] = {"value": float(f"{fit.overlay.factors[name]:.6g}"), "kind": "fitted",
-                             "note": f"freed {fit.freed.index(name) + 1} of {len(fit.freed)}"}
+                             "note": note}
         else:
             factors[name] = {"value": 1.0, "kind": "default",
                              "note": "not identified by the rows: the base value"}
@@ -260,4 +271,6 @@ def overlay_document(*, fit: OverlayFit, base: str, fitted_on: dict[str, Any],
             "overlay": {"gpus": list(fit.overlay.gpus), "factors": factors,
                         "fitted_on": fitted_on,
                         "note": (f"rms log error of the rows {fit.rms_log_before:.4f} on the "
-                                 f"base, {fit.rms_log_after:.4f} with the overlay")}}
+                                 f"base, {fit.rms_log_after:.4f} with the overlay"
+                                 + (f"; at a bound of its range: {', '.join(fit.at_bound)}"
+                                    if fit.at_bound else ""))}}

@@ -198,7 +198,12 @@ def calibrate_overlay(args: argparse.Namespace) -> int:
 
     from energylens import __version__
     from energylens.calibration.file import default_calibration, load_calibration
-    from energylens.calibration.overlay import FACTOR_NAMES, fit_overlay, overlay_document
+    from energylens.calibration.overlay import (
+        FACTOR_NAMES,
+        bound_note,
+        fit_overlay,
+        overlay_document,
+    )
     from energylens.measurements.user_csv import load_user_csv
     from energylens.validation.kshot import fit_rows
 
@@ -231,7 +236,10 @@ def calibrate_overlay(args: argparse.Namespace) -> int:
         if value is None:
             print(f"  {name:<20} unchanged", file=out)
         else:
-            print(f"  {name:<20} x{value:.4f} ({100 * (value - 1):+.1f} %)", file=out)
+            print(f"  {name:<20} x{value:.4f} ({100 * (value - 1):+.1f} %)"
+                  + (" AT A BOUND" if name in fit.at_bound else ""), file=out)
+    for name in fit.at_bound:
+        print(f"energylens: warning: {name} {bound_note(name)}", file=sys.stderr)
     print(f"rms log error of the rows: {fit.rms_log_before:.4f} -> {fit.rms_log_after:.4f}; "
           f"wrote {output}", file=out)
     return 0
