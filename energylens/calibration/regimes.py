@@ -53,6 +53,9 @@ from energylens.cost.constants import Calibration
 from energylens.hardware import GPU, load_gpu
 
 RowTest = Callable[[ServingRow], bool]
+#: Marks a fold whose training rows are exactly the full fit's (the hybrid fold): its
+#: refit repeats the full fit, so it is no second fit in the spread or the bound count.
+SAME_AS_FULL = "same_rows_as_full_fit"
 #: The fit variable of the fixed time per expert-parallel MoE layer; only EP rows move it.
 EP_OVERHEAD = f"{RUNTIME_PREFIX}ep_moe_layer_overhead_s"
 
@@ -129,6 +132,8 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, floa
             if fold.test(r) and not r.host_bound and r.case.deployment.attention_dp == 1]
     entry: dict[str, Any] = {"regime": fold.regime, "train_rows": len(train),
                              "test_rows": len(test)}
+    if len(train) == len(fitted):  # trains on the full fit's rows: repeats the full fit
+        entry[SAME_AS_FULL] = True
     params = serving_params(gpu)
     if EP_OVERHEAD in borrowed and not any(r.case.deployment.ep > 1 for r in train):
         params = tuple(replace(p, init=borrowed[EP_OVERHEAD]) if p.name == EP_OVERHEAD else p
@@ -166,16 +171,26 @@ def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfe
             for fold, entry in zip(FOLDS, entries, strict=True)}
 
 
+def distinct_refits(*, folds: dict[str, Any], full_rows: int | None = None) -> dict[str, Any]:
+    """The refitted folds (with ``values``) whose training rows are not the full fit's:
+    not flagged :data:`SAME_AS_FULL` nor, in a file written before the flag, trained on
+    ``full_rows`` rows (the full fit's count)."""
+    return {key: entry for key, entry in folds.items()
+            if isinstance(entry, dict) and "values" in entry and not entry.get(SAME_AS_FULL)
+            and (full_rows is None or entry.get("train_rows") != full_rows)}
+
+
 def constant_spread(*, full: dict[str, float], folds: dict[str, Any]) -> dict[str, float]:
-    """Per fitted constant: (max - min) over the full fit and every fold, as a share of the
-    largest magnitude (0: never moves; 1: some fold drives it to zero or flips its sign).
+    """Per fitted constant: (max - min) over the full fit and every fold that refits other
+    rows (:func:`distinct_refits`), as a share of the largest magnitude (0: never moves; 1:
+    some fold drives it to zero or flips its sign).
 
     A constant that moves a lot when one regime is left out is identified by that regime
     alone (or not at all)."""
     out: dict[str, float] = {}
     for name, value in full.items():
-        seen = [value] + [entry["values"][name] for entry in folds.values()
-                          if name in entry.get("values", {})]
+        seen = [value] + [entry["values"][name] for entry in distinct_refits(folds=folds).values()
+                          if name in entry["values"]]
         largest = max(abs(v) for v in seen)
         out[name] = float(f"{(max(seen) - min(seen)) / largest:.4g}") if largest else 0.0
     return out
@@ -227,5 +242,6 @@ def metric_of(entry: dict[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-__all__ = ["EP_OVERHEAD", "FOLDS", "REPORT_METRICS", "Fold", "constant_spread",
+__all__ = ["EP_OVERHEAD", "FOLDS", "REPORT_METRICS", "SAME_AS_FULL", "Fold", "constant_spread",
+           "distinct_refits",
            "generation_fold", "metric_of", "regime_folds"]

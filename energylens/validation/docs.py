@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration.regimes import metric_of
+from energylens.calibration.regimes import distinct_refits, metric_of
 from energylens.measurements.bench_screen import SCREEN
 from energylens.measurements.mlenergy import TASK_INPUT_TOKENS
 from energylens.measurements.vidur_ops import GEMM_OPS
@@ -160,16 +160,20 @@ def _constants(report: AccuracyReport) -> list[str]:
         spread = report.fits.get(f"mlenergy/{gpu}", {}).get("spread_across_regime_folds", {})
         if not spread:
             continue
-        fits = [report.fits.get(f"mlenergy/{gpu}", {}),
-                *(fold for fold in report.fits.get(f"regimes/mlenergy/{gpu}", {}).values()
-                  if "values" in fold)]  # refitted folds (not the borrowed generation fold)
+        full = report.fits.get(f"mlenergy/{gpu}", {})
+        # refitted folds (not the borrowed generation fold), none that repeats the full fit
+        fits = [full, *distinct_refits(folds=report.fits.get(f"regimes/mlenergy/{gpu}", {}),
+                                       full_rows=full.get("n_points")).values()]
         bound = {name: sum(1 for fit in fits if name in {
             FIT_VARIABLES.get(b, b) for b in fit.get("at_bound", [])}) for name in spread}
         lines += [f"Serving constants of {gpu}: (max - min) over the full fit and the regime "
                   "folds, as a share of the largest value (100 %: some fold drives it to zero); "
                   "more than 30 % means one regime alone identifies the constant, and one that "
-                  "ends at a bound of its range is not identified at all.", "",
-                  f"| constant | spread | flagged | at a bound in (of {len(fits)} fits) |",
+                  "ends at a bound of its range is not identified at all. A fold that trains "
+                  "on exactly the full fit's rows (fit transformers, predict hybrid: no fit "
+                  "sees a hybrid row) repeats the full fit and is not counted again.", "",
+                  f"| constant | spread | flagged | at a bound in (of {len(fits)} distinct "
+                  "fits) |",
                   "|---|---|---|---|"]
         for name, value in sorted(spread.items(), key=lambda x: -x[1]):
             flagged = "**yes**" if value > 0.30 or bound[name] else "no"
