@@ -28,6 +28,7 @@ has no rows is reported with its row counts and no errors.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -51,6 +52,7 @@ from energylens.calibration.fit_serving import (
 from energylens.calibration.transfer import borrowed_calibration
 from energylens.cost.constants import Calibration
 from energylens.hardware import GPU, load_gpu
+from energylens.validation.expected_error import SIXTEEN_BIT
 
 RowTest = Callable[[ServingRow], bool]
 #: Marks a fold whose training rows are exactly the full fit's (the hybrid fold): its
@@ -64,8 +66,10 @@ def _gpus(row: ServingRow) -> int:
     return int(row.values["num_gpus"])
 
 
-def _bf16(row: ServingRow) -> bool:
-    return str(row.values["weight_precision"]).lower() in ("bfloat16", "bf16")
+def _sixteen_bit(row: ServingRow) -> bool:
+    """The precision fold's training side ("fit BF16"): 16-bit weights, as
+    ``expected_error`` reads a prediction's side."""
+    return str(row.values["weight_precision"]).lower() in SIXTEEN_BIT
 
 
 def _chat(row: ServingRow) -> bool:
@@ -90,7 +94,7 @@ class Fold:
 FOLDS: tuple[Fold, ...] = (
     Fold("gpu-count", "fit 1-2 GPUs, predict 4-8", lambda r: _gpus(r) <= 2,
          lambda r: _gpus(r) >= 4, lambda r: f"{_gpus(r)} GPUs"),
-    Fold("precision", "fit BF16, predict FP8/MXFP4", _bf16, lambda r: not _bf16(r),
+    Fold("precision", "fit BF16, predict FP8/MXFP4", _sixteen_bit, lambda r: not _sixteen_bit(r),
          lambda r: str(r.values["weight_precision"])),
     Fold("task", "fit chat, predict reasoning/FIM", _chat, lambda r: not _chat(r),
          lambda r: str(r.values["task"])),
@@ -237,9 +241,10 @@ def generation_fold(*, files: list[Path], gpu: GPU, calibration: Calibration) ->
 
 
 def metric_of(entry: dict[str, Any], metric: str) -> float | None:
-    """Held-out MAPE of ``metric`` in a fold entry (None when the fold has no rows)."""
+    """Held-out MAPE of ``metric`` in a fold entry (None when the fold has no rows or the
+    figure is not a number)."""
     value = entry.get("errors", {}).get(metric, {}).get("mape")
-    return None if value is None else float(value)
+    return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
 __all__ = ["EP_OVERHEAD", "FOLDS", "REPORT_METRICS", "SAME_AS_FULL", "Fold", "constant_spread",

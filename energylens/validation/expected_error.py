@@ -17,6 +17,7 @@ ran them (held out by model where calibrate fitted the runtime there).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -35,7 +36,8 @@ FOLDS_PREFIX = "regimes/mlenergy/"
 #: Fold metric -> the prediction field it validates (ML.ENERGY's median inter-token
 #: latency is compared with the predicted TPOT).
 METRICS = {"energy_per_token_joules": "energy_per_output_token_j", "median_itl_ms": "tpot_s"}
-#: Weight precisions of the folds' training side ("fit BF16"): 16-bit weights.
+#: Weight precisions of the precision fold's training side ("fit BF16"): 16-bit weights
+#: (``energylens.calibration.regimes`` splits its rows by this set).
 SIXTEEN_BIT = frozenset({"bf16", "bfloat16", "fp16", "float16"})
 #: The task fold fits on ML.ENERGY's chat rows (478-token prompts, read from its KV-limited runs; mean outputs
 #: 388-1,464 tokens, measured) and predicts reasoning (outputs of 1,560-11,861) and
@@ -211,7 +213,8 @@ def _worst(*, folds: dict[str, Any], metric: str, field: str) -> HeldOutError | 
              for name, entry in folds.items()
              if isinstance(entry, dict)
              and isinstance(entry.get("errors", {}).get(metric), dict)
-             and entry["errors"][metric].get("mape") is not None]
+             and entry["errors"][metric].get("mape") is not None
+             and math.isfinite(float(entry["errors"][metric]["mape"]))]  # NaN: no figure
     return max(found, key=lambda e: e.mape, default=None)
 
 
