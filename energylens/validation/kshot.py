@@ -67,6 +67,9 @@ class RowOutcome:
     fitted_on: bool | None = None  # None outside k-shot validation
     screened: str | None = None
     note: str | None = None
+    # what the group's base (no overlay: K = 0) predicted, so that a K > 0 figure can be
+    # compared with K = 0 on the very rows it scores
+    base_predicted: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``screened`` and ``note`` only where set)."""
@@ -266,6 +269,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
                                     for row in measurements.rows], group_by=tuple(group_by))
     for outcome in outcomes.rows:
         outcome.fitted_on = False
+        outcome.base_predicted = dict(outcome.predicted)
     for key in sorted(groups):
         base = bases[key]
         if k == 0:
@@ -285,6 +289,7 @@ def k_shot(measurements: UserMeasurements, *, k: int, group_by: Sequence[str], s
             if outcome.error is None and fit.overlay.factors:
                 outcomes.rows[i] = _outcome(outcome.row, tuned)
                 outcomes.rows[i].fitted_on = i in chosen
+                outcomes.rows[i].base_predicted = outcome.base_predicted
     return outcomes
 
 

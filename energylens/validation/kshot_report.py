@@ -91,26 +91,28 @@ def _measurements(dataset: Dataset, folder: Path) -> UserMeasurements:
     return load_user_csv(path)
 
 
-#: Per group: rows, rows predicted, rows screened, and the APEs scored.
-GroupErrors = dict[str, tuple[int, int, int, list[float]]]
+#: Per group: rows, rows predicted, rows screened, the APEs scored, and the APEs of the
+#: same rows without the overlay (K = 0 on the rows K scores).
+GroupErrors = dict[str, tuple[int, int, int, list[float], list[float]]]
 
 
 def group_errors(report: MeasuredReport, *, group_by: Sequence[str], metric: str) -> GroupErrors:
     """Per group: rows, rows predicted, rows screened (impossible or host-bound: never
-    fitted on nor scored, as in ``validate``), and the APEs of ``metric`` on the rows not
-    fitted on."""
+    fitted on nor scored, as in ``validate``), the APEs of ``metric`` on the rows not
+    fitted on, and the APEs of the group's base (K = 0) on exactly those rows."""
     out: GroupErrors = {}
     for outcome in report.rows:
         key = group_key(outcome.row, group_by)
-        rows, predicted, screened, ape = out.get(key, (0, 0, 0, []))
+        rows, predicted, screened, ape, base = out.get(key, (0, 0, 0, [], []))
         measured = outcome.row.measured.get(metric)
         if outcome.error is None:
             predicted += 1
             screened += outcome.screened is not None
             if (not outcome.fitted_on and outcome.screened is None and measured is not None
-                    and metric in outcome.predicted):
+                    and metric in outcome.predicted and metric in outcome.base_predicted):
                 ape.append(abs(outcome.predicted[metric] / measured - 1.0))
-        out[key] = (rows + 1, predicted, screened, ape)
+                base.append(abs(outcome.base_predicted[metric] / measured - 1.0))
+        out[key] = (rows + 1, predicted, screened, ape, base)
     return out
 
 
@@ -121,12 +123,13 @@ def step_group_errors(*, path: Path, k: int, seed: int) -> GroupErrors:
 
     result = k_shot_steps(path=path, k=k, seed=seed, calibration=default_calibration())
     out: GroupErrors = {}
-    for row, held in [*((r, True) for r in result.report.rows),
-                      *((r, False) for r in result.fitted_on)]:
+    for row, base in [*zip(result.report.rows, result.base, strict=True),
+                      *((r, None) for r in result.fitted_on)]:
         key = f"gpu={row.gpu},dtype={row.dtype}"
-        rows, predicted, screened, ape = out.get(key, (0, 0, 0, []))
-        out[key] = (rows + 1, predicted + 1, screened,
-                    (ape + [abs(row.errors["time"])]) if held else ape)
+        rows, predicted, screened, ape, same = out.get(key, (0, 0, 0, [], []))
+        if base is not None:
+            ape, same = ape + [abs(row.errors["time"])], same + [abs(base.errors["time"])]
+        out[key] = (rows + 1, predicted + 1, screened, ape, same)
     return out
 
 
@@ -146,6 +149,17 @@ def _pct(values: list[float]) -> str:
     return f"{100 * float(np.mean(values)):.1f}" if values else "-"
 
 
+def _columns(ks: Sequence[int]) -> list[tuple[int, bool]]:
+    """Table columns (K, K = 0 on K's rows?): each K > 0 after K = 0 on its rows."""
+    return [(k, False) if k == 0 else (k, at_zero) for k in ks
+            for at_zero in ((False,) if k == 0 else (True, False))]
+
+
+def _cells(columns: list[tuple[int, bool]], found: dict[int, list[float]],
+           at_zero: dict[int, list[float]]) -> str:
+    return " | ".join(_pct((at_zero if zero else found).get(k, [])) for k, zero in columns)
+
+
 def render(results: list[tuple[Dataset, int, int, dict]], datasets: Sequence[Dataset],
            seeds: int) -> str:
     """Markdown tables, one per dataset: per group, MAPE per K (mean over seeds)."""
@@ -154,25 +168,37 @@ def render(results: list[tuple[Dataset, int, int, dict]], datasets: Sequence[Dat
         mine = [r for r in results if r[0] == dataset]
         if not mine:
             continue
+        # per group and K: the MAPE of each seed; ``same``: K = 0 on that seed's rows
         per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        same: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         sizes: dict[str, tuple[int, int, int]] = {}
         pooled: dict[int, list[float]] = defaultdict(list)
+        pooled_same: dict[int, list[float]] = defaultdict(list)
         for _, k, _, groups in mine:
-            for key, (rows, predicted, screened, ape) in groups.items():
+            for key, (rows, predicted, screened, ape, base) in groups.items():
                 sizes[key] = (rows, predicted, screened)
                 if ape:
                     per[key][k].append(float(np.mean(ape)))
+                    same[key][k].append(float(np.mean(base)))
                 pooled[k].extend(ape)
+                pooled_same[k].extend(base)
         ks = dataset.ks
+        columns = _columns(ks)
+
         lines += [f"### {dataset.name}", "",
                   f"Target: MAPE <= {100 * dataset.limit:.0f} % at K = {dataset.target_k}. "
                   f"K > 0: mean over {seeds} seeds of the group's MAPE on the rows not "
-                  "fitted on. Screened rows (impossible: faster than reading the weights "
-                  "once per pass at peak bandwidth; host-bound: runs the host paced) are "
-                  "predicted, never fitted on nor scored.", "",
+                  "fitted on; beside it, K = 0 (no overlay) on exactly those rows, seed by "
+                  "seed, so that each gain is measured on one row set (K = 0 alone scores "
+                  "every row, the K rows fitted on included). Screened rows (impossible: "
+                  "faster than reading the weights once per pass at peak bandwidth; "
+                  "host-bound: runs the host paced) are predicted, never fitted on nor "
+                  "scored.", "",
                   "| group | rows | predicted | screened | "
-                  + " | ".join(f"K={k} MAPE %" for k in ks) + " | target met |",
-                  "|---|---|---|---|" + "---|" * len(ks) + "---|"]
+                  + " | ".join(f"K=0 on K={k}'s rows %" if at_zero else f"K={k} MAPE %"
+                               for k, at_zero in columns)
+                  + " | target met |",
+                  "|---|---|---|---|" + "---|" * len(columns) + "---|"]
         for key in sorted(sizes):
             rows, predicted, screened = sizes[key]
             if not predicted:
@@ -180,9 +206,9 @@ def render(results: list[tuple[Dataset, int, int, dict]], datasets: Sequence[Dat
             gate = per[key].get(dataset.target_k)
             met = "-" if not gate else ("yes" if np.mean(gate) <= dataset.limit else "no")
             lines.append(f"| {key} | {rows} | {predicted} | {screened} | "
-                         + " | ".join(_pct(per[key].get(k, [])) for k in ks) + f" | {met} |")
-        lines.append("| all predicted rows (pooled) | | | | "
-                     + " | ".join(_pct(pooled[k]) for k in ks) + " | |")
+                         + _cells(columns, per[key], same[key]) + f" | {met} |")
+        lines.append("| all predicted rows (pooled) | | | | " + _cells(columns, pooled, pooled_same)
+                     + " | |")
         unpredicted = sorted(key for key, (_, predicted, _) in sizes.items() if not predicted)
         if unpredicted:
             lines += ["", f"Not predicted at all ({len(unpredicted)} groups): "

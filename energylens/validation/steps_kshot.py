@@ -49,6 +49,7 @@ class StepsKShot:
     report: StepReport  # the rows no overlay was fitted on
     fitted_on: tuple[StepRow, ...]  # priced with their own group's overlay
     overlays: dict[str, dict[str, float]]  # "GPU/dtype" -> factor -> value (1: unchanged)
+    base: tuple[StepRow, ...] = ()  # report.rows priced without the overlay (K = 0), in order
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` object: the held-out report, the rows fitted on, the overlays."""
@@ -97,6 +98,7 @@ def k_shot_steps(*, path: str | Path, k: int, seed: int = 0, gpu: str | None = N
         raise MeasurementError(f"--k-shot must be >= 0, got {k}")
     cal = resolve_calibration(calibration)
     held: list[StepRow] = []
+    held_base: list[StepRow] = []
     fitted: list[StepRow] = []
     overlays: dict[str, dict[str, float]] = {}
     idle: list[IdleCheck] = []
@@ -122,10 +124,15 @@ def k_shot_steps(*, path: str | Path, k: int, seed: int = 0, gpu: str | None = N
         ctx = steps_context(gpu=spec, dtype=file.weight_dtype, calibration=tuned)
         idle.append(IdleCheck(path=str(file.path), gpu=spec.name, measured_w=file.idle_power_w,
                               static_power_w=ctx.constants.static_power_w))
+        base_ctx = ctx if tuned is base else steps_context(gpu=spec, dtype=file.weight_dtype,
+                                                           calibration=base)
         for i, step in enumerate(steps):
             (fitted if i in chosen else held).append(priced_row(step=step, gpu=spec, ctx=ctx))
+            if i not in chosen:
+                held_base.append(priced_row(step=step, gpu=spec, ctx=base_ctx))
     report = StepReport(path=str(path), calibration=cal.source, rows=tuple(held),
                         groups=group_errors(rows=held, by_phase=True),
                         totals=group_errors(rows=held, by_phase=False), idle=tuple(idle),
                         failed=failed, unpriced=unpriced)
-    return StepsKShot(k=k, seed=seed, report=report, fitted_on=tuple(fitted), overlays=overlays)
+    return StepsKShot(k=k, seed=seed, report=report, fitted_on=tuple(fitted), overlays=overlays,
+                      base=tuple(held_base))
