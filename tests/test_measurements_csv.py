@@ -445,9 +445,9 @@ def test_k_shot_report_counts_groups_and_scores_held_out_rows(tmp_path: Path) ->
     report = k_shot(measurements, k=2, group_by=["gpu"], seed=0,
                     calibration=default_calibration())
     groups = group_errors(report, group_by=["gpu"], metric="ttft_s")
-    assert {k: (rows, predicted, screened, len(ape))
-            for k, (rows, predicted, screened, ape) in groups.items()} == {
-        "gpu=H100-SXM": (5, 5, 0, 3), "gpu=A100-80GB-SXM": (5, 5, 0, 3)}
+    assert {k: (rows, predicted, screened, len(ape), len(same))
+            for k, (rows, predicted, screened, ape, same) in groups.items()} == {
+        "gpu=H100-SXM": (5, 5, 0, 3, 3), "gpu=A100-80GB-SXM": (5, 5, 0, 3, 3)}
     text = render([(DATASETS[0], 2, 0, groups)], [DATASETS[0]], seeds=1)
     assert "| gpu=A100-80GB-SXM | 5 | 5 | 0 |" in text
 

@@ -277,8 +277,8 @@ def test_k_shot_report_scores_held_out_steps_per_gpu_and_dtype():
     groups = step_group_errors(path=DATA, k=3, seed=0)
     assert sorted(groups) == [f"gpu={g},dtype={d}" for g in ("H100-SXM", "H200-SXM")
                               for d in ("bf16", "fp8")]
-    for rows, predicted, screened, ape in groups.values():
-        assert (rows, predicted, screened, len(ape)) == (11, 11, 0, 8)
+    for rows, predicted, screened, ape, same in groups.values():
+        assert (rows, predicted, screened, len(ape), len(same)) == (11, 11, 0, 8, 8)
 
 
 def test_a_mixed_step_merges_its_groups_gemms() -> None:
