@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +396,62 @@ def _at_bound(solution: np.ndarray, free: Free) -> list[str]:
     return out
 
 
+@dataclass
+class _BenchFit:
+    """A whole bench fit of one group's rows: every trial (one per
+    ``v1_kv_bandwidth_share`` on the grid), the chosen one and its share, the values it
+    writes, whether the all-reduce time was held at 0, and the calibration that prices
+    the rows with them."""
+
+    trials: list[_GroupFit]
+    chosen: int
+    shares: tuple[float, ...]
+    values: dict[str, float]
+    carried: bool
+    calibration: Calibration
+
+    @property
+    def share(self) -> float:
+        """The chosen ``v1_kv_bandwidth_share`` (0: not priced)."""
+        return self.shares[self.chosen]
+
+
+def _bench_fit(rows: list[BenchRow], *, base: Calibration, target: str, gpu: str,
+               scales: dict[str, float], wanted: Free,
+               shares: tuple[float, ...]) -> _BenchFit | None:
+    """The bench fit of ``rows`` from ``base`` and the kernel ``scales`` (each share of the
+    grid tried, kernel scales re-priced in rounds where free, the share chosen on these rows
+    alone); None with fewer than 8 rows to fit."""
+    trials = [_fit_group(rows, base=base if not share else base.with_runtime(
+                  runtime=target, gpu=gpu, v1_kv_bandwidth_share=share),
+                         target=target, gpu=gpu, scales=dict(scales), free=wanted)
+              for share in shares]
+    chosen = 0
+    for i, trial in enumerate(trials[1:], start=1):
+        if len(trial.x) == len(trials[0].x) and \
+                trial.cost < trials[chosen].cost - (V1_MIN_GAIN if chosen == 0 else 0.0):
+            chosen = i
+    x, _, solution, free, fitted_scales, _ = trials[chosen].parts
+    if len(x) < 8:
+        return None
+    values = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
+              for name in COEFFICIENT_CONSTANTS[i]}
+    if shares[chosen] or any(abs(t.cost - trials[0].cost) > V1_MIN_GAIN for t in trials[1:]):
+        # a share, or none where some share's fit differs (the rows tell: recorded, so
+        # that no relative's share is filled in); unrecorded where no row decides
+        values["v1_kv_bandwidth_share"] = shares[chosen]
+    carried = wanted[5] and not free[5] and bool(np.all(x[:, 5]))
+    if carried:  # held at 0 by the fit: recorded, so that no relative's value is added
+        values["collective_sync_s"] = 0.0
+    values.update({name: fitted_scales[name] for i in (0, 1) if free[i]
+                   for name in COEFFICIENT_CONSTANTS[i]})
+    calibration = _zero_overheads(base, runtime=target, gpu=gpu,
+                                  scales=fitted_scales).with_runtime(
+        runtime=target, gpu=gpu, **{k: v for k, v in values.items() if k not in SCALES})
+    return _BenchFit(trials=trials, chosen=chosen, shares=shares, values=values,
+                     carried=carried, calibration=calibration)
+
+
 def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
               log: Callable[[str], None] = lambda _: None) -> None:
     """Engine overheads (and effective kernel scales where no table exists) per (runtime,
@@ -408,39 +465,20 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         wanted = LIB_FREE.get(runtime, OVERHEADS_ONLY)
         shares: tuple[float, ...] = V1_SHARES if (target != runtime
                                and get_runtime(runtime).paged_attention_v1_above) else (0.0,)
-        trials = [_fit_group(rows, base=base if not share else base.with_runtime(
-                      runtime=target, gpu=gpu, v1_kv_bandwidth_share=share),
-                             target=target, gpu=gpu, scales=dict(scales), free=wanted)
-                  for share in shares]
-        chosen = 0
-        for i, trial in enumerate(trials[1:], start=1):
-            if len(trial.x) == len(trials[0].x) and \
-                    trial.cost < trials[chosen].cost - (V1_MIN_GAIN if chosen == 0 else 0.0):
-                chosen = i
-        share = shares[chosen]
-        x, models, solution, free, scales, implausible = trials[chosen].parts
-        if len(x) < 8:
-            log(f"runtime {runtime} {gpu}: {len(x)} priceable rows, not fitted")
+        found = _bench_fit(rows, base=base, target=target, gpu=gpu, scales=scales,
+                           wanted=wanted, shares=shares)
+        if found is None:
+            log(f"runtime {runtime} {gpu}: fewer than 8 priceable rows, not fitted")
             continue
-        values_out = {name: float(solution[i]) for i in (2, 3, 4, 5) if free[i]
-                      for name in COEFFICIENT_CONSTANTS[i]}
-        if share or any(abs(t.cost - trials[0].cost) > V1_MIN_GAIN for t in trials[1:]):
-            # a share, or none where some share's fit differs (the rows tell: recorded, so
-            # that no relative's share is filled in); unrecorded where no row decides
-            values_out["v1_kv_bandwidth_share"] = share
-        carried = wanted[5] and not free[5] and bool(np.all(x[:, 5]))
-        if carried:  # held at 0 by the fit: recorded, so that no relative's value is added
-            values_out["collective_sync_s"] = 0.0
-        values_out.update({name: scales[name] for i in (0, 1) if free[i]
-                           for name in COEFFICIENT_CONSTANTS[i]})
-        fitted = _zero_overheads(base, runtime=target, gpu=gpu, scales=scales).with_runtime(
-            runtime=target, gpu=gpu, **{k: v for k, v in values_out.items() if k not in SCALES})
+        share, trials, values_out = found.share, found.trials, found.values
+        _, _, solution, free, _, implausible = trials[found.chosen].parts
         report_v1: str | None = None
         if len(shares) > 1:
             report_v1 = (f"v1_kv_bandwidth_share {share:g} chosen on the grid "
                          f"{', '.join(f'{v:g}' for v in shares)} (0: not priced; soft-L1 cost "
                          + ", ".join(f"{t.cost:.1f}" for t in trials) + ")")
-        report = _latency_report(rows=rows, calibration=fitted, fit_id=fit_id, files=files)
+        report = _latency_report(rows=rows, calibration=found.calibration, fit_id=fit_id,
+                                 files=files)
         bound = _at_bound(solution, free) + [
             name for name in values_out if name in SCALES and values_out[name] in SCALE_RANGE]
         if bound:
@@ -450,7 +488,7 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             if share in (shares[1], shares[-1]):
                 report["at_bound"] = sorted({*report.get("at_bound", []),
                                              "v1_kv_bandwidth_share"})
-        if carried:
+        if found.carried:
             report.setdefault("notes", []).append(
                 "collective_sync_s held at 0: every row all-reduces, so the step overhead "
                 "carries the all-reduce arrival time")
@@ -458,7 +496,13 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
             report.setdefault("notes", []).append(
                 f"{implausible} rows measured faster than 1/{IMPLAUSIBLE:g} of the model's "
                 "zero-overhead time left out of the fit")
-        held = _leave_one_model_out(x, models=models, free=free)
+        # a share no row's price depends on (every trial's design alike) need not be
+        # chosen again in each fold: every fold would keep 0
+        same = all(np.array_equal(t.x, trials[0].x) for t in trials[1:])
+        held = _leave_one_model_out(
+            rows, scored=[r for r, _ in _latency(rows, found.calibration)],
+            fit=partial(_bench_fit, base=base, target=target, gpu=gpu, scales=scales,
+                        wanted=wanted, shares=(0.0,) if same else shares))
         if held is not None:
             report["leave_one_model_out"] = {"latency_s": held.as_dict()}
         log(f"runtime {runtime} {gpu}: " + ", ".join(f"{k} {v:.4g}" for k, v in values_out.items())
@@ -546,22 +590,28 @@ def _constants_runtime(runtime: str, rows: list[BenchRow]) -> str:
     return runtime
 
 
-def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: str,
-                    files: list[Path]) -> dict[str, Any]:
-    """In-sample error of the model's latency (prefill + decode, overheads included) on
-    the rows it prices, implausibly fast ones (:data:`IMPLAUSIBLE`) left out."""
-    kept, predicted = [], []
+def _latency(rows: list[BenchRow], calibration: Calibration) -> list[tuple[BenchRow, float]]:
+    """The rows the model prices at ``calibration`` and their latency (prefill + decode,
+    overheads included), implausibly fast ones (:data:`IMPLAUSIBLE`) left out."""
+    out = []
     for row in rows:
         priced = _priced(row, calibration, counts=False)
         if priced is not None and priced[0] + priced[1] <= IMPLAUSIBLE * row.latency_s:
-            kept.append(row)
-            predicted.append(priced[0] + priced[1])
-    measured = np.array([r.latency_s for r in kept])
-    logs = np.log(np.array(predicted) / measured)
+            out.append((row, priced[0] + priced[1]))
+    return out
+
+
+def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: str,
+                    files: list[Path]) -> dict[str, Any]:
+    """In-sample error of the model's latency on the rows :func:`_latency` keeps."""
+    kept = _latency(rows, calibration)
+    measured = np.array([r.latency_s for r, _ in kept])
+    predicted = np.array([p for _, p in kept])
+    logs = np.log(predicted / measured)
     report: dict[str, Any] = {
         "data": sorted({_rel(p) for p in files}), "n_points": len(kept),
         "rms_log_residual": round(float(np.sqrt(np.mean(logs ** 2))), 5) if kept else None,
-        "in_sample": {"latency_s": ErrorStats.of(np.array(predicted), measured).as_dict()},
+        "in_sample": {"latency_s": ErrorStats.of(predicted, measured).as_dict()},
         "fit": fit_id,
     }
     if len(kept) < len(rows):
@@ -571,18 +621,27 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
     return report
 
 
-def _leave_one_model_out(x: np.ndarray, *, models: list[str],
-                         free: Free) -> ErrorStats | None:
-    """Held-out error of the linear fit (relative design ``x`` of the last round): each
-    model's rows predicted by a fit on the other models' rows."""
-    groups = np.array(models)
-    if len(set(models)) < 2:
+def _leave_one_model_out(rows: list[BenchRow], *, scored: list[BenchRow],
+                         fit: Callable[[list[BenchRow]], _BenchFit | None]
+                         ) -> ErrorStats | None:
+    """Held-out latency error: per model, the whole fit (``fit``: rounds, share, overheads)
+    run on the other models' ``rows``, and this model's ``scored`` rows predicted with its
+    calibration as the in-sample figure predicts them. A model whose fold has too few
+    rows to fit, or whose row the fold cannot price, is not counted."""
+    models = sorted({r.model for r in scored})
+    if len(models) < 2:
         return None
-    out = np.empty(len(x))
-    for model in sorted(set(models)):
-        held = groups == model
-        out[held] = x[held] @ _solve(x[~held], free=free)
-    return ErrorStats.of(out, np.ones(len(out)))
+    predicted, measured = [], []
+    for model in models:
+        found = fit([r for r in rows if r.model != model])
+        if found is None:
+            continue
+        for row in (r for r in scored if r.model == model):
+            priced = _priced(row, found.calibration, counts=False)
+            if priced is not None:
+                predicted.append(priced[0] + priced[1])
+                measured.append(row.latency_s)
+    return ErrorStats.of(np.array(predicted), np.array(measured)) if predicted else None
 
 
 def _screened_groups(files: list[Path], *, log: Callable[[str], None],
