@@ -17,7 +17,7 @@ measured GPU), recorded as ``assumed`` with a note naming the source:
   size) takes each runtime's fitted and measured constants from it first, before its
   relative's: engine overheads are the host's and the die's, not the memory's;
 - power: the board's budget splits as on the relative: static and busy power scale with
-  TDP, energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
+  TDP (static power never below the GPU's own idle power), energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
   draws the same share of its board's TDP, and the power cap still never slows the GEMMs
   the latency fit timed); energy per HBM byte and link power carry over unchanged.
 
@@ -152,6 +152,10 @@ def _borrow(*, gpu: GPU, relative: GPU, kernels: dict[str, KernelConstants],
             continue
         factor, how = _power_scale(field, gpu=gpu, relative=relative)
         borrowed[field] = entry["value"] * factor
+        if field == "static_power_w" and borrowed[field] < gpu.idle_power_w:
+            # a board running a CUDA context draws at least its context-free idle power
+            borrowed[field] = gpu.idle_power_w
+            how += f", raised to {gpu.name}'s idle power {gpu.idle_power_w:g} W (its GPU file)"
         own[field] = {"value": float(f"{borrowed[field]:.6g}"), "kind": "assumed",
                       "note": _note(relative=relative_name, entry=entry, how=how)}
     if borrowed:
