@@ -469,3 +469,19 @@ def test_an_overlapped_engines_cpu_work_runs_beside_each_step(release: str,
         assert sim.wall_s[i] / sim.count[i] == pytest.approx(expected, rel=1e-9)
         host_bound += d == 256 and cpu_s > gpu_s
     assert host_bound > 0
+
+
+def test_a_prompt_cached_elsewhere_waits_until_its_cache_fits() -> None:
+    """A decode pool of 2,000 tokens and three prefilled requests of 1,000 + 50 tokens at
+    once: one cache fits at a time (1,000 tokens, its 49 new ones and half a block each
+    leave no room for a second), so they run one after another, each admitted when the
+    one before finishes. (They were all admitted at once through a 0-token chunk.)"""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=8, max_context=1100, budget=2048)
+    requests = Requests(input_tokens=np.full(3, 1000), output_tokens=np.full(3, 50),
+                        arrival_s=np.zeros(3), clients=0, prefilled=True)
+    run = simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=8, kv_tokens=2000))
+    assert np.all(run.running <= 1) and np.all(run.chunks == 0)
+    np.testing.assert_allclose(run.admitted_s[1:], run.finish_s[:-1], rtol=1e-12)
+    assert int(np.sum(run.tokens_out)) == 3 * 49  # the first token came with the cache

@@ -254,8 +254,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             r = waiting[0]
             cached = max(computed[r], shared[r])  # the shared prefix is in the cache
             n = min(target[r] - cached, budget)
-            if room - half_block < n or (whole and n < target[r] - cached and chunks):
-                break
+            if n <= 0 or room - half_block < n or (whole and n < target[r] - cached and chunks):
+                break  # n 0: a prompt cached elsewhere waits above for its cache to fit
             waiting.popleft()
             if math.isnan(admitted[r]):
                 admitted[r] = t
