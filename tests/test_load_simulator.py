@@ -485,3 +485,34 @@ def test_a_prompt_cached_elsewhere_waits_until_its_cache_fits() -> None:
     assert np.all(run.running <= 1) and np.all(run.chunks == 0)
     np.testing.assert_allclose(run.admitted_s[1:], run.finish_s[:-1], rtol=1e-12)
     assert int(np.sum(run.tokens_out)) == 3 * 49  # the first token came with the cache
+
+
+@pytest.mark.parametrize(("clients", "prompt", "output"), [(1, 512, 128), (4, 128, 256)])
+def test_the_peak_kv_is_what_the_requests_hold_at_their_last_token(
+        clients: int, prompt: int, output: int) -> None:
+    """A closed loop of fixed lengths holds, just before its requests finish, each one's
+    prompt and every output token but the last (whose KV is never written), plus the half
+    block the pool counts per running request: one 512 + 128 request peaks at 647 tokens
+    (it reported 512, sampled after the finished requests had left)."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=clients, max_context=prompt + output,
+                            budget=2048)
+    requests = Requests(input_tokens=np.full(3 * clients, prompt),
+                        output_tokens=np.full(3 * clients, output), arrival_s=None,
+                        clients=clients)
+    run = simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=64, kv_tokens=10**6))
+    assert run.peak_kv_tokens == clients * (prompt + output - 1 + 8)
+
+
+def test_the_memory_reported_under_a_running_cap_grows_with_the_outputs_held() -> None:
+    """8 clients under --max-num-seqs 8: the memory reported is the KV the run held at its
+    peak, so 2,048 output tokens instead of 16 add 8 x 2,032 tokens of 131,072 B (Llama-3.1-8B)
+    to it (it reported the same memory for both, the prompts' alone)."""
+    memory = []
+    for output in (16, 2048):
+        found = predict(model=MODEL, gpu=GPU, deployment=Deployment(max_num_seqs=8),
+                        workload=Workload(kind="load", concurrency=8, num_requests=80,
+                                          input_tokens=128, output_tokens=output))
+        memory.append(found.memory_per_gpu_gb)
+    assert memory[1] - memory[0] == pytest.approx(8 * 2032 * 131_072 / 1e9, rel=1e-9)

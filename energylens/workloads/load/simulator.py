@@ -308,9 +308,10 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         t += wall
         it += steps
         decode_kv += d * steps
+        prefill_kv += sum(n for _, n, _ in chunks)
+        peak_kv = max(peak_kv, kv_cap - kv_free())  # before completions free their cache
         for r, n, _ in chunks:
             computed[r] += n
-            prefill_kv += n
             if computed[r] < target[r]:
                 continue
             prefilling.remove(r)
@@ -341,7 +342,6 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             decode_shared -= shared[r]
             gen[r] = out[r]
             finish_request(r)
-        peak_kv = max(peak_kv, decode_kv - decode_shared + prefill_kv + (held if running else 0))
 
     ints = ("count", "decode", "prefill", "chunks", "tokens", "waiting", "running", "stalled")
     arrays = {k: np.asarray(v, dtype=np.int64 if k in ints else float) for k, v in rec.items()}
