@@ -516,3 +516,35 @@ def test_the_memory_reported_under_a_running_cap_grows_with_the_outputs_held() -
                                           input_tokens=128, output_tokens=output))
         memory.append(found.memory_per_gpu_gb)
     assert memory[1] - memory[0] == pytest.approx(8 * 2032 * 131_072 / 1e9, rel=1e-9)
+
+
+def test_a_decode_record_ends_within_one_of_its_steps_past_the_next_arrival() -> None:
+    """Long outputs at low load: a decode-only record runs up to the next arrival and at
+    most one of its own steps past it, so an arrival waits at most that step before its
+    prompt joins a step. A request arriving 100 s into another's 16,000-token output has
+    a TTFT within two decode steps (the wait and the decode sharing its prompt's step) of
+    a prompt alone; the record was counted at its first step's price and priced at its
+    mid context, and the arrival waited 5.3 s."""
+    from energylens.workloads.load.costs import interpolate
+
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=8, max_context=16_600, budget=8192)
+    limits = SchedulerLimits(token_budget=8192, max_sequences=8, kv_tokens=10**6)
+    pair = simulate(requests=Requests(
+        input_tokens=np.full(2, 512), output_tokens=np.full(2, 16_000),
+        arrival_s=np.array([0.0, 100.0]), clients=0), table=table, limits=limits)
+    ttft = pair.first_token_s - pair.arrival_s
+    longest = interpolate(table.contexts, table.latency_lists()[0][1], 16_512.0) \
+        + table.engine_idle_s + table.engine_busy_s_per_sequence
+    assert ttft[0] < ttft[1] <= ttft[0] + 2 * longest
+    stream = simulate(requests=Requests(
+        input_tokens=np.full(40, 512), output_tokens=np.full(40, 16_000),
+        arrival_s=np.random.default_rng(0).exponential(20.0, 40).cumsum(), clients=0),
+        table=table, limits=limits)
+    decode_only = np.flatnonzero(stream.prefill_tokens == 0)
+    start, end = stream.start_s[decode_only], stream.start_s[decode_only] + stream.wall_s[
+        decode_only]
+    step = stream.wall_s[decode_only] / stream.count[decode_only]
+    for arrival in stream.arrival_s:
+        inside = (start < arrival) & (arrival < end)
+        assert np.all(end[inside] - arrival <= step[inside] * (1 + 1e-9))

@@ -156,6 +156,20 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
 
     def join(gpu_s: float, engine_s: float) -> float:  # join_engine_s on floats
         return max(gpu_s, engine_s) if overlapped else gpu_s + engine_s
+
+    def decode_step_s(d: int, context: float) -> float:  # a decode-only step's wall time
+        return max(join(interpolate(contexts, dl[d], context), idle_s + per_seq_s * d),
+                   MIN_STEP_S)
+
+    def steps_before(*, gap: float, d: int, ctx0: float, steps: int) -> int:
+        """Steps of at most ``steps`` that a decode-only record of ``d`` sequences from
+        context ``ctx0`` runs before an event ``gap`` s away: at least one, and never so
+        many that it ends more than one of its own steps (priced at its mid context, as
+        the record is) past the event: (n - 1) x step(n) < gap. The most the first step's
+        price allows, recounted once at their own price, keeps that bound (the recount's
+        steps cost no more each: a step's price does not fall with the context)."""
+        most = min(steps, int(gap // decode_step_s(d, ctx0)) + 1)
+        return max(1, min(most, int(gap // decode_step_s(d, ctx0 + (most - 1) / 2)) + 1))
     budget_max, cap, kv_cap = limits.token_budget, limits.max_sequences, limits.kv_tokens
     whole = limits.prefill_scheduling == "mixed-whole"
     prefill_first = limits.prefill_scheduling == "prefill-first"
@@ -272,16 +286,12 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         if not chunks:  # decode only: run until the next completion, arrival or full pool
             while heap[0][2] != epoch[heap[0][1]]:
                 heapq.heappop(heap)
-            steps = heap[0][0] - it + 1
             ctx0 = decode_kv / d + 1.0
-            if pending:
-                step_s = join(interpolate(contexts, dl[d], ctx0), idle_s + per_seq_s * d)
-                steps = min(steps, max(1, math.ceil((pending[0][0] - t) / step_s)))
-            steps = max(1, min(steps, int(kv_free() // d)))
+            steps = max(1, min(heap[0][0] - it + 1, int(kv_free() // d)))
+            if pending:  # end within one of the record's own steps past the next arrival
+                steps = steps_before(gap=pending[0][0] - t, d=d, ctx0=ctx0, steps=steps)
             mid = ctx0 + (steps - 1) / 2
-            step_s = max(join(interpolate(contexts, dl[d], mid), idle_s + per_seq_s * d),
-                         MIN_STEP_S)
-            wall = step_s * steps
+            wall = decode_step_s(d, mid) * steps
             prefill_tokens = 0
             tokens = d * steps
             completed = 0
