@@ -208,6 +208,9 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
     share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s
     itl_weight = run.decode * run.count * share
     itl_values, itl_weight = _stalled_gaps(run=run, step=step, weight=itl_weight, share=share)
+    resumed = ((run.resume_at_s >= t_a) & (run.resume_at_s <= t_b)).astype(float)
+    itl_values = np.concatenate((itl_values, run.resume_gap_s))  # preemption stalls
+    itl_weight = np.concatenate((itl_weight, resumed))
     latencies = {**_stats("ttft", ttft), **_stats("tpot", tpot),
                  **_stats("itl", itl_values, itl_weight), **_stats("e2e", e2e)}
 

@@ -56,7 +56,8 @@ class SimRun:
     time, decode sequences, mean decode context, prefill tokens, chunks, output tokens, the
     waiting and running requests at its start, and the decodes it stalls (a prefill-first
     step: they wait through it without a token). Per chunk: its record, new and cached
-    tokens."""
+    tokens. Per token a recompute chunk yields after a preemption: its gap since the
+    request's token before the preemption, and its time."""
 
     arrival_s: np.ndarray
     admitted_s: np.ndarray
@@ -80,6 +81,10 @@ class SimRun:
     chunk_new: np.ndarray
     chunk_cached: np.ndarray
     peak_kv_tokens: float
+    # a preempted request's next token, computed by its recompute chunk: the gap since its
+    # last token before the preemption [s], and when it came [s]
+    resume_gap_s: np.ndarray
+    resume_at_s: np.ndarray
 
     @property
     def makespan_s(self) -> float:
@@ -127,6 +132,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     arrival = [math.nan] * n_req
     admitted = [math.nan] * n_req
     first = [math.nan] * n_req
+    last_token = [math.nan] * n_req  # when each request's latest token came
     finish = [math.nan] * n_req
     preempted = [0] * n_req
     gen = [0] * n_req  # tokens generated so far
@@ -188,6 +194,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     prefill_kv = 0  # KV tokens of the prefilling requests
     peak_kv = 0.0
     t = 0.0
+    last_decode_s = 0.0  # end of the latest record whose decodes took a token
     it = 0  # iterations run so far (index of the next one)
     rec: dict[str, list[float]] = {k: [] for k in (
         "start", "wall", "count", "decode", "context", "prefill", "chunks", "tokens",
@@ -195,6 +202,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     chunk_rec: list[int] = []
     chunk_new: list[int] = []
     chunk_cached: list[int] = []
+    resume_gap: list[float] = []
+    resume_at: list[float] = []
 
     def kv_free() -> float:
         return (kv_cap - held - (decode_kv - decode_shared) - prefill_kv
@@ -217,6 +226,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             decode_kv -= base[r] + it - start[r]
             decode_shared -= shared[r]
             gen[r] += it - start[r]  # the tokens it decoded are kept (and recomputed)
+            last_token[r] = max(last_token[r], last_decode_s)
             epoch[r] += 1
         else:
             prefilling.remove(r)
@@ -238,7 +248,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         while waiting and computed[waiting[0]] == target[waiting[0]] and len(running) < cap \
                 and kv_free() - half_block >= target[waiting[0]] - shared[waiting[0]] + 1:
             r = waiting.popleft()
-            admitted[r] = first[r] = t
+            admitted[r] = first[r] = last_token[r] = t
             running[r] = None
             decoding.add(r)
             base[r], start[r] = computed[r], it
@@ -317,6 +327,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             rec[key].append(value)
         t += wall
         it += steps
+        if d and steps:
+            last_decode_s = t
         decode_kv += d * steps
         prefill_kv += sum(n for _, n, _ in chunks)
         peak_kv = max(peak_kv, kv_cap - kv_free())  # before completions free their cache
@@ -330,6 +342,10 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
             completed += 1
             if math.isnan(first[r]):
                 first[r] = t
+            elif not math.isnan(last_token[r]):  # its first token after a preemption
+                resume_gap.append(t - last_token[r])
+                resume_at.append(t)
+            last_token[r] = t
             if gen[r] >= out[r]:
                 finish_request(r)
                 continue
@@ -365,4 +381,6 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         waiting=arrays["waiting"], running=arrays["running"], stalled=arrays["stalled"],
         chunk_record=np.asarray(chunk_rec, dtype=np.int64),
         chunk_new=np.asarray(chunk_new, dtype=np.int64),
-        chunk_cached=np.asarray(chunk_cached, dtype=np.int64), peak_kv_tokens=float(peak_kv))
+        chunk_cached=np.asarray(chunk_cached, dtype=np.int64), peak_kv_tokens=float(peak_kv),
+        resume_gap_s=np.asarray(resume_gap, dtype=float),
+        resume_at_s=np.asarray(resume_at, dtype=float))
