@@ -575,3 +575,19 @@ def test_a_preemption_stall_is_an_inter_token_gap(policy: str) -> None:
         assert metrics.latency_s["itl_mean_s"] * count * 399 == pytest.approx(spans, rel=1e-9)
         assert metrics.latency_s["itl_mean_s"] == pytest.approx(
             metrics.latency_s["tpot_mean_s"], rel=1e-9)  # one length: the same mean
+
+
+def test_mixed_whole_splits_only_a_prompt_longer_than_the_whole_budget() -> None:
+    """TensorRT-LLM (chunked context off): a 2,048-token prompt arriving while one request
+    decodes, in a 2,048-token budget, does not fit beside the decode's token and waits for
+    a step it fits whole (it ran as 2,047 + 1); a 3,000-token prompt, longer than the whole
+    budget, is chunked, the step's only prompt, beside the decode (2,047 + 953)."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=8, max_context=3500, budget=2048)
+    limits = SchedulerLimits(token_budget=2048, max_sequences=8, kv_tokens=10**6,
+                             prefill_scheduling="mixed-whole")
+    for prompt, chunks in ((2048, [100, 2048]), (3000, [100, 2047, 953])):
+        run = simulate(requests=Requests(
+            input_tokens=np.array([100, prompt]), output_tokens=np.array([400, 10]),
+            arrival_s=np.array([0.0, 0.5]), clients=0), table=table, limits=limits)
+        assert run.chunk_new.tolist() == chunks
