@@ -9,8 +9,9 @@ prompt and generated tokens recomputed later, ahead of the queue). A prompt's la
 yields its first token. The runtime's ``prefill_scheduling`` varies how prompts enter
 steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a waiting prompt only when all
 of it fits the step's remaining budget, else it waits for a step with room (no chunking; a
-prompt longer than the whole budget is chunked, the step's only prompt); ``prefill-first`` runs a step of prompts alone whenever there are any
-to prefill, and the decodes wait for it. Iterations that only decode, with no arrival or
+prompt longer than the whole budget is chunked, the step's only prompt); ``prefill-first``
+runs a step of prompts alone whenever there are any to prefill, and the decodes wait for
+it. Iterations that only decode, with no arrival or
 completion due, are advanced together (their number is known), so the cost is per event,
 not per token. A workload's shared prompt prefix is held once in the pool and never
 computed: each prompt's first chunk starts after it (prefix caching, warm).
