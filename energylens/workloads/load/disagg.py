@@ -45,7 +45,7 @@ from energylens.workloads.load.kind import (
     request_context_shortfall,
 )
 from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
-from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, simulate
+from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, SimRun, simulate
 from energylens.workloads.registry import Placement
 from energylens.workloads.result import PhaseResult
 from energylens.workloads.workload import Workload
@@ -130,6 +130,36 @@ def _pool_phase(*, metrics: LoadMetrics, static_w: float, gpus: int, replicas: i
                        memory_j=joules[1], communication_j=joules[2], static_j=static)
 
 
+def _run_energy(*, run: SimRun, table: StepTable, static_w: float,
+                span_s: float) -> tuple[float, float]:
+    """(iteration, idle) joules of one replica's run over the deployment's ``span_s``:
+    its iterations' dynamic energy and the static power (``static_w``, the replica's GPUs)
+    while they run, the static power for the rest of the span."""
+    busy = float(np.sum(run.wall_s))
+    iteration = float(np.sum(run.dynamic_energy(table))) + static_w * busy
+    return iteration, static_w * max(span_s - busy, 0.0)
+
+
+def _totals(*, prefill: list[SimRun], prefill_table: StepTable, prefill_w: float,
+            decode: SimRun, decode_table: StepTable, decode_w: float, decode_replicas: int,
+            transfer_j: float, span_s: float) -> dict[str, float | int]:
+    """Whole-run energy and preemptions of the deployment: every prefill replica's run,
+    ``decode_replicas`` times the simulated decode replica's, each over ``span_s`` (the
+    first arrival to the last completion), and the cache transfers:
+    iteration + idle + transfer = total."""
+    parts = [_run_energy(run=run, table=prefill_table, static_w=prefill_w, span_s=span_s)
+             for run in prefill]
+    iteration, idle = _run_energy(run=decode, table=decode_table, static_w=decode_w,
+                                  span_s=span_s)
+    parts.append((iteration * decode_replicas, idle * decode_replicas))
+    iteration, idle = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    preempted = sum(int(run.preemptions.sum()) for run in prefill) \
+        + int(decode.preemptions.sum()) * decode_replicas
+    return {"iteration_energy_j": iteration, "idle_energy_j": idle,
+            "kv_transfer_energy_j": transfer_j,
+            "total_energy_j": iteration + idle + transfer_j, "preemptions": preempted}
+
+
 def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefill: Pool,
                           decode: Pool, calibration: Calibration | None = None) -> LoadPrediction:
     """Serve an open-loop ``load`` workload on a prefill pool and a decode pool."""
@@ -205,6 +235,12 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / gpus
     load["kv_transfer_mean_s"] = float(moved_s.mean())
     load["kv_transfer_j_per_request"] = float(moved_j.mean())
+    run_s = float(max(dec_run.finish_s.max(), ready.max()) - stream.arrival_s.min())
+    load |= _totals(prefill=pre_runs, prefill_table=pre_table,
+                    prefill_w=p_ctx.constants.static_power_w * p_ctx.replica_gpus,
+                    decode=dec_run, decode_table=dec_table, decode_replicas=n_decode,
+                    decode_w=d_ctx.constants.static_power_w * d_ctx.replica_gpus,
+                    transfer_j=float(moved_j.sum()), span_s=run_s)
     load["prefill_pool_gpus"], load["decode_pool_gpus"] = pre.placement.gpus, dec.placement.gpus
     if workload.capacity_attainment is not None:
         from energylens.workloads.load.capacity import Probe, bisect_capacity
