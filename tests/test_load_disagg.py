@@ -138,3 +138,33 @@ def test_the_energy_totals_cover_every_replica_of_both_pools(prefill: int, decod
         600 * float(load["kv_transfer_j_per_request"]), rel=1e-9)
     assert float(load["total_energy_j"]) == pytest.approx(600 * split.energy_per_request_j,
                                                           rel=0.03)
+
+
+def test_pools_that_do_not_fit_one_node_ship_the_cache_over_the_scale_out_network() -> None:
+    """Prefill TP4 x 1 with decode TP4 x 1 fill one 8-GPU node: NVLink. With decode TP4 x 3
+    (16 GPUs) the prefill replica sends to three decode replicas, at most one on its node:
+    the scale-out network, as collective_cost prices a send over it (every transfer was
+    priced over NVLink, each replica pair fitting a node)."""
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.comm import collective_cost, link_for_group
+    from energylens.model.zoo import get_model
+    from energylens.workloads.load.disagg import bind_pool
+
+    model, cal = get_model(MODEL), default_calibration()
+
+    def placement(replicas: int):  # type: ignore[no-untyped-def]
+        pool = Pool(gpu="H100", deployment=Deployment(tp=4, dp=replicas))
+        return bind_pool(model=model, pool=pool, calibration=cal, longest=4096).placement
+
+    prefill = placement(1)
+    tokens = np.array([1024, 4096])
+    near_s, _ = transfer_cost(prefill=prefill, decode=placement(1), tokens=tokens)
+    far_s, _ = transfer_cost(prefill=prefill, decode=placement(3), tokens=tokens)
+    gpu = prefill.ctx.gpu
+    for seconds, group in ((near_s, 8), (far_s, gpu.gpus_per_node + 1)):
+        kind, bandwidth = link_for_group(gpu=gpu, group_size=group)
+        expected = collective_cost(kind="send_recv", message_bytes=tokens * 131_072 / 4,
+                                   group_size=2, bandwidth=bandwidth,
+                                   constants=cal.link(gpu=gpu.name, kind=kind)).latency_s
+        assert seconds == pytest.approx(np.asarray(expected, dtype=float), rel=1e-9)
+    assert np.all(far_s > near_s)

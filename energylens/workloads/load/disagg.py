@@ -4,9 +4,10 @@ from the prefill pool to the decode pool (DistServe, Splitwise; vLLM's P/D conne
 Requests arrive at the prefill pool (round robin over its replicas), each prefill
 replica runs the runtime's scheduler on prompts only (a prompt's last chunk yields the
 first token). The prompt's cache then crosses to a decode replica: one send/receive per
-tensor-parallel rank pair, over the scale-up link when both replicas fit in one node of
-the same GPU type, otherwise over the scale-out network (time and energy per byte from
-the link constants of the calibration, :func:`energylens.cost.comm.collective_cost`).
+tensor-parallel rank pair, over the scale-up link when both pools fit in one node of the
+same GPU type (each prefill replica sends to every decode replica), otherwise over the
+scale-out network (time and energy per byte from the link constants of the calibration,
+:func:`energylens.cost.comm.collective_cost`).
 The decode pool admits the request with its cache and decodes the remaining tokens. TTFT
 is measured to the cache's arrival at the decode pool (where the first token is streamed
 from), TPOT from there. Open loops only: a closed loop's arrivals depend on completions
@@ -102,14 +103,18 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
 def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, joules) to ship the cache of prompts of ``tokens`` tokens from a prefill
-    replica to a decode replica: each prefill rank sends its shard to one decode rank."""
+    replica to a decode replica: each prefill rank sends its shard to one decode rank, over
+    the scale-up link where both pools (``gpus``: every replica) fit in one node of one GPU
+    type, otherwise over the scale-out network."""
     ctx = prefill.ctx
     per_gpu = memory_use(graph=ctx.graph, gpu=ctx.gpu, runtime=ctx.runtime,
                          degrees=dict(ctx.degrees), pp=ctx.pp, weight_dtype=ctx.weight_dtype,
                          kv_dtype=ctx.kv_dtype, sequences=1.0, context_tokens=1.0,
                          draft_layers=ctx.draft_layers).kv_cache_bytes
     ranks = ctx.replica_gpus
-    together = ctx.replica_gpus + decode.ctx.replica_gpus
+    # round robin pairs every prefill replica with every decode replica: all of them share
+    # one node only when both pools fit in it
+    together = prefill.gpus + decode.gpus
     same_node = ctx.gpu.name == decode.ctx.gpu.name and together <= ctx.gpu.gpus_per_node
     kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=together if same_node else
                                      ctx.gpu.gpus_per_node + 1)
