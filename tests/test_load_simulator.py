@@ -591,3 +591,28 @@ def test_mixed_whole_splits_only_a_prompt_longer_than_the_whole_budget() -> None
             input_tokens=np.array([100, prompt]), output_tokens=np.array([400, 10]),
             arrival_s=np.array([0.0, 0.5]), clients=0), table=table, limits=limits)
         assert run.chunk_new.tolist() == chunks
+
+
+def test_a_closed_loops_clients_split_as_evenly_as_whole_clients_go() -> None:
+    """C clients over S engines: C mod S engines of ceil(C / S) clients, the others of
+    floor(C / S). 3 clients over 2 replicas are a 1-client and a 2-client replica: the
+    deployment's throughput and power are those two replicas' sums, its mean TTFT their
+    requests' mean; throughput grows with every client (the split was rounded half to
+    even: 3 and 5 clients over 2 replicas ran as 4, 571 output tokens/s for 3, 4 and 5);
+    3 clients on pp = 2 keep 3 running (they ran 4)."""
+    def at(clients: int, **deployment: int) -> LoadPrediction:
+        found = predict(model=MODEL, gpu=GPU, deployment=Deployment(**deployment),
+                        workload=Workload(kind="load", concurrency=clients))
+        assert isinstance(found, LoadPrediction)
+        return found
+
+    one, two, mix = at(1), at(2), at(3, dp=2)
+    assert mix.output_tokens_per_s == pytest.approx(
+        one.output_tokens_per_s + two.output_tokens_per_s, rel=1e-9)
+    assert mix.avg_power_w == pytest.approx(one.avg_power_w + two.avg_power_w, rel=1e-9)
+    rates = [float(p.load["requests_per_s"]) for p in (one, two)]
+    assert float(mix.load["ttft_mean_s"]) == pytest.approx(
+        (rates[0] * one.ttft_s + rates[1] * two.ttft_s) / sum(rates), rel=1e-9)
+    throughput = [at(c, dp=2).output_tokens_per_s for c in (2, 3, 4, 5, 6)]
+    assert all(b > 1.1 * a for a, b in zip(throughput, throughput[1:], strict=False))
+    assert float(at(3, pp=2).load["mean_running"]) == pytest.approx(3.0, rel=1e-6)

@@ -104,10 +104,12 @@ def _lengths(rng: np.random.Generator, *, mean: float, cv: float, size: int) -> 
     return np.maximum(np.round(_gamma(rng, mean=mean, cv=cv, size=size)), 1).astype(np.int64)
 
 
-def replica_requests(*, workload: Workload, replicas: int, count: int) -> Requests:
+def replica_requests(*, workload: Workload, replicas: int, count: int,
+                     clients: int | None = None) -> Requests:
     """``count`` requests of one of ``replicas`` replicas behind a round-robin balancer:
-    every ``replicas``-th request of the deployment's stream (a closed loop's clients are
-    split evenly)."""
+    every ``replicas``-th request of the deployment's stream. A closed loop's replica has
+    ``clients`` clients, by default the most an even split gives one
+    (:func:`split_clients`)."""
     rng = np.random.default_rng(workload.seed)
     total = count * replicas
     trace = load_trace(workload.trace) if workload.trace else None
@@ -120,9 +122,11 @@ def replica_requests(*, workload: Workload, replicas: int, count: int) -> Reques
         inputs = _lengths(rng, mean=workload.input_tokens, cv=workload.length_cv, size=total)
         outputs = _lengths(rng, mean=workload.output_tokens, cv=workload.length_cv, size=total)
     arrival = _arrivals(workload=workload, rng=rng, trace=trace, total=total)
-    clients = 0
     if arrival is None:
-        clients = max(1, round(closed_loop_clients(workload) / replicas))
+        clients = max(1, split_clients(workload=workload, streams=replicas)[0][0]
+                      if clients is None else clients)
+    else:
+        clients = 0
     pick = slice(0, total, replicas)
     return Requests(input_tokens=inputs[pick], output_tokens=outputs[pick],
                     arrival_s=None if arrival is None else arrival[pick], clients=clients,
@@ -163,6 +167,18 @@ def closed_loop_clients(workload: Workload) -> float:
     if workload.concurrency is not None:
         return float(workload.concurrency)
     return workload.batch if _closed_by_default(workload) else 0.0
+
+
+def split_clients(*, workload: Workload, streams: int) -> tuple[tuple[int, int], ...]:
+    """A closed loop's clients split over ``streams`` schedulers as evenly as whole clients
+    go: ``(clients, schedulers)`` pairs, the fuller first: C mod S schedulers of
+    ceil(C / S) clients and the others floor(C / S) (0: they stay idle). Empty in an open
+    loop."""
+    total = closed_loop_clients(workload)
+    if total <= 0:
+        return ()
+    low, fuller = divmod(max(1, math.floor(total + 0.5)), streams)
+    return tuple((c, n) for c, n in ((low + 1, fuller), (low, streams - fuller)) if n > 0)
 
 
 def _arrivals(*, workload: Workload, rng: np.random.Generator, trace: Trace | None,

@@ -34,12 +34,16 @@ from energylens.workloads.load.arrivals import (
     default_count,
     replica_requests,
     request_lengths,
+    split_clients,
 )
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.metrics import (
     SLO,
     LoadMetrics,
+    StreamSamples,
     not_simulated,
+    pool,
+    stream_samples,
     summarise,
     warmup_share,
 )
@@ -131,16 +135,14 @@ def minimal_memory(*, ctx: StepContext, workload: Workload, token_budget: int) -
     return _memory(ctx, sequences=1.0, context_tokens=longest, token_budget=token_budget)
 
 
-def schedulers(*, ctx: StepContext, workload: Workload, replicas: int) -> tuple[int, int]:
-    """(attention ranks, virtual engines per rank) of one replica that receive requests:
-    every rank and ``pp`` engines each, or fewer when a closed loop has fewer clients per
-    replica than that (the others stay empty)."""
-    ranks = ctx.attention_ranks
+def busy_ranks(*, ctx: StepContext, workload: Workload, replicas: int) -> int:
+    """Attention ranks of one replica that hold requests, which its steps are priced as
+    running the same batch: every rank, or as many as a closed loop's fullest replica has
+    clients (the other ranks stay empty)."""
     clients = closed_loop_clients(workload) / replicas
     if clients <= 0:
-        return ranks, ctx.pp
-    busy = max(1, min(ranks, round(clients)))
-    return busy, max(1, min(ctx.pp, round(clients / busy)))
+        return ctx.attention_ranks
+    return max(1, min(ctx.attention_ranks, math.ceil(clients)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,20 +166,31 @@ class LoadRun:
                          gpus=ctx.replica_gpus / self.engines,
                          warmup_fraction=self.warmup_fraction)
 
+    def samples(self, *, ctx: StepContext) -> StreamSamples:
+        """The run's samples and totals, to be pooled with other engines' (:func:`pool`)."""
+        return stream_samples(run=self.sim, table=self.table,
+                              static_w=ctx.constants.static_power_w,
+                              gpus=ctx.replica_gpus / self.engines,
+                              warmup_fraction=self.warmup_fraction)
+
 
 def simulate_replica(*, placement: Placement, workload: Workload,
-                     table: StepTable | None = None, at_least: int = 1) -> LoadRun:
+                     table: StepTable | None = None, at_least: int = 1,
+                     clients: int | None = None) -> LoadRun:
     """Simulate the requests of one replica (of one of its virtual engines under pipeline
-    parallelism), ``at_least`` of them; ``table`` reuses a price grid of an earlier run on
-    the same placement with lengths no longer than this one's."""
+    parallelism or attention DP), ``at_least`` of them; in a closed loop, with ``clients``
+    clients (by default the most an even split of the clients gives an engine); ``table``
+    reuses a price grid of an earlier run on the same placement with lengths no longer
+    than this one's. Engines of one deployment simulate the same requests."""
     ctx = placement.ctx
-    ranks, engines = schedulers(ctx=ctx, workload=workload, replicas=placement.replicas)
-    streams = placement.replicas * ranks * engines
-    clients = closed_loop_clients(workload) / streams
+    engines = ctx.attention_ranks * ctx.pp
+    streams = placement.replicas * engines
+    split = split_clients(workload=workload, streams=streams)
     count = math.ceil(workload.num_requests / streams) if workload.num_requests else \
-        default_count(clients=clients)
+        default_count(clients=split[0][0] if split else 0)
     count = max(count, at_least)
-    requests = replica_requests(workload=workload, replicas=streams, count=count)
+    requests = replica_requests(workload=workload, replicas=streams, count=count,
+                                clients=clients)
     longest = int((requests.input_tokens + requests.output_tokens).max())
     budget, _ = rank_limits(ctx, prefill_chunk_tokens=placement.prefill_chunk_tokens)
     rank_pool = kv_pool_tokens(ctx, budget=budget) // ctx.attention_ranks
@@ -191,10 +204,56 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
-                                budget=limits.token_budget, ranks=ranks)
+                                budget=limits.token_budget,
+                                ranks=busy_ranks(ctx=ctx, workload=workload,
+                                                 replicas=placement.replicas))
     return LoadRun(requests=requests, table=table, limits=limits,
                    sim=simulate(requests=requests, table=table, limits=limits),
-                   engines=ranks * engines, warmup_fraction=warmup_share(workload))
+                   engines=engines, warmup_fraction=warmup_share(workload))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadMix:
+    """A deployment's engines by kind: each simulated kind and how many engines of the
+    deployment are of it (a closed loop's clients split as evenly as whole clients go:
+    some engines one client more), and the engines left without a client (idle, drawing
+    their static power). ``engines``: engines per replica; ``busy_engines``: of them, the
+    most that hold clients in one replica."""
+
+    runs: tuple[tuple[LoadRun, int], ...]
+    idle: int
+    engines: int
+    busy_engines: int
+
+    def summary(self, *, ctx: StepContext, slos: tuple[SLO, ...]) -> LoadMetrics:
+        """Metrics of the deployment's mean engine (multiply rates and totals by every
+        engine, as for one :class:`LoadRun`); statistics over every engine's requests."""
+        static = ctx.constants.static_power_w * ctx.replica_gpus / self.engines
+        return pool(streams=[(run.samples(ctx=ctx), n) for run, n in self.runs], slos=slos,
+                    static_per_s=static, idle_streams=self.idle)
+
+
+def simulate_engines(*, placement: Placement, workload: Workload) -> LoadMix:
+    """Simulate each kind of engine of the deployment once: an open loop's one kind; a
+    closed loop's engines of ceil(C / S) and of floor(C / S) clients (C clients, S engines
+    of the busy replicas), the fuller first, its price grid reused."""
+    engines = placement.ctx.attention_ranks * placement.ctx.pp
+    streams = placement.replicas * engines
+    split = split_clients(workload=workload, streams=streams)
+    if not split:  # an open loop: every engine alike
+        run = simulate_replica(placement=placement, workload=workload)
+        return LoadMix(runs=((run, streams),), idle=0, engines=engines, busy_engines=engines)
+    runs: list[tuple[LoadRun, int]] = []
+    table = None
+    for clients, count in split:
+        if clients > 0:
+            run = simulate_replica(placement=placement, workload=workload, table=table,
+                                   clients=clients)
+            table = run.table
+            runs.append((run, count))
+    idle = sum(count for clients, count in split if clients == 0)
+    return LoadMix(runs=tuple(runs), idle=idle, engines=engines,
+                   busy_engines=min(engines, math.ceil((streams - idle) / placement.replicas)))
 
 
 def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,
@@ -223,8 +282,9 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
     for key in ("requests_per_s", "goodput_requests_per_s"):
         load[key] = float(load[key]) * replicas
-    for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j", "preemptions"):
+    for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j"):
         load[key] = load[key] * replicas
+    load["preemptions"] = round(metrics.preemptions * replicas)
     for key in ("idle_energy_j", "total_energy_j"):  # replicas without a client, all along
         load[key] = float(load[key]) + idle_w * metrics.run_s
     for key in ("mean_running", "mean_queue_length"):  # per replica: all its engines
@@ -317,7 +377,7 @@ class Load:
                                       memory_per_gpu_gb=float(memory.total_bytes / 1e9),
                                       workload=workload, reason=reason, name=self.name)
         slos = tuple(SLO.parse(text) for text in workload.slo)
-        result = simulate_replica(placement=placement, workload=workload)
+        result = simulate_engines(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)
         if not memory.fits or placement.max_num_seqs is not None:
             # engines queue what the KV pool or the running cap does not hold
@@ -325,7 +385,8 @@ class Load:
                                     prefill_chunk_tokens=placement.prefill_chunk_tokens)
             memory = minimal_memory(ctx=placement.ctx, workload=workload, token_budget=budget)
             if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
-                peak = metrics.peak_kv_tokens * result.engines * kv_bytes_per_token(placement.ctx)
+                peak = metrics.peak_kv_tokens * result.busy_engines \
+                    * kv_bytes_per_token(placement.ctx)
                 memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
         out = load_prediction(placement=placement, workload=workload, memory=memory,
                               metrics=metrics, name=self.name, engines=result.engines)

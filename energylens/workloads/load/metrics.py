@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ class LoadMetrics:
     mean_output_tokens: float  # of the measured requests
     mean_running: float
     mean_waiting: float
-    preemptions: int
+    preemptions: float  # per stream: a mean over streams of different kinds
     peak_kv_tokens: float
     measured_requests: int
     # requests completed over those offered, one mean E2E apart (see keeping_up): near 1
@@ -149,9 +150,10 @@ def _percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     return float(values[order][index])
 
 
-def _statistic(values: np.ndarray, statistic: str) -> float:
-    return float(np.mean(values)) if statistic == "mean" else \
-        _percentile(values, np.ones_like(values), float(statistic[1:]))
+def _statistic(values: np.ndarray, weights: np.ndarray, statistic: str) -> float:
+    if statistic == "mean":
+        return float(np.sum(values * weights) / np.sum(weights))
+    return _percentile(values, weights, float(statistic[1:]))
 
 
 def _stalled_gaps(*, run: SimRun, step: np.ndarray, weight: np.ndarray,
@@ -180,59 +182,88 @@ def _stalled_gaps(*, run: SimRun, step: np.ndarray, weight: np.ndarray,
     return np.concatenate((step, step[target] + waited)), np.concatenate((weight, moved))
 
 
-def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
-              gpus: float, warmup_fraction: float) -> LoadMetrics:
-    """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica;
-    ``warmup_fraction`` of the requests (by arrival) left out at each end."""
+@dataclass(frozen=True, kw_only=True)
+class StreamSamples:
+    """One simulated stream's measured requests and its totals, before streams of
+    different kinds are pooled (:func:`pool`): per measured request (arrival order, the
+    warm-up left out) its latencies and output tokens; the ITL samples and the tokens each
+    weighs in the window; totals over the window and the whole run."""
+
+    window_s: float
+    ttft: np.ndarray
+    e2e: np.ndarray
+    tpot: np.ndarray  # requests of more than one token (none: the step a 2nd token takes)
+    request_tpot: np.ndarray  # per measured request, 0 for a one-token one
+    outputs: np.ndarray
+    itl: np.ndarray
+    itl_tokens: np.ndarray
+    completions: float  # in the window
+    tokens: float  # output tokens in the window
+    window_j: float  # dynamic energy and static power in the window
+    iteration_j: float  # whole run, static power during iterations included
+    idle_j: float  # whole run, static power while no iteration runs
+    run_s: float
+    decode_only: tuple[float, float, float, float]  # (wall s, compute, memory, comm J)
+    prefill: tuple[float, float, float, float]
+    running_s: float  # running requests x seconds in the window
+    waiting_s: float
+    preemptions: int
+    peak_kv_tokens: float
+    completed_share: float
+    keeps_up: bool
+
+
+def _kept(run: SimRun, warmup_fraction: float) -> tuple[np.ndarray, float, float]:
+    """The measured requests (arrival order) and the window (first one's arrival, last
+    one's completion; the whole run where that is empty)."""
     n = len(run.arrival_s)
     skip = int(warmup_fraction * n) if n >= 10 else 0
-    order = np.argsort(run.arrival_s, kind="stable")
-    kept = order[skip:n - skip]
+    kept = np.argsort(run.arrival_s, kind="stable")[skip:n - skip]
     t_a, t_b = float(run.arrival_s[kept[0]]), float(run.finish_s[kept[-1]])
     if t_b <= t_a:
         t_a, t_b = float(run.arrival_s.min()), float(run.finish_s.max())
-    window = t_b - t_a
+    return kept, t_a, t_b
 
-    ttft = run.first_token_s[kept] - run.arrival_s[kept]
-    e2e = run.finish_s[kept] - run.arrival_s[kept]
+
+def _tpot(run: SimRun, table: StepTable, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(TPOT of the measured requests of more than one token, TPOT per measured request:
+    0 for one token). Where none has more than one, the step a second token would take
+    alone stands for the first."""
     outputs = run.output_tokens[kept]
     multi = outputs > 1
-    tpot = (run.finish_s[kept][multi] - run.first_token_s[kept][multi]) / (outputs[multi] - 1)
-    if not multi.any():  # one-token requests: the step a second token would take alone
-        alone = interpolate(table.contexts, table.decode[1, :, 0].tolist(),
-                            float(np.mean(run.input_tokens[kept])) + 1.0)
-        engine_s = table.engine_idle_s + table.engine_busy_s_per_sequence
-        tpot = np.array([max(alone, engine_s) if table.engine_overlapped else alone + engine_s])
+    span = run.finish_s[kept] - run.first_token_s[kept]
+    per_request = np.where(multi, span / np.maximum(outputs - 1, 1), 0.0)
+    if multi.any():
+        return span[multi] / (outputs[multi] - 1), per_request
+    alone = interpolate(table.contexts, table.decode[1, :, 0].tolist(),
+                        float(np.mean(run.input_tokens[kept])) + 1.0)
+    engine_s = table.engine_idle_s + table.engine_busy_s_per_sequence
+    return np.array([max(alone, engine_s) if table.engine_overlapped else alone + engine_s]), \
+        per_request
+
+
+def _itl(run: SimRun, share: np.ndarray, t_a: float, t_b: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token gaps and the tokens each stands for in the window: decode steps,
+    prefill-first stalls, preemption stalls (a recompute's token after the gap)."""
     step = run.wall_s / run.count
-    end = run.start_s + run.wall_s
-    share = np.clip(np.minimum(end, t_b) - np.maximum(run.start_s, t_a), 0.0, None) / run.wall_s
-    itl_weight = run.decode * run.count * share
-    itl_values, itl_weight = _stalled_gaps(run=run, step=step, weight=itl_weight, share=share)
+    weight = run.decode * run.count * share
+    values, weight = _stalled_gaps(run=run, step=step, weight=weight, share=share)
     resumed = ((run.resume_at_s >= t_a) & (run.resume_at_s <= t_b)).astype(float)
-    itl_values = np.concatenate((itl_values, run.resume_gap_s))  # preemption stalls
-    itl_weight = np.concatenate((itl_weight, resumed))
-    latencies = {**_stats("ttft", ttft), **_stats("tpot", tpot),
-                 **_stats("itl", itl_values, itl_weight), **_stats("e2e", e2e)}
+    return np.concatenate((values, run.resume_gap_s)), np.concatenate((weight, resumed))
 
-    per_request = {"ttft": ttft, "e2e": e2e,
-                   "tpot": np.where(multi, (run.finish_s[kept] - run.first_token_s[kept])
-                                    / np.maximum(outputs - 1, 1), 0.0)}
-    good = np.ones(len(kept), dtype=bool)
-    met = True
-    for slo in slos:
-        good &= per_request[slo.latency] <= slo.bound_s
-        values = tpot if slo.latency == "tpot" else per_request[slo.latency]
-        met = met and (len(values) == 0 or _statistic(values, slo.statistic) <= slo.bound_s)
-    attainment = float(np.mean(good)) if len(kept) else 0.0
 
+def stream_samples(*, run: SimRun, table: StepTable, static_w: float, gpus: float,
+                   warmup_fraction: float) -> StreamSamples:
+    """The samples and totals of one stream's run; ``static_w`` per GPU over its ``gpus``
+    GPUs; ``warmup_fraction`` of the requests (by arrival) left out at each end."""
+    kept, t_a, t_b = _kept(run, warmup_fraction)
+    tpot, request_tpot = _tpot(run, table, kept)
+    share = np.clip(np.minimum(run.start_s + run.wall_s, t_b) - np.maximum(run.start_s, t_a),
+                    0.0, None) / run.wall_s
+    itl, itl_tokens = _itl(run, share, t_a, t_b)
     dynamic = run.dynamic_energy(table)
     busy = float(np.sum(run.wall_s))
     static_per_s = static_w * gpus
-    iteration_j = float(np.sum(dynamic)) + static_per_s * busy
-    idle_j = static_per_s * run.idle_s
-    window_j = float(np.sum(dynamic * share[:, None])) + static_per_s * window
-    tokens = float(np.sum(run.tokens_out * share))
-    completions = float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b)))
     completed_share, keeps_up = keeping_up(arrival_s=run.arrival_s, finish_s=run.finish_s,
                                            kept=kept)
     wall_share = run.wall_s * share
@@ -243,19 +274,109 @@ def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w:
         return (float(wall_share[rows].sum()), float(joules[0]), float(joules[1]),
                 float(joules[2]))
 
-    return LoadMetrics(
-        latency_s=latencies,
-        requests_per_s=completions / window, output_tokens_per_s=tokens / window,
-        goodput_requests_per_s=completions / window * attainment, slo_attainment=attainment,
-        slo_met=met, energy_j=iteration_j + idle_j, iteration_energy_j=iteration_j,
-        idle_energy_j=idle_j, run_s=busy + run.idle_s, window_s=window, window_energy_j=window_j,
-        window_output_tokens=tokens,
-        decode_only_window=part(~prefill_rows), prefill_window=part(prefill_rows),
-        mean_output_tokens=float(np.mean(outputs)),
-        mean_running=float(np.sum(run.running * wall_share)) / window,
-        mean_waiting=float(np.sum(run.waiting * wall_share)) / window,
+    return StreamSamples(
+        window_s=t_b - t_a, ttft=run.first_token_s[kept] - run.arrival_s[kept],
+        e2e=run.finish_s[kept] - run.arrival_s[kept], tpot=tpot, request_tpot=request_tpot,
+        outputs=run.output_tokens[kept], itl=itl, itl_tokens=itl_tokens,
+        completions=float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b))),
+        tokens=float(np.sum(run.tokens_out * share)),
+        window_j=float(np.sum(dynamic * share[:, None])) + static_per_s * (t_b - t_a),
+        iteration_j=float(np.sum(dynamic)) + static_per_s * busy,
+        idle_j=static_per_s * run.idle_s, run_s=busy + run.idle_s,
+        decode_only=part(~prefill_rows), prefill=part(prefill_rows),
+        running_s=float(np.sum(run.running * wall_share)),
+        waiting_s=float(np.sum(run.waiting * wall_share)),
         preemptions=int(run.preemptions.sum()), peak_kv_tokens=run.peak_kv_tokens,
-        measured_requests=len(kept), completed_share=completed_share, keeps_up=keeps_up)
+        completed_share=completed_share, keeps_up=keeps_up)
+
+
+def summarise(*, run: SimRun, table: StepTable, slos: tuple[SLO, ...], static_w: float,
+              gpus: float, warmup_fraction: float) -> LoadMetrics:
+    """Metrics of one replica's run; ``static_w`` per GPU over ``gpus`` GPUs of the replica;
+    ``warmup_fraction`` of the requests (by arrival) left out at each end."""
+    samples = stream_samples(run=run, table=table, static_w=static_w, gpus=gpus,
+                             warmup_fraction=warmup_fraction)
+    return pool(streams=((samples, 1),), slos=slos, static_per_s=static_w * gpus)
+
+
+def _latencies(streams: Sequence[tuple[StreamSamples, float]], slos: tuple[SLO, ...],
+               ) -> tuple[dict[str, float], float, bool, float]:
+    """(latency statistics, SLO attainment, every SLO met, mean output tokens) over the
+    pooled requests, each weighing its stream kind's ``weight``."""
+    def cat(field: str) -> np.ndarray:
+        return np.concatenate([getattr(s, field) for s, _ in streams])
+
+    def weights(field: str) -> np.ndarray:
+        return np.concatenate([np.full(len(getattr(s, field)), w) for s, w in streams])
+
+    ttft, e2e, tpot, request_tpot = cat("ttft"), cat("e2e"), cat("tpot"), cat("request_tpot")
+    per_request = weights("ttft")
+    latencies = {**_stats("ttft", ttft, per_request), **_stats("tpot", tpot, weights("tpot")),
+                 **_stats("itl", cat("itl"), np.concatenate(
+                     [s.itl_tokens * w for s, w in streams])),
+                 **_stats("e2e", e2e, per_request)}
+    values = {"ttft": ttft, "e2e": e2e, "tpot": request_tpot}
+    good = np.ones(len(ttft), dtype=bool)
+    met = True
+    for slo in slos:
+        good &= values[slo.latency] <= slo.bound_s
+        checked, weight = (tpot, weights("tpot")) if slo.latency == "tpot" else \
+            (values[slo.latency], per_request)
+        met = met and (len(checked) == 0
+                       or _statistic(checked, weight, slo.statistic) <= slo.bound_s)
+    total = float(np.sum(per_request))
+    attainment = float(np.sum(per_request * good)) / total if len(ttft) else 0.0
+    return latencies, attainment, met, float(np.sum(per_request * cat("outputs"))) / total
+
+
+def pool(*, streams: Sequence[tuple[StreamSamples, int]], slos: tuple[SLO, ...],
+         static_per_s: float, idle_streams: int = 0) -> LoadMetrics:
+    """The metrics of the mean stream of a deployment whose streams (schedulers) are of
+    the kinds given, ``(samples, how many such streams)``, and ``idle_streams`` with no
+    client that draw their static power (``static_per_s`` a stream): rates, window and run
+    totals are per stream, so ``streams`` x them is the deployment's; the statistics pool
+    every stream's requests, each standing for its stream's completions per second. The
+    mean stream's window is the streams' mean; its run the longest, the shorter ones idle
+    to its end."""
+    total = sum(n for _, n in streams) + idle_streams
+    window = sum(n * s.window_s for s, n in streams) / sum(n for _, n in streams)
+    per_s = [n / s.window_s for s, n in streams]  # a kind's window totals -> per second
+
+    def rate(field: str) -> np.ndarray:  # per second of the mean stream's window
+        return sum((f * np.asarray(getattr(s, field), dtype=float)
+                    for (s, _), f in zip(streams, per_s, strict=True)),
+                   np.zeros(())) / total
+
+    # each measured request stands for its kind's completions per second (the first's: 1)
+    weight = [f * s.completions / len(s.ttft) for (s, _), f in zip(streams, per_s, strict=True)]
+    latencies, attainment, met, mean_output = _latencies(
+        [(s, w / weight[0]) for (s, _), w in zip(streams, weight, strict=True)], slos)
+    requests = float(rate("completions"))
+    run_s = max(s.run_s for s, _ in streams)
+    iteration = sum(n * s.iteration_j for s, n in streams) / total
+    idle = (sum(n * (s.idle_j + static_per_s * (run_s - s.run_s)) for s, n in streams)
+            + idle_streams * static_per_s * run_s) / total
+    return LoadMetrics(
+        latency_s=latencies, requests_per_s=requests, output_tokens_per_s=float(rate("tokens")),
+        goodput_requests_per_s=requests * attainment, slo_attainment=attainment, slo_met=met,
+        energy_j=iteration + idle, iteration_energy_j=iteration, idle_energy_j=idle,
+        run_s=run_s, window_s=window,
+        window_energy_j=window * (float(rate("window_j")) + idle_streams * static_per_s / total),
+        window_output_tokens=window * float(rate("tokens")),
+        decode_only_window=_part(window * rate("decode_only")),
+        prefill_window=_part(window * rate("prefill")),
+        mean_output_tokens=mean_output, mean_running=float(rate("running_s")),
+        mean_waiting=float(rate("waiting_s")),
+        preemptions=sum(n * s.preemptions for s, n in streams) / total,
+        peak_kv_tokens=max(s.peak_kv_tokens for s, _ in streams),
+        measured_requests=sum(len(s.ttft) for s, _ in streams),
+        completed_share=min(s.completed_share for s, _ in streams),
+        keeps_up=all(s.keeps_up for s, _ in streams))
+
+
+def _part(values: np.ndarray) -> tuple[float, float, float, float]:
+    return float(values[0]), float(values[1]), float(values[2]), float(values[3])
+
 
 
 def keeping_up(*, arrival_s: np.ndarray, finish_s: np.ndarray,
