@@ -212,3 +212,15 @@ def test_sglang_sizes_its_prefill_chunk_from_the_gpu_memory() -> None:
             context_tokens=1.0).activation_bytes
     # the start-up workspace holds one chunk's activations: twice as many on B200
     assert activations["B200"] == pytest.approx(2 * activations["H100-SXM"], rel=1e-12)
+
+
+def test_the_minimal_working_set_holds_a_whole_request_on_one_rank() -> None:
+    """A request's cache lives on its attention rank's GPU: the minimal working set of
+    Qwen3-30B-A3B over 4 ranks holds one 1,024 + 64-token request's whole cache, 48 layers
+    x 4 KV heads x 128 x (K, V) x 2 B = 98,304 B a token, on a GPU (it held a quarter,
+    the memory model spreading one sequence over the ranks)."""
+    from energylens.workloads.load.kind import minimal_memory
+
+    work = Workload(kind="load", request_rate=1.0, input_tokens=1024, output_tokens=64)
+    memory = minimal_memory(ctx=_ctx(_adp()), workload=work, token_budget=8192)
+    assert float(memory.kv_cache_bytes) == pytest.approx(1088 * 98_304, rel=1e-12)

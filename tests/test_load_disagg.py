@@ -168,3 +168,16 @@ def test_pools_that_do_not_fit_one_node_ship_the_cache_over_the_scale_out_networ
                                    constants=cal.link(gpu=gpu.name, kind=kind)).latency_s
         assert seconds == pytest.approx(np.asarray(expected, dtype=float), rel=1e-9)
     assert np.all(far_s > near_s)
+
+
+def test_each_pools_memory_is_the_kv_it_held_at_its_peak() -> None:
+    """Disaggregated, the memory reported is the fuller pool's at its peak: the decode
+    pool's cache grows with the rate (it was one request's working set at any rate)."""
+    found = [predict_disaggregated(model=MODEL, workload=Workload(
+        kind="load", request_rate=rate, num_requests=400, input_tokens=2048,
+        output_tokens=512), **_pools()) for rate in (0.5, 8.0)]
+    held = (float(found[1].load["peak_kv_tokens"]) - float(found[0].load["peak_kv_tokens"])) \
+        * 131_072 / 1e9
+    assert held > 10.0
+    assert found[1].memory_per_gpu_gb - found[0].memory_per_gpu_gb == pytest.approx(held,
+                                                                                   rel=1e-9)

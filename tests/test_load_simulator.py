@@ -616,3 +616,15 @@ def test_a_closed_loops_clients_split_as_evenly_as_whole_clients_go() -> None:
     throughput = [at(c, dp=2).output_tokens_per_s for c in (2, 3, 4, 5, 6)]
     assert all(b > 1.1 * a for a, b in zip(throughput, throughput[1:], strict=False))
     assert float(at(3, pp=2).load["mean_running"]) == pytest.approx(3.0, rel=1e-6)
+
+
+def test_an_open_loops_memory_is_the_kv_it_held_at_its_peak() -> None:
+    """The memory reported under load is the cache the run held at its peak, in an open
+    loop too (it reported one request's working set at any rate): 20 requests/s hold more
+    than 0.5, by their peaks' difference at 131,072 B a Llama-3.1-8B token."""
+    slow, fast = (_load(request_rate=rate, num_requests=400, input_tokens=2048,
+                        output_tokens=512) for rate in (0.5, 20.0))
+    held = (float(fast.load["peak_kv_tokens"]) - float(slow.load["peak_kv_tokens"])) \
+        * 131_072 / 1e9
+    assert held > 10.0
+    assert fast.memory_per_gpu_gb - slow.memory_per_gpu_gb == pytest.approx(held, rel=1e-9)

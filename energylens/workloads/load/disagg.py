@@ -40,6 +40,7 @@ from energylens.workloads.load.arrivals import (
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import (
     LoadPrediction,
+    kv_bytes_per_token,
     kv_pool_tokens,
     rank_limits,
     refused_prediction,
@@ -88,7 +89,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                               kv_tokens=kv_tokens, context_tokens=int(longest))
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
-                        sequences=1.0, context_tokens=float(longest), token_budget=budget,
+                        sequences=float(ctx.attention_ranks),  # one request on a rank
+                        context_tokens=float(longest), token_budget=budget,
                         draft_layers=ctx.draft_layers)
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(kv_tokens, longest + 2 * BLOCK_TOKENS),
@@ -133,6 +135,14 @@ def _pool_phase(*, metrics: LoadMetrics, static_w: float, gpus: int, replicas: i
     static = static_w * gpus * wall * replicas
     return PhaseResult(latency_s=wall, energy_j=sum(joules) + static, compute_j=joules[0],
                        memory_j=joules[1], communication_j=joules[2], static_j=static)
+
+
+def _held(*, pool: BoundPool, peak_tokens: float) -> float:
+    """Bytes a GPU of ``pool`` holds: weights, activations, reserve, and the KV cache of
+    one longest request or, where more, the cache the pool's run held at its peak."""
+    peak = peak_tokens * kv_bytes_per_token(pool.placement.ctx)
+    return float(replace(pool.memory, kv_cache_bytes=max(float(pool.memory.kv_cache_bytes),
+                                                         peak)).total_bytes)
 
 
 def _run_energy(*, run: SimRun, table: StepTable, static_w: float,
@@ -263,6 +273,9 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
 
         rate = bisect_capacity(run=probe_at, target=workload.capacity_attainment)
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)
+    held = [_held(pool=pre, peak_tokens=max(run.peak_kv_tokens for run in pre_runs)),
+            _held(pool=dec, peak_tokens=dec_run.peak_kv_tokens)]
+    memory_gb = max(held) / 1e9  # the KV cache each pool held at its peak
     lat = metrics.latency_s
     return LoadPrediction(
         model=model_cfg.name, gpu=where, num_gpus=gpus, workload="load", feasible=not reasons,

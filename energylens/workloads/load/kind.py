@@ -130,9 +130,11 @@ def _clients_per_replica(workload: Workload, sequences: float) -> float:
 def minimal_memory(*, ctx: StepContext, workload: Workload, token_budget: int) -> MemoryUse:
     """Memory of the minimal working set: one request of the longest length beside the
     activations of the scheduler's ``token_budget`` (infeasible only when this does not
-    fit)."""
+    fit). Under attention DP a request's cache is on its rank's GPUs alone: one request
+    on every rank (the memory model spreads sequences over the ranks)."""
     _, _, longest = request_lengths(workload)
-    return _memory(ctx, sequences=1.0, context_tokens=longest, token_budget=token_budget)
+    return _memory(ctx, sequences=float(ctx.attention_ranks), context_tokens=longest,
+                   token_budget=token_budget)
 
 
 def busy_ranks(*, ctx: StepContext, workload: Workload, replicas: int) -> int:
@@ -217,8 +219,10 @@ class LoadMix:
     """A deployment's engines by kind: each simulated kind and how many engines of the
     deployment are of it (a closed loop's clients split as evenly as whole clients go:
     some engines one client more), and the engines left without a client (idle, drawing
-    their static power). ``engines``: engines per replica; ``busy_engines``: of them, the
-    most that hold clients in one replica."""
+    their static power). ``engines``: engines per replica; ``busy_engines``: the ranks
+    times the most engines (pp) of one rank that hold clients: a token's cache bytes per
+    GPU (:func:`kv_bytes_per_token`, spread over the ranks) times them and an engine's
+    peak is the fullest GPU's cache."""
 
     runs: tuple[tuple[LoadRun, int], ...]
     idle: int
@@ -252,8 +256,9 @@ def simulate_engines(*, placement: Placement, workload: Workload) -> LoadMix:
             table = run.table
             runs.append((run, count))
     idle = sum(count for clients, count in split if clients == 0)
-    return LoadMix(runs=tuple(runs), idle=idle, engines=engines,
-                   busy_engines=min(engines, math.ceil((streams - idle) / placement.replicas)))
+    ranks = placement.ctx.attention_ranks  # a rank's engines (pp) share its GPUs' memory
+    busy = min(placement.ctx.pp, math.ceil((streams - idle) / placement.replicas / ranks))
+    return LoadMix(runs=tuple(runs), idle=idle, engines=engines, busy_engines=ranks * busy)
 
 
 def _phase(*, wall_s: float, joules: tuple[float, float, float], static_w: float,
@@ -379,12 +384,14 @@ class Load:
         slos = tuple(SLO.parse(text) for text in workload.slo)
         result = simulate_engines(placement=placement, workload=workload)
         metrics = result.summary(ctx=placement.ctx, slos=slos)
-        if not memory.fits or placement.max_num_seqs is not None:
-            # engines queue what the KV pool or the running cap does not hold
+        if not memory.fits or placement.max_num_seqs is not None \
+                or closed_loop_clients(workload) <= 0:
+            # engines queue what the KV pool or the running cap does not hold; an open
+            # loop's demand is one request
             budget, _ = rank_limits(placement.ctx,
                                     prefill_chunk_tokens=placement.prefill_chunk_tokens)
             memory = minimal_memory(ctx=placement.ctx, workload=workload, token_budget=budget)
-            if memory.fits:  # the KV cache the run held at its peak, on every virtual engine
+            if memory.fits:  # the KV cache the run held at its peak, on the fullest GPU
                 peak = metrics.peak_kv_tokens * result.busy_engines \
                     * kv_bytes_per_token(placement.ctx)
                 memory = replace(memory, kv_cache_bytes=max(float(memory.kv_cache_bytes), peak))
