@@ -141,9 +141,7 @@ def resume_study(
         StudyStateError: no such study in the storage, or it has another definition.
     """
     store = _existing(config)
-    n_done = len(completed_trials(optuna.load_study(study_name=config.name, storage=store)))
-    seed = None if config.seed is None else config.seed + n_done
-    return _drive(config, problem, store, n_trials, seed, progress)
+    return _drive(config, problem, store, n_trials, _continued_seed(config, store), progress)
 
 
 def run_worker(
@@ -172,10 +170,19 @@ def run_worker(
 def ensure_study(
     *, config: StudyConfig, problem: Problem, n_trials: int, progress: bool = False
 ) -> optuna.Study:
-    """Create the study if needed, then run it up to ``n_trials`` completed trials."""
+    """Create the study if needed, then run it up to ``n_trials`` completed trials (the seed
+    offset by the trials it holds, as :func:`resume_study` does: a continued study does not
+    replay its first trials)."""
     store = open_storage(config.storage)
     _create(config, store)
-    return _drive(config, problem, store, n_trials, config.seed, progress)
+    return _drive(config, problem, store, n_trials, _continued_seed(config, store), progress)
+
+
+def _continued_seed(config: StudyConfig, storage: BaseStorage) -> int | None:
+    """``config.seed`` plus the study's completed trials (None stays unseeded)."""
+    if config.seed is None:
+        return None
+    return config.seed + len(completed_trials(optuna.load_study(study_name=config.name, storage=storage)))
 
 
 def _create(config: StudyConfig, storage: BaseStorage, *, restamp: bool = False) -> optuna.Study:

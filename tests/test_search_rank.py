@@ -168,6 +168,17 @@ def test_leftover_ablations_of_a_larger_budget_do_not_change_the_ranking(tmp_pat
     pd.testing.assert_frame_equal(fresh, again)
 
 
+def test_a_continued_ranking_does_not_replay_the_first_trials_of_its_ablations(tmp_path) -> None:
+    config, _ = ranked(tmp_path, budget=10, trials=30)
+    ranked(tmp_path, budget=20, trials=30)  # each ablation study continued from 10 to 20 trials
+    storage = open_storage(ablation_storage(config))
+    for summary in optuna.get_all_study_summaries(storage):
+        trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+        params = [tuple(sorted(t.params.items())) for t in trials]
+        assert len(params) == 20 and params[10:] != params[:10], summary.study_name
+        assert len(set(params)) > 10, summary.study_name  # a replay would give 10 at most
+
+
 def test_a_knob_named_like_the_control_is_refused(tmp_path) -> None:
     space = {"knobs": {**SPACE["knobs"], "_control": {"type": "bool"}}}
     config = load_study(write_toy_study(tmp_path, space=space, trials=10))
