@@ -56,6 +56,18 @@ def test_pymoo_resume_continues_the_checkpoint_or_seeds_from_storage(tmp_path) -
     assert len(completed_trials(study)) == 80
 
 
+def test_pymoo_resume_with_another_sampler_or_population_leaves_the_checkpoint(tmp_path) -> None:
+    config = tiny(tmp_path, "pymoo", population_size=10)
+    run_study(config=config, problem=ToyDeployment(), n_trials=20)  # NSGA-II, 2 generations of 10
+    changed = replace(config, sampler="nsga3", population_size=30)
+    with pytest.warns(UserWarning, match=r"checkpoint .*nsga2, population 10.* nsga3, population 30"):
+        resume_study(config=changed, problem=ToyDeployment(), n_trials=50)
+    with checkpoint_path(config).open("rb") as f:
+        algorithm = pickle.load(f)["algorithm"]
+    assert (type(algorithm).__name__, algorithm.pop_size) == ("NSGA3", 30)
+    assert algorithm.n_iter == 3  # told the study's 20 trials as a population, then one generation of 30
+
+
 def test_run_refuses_an_existing_study_and_workers_join_it(tmp_path) -> None:
     config = tiny(tmp_path, "optuna", trials=25)
     run_study(config=config, problem=ToyDeployment(), n_trials=10)

@@ -6,17 +6,20 @@ The algorithm is driven by ask/tell: each generation is decoded, evaluated (in o
 minimisation in ``F`` and constraint values in ``G`` (feasible when <= 0), and written to
 the study in one append (a killed run loses at most the generation in flight, which the next
 open records as lost: :func:`search.storage.generation_in_flight`). After each generation
-the algorithm is pickled to ``<results>/checkpoints/<study>.pkl`` with a fingerprint of the study; a resume
-continues from it when the study still matches (same number of completed trials, same
-first trial), and otherwise seeds the first population with the study's completed trials.
+the algorithm is pickled to ``<results>/checkpoints/<study>.pkl`` with a fingerprint of the study and
+the algorithm's settings; a resume continues from it when both still match (same number of
+completed trials, same first trial; same sampler, population size and seed), and otherwise
+seeds the first population with the study's completed trials (a changed setting is said in a
+warning).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages import BaseStorage
@@ -58,7 +61,7 @@ class PymooEngine(Engine):
 
         study = optuna.load_study(study_name=config.name, storage=storage)
         done = completed_trials(study)
-        algorithm = _load_checkpoint(config, _fingerprint(done)) or new_algorithm(config, seed, done)
+        algorithm = _load_checkpoint(config, _fingerprint(config, done)) or new_algorithm(config, seed, done)
         n_done = len(done)
         while n_done < n_total and not progress.stop_requested:
             pop = algorithm.ask()
@@ -76,7 +79,7 @@ class PymooEngine(Engine):
                         [frozen_trial(config.space, p, o) for p, o in zip(params, outcomes, strict=True)]
                     )
             n_done += len(pop)
-            _save_checkpoint(config, algorithm, _fingerprint(completed_trials(study)))
+            _save_checkpoint(config, algorithm, _fingerprint(config, completed_trials(study)))
             progress.advance(len(pop))
 
 
@@ -85,22 +88,42 @@ def checkpoint_path(config: StudyConfig) -> Path:
     return config.results / "checkpoints" / (config.name.replace("/", "__") + ".pkl")
 
 
-def _fingerprint(done: list[FrozenTrial]) -> tuple[int, str]:
+def _fingerprint(config: StudyConfig, done: list[FrozenTrial]) -> dict[str, Any]:
+    """The study a checkpoint continues (``trials``) and the settings of its algorithm."""
     first = min(done, key=lambda t: t.number).datetime_start if done else None
-    return len(done), str(first)
+    return {
+        "trials": [len(done), str(first)],
+        "settings": {"sampler": config.sampler, "population": config.population_size, "seed": config.seed},
+    }
 
 
-def _load_checkpoint(config: StudyConfig, fingerprint: tuple[int, str]) -> Algorithm | None:
+def _load_checkpoint(config: StudyConfig, fingerprint: dict[str, Any]) -> Algorithm | None:
+    """The checkpointed algorithm if it continues this study with these settings; one of other
+    settings (sampler, population size, seed) is left, with a warning, for a new algorithm."""
     path = checkpoint_path(config)
     try:
         with path.open("rb") as f:
             state = pickle.load(f)
-        return state["algorithm"] if state["fingerprint"] == fingerprint else None
+        found = state["fingerprint"]
+        if found["trials"] != fingerprint["trials"]:
+            return None
     except Exception:  # none, or unreadable (another pymoo version, a damaged file): start from the trials
         return None
+    if found["settings"] != fingerprint["settings"]:
+        warnings.warn(
+            f"{config.name}: checkpoint {path.name} is of {_settings(found['settings'])}; continuing "
+            f"with {_settings(fingerprint['settings'])}, seeded from the study's trials",
+            stacklevel=3,
+        )
+        return None
+    return state["algorithm"]
 
 
-def _save_checkpoint(config: StudyConfig, algorithm: Algorithm, fingerprint: tuple[int, str]) -> None:
+def _settings(settings: dict[str, Any]) -> str:
+    return f"{settings['sampler']}, population {settings['population']}, seed {settings['seed']}"
+
+
+def _save_checkpoint(config: StudyConfig, algorithm: Algorithm, fingerprint: dict[str, Any]) -> None:
     """Pickle the algorithm; one that cannot be pickled (SMS-EMOA holds a local function)
     leaves no checkpoint, and a resume seeds its population from the study's trials."""
     path = checkpoint_path(config)
