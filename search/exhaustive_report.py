@@ -102,9 +102,10 @@ def write_grid_report(*, config: StudyConfig, annotate: FrontAnnotator | None = 
     folder = config.results
     write_atomic(folder / "pareto.csv", lambda f: front.to_csv(f, index=False))
     sample = _sample(config, [exhaustive_folder(config) / s.shard.folder_name for s in states])
-    plot_pareto(config=config, trials=sample, front=front, path=folder / "pareto.png")
+    plotted = front.assign(number=front[INDEX_COLUMN])  # one objective is drawn against it
+    plot_pareto(config=config, trials=sample, front=plotted, path=folder / "pareto.png")
     files = [folder / "pareto.csv", folder / "pareto.png"]
-    if write_pareto_html(config=config, trials=sample, front=front, path=folder / "pareto.html"):
+    if write_pareto_html(config=config, trials=sample, front=plotted, path=folder / "pareto.html"):
         files.append(folder / "pareto.html")
     return GridReport(
         front=front,

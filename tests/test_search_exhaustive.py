@@ -226,3 +226,14 @@ def test_the_documented_recipe_reads_every_evaluated_configuration(tmp_path, mon
     assert isinstance(grid, pd.DataFrame)
     assert sorted(grid["grid_index"]) == list(range(6))
     assert {"tp", "batch", "tpot_s", "feasible", "infeasible_reason"} <= set(grid.columns)
+
+
+def test_a_grid_of_one_objective_is_reported_against_the_grid_index(tmp_path) -> None:
+    config = study(tmp_path, objectives=["minimize energy_per_token_j"])
+    run_exhaustive(config=config, problem=ToyDeployment(), chunk_rows=2000)
+    report = write_grid_report(config=config)
+    rows = pd.concat(map(pd.read_parquet, chunk_files(exhaustive_folder(config) / "shard-1-of-1")))
+    best = rows.loc[rows["feasible"], "energy_per_token_j"].min()
+    assert report.front["energy_per_token_j"].tolist() == [best]
+    assert "number" not in pd.read_csv(config.results / "pareto.csv").columns
+    assert (config.results / "pareto.png").stat().st_size > 0
