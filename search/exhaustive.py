@@ -169,7 +169,8 @@ def _evaluate_chunk(config: StudyConfig, problem: Problem, start: int, stop: int
 
 
 def feasibility(config: StudyConfig, metrics: pd.DataFrame, reasons: pd.Series) -> np.ndarray:
-    """Feasible rows: runnable (no reason) and within every SLO.
+    """Feasible rows: runnable (no reason) and within every SLO (a metric column the problem
+    did not return, e.g. in a chunk where nothing can run, is NaN: infeasible).
 
     Raises:
         ValueError: a runnable row lacks an objective or SLO metric, or has a non-finite one
@@ -178,18 +179,21 @@ def feasibility(config: StudyConfig, metrics: pd.DataFrame, reasons: pd.Series) 
     runnable = reasons.isna().to_numpy()
     feasible = runnable.copy()
     needed = [o.metric for o in config.objectives] + [c.metric for c in config.constraints]
-    for name in dict.fromkeys(needed):
-        values = metrics[name].to_numpy(dtype=float) if name in metrics else np.full(len(metrics), np.nan)
-        bad = runnable & ~np.isfinite(values)
+    values = {
+        name: metrics[name].to_numpy(dtype=float) if name in metrics else np.full(len(metrics), np.nan)
+        for name in dict.fromkeys(needed)
+    }
+    for name, column in values.items():
+        bad = runnable & ~np.isfinite(column)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"metric {name!r} is {values[i] if name in metrics else 'missing'} in a valid evaluation"
+                f"metric {name!r} is {column[i] if name in metrics else 'missing'} in a valid evaluation"
                 f" (row {metrics.index[i]})"
             )
     for constraint in config.constraints:
         with np.errstate(invalid="ignore"):
-            feasible &= constraint.violations(metrics[constraint.metric].to_numpy(dtype=float)) <= 0
+            feasible &= constraint.violations(values[constraint.metric]) <= 0
     return feasible
 
 

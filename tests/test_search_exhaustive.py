@@ -237,3 +237,15 @@ def test_a_grid_of_one_objective_is_reported_against_the_grid_index(tmp_path) ->
     assert report.front["energy_per_token_j"].tolist() == [best]
     assert "number" not in pd.read_csv(config.results / "pareto.csv").columns
     assert (config.results / "pareto.png").stat().st_size > 0
+
+
+def test_a_chunk_where_nothing_runs_lacks_metric_columns_and_is_infeasible(tmp_path) -> None:
+    space = {
+        "knobs": {"tp": {"type": "ordinal", "values": [1, 8]}, "batch": {"type": "int", "low": 1, "high": 4}},
+        "fixed": {"gpu": "large", "gpus": 1, "freq": 1.0, "fuse": False},
+    }
+    config = study(tmp_path, space=space, constraints=["tokens_per_s >= 1"])
+    # one row a chunk, one evaluation a row: a tp=8 chunk (tp > gpus) reports no metric at all
+    state = run_exhaustive(config=config, problem=RowByRow(), chunk_rows=1)
+    assert (state.evaluated, state.feasible) == (8, 4)  # the four tp=1 rows fit and meet the SLO
+    assert set(write_grid_report(config=config).front["tp"]) == {1}
