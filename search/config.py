@@ -203,7 +203,7 @@ class StudyConfig:
         """This config run by another engine with that engine's default sampler.
 
         Raises:
-            StudyError: unknown engine.
+            StudyError: unknown engine, or one that needs a grid and the space is continuous.
         """
         if engine not in engine_names():
             raise StudyError(
@@ -211,6 +211,7 @@ class StudyConfig:
             )
         if engine == self.engine:
             return self
+        _check_enumerable(self.space, engine, Checker(source=str(self.source), error_type=StudyError))
         return replace(self, engine=engine, sampler=get_engine(engine).samplers[0])
 
 
@@ -266,11 +267,7 @@ def load_study(path: str | Path, *, schema: ProblemSchema | None = None) -> Stud
         if storage is None
         else resolve_storage(check.string(storage, "storage"), base=folder)
     )
-    if engine.needs_enumerable_space:
-        try:
-            space.grid_size  # noqa: B018  (validates that the space is enumerable)
-        except ValueError as exc:
-            check.fail("engine", f"a space without continuous knobs for {engine.name} ({exc})")
+    _check_enumerable(space, engine.name, check)
     return StudyConfig(
         name=name,
         space=space,
@@ -287,6 +284,15 @@ def load_study(path: str | Path, *, schema: ProblemSchema | None = None) -> Stud
         problem={k: v for k, v in data.items() if k not in _GENERIC_KEYS},
         schema=schema,
     )
+
+
+def _check_enumerable(space: Space, engine: str, check: Checker) -> None:
+    """Refuse a continuous space for an engine that enumerates its grid."""
+    if get_engine(engine).needs_enumerable_space:
+        try:
+            space.grid_size  # noqa: B018  (validates that the space is enumerable)
+        except ValueError as exc:
+            check.fail("engine", f"a space without continuous knobs for {engine} ({exc})")
 
 
 def resolve_storage(spec: str, *, base: Path) -> str:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from search.commands import Application, Overrides, cmd_report, cmd_resume, cmd_run, cmd_worker
+from search.commands import Application, Overrides, cmd_check, cmd_report, cmd_resume, cmd_run, cmd_worker
 from search.config import Constraint, Objective, load_study
 from search.toy import TOY_SCHEMA, TOY_SPACE, toy_problem, write_toy_study
 
@@ -83,6 +83,20 @@ def test_bad_study_gives_one_error_line_and_exit_code_2(tmp_path, capsys, overri
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"error: {path}: {where}: expected")
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("command", [cmd_check, cmd_run])
+@pytest.mark.parametrize("overrides", [Overrides(engine="grid", trials=5), Overrides(shard="1/1")])
+def test_a_grid_engine_chosen_on_the_command_line_refuses_a_continuous_space(
+    tmp_path, capsys, command, overrides
+) -> None:
+    space = {"knobs": {**TOY_SPACE["knobs"], "freq": {"type": "float", "low": 0.6, "high": 1.0}}}
+    path = write_toy_study(tmp_path, space=space)
+    assert command(path, app=APP, overrides=overrides) == 2  # check refuses what run would refuse
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {path}: engine: expected a space without continuous knobs for grid")
     assert not (tmp_path / "results").exists()
 
 
