@@ -90,7 +90,8 @@ class Constraint:
     bound: float
 
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.bound:g}"
+        """``tpot_s <= 0.05``: also the constraint's key in trials and study definitions."""
+        return f"{self.metric} {self.op} {exact_number(self.bound)}"
 
     def violation(self, value: float) -> float:
         """Relative violation: <= 0 when satisfied, e.g. 0.2 means 20 % past the bound.
@@ -108,6 +109,17 @@ class Constraint:
     def satisfied(self, value: float) -> bool:
         """Whether ``value`` meets the constraint."""
         return self.violation(value) <= 0
+
+
+def exact_number(value: float) -> str:
+    """``value`` in ``g`` format with the fewest digits, at least 6, that read back as ``value``:
+    ``:g`` wherever ``:g`` is exact (so constraint keys of stored studies keep their text), more
+    digits where it rounds (1234567, not 1.23457e+06)."""
+    for digits in range(6, 18):
+        text = f"{value:.{digits}g}"
+        if float(text) == value:
+            return text
+    return repr(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from search.config import StudyConfig
+from search.config import StudyConfig, exact_number
 from search.knobs import FloatKnob
 from search.outcome import VALID_KEY, completed_trials, is_feasible
 from search.pareto import non_dominated_mask
@@ -100,7 +100,8 @@ def slo_misses(config: StudyConfig, metrics: dict[str, float]) -> str:
             continue
         sign = ">" if constraint.op == "<=" else "<"
         excess = f" ({constraint.violation(value) * 100:+.0f} %)" if constraint.bound else ""
-        misses.append(f"SLO {constraint.metric} = {value:.4g} {sign} {constraint.bound:g}{excess}")
+        bound = exact_number(constraint.bound)
+        misses.append(f"SLO {constraint.metric} = {value:.4g} {sign} {bound}{excess}")
     return "; ".join(misses)
 
 

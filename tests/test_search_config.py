@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +11,9 @@ import yaml
 
 from search.commands import Application, Overrides, cmd_check, cmd_report, cmd_resume, cmd_run, cmd_worker
 from search.config import Constraint, Objective, load_study
+from search.outcome import make_outcome
+from search.problem import Evaluation
+from search.runner import definition
 from search.toy import TOY_SCHEMA, TOY_SPACE, toy_problem, write_toy_study
 
 APP = Application(problem_factory=toy_problem)
@@ -59,6 +63,27 @@ def test_constraint_violation_is_relative_and_signed() -> None:
     assert Constraint("tpot_s", "<=", 0.05).violation(0.04) == pytest.approx(-0.2)
     assert Constraint("tps", ">=", 1000).violation(900) == pytest.approx(0.1)
     assert Constraint("x", ">=", 0).violation(-2) == 2
+
+
+def test_constraint_keys_keep_every_digit_of_the_bound_and_the_old_text_where_it_was_exact(
+    tmp_path,
+) -> None:
+    assert str(Constraint("tokens_per_s", ">=", 1234567.0)) == "tokens_per_s >= 1234567"
+    assert str(Constraint("x", "<=", 0.1 + 0.2)) == "x <= 0.30000000000000004"
+    # :g text wherever :g was exact: stored studies' definitions and constraint keys still match
+    for bound, text in ((0.05, "0.05"), (1000.0, "1000"), (1e-7, "1e-07"), (2.5e9, "2.5e+09"), (0.0, "0")):
+        assert str(Constraint("m", "<=", bound)) == f"m <= {text}" == f"m <= {bound:g}"
+    # two bounds on one metric agreeing to 6 digits are two constraints, each with its own value
+    config = load_study(
+        write_toy_study(tmp_path, constraints=["tokens_per_s <= 1234567", "tokens_per_s <= 1234568"])
+    )
+    outcome = make_outcome(config, Evaluation({"energy_per_token_j": 1.0, "latency_s": 0.1,
+                                               "tokens_per_s": 1234568.0}))
+    assert outcome.constraints == {
+        "valid": 0.0, "tokens_per_s <= 1234567": pytest.approx(1 / 1234567), "tokens_per_s <= 1234568": 0.0
+    }
+    other = load_study(write_toy_study(tmp_path / "b", constraints=["tokens_per_s <= 1234568"]))
+    assert definition(other) != definition(replace(other, constraints=config.constraints[:1]))
 
 
 BAD_STUDIES = [
