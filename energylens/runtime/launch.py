@@ -434,16 +434,20 @@ def write_front_launch(*, results: Path,
     ``commands_of`` gives a point's commands (from its row) by role: ``""`` for one
     deployment (``launch/<point>.sh``, the cell its line), or one per pool of a
     disaggregated point (``launch/<point>-<role>.sh``, the cell ``<role>: <line>`` per pool,
-    joined by ``; ``). A point it cannot launch (a one-line error) gets an empty cell.
+    joined by ``; ``). A point it cannot launch (a one-line error) gets an empty cell. The
+    other cells are rewritten as they were (an integer knob with empty cells stays ``8``,
+    not ``8.0``); every file is written atomically.
     """
     import pandas as pd
 
     from energylens.errors import EnergyLensError
+    from search.files import atomic_path, write_atomic
 
     path = results / "pareto.csv"
     if not path.is_file():
         return 0
     front = pd.read_csv(path)
+    cells_as_written = pd.read_csv(path, dtype=str, keep_default_na=False)
     folder = results / "launch"
     folder.mkdir(exist_ok=True)
     for old in folder.glob("*.sh"):  # a rewritten front replaces the old scripts
@@ -459,14 +463,12 @@ def write_front_launch(*, results: Path,
             continue
         name = point_name(row, index)
         for role, command in commands.items():
-            script = folder / (f"{name}-{role}.sh" if role else f"{name}.sh")
-            script.write_text(command.script(), encoding="utf-8")
-            script.chmod(0o755)
+            with atomic_path(folder / (f"{name}-{role}.sh" if role else f"{name}.sh")) as script:
+                script.write_text(command.script(), encoding="utf-8")
+                script.chmod(0o755)
             written += 1
         cells.append("; ".join(f"{role}: {c.line()}" if role else c.line()
                                for role, c in commands.items()))
-    front[LAUNCH_COLUMN] = cells
-    tmp = path.with_suffix(".csv.tmp")
-    front.to_csv(tmp, index=False)
-    tmp.replace(path)
+    cells_as_written[LAUNCH_COLUMN] = cells
+    write_atomic(path, lambda f: cells_as_written.to_csv(f, index=False))
     return written
