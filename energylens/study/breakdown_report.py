@@ -21,6 +21,7 @@ from energylens.errors import EnergyLensError
 from energylens.predict import checked_context
 from energylens.runtime.launch import point_name
 from energylens.study.objective import DeploymentProblem, row_params
+from search.files import atomic_path, write_atomic
 
 #: Pareto points broken down at most (the first ones of ``pareto.csv``).
 MAX_POINTS = 24
@@ -69,8 +70,8 @@ def _rows(point: str, steps: Mapping[str, StepBreakdown]) -> list[dict[str, Any]
 
 def write_front_breakdown(*, results: Path, problem: DeploymentProblem,
                           knobs: tuple[str, ...], fixed: Mapping[str, Any]) -> list[Path]:
-    """``results/breakdown.csv`` and ``breakdown.png`` for ``results/pareto.csv``'s points;
-    the paths written (none without a front)."""
+    """``results/breakdown.csv`` and ``breakdown.png`` for ``results/pareto.csv``'s points,
+    each written atomically; the paths written (none without a front)."""
     path = results / "pareto.csv"
     if not path.is_file():
         return []
@@ -78,7 +79,7 @@ def write_front_breakdown(*, results: Path, problem: DeploymentProblem,
     if table.empty:
         return []
     csv_path, png_path = results / "breakdown.csv", results / "breakdown.png"
-    table.to_csv(csv_path, index=False)
+    write_atomic(csv_path, lambda f: table.to_csv(f, index=False))
     _plot(table[table["step"] == "decode"], png_path)
     return [csv_path, png_path]
 
@@ -109,4 +110,5 @@ def _plot(decode: pd.DataFrame, path: Path) -> None:
             axes.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 1.35))
     figure.suptitle("Pareto points: where a decode step's energy and time go", y=0.995)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=120)

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from energylens.study.objective import DeploymentProblem, row_params
 from energylens.workloads.load.plots import write_front_plot
+from search.files import atomic_path
 
 #: Rates of the sweep, as multiples of the requests/s the Pareto point served in its trial.
 RATE_SHARES = (0.25, 0.5, 1.0, 1.5, 2.0)
@@ -95,4 +96,5 @@ def _plot_sweeps(sweeps: Mapping[str, Mapping[str, list[float]]], *, path: Path)
              title="TTFT of the Pareto points")
     tpot.set(xlabel="request rate [1/s]", ylabel="TPOT [ms]", title="TPOT of the Pareto points")
     ttft.legend(fontsize=6)
-    figure.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=110)
