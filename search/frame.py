@@ -69,7 +69,8 @@ def trials_frame(*, config: StudyConfig, study: optuna.Study) -> pd.DataFrame:
 
 def blank_inactive(config: StudyConfig, frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the knob cells each row's configuration does not read emptied (the
-    problem schema's ``inactive``; integer and bool columns become nullable)."""
+    problem schema's ``inactive``, under the study's problem section; integer and bool columns
+    become nullable)."""
     inactive = None if config.schema is None else config.schema.inactive
     knobs = [k for k in config.space.names if k in frame.columns]
     if inactive is None or frame.empty or not knobs:
@@ -78,7 +79,7 @@ def blank_inactive(config: StudyConfig, frame: pd.DataFrame) -> pd.DataFrame:
     unread: dict[str, list[bool]] = {k: [] for k in knobs}
     for row in frame[knobs].to_dict("records"):
         params = {**fixed, **{str(k): v for k, v in row.items() if not pd.isna(v)}}
-        names = set(inactive(params))
+        names = set(inactive(params, problem=config.problem))
         for knob in knobs:
             unread[knob].append(knob in names)
     out = frame.copy()

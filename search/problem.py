@@ -58,6 +58,13 @@ ValueCheck = Callable[[Any], str | None]
 (``"one of H100, H200"``), which the error message shows after ``expected``."""
 
 
+class InactiveParams(Protocol):
+    """:attr:`ProblemSchema.inactive`: the parameters of ``params`` that a configuration does
+    not read, under the study's ``problem`` section (``StudyConfig.problem``)."""
+
+    def __call__(self, params: Mapping[str, Any], *, problem: Mapping[str, Any]) -> Collection[str]: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProblemSchema:
     """What a problem reads from a study file, so that the file is checked before anything runs.
@@ -72,15 +79,16 @@ class ProblemSchema:
         color_by: Parameters that plots colour points by, in order of preference: the
             first that is a knob of the space.
         inactive: The parameters a configuration (knob and fixed values) sets but does not
-            read (a knob its mode ignores); reports leave their cells empty, so that one
-            deployment reads as one configuration. None: every parameter is read.
+            read (a knob its mode ignores), given the study's problem section; reports leave
+            their cells empty, so that one deployment reads as one configuration. None: every
+            parameter is read.
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, ValueCheck]
     metrics: Mapping[str, str]
     color_by: tuple[str, ...] = ()
-    inactive: Callable[[Mapping[str, Any]], Collection[str]] | None = None
+    inactive: InactiveParams | None = None
 
 
 def evaluate_batch(problem: Problem, batch: Sequence[Mapping[str, Any]]) -> list[Evaluation]:

@@ -172,11 +172,19 @@ PARAMS: dict[str, ValueCheck] = {
 _COLOCATED_LAYOUT = ("num_gpus", "pp", "ep", "dp")
 
 
-def inactive_params(params: Mapping[str, Any]) -> set[str]:
+def inactive_params(params: Mapping[str, Any], *, problem: Mapping[str, Any] | None = None) -> set[str]:
     """The parameters ``params`` sets that its configuration does not read: a disaggregated
     one's colocated layout (and ``tp``, ``gpu`` where both pools set their own), a
-    colocated one's pool knobs, a draft acceptance without drafts (``ProblemSchema.inactive``)."""
+    colocated one's pool knobs, a draft acceptance without drafts, and ``batch`` under a
+    ``load`` workload (the study's ``problem`` section) whose loop is not the default closed
+    loop of ``batch`` clients: a request rate or a concurrency, in the workload or in
+    ``params`` (``ProblemSchema.inactive``)."""
     unread: set[str] = set()
+    workload = (problem or {}).get("workload")
+    if isinstance(workload, Mapping) and workload.get("kind") == "load" and any(
+            params.get(k) is not None or workload.get(k) is not None
+            for k in ("request_rate", "concurrency")):
+        unread.add("batch")
     if params.get("mode", "colocated") == "disaggregated":
         unread.update(_COLOCATED_LAYOUT)
         for knob in ("tp", "gpu"):
