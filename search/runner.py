@@ -281,12 +281,14 @@ def _drive(
     study = optuna.load_study(study_name=config.name, storage=storage)
     fail_stale_trials(study)
     n_done = len(completed_trials(study))
+    engine = get_engine(config.engine)
+    # an exhaustive engine stops at the end of the grid, whatever the budget
+    n_last = min(n_total, config.space.grid_size) if engine.exhaustive else n_total
     with trial_progress(
-        enabled=progress, description=config.name, done=n_done, total=max(n_total, n_done)
+        enabled=progress, description=config.name, done=n_done, total=max(n_last, n_done)
     ) as bar:
         try:
             with stop_on_interrupt(bar):
-                engine = get_engine(config.engine)
                 run = engine.run_shared if shared else engine.run
                 run(config=config, problem=problem, storage=storage, n_total=n_total, seed=seed, progress=bar)
         finally:

@@ -4,6 +4,7 @@ do is in test_search_engine_conformance.py)."""
 from __future__ import annotations
 
 import pickle
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,6 +67,26 @@ def test_pymoo_resume_with_another_sampler_or_population_leaves_the_checkpoint(t
         algorithm = pickle.load(f)["algorithm"]
     assert (type(algorithm).__name__, algorithm.pop_size) == ("NSGA3", 30)
     assert algorithm.n_iter == 3  # told the study's 20 trials as a population, then one generation of 30
+
+
+def test_the_progress_of_a_grid_ends_with_the_grid_when_the_budget_exceeds_it(tmp_path, monkeypatch) -> None:
+    import search.runner
+
+    shown = []
+    real = search.runner.trial_progress
+
+    @contextmanager
+    def spy(**kwargs):
+        with real(**kwargs) as bar:
+            shown.append(kwargs["total"])
+            yield bar
+
+    monkeypatch.setattr(search.runner, "trial_progress", spy)
+    space = {"knobs": {"gpu": {"type": "categorical", "values": ["small", "large"]},
+                       "tp": {"type": "ordinal", "values": [1, 2, 4]}},
+             "fixed": {"gpus": 4, "batch": 8, "freq": 1.0, "fuse": False}}
+    study = run_study(config=tiny(tmp_path, "grid", space=space), problem=ToyDeployment(), n_trials=100)
+    assert len(completed_trials(study)) == 6 and shown == [6]  # 6 of 6, not 6 of 100
 
 
 def test_run_refuses_an_existing_study_and_workers_join_it(tmp_path) -> None:
