@@ -181,3 +181,16 @@ def test_each_pools_memory_is_the_kv_it_held_at_its_peak() -> None:
     assert held > 10.0
     assert found[1].memory_per_gpu_gb - found[0].memory_per_gpu_gb == pytest.approx(held,
                                                                                    rel=1e-9)
+
+
+@pytest.mark.parametrize("flags", [["--attention-dp", "4"], ["--ep", "2"], ["--pp", "2"],
+                                   ["--num-gpus", "8"], ["--tp", "2"]])
+def test_layout_flags_beside_pools_are_refused(capsys: pytest.CaptureFixture[str],
+                                               flags: list[str]) -> None:
+    """The pools carry the layout: a layout flag beside them was silently dropped (or, for
+    --attention-dp 4, multiplied each pool's GPUs by 4)."""
+    code = main(["predict", "--model", MODEL, "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "2", "--num-requests", "100", "--prefill-pool", "H100:1",
+                 "--decode-pool", "H100:1", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and flags[0] in err and len(err.strip().splitlines()) == 1

@@ -17,9 +17,10 @@ measured GPU), recorded as ``assumed`` with a note naming the source:
   size) takes each runtime's fitted and measured constants from it first, before its
   relative's: engine overheads are the host's and the die's, not the memory's;
 - power: the board's budget splits as on the relative: static and busy power scale with
-  TDP (static power never below the GPU's own idle power), energy per tensor FLOP with TDP per peak FLOP/s (so a GEMM at the fitted efficiency
-  draws the same share of its board's TDP, and the power cap still never slows the GEMMs
-  the latency fit timed); energy per HBM byte and link power carry over unchanged.
+  TDP (static power never below the GPU's own idle power), energy per tensor FLOP with
+  TDP per peak FLOP/s (so a GEMM at the fitted efficiency draws the same share of its
+  board's TDP, and the power cap still never slows the GEMMs the latency fit timed);
+  energy per HBM byte and link power carry over unchanged.
 
 Run twice by ``energylens calibrate``: before the serving fits (so a GPU with serving rows
 but no per-op profile, B200, is fitted on borrowed latency curves) and after them.

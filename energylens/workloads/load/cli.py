@@ -118,8 +118,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also write TTFT/TPOT against the request rate and this run's "
                             "power and queue over time (one replica)")
     group.add_argument("--prefill-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
-                       help="disaggregated: the prefill pool (with --decode-pool; --gpu, "
-                            "--tp and --dp are then not used)")
+                       help="disaggregated: the prefill pool (with --decode-pool; --gpu "
+                            "is then not used, and the layout flags --tp, --pp, --ep, --dp, "
+                            "--num-gpus, --attention-dp, --moe-tp are refused)")
     group.add_argument("--decode-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
                        help="disaggregated: the decode pool")
     group.add_argument("--capacity", type=_positive_float, dest="capacity_attainment",
@@ -148,6 +149,13 @@ def pool_prediction(args: argparse.Namespace, *, workload: Workload,
     if args.prefill_pool is None or args.decode_pool is None:
         raise ConfigError("a disaggregated deployment needs both --prefill-pool and "
                           "--decode-pool")
+    layout = {"--tp": args.tp != 1, "--pp": args.pp != 1, "--ep": args.ep != 1,
+              "--dp": args.dp is not None, "--num-gpus": args.num_gpus is not None,
+              "--attention-dp": args.attention_dp != 1, "--moe-tp": args.moe_tp is not None}
+    given = [flag for flag, set_ in layout.items() if set_]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: a disaggregated deployment's layout is its "
+                          "pools' (GPU:TP[:REPLICAS] each); pools run tensor parallelism only")
     from energylens.workloads.load.disagg import Pool, predict_disaggregated
 
     pools = [Pool(gpu=gpu, deployment=replace(deployment, num_gpus=None, tp=tp, pp=1, ep=1,
@@ -190,8 +198,16 @@ def overload_warning(result: Any, *, workload: Workload) -> str | None:
     flight still growing when they stopped: its TTFT and queue depend on the run's length),
     with the rate it served; None otherwise (closed loops keep up by construction)."""
     if not isinstance(result, LoadPrediction) or workload.concurrency is not None \
-            or not result.feasible or bool(result.load.get("keeps_up", True)):
+            or not result.feasible:
         return None
+    capacity = result.load.get("capacity_requests_per_s")
+    if bool(result.load.get("keeps_up", True)):
+        if capacity is None or workload.request_rate is None \
+                or workload.request_rate <= float(capacity):
+            return None
+        return (f"the offered {workload.request_rate:g} requests/s exceed the capacity found, "
+                f"{float(capacity):.3g} requests/s: this run ended before its queue showed it, "
+                "so its TTFT, TPOT and queue grow with --num-requests")
     share = float(result.load["completed_share"])
     return (f"the deployment does not keep up: it completed {share:.0%} of the requests "
             f"offered and serves {float(result.load['requests_per_s']):.3g} requests/s; "
