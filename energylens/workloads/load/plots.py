@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from energylens.workloads.load.kind import LoadRun, simulate_replica
 from energylens.workloads.registry import Placement
 from energylens.workloads.workload import Workload
+from search.files import atomic_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +84,8 @@ def write_load_plot(*, placement: Placement, workload: Workload, path: Path) -> 
     queue = right.twinx()
     queue.plot(times, waiting, color="tab:gray", alpha=0.7)
     queue.set_ylabel("waiting requests")
-    figure.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:  # a failed or killed write leaves the old file whole
+        figure.savefig(tmp, dpi=110)
 
 
 def front_points(frame: pd.DataFrame) -> pd.DataFrame:
@@ -122,4 +124,5 @@ def write_front_plot(*, trials: dict[str, pd.DataFrame], path: Path) -> None:
     axes.set(xlabel="output tokens/s per user (1 / mean TPOT)",
              ylabel="output tokens/s per GPU", title="throughput per GPU vs per user (feasible)")
     axes.legend(fontsize=7)
-    figure.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:  # a failed or killed write leaves the old file whole
+        figure.savefig(tmp, dpi=110)
