@@ -191,6 +191,20 @@ def sharded_model(*, deployment: Deployment, model: ModelConfig) -> ModelConfig:
         model=model, attention_tp=deployment.attention_tp, ep=deployment.ep)
 
 
+def _expert_layout_hint(d: Deployment) -> str:
+    """Where ``tp x ep`` ranks exceed the GPUs but ``ep`` divides ``tp``: the flags that
+    put the experts over the ``tp`` ranks instead ("" otherwise)."""
+    if d.explicit_moe_layout or d.ep == 1 or d.tp == 1 or d.tp % d.ep \
+            or d.tp * d.pp * (d.dp or 1) > (d.num_gpus or 0):
+        return ""
+    moe_tp = d.tp // d.ep
+    engines = (f": vLLM --tensor-parallel-size {d.tp} --enable-expert-parallel, SGLang and "
+               f"TensorRT-LLM --tp {d.tp} --ep {d.ep}" if moe_tp == 1 else "")
+    return (f" (--tp {d.tp} --ep {d.ep} alone is {d.tp * d.ep} GPUs a replica: attention "
+            f"over all of them, each expert split {d.tp} ways; to spread the experts over the "
+            f"{d.tp} TP ranks give --tp {d.tp} --ep {d.ep} --moe-tp {moe_tp}{engines})")
+
+
 def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: str,
                      gpu_clock_range: tuple[float, float], gpu_sm_count: int) -> None:
     """Raise :class:`ConfigError` if the deployment cannot run ``model`` at all."""
@@ -203,7 +217,7 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
         if d.gpus_per_replica * (d.dp or 1) > d.num_gpus:
             raise ConfigError(
                 f"{ranks}*dp = {d.gpus_per_replica * (d.dp or 1)} parallel ranks "
-                f"exceed num_gpus = {d.num_gpus}"
+                f"exceed num_gpus = {d.num_gpus}{_expert_layout_hint(d)}"
             )
         if d.num_gpus % d.gpus_per_replica:
             raise ConfigError(
