@@ -277,8 +277,9 @@ def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
 def _configuration(args: argparse.Namespace, *, deployment: Deployment,
                    workload: Workload) -> dict[str, Any]:
     """What was predicted, with every default resolved (``predict --json``): the model as
-    asked and as found, the runtime and its release, the precisions, the layout and the
-    workload's fields."""
+    asked and as found, the runtime and its release, the precisions, the layout (``tp`` as
+    given, ``attention_tp`` and ``moe_tp`` the splits it makes) and the workload's fields
+    (``max_num_seqs`` and ``prefill_chunk_tokens`` None: the runtime's own)."""
     from dataclasses import asdict
 
     out: dict[str, Any] = {"model_requested": args.model, "gpu_requested": args.gpu}
@@ -290,11 +291,14 @@ def _configuration(args: argparse.Namespace, *, deployment: Deployment,
         out.update(runtime=ctx.runtime.name,
                    runtime_version=deployment.runtime_version or ctx.runtime.version,
                    weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype, tp=deployment.tp,
-                   pp=deployment.pp, ep=deployment.ep, attention_dp=deployment.attention_dp,
-                   moe_tp=deployment.expert_tp, replicas=deployment.replicas,
-                   gpus_per_replica=deployment.gpus_per_replica,
+                   attention_tp=deployment.attention_tp, pp=deployment.pp, ep=deployment.ep,
+                   attention_dp=deployment.attention_dp, moe_tp=deployment.expert_tp,
+                   replicas=deployment.replicas, gpus_per_replica=deployment.gpus_per_replica,
                    fusion=sorted(ctx.fusion),
                    freq_mhz=deployment.freq_mhz or ctx.gpu.boost_clock_mhz,
+                   overlap_sms=deployment.overlap_sms, moe_skew=deployment.routing.skew,
+                   max_num_seqs=deployment.max_num_seqs,
+                   prefill_chunk_tokens=deployment.prefill_chunk_tokens,
                    speculative_tokens=deployment.speculative_tokens)
     out["workload"] = {k: v for k, v in asdict(workload).items() if v not in (None, (), 0)
                        or k in ("kind", "seed")}
