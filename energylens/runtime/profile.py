@@ -248,24 +248,34 @@ class RuntimeProfile:
 
     # --- what it can run ------------------------------------------------------------------
 
+    def release_name(self, *, version: str | None = None) -> str:
+        """``vLLM 0.17.0``: the engine and release ``version`` (None: the profile's), as
+        its messages name it."""
+        return f"{self.display_name} {version or self.version}"
+
     def check(self, *, deployment: Deployment, model: ModelConfig,
               gpu_vendor: str | None = None) -> None:
         """Raise :class:`ConfigError` (with the reason) if this engine cannot run the
         deployment: a GPU vendor (when given), a weight or KV-cache precision, or a
         parallel layout it lacks."""
+        name = self.release_name(version=deployment.runtime_version)
         if gpu_vendor is not None and gpu_vendor not in self.gpu_vendors:
-            raise ConfigError(f"{self.display_name} {self.version} does not run on {gpu_vendor} "
-                              f"GPUs (it runs on {', '.join(sorted(self.gpu_vendors))})")
+            from energylens.runtime.registry import runtime_names_on
+
+            others = runtime_names_on(vendor=gpu_vendor)
+            raise ConfigError(f"{name} does not run on {gpu_vendor} GPUs (it runs on "
+                              f"{', '.join(sorted(self.gpu_vendors))}; on {gpu_vendor}: "
+                              f"--runtime {' or '.join(others) if others else 'none known'})")
         weight = deployment.weight_dtype or model.weight_dtype
         if weight not in self.weight_dtypes:
-            raise ConfigError(f"{self.display_name} {self.version} cannot run {weight} weights "
+            raise ConfigError(f"{name} cannot run {weight} weights "
                               f"(it runs {', '.join(sorted(self.weight_dtypes))})")
         kv = deployment.kv_dtype
         if kv is not None and kv not in self.kv_dtypes:
-            raise ConfigError(f"{self.display_name} {self.version} has no {kv} KV cache "
+            raise ConfigError(f"{name} has no {kv} KV cache "
                               f"(it stores {', '.join(sorted(self.kv_dtypes))})")
         if deployment.speculative_tokens and not self.speculative_decoding:
-            raise ConfigError(f"{self.display_name} {self.version} has no speculative decoding "
+            raise ConfigError(f"{name} has no speculative decoding "
                               "from a draft head (speculative_tokens = "
                               f"{deployment.speculative_tokens})")
         degrees = {"tp": deployment.tp, "pp": deployment.pp, "ep": deployment.ep,
@@ -275,7 +285,7 @@ class RuntimeProfile:
         for dim in PARALLEL_DIMS:
             if degrees[dim] > 1 and dim not in self.parallelism:
                 raise ConfigError(
-                    f"{self.display_name} {self.version} has no {_DIM_NAMES[dim]} parallelism "
+                    f"{name} has no {_DIM_NAMES[dim]} parallelism "
                     f"({dim} = {degrees[dim]}; it supports "
                     f"{', '.join(sorted(self.parallelism)) or 'one GPU per replica'})")
 
@@ -297,10 +307,11 @@ class RuntimeProfile:
         cc = gpu.compute_capability
         if cc is None:
             return
+        name = self.release_name(version=deployment.runtime_version)
         weight = deployment.weight_dtype or model.weight_dtype
         need = self.weight_min_compute_capability.get(weight)
         if need is not None and cc < need:
-            raise ConfigError(f"{self.display_name} {self.version} runs no {weight} weights on "
+            raise ConfigError(f"{name} runs no {weight} weights on "
                               f"{gpu.name} (compute capability {cc:.1f}; it needs {need:.1f} or "
                               "more)")
         kv = deployment.kv_dtype or self.auto_kv(model=model, gpu=gpu,
@@ -308,7 +319,7 @@ class RuntimeProfile:
         need = self.kv_min_compute_capability.get(kv)
         if need is not None and cc < need:
             auto = "" if deployment.kv_dtype else ", kv_dtype auto: the checkpoint's"
-            raise ConfigError(f"{self.display_name} {self.version} stores no {kv} KV cache on "
+            raise ConfigError(f"{name} stores no {kv} KV cache on "
                               f"{gpu.name} (compute capability {cc:.1f}; it needs {need:.1f} or "
                               f"more{auto})")
 

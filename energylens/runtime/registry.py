@@ -33,7 +33,8 @@ def get_runtime(name: str) -> RuntimeProfile:
 
 #: Other spellings of runtimes (published files, engines' own names) -> registry names.
 SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm",
-             "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii", "llamacpp": "llama.cpp"}
+             "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii", "llamacpp": "llama.cpp",
+             "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp"}
 
 
 def runtime_name(spelling: str) -> str:
@@ -46,3 +47,8 @@ def runtime_name(spelling: str) -> str:
 def runtime_names() -> tuple[str, ...]:
     """Every registered runtime, in registration order."""
     return tuple(_RUNTIMES)
+
+
+def runtime_names_on(*, vendor: str) -> tuple[str, ...]:
+    """The registered runtimes that run on GPUs of ``vendor`` (``habana``)."""
+    return tuple(name for name, profile in _RUNTIMES.items() if vendor in profile.gpu_vendors)

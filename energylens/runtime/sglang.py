@@ -175,7 +175,8 @@ class SGLang(RuntimeProfile):
                 argv += [f("--speculative-draft-model-path"), spec.model_id]
             elif not SELF_DRAFTING.search(spec.model_id):
                 raise ConfigError(
-                    f"{self.display_name} {self.version} drafts from the checkpoint's own MTP "
+                    f"{self.release_name(version=d.runtime_version)} drafts from the "
+                    "checkpoint's own MTP "
                     "module only for DeepSeek-V3/R1, GLM-4.5/4.6, Qwen3-Next and MiMo; "
                     f"{spec.model_id} needs an EAGLE head: --speculative-draft-model-path HEAD "
                     "(none known to energylens)")

@@ -36,7 +36,8 @@ class TensorRTLLM(RuntimeProfile):
         (``enable_attention_dp`` over the ``tp_size`` ranks: no attention TP within one)."""
         super().check(deployment=deployment, model=model, gpu_vendor=gpu_vendor)
         if deployment.attention_dp > 1 and deployment.tp > 1:
-            raise ConfigError(f"{self.display_name} {self.version} runs data-parallel attention "
+            raise ConfigError(f"{self.release_name(version=deployment.runtime_version)} runs "
+                              "data-parallel attention "
                               f"one GPU per attention rank (tp = {deployment.tp} with "
                               f"attention_dp = {deployment.attention_dp})")
 
@@ -67,7 +68,8 @@ class TensorRTLLM(RuntimeProfile):
             if mtp_family(spec.model_id) != "deepseek":
                 raise ConfigError(
                     f"{spec.model_id} ships no multi-token-prediction module that "
-                    f"{self.display_name} {self.version} drafts from (decoding_type MTP: "
+                    f"{self.release_name(version=d.runtime_version)} drafts from "
+                    "(decoding_type MTP: "
                     "DeepSeek-V3/R1); an EAGLE head is a draft model of its own, which "
                     "energylens does not name")
             options += ("speculative_config:\n  decoding_type: MTP\n"

@@ -80,7 +80,8 @@ class VLLM(RuntimeProfile):
         super().check(deployment=checked, model=model, gpu_vendor=gpu_vendor)
         if 1 < deployment.ep != ranks:
             raise ConfigError(
-                f"{self.display_name} {self.version} spreads whole experts over all {ranks} "
+                f"{self.release_name(version=deployment.runtime_version)} spreads whole "
+                f"experts over all {ranks} "
                 f"tensor x data-parallel ranks (--enable-expert-parallel: ep = {ranks}); ep = "
                 f"{deployment.ep} with each expert split {deployment.expert_tp} ways is a layout "
                 "it cannot run (SGLang and TensorRT-LLM can)")
@@ -122,14 +123,16 @@ class VLLM(RuntimeProfile):
         if d.prefill_chunk_tokens is not None:
             if spec.max_num_seqs is not None and d.prefill_chunk_tokens < spec.max_num_seqs:
                 raise ConfigError(  # SchedulerConfig's check (vllm/config/scheduler.py, 0.11.0)
-                    f"{self.display_name} {self.version} refuses --max-num-batched-tokens "
+                    f"{self.release_name(version=d.runtime_version)} refuses "
+                    "--max-num-batched-tokens "
                     f"{d.prefill_chunk_tokens} below --max-num-seqs {spec.max_num_seqs}")
             argv += [f("--max-num-batched-tokens"), str(d.prefill_chunk_tokens)]
         if d.speculative_tokens:
             if mtp_family(spec.model_id) is None:
                 raise ConfigError(
                     f"{spec.model_id} ships no multi-token-prediction module that "
-                    f"{self.display_name} {self.version} drafts from (DeepSeek-V3/R1, "
+                    f"{self.release_name(version=d.runtime_version)} drafts from "
+                    "(DeepSeek-V3/R1, "
                     "GLM-4.5/4.6, Qwen3-Next, MiMo); an EAGLE head is a draft model of its "
                     "own, which energylens does not name")
             # method mtp: the 0.11.0 name of every MTP drafter (deepseek_mtp and the others
