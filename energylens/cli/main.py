@@ -179,7 +179,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, **load_fields(args))
     if args.plot:
-        check_output(Path(args.plot), force=True, flag="--plot")
+        _check_plot(args)
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
         model=args.model, gpu=args.gpu, deployment=deployment, workload=workload,
         calibration=args.calibration)
@@ -251,6 +251,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
         print_layouts(options, console=console())
     return 0
+
+
+def _check_plot(args: argparse.Namespace) -> None:
+    """``--plot FILE``, refused before predicting: outside a colocated load workload, with
+    a suffix matplotlib writes no picture for, or where no file can be written."""
+    if args.workload != "load" or args.prefill_pool is not None or args.decode_pool is not None:
+        raise ConfigError("--plot draws a colocated load workload (--workload load without "
+                          "pools)")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(args.plot).suffix.lstrip(".").lower()
+    if suffix not in kinds:
+        raise ConfigError(f"--plot {args.plot}: {'.' + suffix if suffix else 'no suffix'} is no "
+                          f"picture format; end it in .{', .'.join(sorted(kinds))}")
+    check_output(Path(args.plot), force=True, flag="--plot")
 
 
 def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
