@@ -107,10 +107,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-acceptance", type=float, default=None, metavar="A",
                    help="probability each draft is kept once the ones before it were "
                         "(default 0.85: DeepSeek-V3's published MTP acceptance)")
-    p.add_argument("--batch", type=_positive_int, default=1, help="sequences per batch")
-    p.add_argument("--input-tokens", type=_positive_int, default=512, help="prompt tokens per request")
-    p.add_argument("--output-tokens", type=_positive_int, default=128,
-                   help="generated tokens per request")
+    p.add_argument("--batch", type=_positive_int, default=None,
+                   help="sequences per batch (default: 1)")
+    p.add_argument("--input-tokens", type=_positive_int, default=None,
+                   help="prompt tokens per request (default: 512; a --trace sets its own)")
+    p.add_argument("--output-tokens", type=_positive_int, default=None,
+                   help="generated tokens per request (default: 128; a --trace sets its own)")
     p.add_argument("--workload", choices=kind_names(), default="batch",
                    help="batch: one static batch; serving: continuous batching; load: "
                         "requests arriving over time, simulated")
@@ -165,6 +167,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                       identical_sequences=args.identical_prompts)
     if args.identical_prompts and args.workload != "batch":
         raise ConfigError("--identical-prompts describes a static batch (--workload batch)")
+    _refuse_unread(args)
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                             dp=args.dp, attention_dp=args.attention_dp, moe_tp=args.moe_tp,
                             weight_dtype=args.dtype, fusion=args.fusion,
@@ -176,8 +179,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             prefill_chunk_tokens=args.prefill_chunk_tokens,
                             speculative_tokens=args.speculative_tokens,
                             draft_acceptance=args.draft_acceptance)
-    workload = Workload(kind=args.workload, batch=args.batch, input_tokens=args.input_tokens,
-                        output_tokens=args.output_tokens, **load_fields(args))
+    _refuse_unread_by(args, deployment=deployment)
+    workload = Workload(kind=args.workload, batch=1 if args.batch is None else args.batch,
+                        input_tokens=512 if args.input_tokens is None else args.input_tokens,
+                        output_tokens=128 if args.output_tokens is None else args.output_tokens,
+                        **load_fields(args))
     if args.plot:
         _check_plot(args)
     result = pool_prediction(args, workload=workload, deployment=deployment) or predict(
@@ -190,9 +196,6 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if overload is not None:
         print(f"energylens: warning: {overload}", file=sys.stderr)
     if args.launch_command:
-        if args.layouts:
-            raise ConfigError("--layouts compares layouts; --launch-command starts one (give "
-                              "its flags without --layouts)")
         return _print_launch(args, result=result, deployment=deployment, workload=workload)
     from energylens.workloads.capacity import kv_cache_limit
 
@@ -251,6 +254,49 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
         print_layouts(options, console=console())
     return 0
+
+
+def _refuse_unread(args: argparse.Namespace) -> None:
+    """Refuse, in one line with the reason, a flag this run would take and not read:
+    ``--max-num-seqs`` outside a load workload (a static batch or a steady state runs
+    ``--batch`` sequences) unless a launch command writes it, lengths beside a ``--trace``
+    (it sets every request's), and what ``--launch-command`` replaces by the script."""
+    if args.max_num_seqs is not None and args.workload != "load" and not args.launch_command:
+        raise ConfigError(f"--max-num-seqs caps a server's running requests: only a 'load' "
+                          f"workload reads it (a '{args.workload}' one runs --batch sequences; "
+                          "--launch-command writes it)")
+    if args.trace and args.workload == "load":
+        given = [flag for flag, value in (("--input-tokens", args.input_tokens),
+                                          ("--output-tokens", args.output_tokens),
+                                          ("--length-cv", args.length_cv or None))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: the --trace sets every request's lengths")
+    if args.launch_command:
+        for flag in ("--breakdown", "--what-if", "--layouts"):
+            if getattr(args, flag[2:].replace("-", "_")):
+                raise ConfigError(f"{flag} reports beside a prediction; --launch-command prints "
+                                  f"the script instead (give its flags without {flag})")
+
+
+def _refuse_unread_by(args: argparse.Namespace, *, deployment: Deployment) -> None:
+    """Refuse ``--overlap-sms`` where no collective runs (every layer on one GPU) and
+    ``--moe-skew`` on a model without experts: the prediction would not read them."""
+    from energylens.hardware import load_gpu
+
+    pools = args.prefill_pool is not None or args.decode_pool is not None
+    # (SMs leaving none for compute: the prediction refuses them, naming the GPU's count)
+    if 0 < deployment.overlap_sms < load_gpu(args.gpu).sm_count and not pools \
+            and deployment.attention_tp * deployment.attention_dp == 1:
+        raise ConfigError("--overlap-sms keeps SMs for collectives that overlap compute: with "
+                          "every layer on one GPU (tp = ep = attention_dp = 1) none runs")
+    if args.moe_skew != 0:
+        from energylens.model.zoo import get_model
+
+        model = get_model(args.model)
+        if model.moe is None:
+            raise ConfigError(f"--moe-skew skews the routing over experts: {model.name} is a "
+                              "dense model (no experts)")
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -316,8 +362,9 @@ def _configuration(args: argparse.Namespace, *, deployment: Deployment,
                    max_num_seqs=deployment.max_num_seqs,
                    prefill_chunk_tokens=deployment.prefill_chunk_tokens,
                    speculative_tokens=deployment.speculative_tokens)
-    out["workload"] = {k: v for k, v in asdict(workload).items() if v not in (None, (), 0)
-                       or k in ("kind", "seed")}
+    unread = ("input_tokens", "output_tokens") if workload.trace else ()  # the trace's own
+    out["workload"] = {k: v for k, v in asdict(workload).items()
+                       if (v not in (None, (), 0) or k in ("kind", "seed")) and k not in unread}
     return out
 
 
@@ -368,7 +415,7 @@ def _layouts(args: argparse.Namespace, *, deployment: Deployment,
 def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Deployment,
                workload: Workload) -> dict[str, Any]:
     """``--breakdown``: a decode step at the run's batch (a load run's mean running
-    sequences) and one prompt's prefill, per class of work."""
+    sequences) and one prompt's prefill (a trace's mean lengths), per class of work."""
     from energylens.cost.breakdown import representative_breakdown
     from energylens.predict import checked_context
 
@@ -377,9 +424,14 @@ def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Depl
     running = float(getattr(result, "load", {}).get("mean_running", workload.batch))
     _, ctx = checked_context(model=args.model, gpu=args.gpu, deployment=deployment,
                              calibration=args.calibration)
-    steps = representative_breakdown(ctx=ctx, sequences=running,
-                                     input_tokens=workload.input_tokens,
-                                     output_tokens=workload.output_tokens)
+    prompt, output = workload.input_tokens, workload.output_tokens
+    if workload.trace:  # the trace's mean request
+        from energylens.workloads.load.arrivals import load_trace
+
+        trace = load_trace(workload.trace)
+        prompt, output = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
+    steps = representative_breakdown(ctx=ctx, sequences=running, input_tokens=prompt,
+                                     output_tokens=output)
     return {"decode_sequences": max(running, 1.0),
             **{name: step.as_dict() for name, step in steps.items()}}
 

@@ -10,7 +10,7 @@ from typing import Any
 from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
-from energylens.errors import CalibrationDataError
+from energylens.errors import CalibrationDataError, ConfigError
 from energylens.measurements.formats import FORMATS
 
 
@@ -78,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     c.add_argument("--no-leave-out", action="store_true",
                    help="skip the leave-one-group-out refits (faster; no held-out errors)")
-    c.add_argument("--jobs", type=int, default=2, help="processes for held-out refits")
+    c.add_argument("--jobs", type=int, default=None,
+                   help="processes for held-out refits (default: 2)")
     c.add_argument("--quiet", action="store_true")
     c.add_argument("--allow-unidentified", action="store_true",
                    help="exit 0 even if a fitted constant ended at a bound of its range "
@@ -245,8 +246,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_csv is not None:
         from energylens.cli.measurements import calibrate_overlay
 
+        unread = [flag for flag, given in (
+            ("--jobs", args.jobs is not None), ("--no-leave-out", args.no_leave_out),
+            ("--data", args.data is not None), ("--vidur-mlp", args.vidur_mlp),
+            ("--vidur-network", args.vidur_network), ("--mlenergy", args.mlenergy),
+            ("--nccl-tests", args.nccl_tests is not None)) if given]
+        if unread:
+            raise ConfigError(f"{', '.join(unread)}: --from fits an overlay on its own rows "
+                              "with no held-out refits; only a full calibration reads "
+                              f"{'it' if len(unread) == 1 else 'them'}")
         check_output(output, force=args.force)
         return calibrate_overlay(args)
+    if args.base is not None:
+        raise ConfigError("--base: only --from reads it (the calibration an overlay scales)")
     roots = [Path(d) for d in (args.data or [REPO_ROOT / "data" / "measurements"])]
     extra = CalibrationData(vidur_mlp=[Path(p) for p in args.vidur_mlp],
                             vidur_network=[Path(p) for p in args.vidur_network],
@@ -265,7 +277,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.time() - start:6.1f} s] {message}", file=sys.stderr)
 
-    outcome = calibrate(data=data, leave_out=not args.no_leave_out, jobs=max(args.jobs, 1), log=log)
+    outcome = calibrate(data=data, leave_out=not args.no_leave_out,
+                        jobs=max(2 if args.jobs is None else args.jobs, 1), log=log)
     write(outcome, output)
     log(f"wrote {output}")
     unidentified = unidentified_constants(outcome.fits)
