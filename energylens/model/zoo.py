@@ -41,7 +41,8 @@ from energylens.model.config import (
 from energylens.model.hf import load_hf_config
 from energylens.yamlfile import safe_load
 
-__all__ = ["ACTIVE_COUNT_EXCLUSIONS", "CONTEXT_SOURCE_PREFIX", "PRECISION_TOKENS", "RELEASE_TOKENS",
+__all__ = ["ACTIVE_COUNT_EXCLUSIONS", "CONTEXT_SOURCE_PREFIX", "MODELOPT_PRECISION_TOKENS",
+           "PRECISION_TOKENS", "RELEASE_TOKENS",
            "VERIFICATION_LEVELS", "Alias", "ModelInfo", "Resolution", "Zoo", "get_model",
            "list_models", "model_aliases", "model_info", "parse_models_yaml", "resolve",
            "resolve_model_name"]
@@ -60,13 +61,17 @@ RELEASE_TOKENS: tuple[tuple[str, ...], ...] = (
 
 #: Precision words of quantised releases and the weight dtype each selects: FP8 releases
 #: (static or dynamic activation scales) store 8-bit float weights; AWQ and GPTQ releases
-#: 4-bit integer weights with 16-bit activations (weight-only); NVFP4 releases 4-bit floats
-#: with a scale per 16 elements.
+#: 4-bit integer weights with 16-bit activations (weight-only), GPTQ-Int8 ones 8-bit
+#: (Qwen's ``-GPTQ-Int8``); NVFP4 releases 4-bit floats with a scale per 16 elements.
 PRECISION_TOKENS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("fp8", "dynamic"), "fp8"), (("fp8",), "fp8"), (("awq", "int4"), "int4"), (("awq",), "int4"),
-    (("gptq", "int4"), "int4"), (("gptq",), "int4"), (("w4a16",), "int4"),
-    (("nvfp4",), "nvfp4"),
+    (("gptq", "int4"), "int4"), (("gptq", "int8"), "int8"), (("gptq",), "int4"),
+    (("w4a16",), "int4"), (("nvfp4",), "nvfp4"),
 )
+#: Precision words of NVIDIA's own (``nvidia/``) releases besides those: their ``-FP4``
+#: checkpoints (``nvidia/DeepSeek-R1-FP4``, ``nvidia/Llama-3.3-70B-Instruct-FP4``) are
+#: Model Optimizer NVFP4 (another org's ``-FP4`` could be MXFP4: not read).
+MODELOPT_PRECISION_TOKENS: tuple[tuple[tuple[str, ...], str], ...] = ((("fp4",), "nvfp4"),)
 
 #: The KV-cache precision NVIDIA's quantised releases (``nvidia/<model>-FP8``, ``-NVFP4``,
 #: produced by TensorRT Model Optimizer) declare: every Model Optimizer
@@ -346,16 +351,18 @@ def _drop_runs(tokens: list[str], runs: tuple[tuple[str, ...], ...]) -> tuple[li
 def _normalise(name: str) -> tuple[str, str | None]:
     """Lower-case key without org prefix, ``Meta-`` prefix, release and precision tokens,
     and the weight dtype the precision tokens select (None if there are none)."""
-    key = name.strip().lower().replace("_", "-").rsplit("/", 1)[-1]
-    key = key.removeprefix("meta-")
+    text = name.strip().lower().replace("_", "-")
+    key = text.rsplit("/", 1)[-1].removeprefix("meta-")
     tokens = key.split("-")
     dtype = None
-    runs = tuple(run for run, _ in PRECISION_TOKENS)
+    precisions = PRECISION_TOKENS + (MODELOPT_PRECISION_TOKENS
+                                     if text.startswith(f"{MODELOPT_ORG}/") else ())
+    runs = tuple(run for run, _ in precisions)
     while True:
         tokens, found = _drop_runs(tokens, runs)
         if found < 0:
             break
-        dtype = dtype or PRECISION_TOKENS[found][1]
+        dtype = dtype or precisions[found][1]
     while True:
         tokens, found = _drop_runs(tokens, RELEASE_TOKENS)
         if found < 0:
