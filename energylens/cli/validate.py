@@ -141,9 +141,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from energylens.validation.predictors import validate
 
     if args.gpu is not None:
-        from energylens.hardware import load_gpu
-
-        load_gpu(args.gpu)  # an unknown name is the whole command's error, not each row's
+        _check_gpu_override(args)
     # a spinner on a terminal (stderr), so that a long file is visibly at work
     with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
         report = validate(format=args.format, path=args.file, gpu=args.gpu,
@@ -188,6 +186,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         table.add_row(*cells)
     console.print(table)
     return 0
+
+
+#: Formats whose rows record the GPU they ran on (``--gpu`` would relabel them); the
+#: others take theirs from the path, which ``--gpu`` may correct.
+ROW_GPU_FORMATS = ("mlenergy", "splitwise", "llm-inference-bench")
+
+
+def _check_gpu_override(args: argparse.Namespace) -> None:
+    """Refuse an unknown ``--gpu``, and one that disagrees with the GPUs a file's rows
+    record (:data:`ROW_GPU_FORMATS`): it would price every row on it, silently."""
+    from energylens.errors import UnknownGPUError
+    from energylens.hardware import load_gpu
+    from energylens.measurements.formats import load_measurements
+
+    asked = load_gpu(args.gpu).name  # an unknown name is the whole command's error
+    if args.format not in ROW_GPU_FORMATS:
+        return
+    recorded = set()
+    for row in load_measurements(format=args.format, path=args.file).rows:
+        name = row.context.get("gpu")
+        try:
+            recorded.add(load_gpu(str(name)).name if name else None)
+        except UnknownGPUError:
+            recorded.add(str(name))
+    recorded.discard(None)
+    if recorded - {asked}:
+        raise ConfigError(f"--gpu {args.gpu}: {args.file}'s rows record their GPUs "
+                          f"({', '.join(sorted(str(g) for g in recorded))}); --gpu would price "
+                          f"every row on {asked}: leave it out")
 
 
 def _validate_all(args: argparse.Namespace) -> int:
