@@ -65,6 +65,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _release(text: str) -> str:
+    """A release number without a leading ``v`` (``v0.17.0`` -> ``0.17.0``)."""
+    stripped = text.strip()
+    return stripped[1:] if stripped[:1] in ("v", "V") and stripped[1:2].isdigit() else stripped
+
+
 def _fusions(text: str) -> frozenset[str]:
     names = frozenset(n.strip() for n in text.split(",") if n.strip())
     unknown = names - set(FUSIONS)
@@ -118,9 +124,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                         "requests arriving over time, simulated")
     p.add_argument("--runtime", type=runtime_name, choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
-    p.add_argument("--runtime-version", default=None, metavar="RELEASE",
-                   help="the engine's release, e.g. 0.19.0 (default: the one its profile "
-                        "describes); facts that change between releases follow it")
+    p.add_argument("--runtime-version", type=_release, default=None, metavar="RELEASE",
+                   help="the engine's release, e.g. 0.17.0 or v0.17.0 (default: the one its "
+                        "profile describes); facts that change between releases follow it")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
                    help="weight dtype (default: the checkpoint's)")
     p.add_argument("--kv-dtype", choices=("auto", *KV_DTYPES), default="auto",
@@ -180,6 +186,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             speculative_tokens=args.speculative_tokens,
                             draft_acceptance=args.draft_acceptance)
     _refuse_unread_by(args, deployment=deployment)
+    _warn_release(deployment)
+    _refuse_load_flags(args)
     workload = Workload(kind=args.workload, batch=1 if args.batch is None else args.batch,
                         input_tokens=512 if args.input_tokens is None else args.input_tokens,
                         output_tokens=128 if args.output_tokens is None else args.output_tokens,
@@ -234,7 +242,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"each kept with probability {speculation.acceptance:g}: "
                         f"{speculation.tokens_per_step:.2f} tokens per step (TPOT and energy "
                         "are per token gained)", highlight=False)
-    print_prediction(result, console=console())
+    print_prediction(result, console=console(), slos=bool(workload.slo))
     if not result.feasible and args.prefill_pool is None and args.decode_pool is None:
         _print_fitting_split(args, deployment=deployment, workload=workload)
     if limit is not None:
@@ -277,6 +285,44 @@ def _refuse_unread(args: argparse.Namespace) -> None:
             if getattr(args, flag[2:].replace("-", "_")):
                 raise ConfigError(f"{flag} reports beside a prediction; --launch-command prints "
                                   f"the script instead (give its flags without {flag})")
+
+
+def _warn_release(deployment: Deployment) -> None:
+    """One stderr line where ``--runtime-version`` lies outside the releases the runtime's
+    facts name (``vLLM 99.0.0``), major and minor compared."""
+    from energylens.runtime import get_runtime
+    from energylens.runtime.profile import release_key
+
+    if deployment.runtime_version is None:
+        return
+    runtime = get_runtime(deployment.runtime)
+    span = runtime.described_releases()
+    asked = release_key(deployment.runtime_version)[:2]
+    if span is None or span[0] <= asked <= span[1]:
+        return
+    low, high = (".".join(map(str, key)) for key in span)
+    named = low if low == high else f"{low} to {high}"
+    where = "earlier" if asked < span[0] else "later"
+    print(f"energylens: warning: {runtime.release_name(version=deployment.runtime_version)} "
+          f"is {where} than the releases its profile's facts name ({named}): what changed "
+          "outside them is not known to energylens", file=sys.stderr)
+
+
+def _refuse_load_flags(args: argparse.Namespace) -> None:
+    """The load options given to another workload, refused by their flags' names (the
+    ``Workload`` names its fields)."""
+    if args.workload == "load":
+        return
+    from energylens.workloads.workload import LOAD_FIELDS
+
+    flags = {"capacity_attainment": "--capacity"}
+    given = load_fields(args)
+    used = [flags.get(name, "--" + name.replace("_", "-")) for name in LOAD_FIELDS
+            if given.get(name) not in (None, 0, ())]
+    if used:
+        raise ConfigError(f"{', '.join(used)}: only a 'load' workload reads "
+                          f"{'it' if len(used) == 1 else 'them'} (--workload load; this one is "
+                          f"'{args.workload}')")
 
 
 def _refuse_unread_by(args: argparse.Namespace, *, deployment: Deployment) -> None:

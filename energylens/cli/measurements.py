@@ -142,9 +142,10 @@ def validate_measurements(args: argparse.Namespace) -> int:
         print(f"energylens: note: every row was fitted on (no group of {args.group_by} has "
               f"more than K = {args.k_shot} rows): nothing is scored; group by fewer columns "
               "or lower --k-shot", file=sys.stderr)
+    failed = bool(report.rows) and all(outcome.error for outcome in report.rows)
     if args.json:
         print_json(report.as_dict())
-        return 0
+        return none_predicted(len(report.rows)) if failed else 0
     from rich.markup import escape
     from rich.table import Table
 
@@ -187,7 +188,14 @@ def validate_measurements(args: argparse.Namespace) -> int:
         cells.append(escape(outcome.error or outcome.screened or outcome.note or ""))
         table.add_row(*cells)
     console.print(table)
-    return 0
+    return none_predicted(len(report.rows)) if failed else 0
+
+
+def none_predicted(rows: int) -> int:
+    """Exit code 1, with one stderr line, where no row of a file could be predicted."""
+    print(f"energylens: error: none of the {rows} row{'s' if rows != 1 else ''} could be "
+          "predicted (the reason per row is in the output)", file=sys.stderr)
+    return 1
 
 
 def calibrate_overlay(args: argparse.Namespace) -> int:

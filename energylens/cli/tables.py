@@ -22,20 +22,23 @@ def console() -> Console:
     return PipeConsole() if sys.stdout.isatty() else PipeConsole(width=200, soft_wrap=True)
 
 
-def print_prediction(result: Prediction, *, console: Console | None = None) -> None:
-    """Print the summary and the per-phase energy breakdown."""
+def print_prediction(result: Prediction, *, console: Console | None = None,
+                     slos: bool = True) -> None:
+    """Print the summary and the per-phase energy breakdown (a load run's SLO figures
+    where ``slos``: the workload has bounds)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from search.console import PipeConsole
 
     console = console or PipeConsole()
-    status = "[green]feasible[/]" if result.feasible else f"[red]infeasible[/]: {result.infeasible_reason}"
     pooled = " + " in result.gpu  # a disaggregated pair names each pool's GPUs
     where = f"{result.gpu}, {result.num_gpus} GPUs" if pooled \
         else f"{result.num_gpus} x {result.gpu}"
     console.print(f"[bold]{result.model}[/] on {where} "
-                  f"({result.workload} workload): feasible: {str(result.feasible).lower()} "
-                  f"({status})")
+                  f"({result.workload} workload): "
+                  + ("[green]feasible: true[/]" if result.feasible
+                     else f"[red]feasible: false[/] ({escape(str(result.infeasible_reason))})"))
     if not result.feasible and not math.isfinite(result.ttft_s):
         console.print("[yellow]no figures: it cannot run as given (memory per GPU "
                       f"{result.memory_per_gpu_gb:.1f} GB)[/]")
@@ -81,7 +84,7 @@ def print_prediction(result: Prediction, *, console: Console | None = None) -> N
                           f"{phase.energy_j:,.1f}")
     console.print(breakdown)
     if isinstance(result, LoadPrediction):
-        print_load(result.load, console=console)
+        print_load(result.load, console=console, slos=slos)
 
 
 def capacity_note(*, limit: str, deployment: Deployment) -> str:
@@ -91,8 +94,10 @@ def capacity_note(*, limit: str, deployment: Deployment) -> str:
     return f"{limit}; {narrower}more GPUs per replica or shorter requests hold more"
 
 
-def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> None:
-    """Latency percentiles (ms) and the rates, SLO and queue figures of a load run."""
+def print_load(load: Mapping[str, float | int | bool], *, console: Console,
+               slos: bool = True) -> None:
+    """Latency percentiles (ms) and the rates, queue figures and, where ``slos`` (the
+    workload has bounds), SLO figures of a load run."""
     from rich.table import Table
 
     latencies = Table(title="Latency under load (ms)")
@@ -102,9 +107,10 @@ def print_load(load: Mapping[str, float | int | bool], *, console: Console) -> N
         latencies.add_row(name.upper(), *(f"{float(load[f'{name}_{s}_s']) * 1e3:,.1f}"
                                           for s in ("mean", "p50", "p90", "p99")))
     console.print(latencies)
-    console.print(f"requests/s {float(load['requests_per_s']):.3f}, goodput "
-                  f"{float(load['goodput_requests_per_s']):.3f} req/s (SLO attainment "
-                  f"{float(load['slo_attainment']):.1%}, SLOs met: {str(load['slo_met']).lower()}), "
+    met = (f", goodput {float(load['goodput_requests_per_s']):.3f} req/s (SLO attainment "
+           f"{float(load['slo_attainment']):.1%}, SLOs met: {str(load['slo_met']).lower()})"
+           if slos else "")
+    console.print(f"requests/s {float(load['requests_per_s']):.3f}{met}, "
                   f"mean running {float(load['mean_running']):.1f}, mean queue "
                   f"{float(load['mean_queue_length']):.2f}, preemptions {int(load['preemptions'])}, "
                   f"idle energy {float(load['idle_energy_j']):,.0f} J", highlight=False)

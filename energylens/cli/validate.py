@@ -146,9 +146,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     with Console(stderr=True).status(f"predicting every row of {args.file} ..."):
         report = validate(format=args.format, path=args.file, gpu=args.gpu,
                           calibration=args.calibration, topology=args.topology)
+    from energylens.cli.measurements import none_predicted
+
+    failed = sum(1 for r in report.rows if r.error)
     if args.json:
         print_json(report.as_dict())
-        return 0
+        return none_predicted(failed) if 0 < failed == len(report.rows) else 0
     from rich.markup import escape
     from rich.table import Table
 
@@ -162,7 +165,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     console.print(summary)
     for metric, why in report.notes.items():
         console.print(f"not predicted: {metric}: {why}")
-    failed = sum(1 for r in report.rows if r.error)
     if failed:
         console.print(f"{failed} of {len(report.rows)} rows not predicted (reason per row below)")
     # per-row columns: the measured metrics (not the screened-group lines of the summary)
@@ -185,7 +187,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         cells.append(escape(row.error or row.screened or ""))
         table.add_row(*cells)
     console.print(table)
-    return 0
+    return none_predicted(failed) if 0 < failed == len(report.rows) else 0
 
 
 #: Formats whose rows record the GPU they ran on (``--gpu`` would relabel them); the

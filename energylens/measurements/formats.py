@@ -164,7 +164,8 @@ def _numbered(rows: list[dict[str, str]]) -> Iterator[tuple[int, dict[str, str]]
 
 
 def _no_gpu(path: Path, expected: str) -> MeasurementError:
-    return _fail(path, f"cannot infer the GPU from the path (expected {expected}); pass gpu=")
+    return _fail(path, f"cannot infer the GPU from the path (expected {expected}); give --gpu "
+                       "(gpu= in Python)")
 
 
 # --- ML.ENERGY -------------------------------------------------------------------------

@@ -75,6 +75,9 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
          IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
+#: Provenance a converter writes (the benchmark's ``date``: ``measurements convert
+#: vllm-benchmark``): carried through unread, like any other column, not noted as foreign.
+CARRIED = ("date",)
 
 #: Other spellings (vLLM's --dtype and --kv-cache-dtype, torch's names) -> ours.
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
@@ -251,6 +254,8 @@ def load_user_csv(path: str | Path) -> UserMeasurements:
     """Read a measurement CSV; one-line :class:`MeasurementError` on any problem."""
     p = Path(path)
     header, data = _table(p, read_text(p))
+    spelled = {name.lower(): name for name in (*KNOWN, *CARRIED)}
+    header = [spelled.get(name.lower(), name) for name in header]  # ``Model,GPU``: ours
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
         raise _fail(p, f"column '{duplicated[0]}' appears more than once")
@@ -267,7 +272,7 @@ def load_user_csv(path: str | Path) -> UserMeasurements:
             rows.append(_parse(p, header, dict(zip(header, cells, strict=True)), number))
     if not rows:
         raise _fail(p, "no data rows")
-    ignored = tuple(h for h in header if h not in KNOWN)
+    ignored = tuple(h for h in header if h not in KNOWN and h not in CARRIED)
     return UserMeasurements(path=str(p), rows=rows, ignored=ignored, metrics=metrics)
 
 

@@ -473,6 +473,9 @@ def get_model(name: str) -> ModelConfig:
     """The ModelConfig for a zoo name / alias / HF id, or for a local ``config.json`` path
     (any name ending in ``.json``) or checkpoint folder holding one; a missing or
     unreadable file is a ModelConfigError."""
+    if not name.strip():
+        raise ModelConfigError("the model name is empty (a zoo name, a Hugging Face repo id or "
+                               "a config.json path is expected)")
     if is_local_config(name):
         return load_hf_config(local_config_path(name))
     return _get_named(name)

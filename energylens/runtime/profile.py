@@ -248,6 +248,19 @@ class RuntimeProfile:
 
     # --- what it can run ------------------------------------------------------------------
 
+    def described_releases(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(earliest, latest) release, as (major, minor), that the facts name: the
+        profile's own and those a fact changes at; None where its release has no number
+        (``b6700``)."""
+        named = (self.version, self.checkpoint_kv_since, self.ep_layer_overhead_until,
+                 self.deltanet_projections_merged_since, self.overlap_scheduler_since,
+                 self.legacy_overheads_until)
+        try:
+            keys = [release_key(name)[:2] for name in named if name is not None]
+        except ConfigError:
+            return None
+        return min(keys), max(keys)
+
     def release_name(self, *, version: str | None = None) -> str:
         """``vLLM 0.17.0``: the engine and release ``version`` (None: the profile's), as
         its messages name it."""
