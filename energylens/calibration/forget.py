@@ -19,12 +19,17 @@ refit without it, not this).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from energylens.calibration.transfer import lending_relatives
 from energylens.cost.constants import Calibration, RuntimeConstants
 from energylens.runtime import get_runtime
 from energylens.runtime.profile import LEGACY_SUFFIX, legacy_runtime
+
+#: The repository root, which a calibration's ``fitted_on`` paths are relative to.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Runtime constants a profile gives a prior for (``prior_<name>`` in its YAML).
 _PRIORS = ("step_overhead_s", "per_sequence_overhead_s")
@@ -36,9 +41,22 @@ def _section(document: dict[str, Any], *, runtime: str, gpu: str) -> dict[str, A
     return section if isinstance(section, dict) else {}
 
 
+def repository_path(path: str) -> str:
+    """``path`` as a calibration's ``fitted_on`` names it: relative to the repository root
+    where it lies inside it (an absolute path, ``./data/...`` from the root), else as
+    given, normalised."""
+    given = Path(path).expanduser()
+    absolute = given if given.is_absolute() else Path.cwd() / given
+    try:
+        return absolute.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return Path(os.path.normpath(path)).as_posix()
+
+
 def _fitted_on(entry: Any, data_file: str) -> bool:
     return (isinstance(entry, dict) and entry.get("kind") == "fitted"
-            and data_file in (entry.get("fitted_on") or []))
+            and repository_path(data_file) in {repository_path(str(f))
+                                               for f in entry.get("fitted_on") or []})
 
 
 def _stand_in(document: dict[str, Any], *, runtime: str, gpu: str, field: str) -> float:

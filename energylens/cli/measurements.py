@@ -76,11 +76,13 @@ def _blind(calibration: Calibration, data_file: str | None) -> BlindBase | None:
 
     if data_file is None:
         return None
+    from energylens.calibration.forget import repository_path
+
     document = calibration_document(calibration)
     named = {str(f) for by_gpu in (document.get("runtimes") or {}).values()
              for section in by_gpu.values() for entry in section.values()
              if isinstance(entry, dict) for f in entry.get("fitted_on") or []}
-    if data_file not in named:
+    if repository_path(data_file) not in {repository_path(f) for f in named}:
         example = f" (it names e.g. {sorted(named)[0]})" if named else ""
         raise ConfigError(f"--forget-fits-on: no engine constant of {calibration.source} was "
                           f"fitted on {data_file}{example}")
