@@ -203,13 +203,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     overload = overload_warning(result, workload=workload)
     if overload is not None:
         print(f"energylens: warning: {overload}", file=sys.stderr)
-    if args.launch_command:
-        return _print_launch(args, result=result, deployment=deployment, workload=workload)
     from energylens.workloads.capacity import kv_cache_limit
 
     limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
     expected = _expected_error(args, deployment=deployment, workload=workload,
                                kv_limited=limit is not None)
+    if args.launch_command:
+        return _print_launch(args, result=result, deployment=deployment, workload=workload,
+                             expected=expected)
     breakdown = _breakdown(args, result=result, deployment=deployment, workload=workload) \
         if args.breakdown else None
     variants = _what_if(args, deployment=deployment, workload=workload) if args.what_if \
@@ -249,6 +250,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         console().print(capacity_note(limit=limit, deployment=deployment), highlight=False)
     if expected is not None:
         console().print(expected.line(), highlight=False)
+    elif args.calibration is not None:
+        console().print(f"expected error: not quoted: {args.calibration} holds no held-out "
+                        "errors (an overlay, or a file written without them; the shipped "
+                        "calibration's are in docs/accuracy.md)", highlight=False)
     if breakdown is not None:
         from energylens.cli.tables import print_breakdown
 
@@ -498,17 +503,23 @@ def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workloa
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,
-                  workload: Workload) -> int:
-    """``predict --launch-command``: the launch script (a warning if it does not fit)."""
+                  workload: Workload, expected: ExpectedError | None) -> int:
+    """``predict --launch-command``: the launch script (a warning if it does not fit);
+    with ``--json`` beside the prediction, its configuration and expected error."""
     from energylens.hardware import load_gpu
     from energylens.model.zoo import get_model
     from energylens.runtime.launch import launch_command
 
+    defaults = frozenset(name for name in ("batch", "input_tokens", "output_tokens")
+                         if getattr(args, name) is None)
     command = launch_command(model=get_model(args.model), deployment=deployment,
-                             workload=workload, gpu=load_gpu(args.gpu))
+                             workload=workload, gpu=load_gpu(args.gpu), defaults=defaults)
     if args.json:
-        print_json({**result.as_dict(), "launch_command": command.line(),
-                    "launch_script": command.script()})
+        print_json({**result.as_dict(),
+                    "configuration": _configuration(args, deployment=deployment,
+                                                    workload=workload),
+                    "expected_error": None if expected is None else expected.as_dict(),
+                    "launch_command": command.line(), "launch_script": command.script()})
         return 0
     if not result.feasible:
         print(f"energylens: warning: the deployment does not fit: {result.infeasible_reason}",

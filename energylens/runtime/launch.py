@@ -203,18 +203,22 @@ class LaunchCommand:
 
 
 def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workload,
-                gpu: GPU | None = None) -> LaunchSpec:
+                gpu: GPU | None = None, defaults: frozenset[str] = frozenset()) -> LaunchSpec:
     """The launch inputs of ``deployment`` serving ``workload`` (checked by its runtime, on
     ``gpu`` where given: its vendor and the precisions it runs there); on ``gpu`` with the
-    memory share the prediction priced."""
+    memory share the prediction priced. ``defaults``: the workload's fields nobody gave
+    (``batch``: no running cap is written, the engine keeps its own, unless the deployment
+    or a concurrency sets one)."""
     runtime = get_runtime(deployment.runtime)
     runtime.check_on(deployment=deployment, model=model, gpu=gpu)
     weight_dtype = deployment.weight_dtype or model.weight_dtype
     fixed = _fixed_lengths(workload)
+    unset = "batch" in defaults and workload.concurrency is None \
+        and deployment.max_num_seqs is None
     spec = LaunchSpec(
         model_id=model.hf_id or model.name, checkpoint_dtype=model.weight_dtype,
         deployment=deployment, weight_dtype=weight_dtype,
-        max_num_seqs=_running_cap(deployment=deployment, workload=workload),
+        max_num_seqs=None if unset else _running_cap(deployment=deployment, workload=workload),
         max_model_len=_longest_request(workload), moe=model.moe is not None,
         prompt_tokens=None if fixed is None else fixed[0],
         output_tokens=None if fixed is None else fixed[1],
@@ -311,17 +315,27 @@ def _running_cap(*, deployment: Deployment, workload: Workload) -> int | None:
 
 
 def launch_command(*, model: ModelConfig, deployment: Deployment, workload: Workload,
-                   gpu: GPU | None = None) -> LaunchCommand:
+                   gpu: GPU | None = None,
+                   defaults: frozenset[str] = frozenset()) -> LaunchCommand:
     """The command that starts ``deployment`` on its runtime (on ``gpu``, when given: with
     the memory share raised where the engine's default cannot hold the weights, its
-    devices numbered per host and its servers placed on hosts).
+    devices numbered per host and its servers placed on hosts). ``defaults``: the
+    workload's fields nobody gave (``batch``, ``input_tokens``, ``output_tokens``): no
+    running cap from a default batch, and a note on a context length from default lengths.
 
     Raises:
         ConfigError: the runtime cannot run the deployment (the reason, one line).
     """
-    spec = launch_spec(model=model, deployment=deployment, workload=workload, gpu=gpu)
+    spec = launch_spec(model=model, deployment=deployment, workload=workload, gpu=gpu,
+                       defaults=defaults)
     runtime = get_runtime(deployment.runtime)
     command = runtime.launch(spec=spec)
+    lengths = [f"--{name.replace('_', '-')} {getattr(workload, name):g}"
+               for name in ("input_tokens", "output_tokens") if name in defaults]
+    if lengths and not workload.trace:
+        command = replace(command, notes=(*command.notes, (
+            f"context length {spec.max_model_len} tokens: the predicted request's "
+            f"({' and '.join(lengths)}, the defaults); give your longest request's lengths")))
     if gpu is not None:
         command = replace(command, device_env=DEVICE_ENV.get(gpu.vendor, command.device_env),
                           host_gpus=spec.host_gpus)
