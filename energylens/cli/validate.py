@@ -88,18 +88,35 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser(
         "regress", help="fit e = a0*tin + a1*tout + a2*tin*tout to predictions (Wilkins 2024)")
-    r.add_argument("--model", required=True)
-    r.add_argument("--gpu", required=True)
-    r.add_argument("--num-gpus", type=int)
-    for name in ("tp", "pp", "ep"):
-        r.add_argument(f"--{name}", type=int, default=1)
-    r.add_argument("--batch", type=float, default=32)
-    r.add_argument("--workload", choices=("batch", "serving"), default="batch")
-    r.add_argument("--input-tokens", type=_int_list, default=None, help="comma list")
-    r.add_argument("--output-tokens", type=_int_list, default=None, help="comma list")
-    r.add_argument("--calibration")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--model", required=True,
+                   help="zoo name, HF repo id or a config.json path")
+    r.add_argument("--gpu", required=True, help="GPU name (energylens gpus lists them)")
+    r.add_argument("--num-gpus", type=_positive_int, help="GPUs in all (default: tp*pp*ep)")
+    for name, what in (("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
+        r.add_argument(f"--{name}", type=_positive_int, default=1,
+                       help=f"{what}-parallel degree")
+    r.add_argument("--batch", type=_positive_int, default=32, help="sequences per batch")
+    r.add_argument("--workload", choices=("batch", "serving"), default="batch",
+                   help="batch: one static batch; serving: continuous batching")
+    r.add_argument("--input-tokens", type=_int_list, default=None, metavar="N,N,...",
+                   help="prompt lengths of the grid, two or more (default: "
+                        "64,128,256,512,1024,2048)")
+    r.add_argument("--output-tokens", type=_int_list, default=None, metavar="N,N,...",
+                   help="output lengths of the grid, two or more (default: "
+                        "32,64,128,256,512,1024)")
+    r.add_argument("--calibration", help="calibration file (default: the shipped one)")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(handler=_cmd_regress)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -321,12 +338,20 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_regress(args: argparse.Namespace) -> int:
     from energylens.deployment import Deployment
+    from energylens.hardware import load_gpu
     from energylens.validation.regression import (
         DEFAULT_INPUT_TOKENS,
         DEFAULT_OUTPUT_TOKENS,
         fit_energy_regression,
     )
 
+    for flag, lengths in (("--input-tokens", args.input_tokens),
+                          ("--output-tokens", args.output_tokens)):
+        if lengths is not None and len(set(lengths)) < 2:
+            raise ConfigError(f"{flag} {','.join(map(str, lengths))}: one length cannot "
+                              "separate the fit's terms (a0*tin, a1*tout and a2*tin*tout are "
+                              "collinear); give two or more")
+    gpu = load_gpu(args.gpu).name
     deployment = Deployment(num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, ep=args.ep)
     fit = fit_energy_regression(model=args.model, gpu=args.gpu, deployment=deployment,
                                 batch=args.batch, workload=args.workload,
@@ -337,7 +362,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
         print_json(fit.as_dict())
         return 0
     console = make_console()
-    console.print(f"[bold]{fit.model}[/] on {fit.deployment['num_gpus']} x {fit.gpu} "
+    console.print(f"[bold]{fit.model}[/] on {deployment.total_gpus} x {gpu} "
                   f"({fit.workload}, batch {fit.batch:g}): e = a0*tin + a1*tout + a2*tin*tout")
     console.print(f"a0 = {fit.a0:.4g} J/token, a1 = {fit.a1:.4g} J/token, "
                   f"a2 = {fit.a2:.4g} J/token^2, R^2 = {fit.r2:.4f} over {fit.n} grid points")
