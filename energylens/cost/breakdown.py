@@ -60,7 +60,8 @@ def step_breakdown(*, ctx: StepContext, seqs: list[SequenceGroup],
                    pipelined: bool = True) -> StepBreakdown:
     """One step of ``seqs`` per class (:data:`CLASSES`). The engine's time is joined as the
     runtime joins it (beside the GPUs under an overlap scheduler: only what outlasts them);
-    ``pipeline`` is what pipeline stages add (bubbles, sends, other micro-batches)."""
+    ``pipeline`` is what pipeline stages add (bubbles, sends, other micro-batches; the
+    sends' energy)."""
     seconds = dict.fromkeys(CLASSES, 0.0)
     # per group (by identity) and pass (critical GPU, mean rank): joules per GPU by class;
     # a group priced by both passes takes its energy from the mean rank's
@@ -95,6 +96,11 @@ def step_breakdown(*, ctx: StepContext, seqs: list[SequenceGroup],
             continue  # the mean rank's pass prices this group's energy
         for label, energy in by_class.items():
             joules[label] += energy * ranks * micro
+    # the stage-to-stage sends' transfer energy, which no group records
+    dynamic = float(np.max(step.compute_energy_j + step.memory_energy_j
+                           + step.communication_energy_j))
+    sends = dynamic - sum(joules.values())
+    joules["pipeline"] = sends if sends > 1e-9 * dynamic else 0.0
     joules["engine"] = 0.0 if ctx.cpu_overlapped else float(np.max(engine.compute_energy_j))
     joules["static"] = ctx.constants.static_power_w * ctx.replica_gpus * wall
     return StepBreakdown(seconds={k: v for k, v in seconds.items() if v > 0.0},
