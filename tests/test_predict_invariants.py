@@ -401,3 +401,19 @@ def test_pipeline_parallel_serving_keeps_the_pipeline_full():
     assert 0.85 * replicas.output_tokens_per_s < pipe.output_tokens_per_s
     assert pipe.output_tokens_per_s <= replicas.output_tokens_per_s
     assert pipe.tpot_s >= replicas.tpot_s
+
+
+def test_the_final_norm_runs_on_every_token_and_the_lm_head_on_the_logit_rows():
+    """Llama-3.1-8B, one 2,048-token prompt: the final RMSNorm reads the step's 2,048 x
+    4,096 hidden states in bf16 (engines prune to the last token after it), the LM head
+    one row (it was priced on the one logit row, 8 KB)."""
+    from energylens.cost.work import tensor_bytes
+
+    head = build_graph(get_model("llama-3.1-8b")).head_group
+    ops = {op.name: op for op in head.layer.ops}
+    sizes = {**head.sizes, "b": 1, "m": 2048, "n": 1}
+    norm_in = ops["normf"].inputs[0]
+    assert tensor_bytes(tensor=norm_in, sizes=sizes, weight_dtype="bf16",
+                        window=None) == 2048 * 4096 * 2
+    rows = ops["lm_head"].inputs[0]
+    assert tensor_bytes(tensor=rows, sizes=sizes, weight_dtype="bf16", window=None) == 4096 * 2

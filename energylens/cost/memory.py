@@ -138,6 +138,16 @@ def _layer_bytes(group: LayerGroup, degrees: tuple[tuple[str, int], ...], weight
             _state_bytes_per_sequence(group=group, degrees=split))
 
 
+def stage_layer_share(*, graph: ModelGraph, pp: int) -> float:
+    """Share of the model's decoder layers on its most loaded pipeline stage, ceil(L / pp)
+    / L: vLLM's ``get_pp_indices`` splits L layers into whole layers, the remainder going
+    to stages before the last (Llama-3.1-8B's 32 over 3 stages: 11, 11, 10)."""
+    if pp <= 1:
+        return 1.0
+    layers = round(sum(group.count for group in graph.groups))
+    return math.ceil(layers / pp) / layers
+
+
 def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees: dict[str, int],
                pp: int, weight_dtype: str, kv_dtype: str, sequences: Size,
                context_tokens: float, token_budget: float | None = None,
@@ -177,13 +187,17 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
         kv += count * sequences * kept * layer_kv
         state += count * sequences * layer_state
     ranks = degrees.get("adp", 1)
-    weights /= pp
-    kv /= pp * ranks
-    state /= pp * ranks
+    stage = stage_layer_share(graph=graph, pp=pp)  # the most loaded stage's layers
+    weights *= stage
+    kv *= stage / ranks
+    state *= stage / ranks
     model = graph.model
     vocab_shard = model.vocab_size * model.hidden_size / degrees["tp"]
     head_bytes = DTYPE_BYTES[weight_dtype] if weight_dtype in ("bf16", "fp16") else EMBEDDING_BYTES
-    weights += vocab_shard * head_bytes * (1 if model.tie_word_embeddings else 2)
+    # one stage holds the embedding and the LM head (one table if tied); over stages the
+    # first holds the embedding and the last the LM head, one table each
+    tables = 1 if model.tie_word_embeddings or pp > 1 else 2
+    weights += vocab_shard * head_bytes * tables
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     if token_budget is None:

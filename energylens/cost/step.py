@@ -40,6 +40,7 @@ from energylens.cost.constants import (
 )
 from energylens.cost.kernel_plan import quantised_activation_dtype
 from energylens.cost.kernels import Collective, CompiledLayer, Kernel, compile_layer
+from energylens.cost.memory import stage_layer_share
 from energylens.cost.moe import Routing, attention_rank_sequences, expert_load_at
 from energylens.cost.roofline import ClockState, KernelCost, kernel_cost
 from energylens.cost.speculative import Speculation
@@ -543,9 +544,11 @@ def step_cost(*, ctx: StepContext, seqs: list[SequenceGroup], pipelined: bool = 
     stages = float(ctx.pp)
     send, send_j = pipeline_send(ctx=ctx,
                                  tokens=sum(s.sequences * s.new_tokens for s in micro_seqs))
-    # Stage time = a micro-batch's whole-model time / pp; fill + drain = micro + pp - 1 stages.
+    # Stage time = the most loaded stage's share of a micro-batch's whole-model time
+    # (ceil(L / pp) of L layers: stages wait for it); fill + drain = micro + pp - 1 stages.
     rounds = stages if pipelined else micro + stages - 1.0
-    wall = rounds * (total.latency_s / stages + send)
+    stage_s = total.latency_s * stage_layer_share(graph=ctx.graph, pp=ctx.pp)
+    wall = rounds * (stage_s + send)
     # each micro-batch crosses every stage boundary (a running engine's also the last one,
     # back to the first stage, as the wall time charges)
     sends = micro * (stages if pipelined else stages - 1.0)

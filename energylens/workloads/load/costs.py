@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from energylens.cost.memory import stage_layer_share
 from energylens.cost.step import (
     SequenceGroup,
     StepContext,
@@ -80,7 +81,9 @@ def _price(ctx: StepContext, groups: list[SequenceGroup], ranks: int,
     tokens = sum(g.sequences * g.new_tokens for g in groups)
     send_s, send_j = pipeline_send(ctx=ctx, tokens=tokens)
     values = [np.atleast_1d(np.asarray(getattr(cost, f), dtype=float)) for f in FIELDS]
-    values[0] = values[0] + ctx.pp * send_s
+    # pp stage times of the most loaded stage (ceil(L / pp) of L layers), and the sends
+    values[0] = values[0] * ctx.pp * stage_layer_share(graph=ctx.graph, pp=ctx.pp) \
+        + ctx.pp * send_s
     values[3] = values[3] + ctx.pp * send_j
     values[1:] = [v / ranks for v in values[1:]]
     points = np.broadcast_shapes(*(v.shape for v in values))
