@@ -19,11 +19,11 @@ from energylens.cost.work import (
     ACTIVATION_QUANTISED_DTYPES,
     ACTIVE_EXPERTS,
     COMPUTE_DTYPE,
-    EXPERT_WEIGHT_RANK,
     KV_TENSORS,
     GemmRanks,
     activation_element_bytes,
     gemm_ranks,
+    grouped_expert,
     tensor_bytes,
     weight_dtype_of,
 )
@@ -125,7 +125,7 @@ class TensorPlan:
     sizes: dict[str, int]
     cache: bool  # a persistent output appended to the KV cache
     ranks: frozenset[str]
-    expert_weight: bool
+    expert_weight: bool  # a grouped expert GEMM's weight (only x_active experts read)
     fixed_bytes: float | None
     element_bytes: float | None
 
@@ -166,7 +166,7 @@ def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelCo
                                                              constants=constants),
                   merge_key=((op.inputs[0].name, op.contracted_ranks) if weight is not None
                              else (op.name, ())),
-                  grouped_expert=EXPERT_WEIGHT_RANK in op.ranks, gemm=gemm_ranks(op))
+                  grouped_expert=grouped_expert(op), gemm=gemm_ranks(op))
 
 
 def _kv_mma(*, gpu: GPU, constants: KernelConstants, kv_dtype: str) -> bool:
@@ -187,9 +187,10 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
                                    window=window, kv_dtype=kv_dtype, cache=cache))
     elif not (tensor.name in KV_TENSORS and window is not None or tensor.name in STATE_TENSORS):
         element = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
+    expert_weight = tensor.name.startswith("W") and any(
+        grouped_expert(op) and tensor in op.inputs for op in kernel.ops)
     return TensorPlan(tensor=tensor, sizes=sizes, cache=cache, ranks=frozenset(tensor.ranks),
-                      expert_weight=EXPERT_WEIGHT_RANK in tensor.ranks, fixed_bytes=fixed,
-                      element_bytes=element)
+                      expert_weight=expert_weight, fixed_bytes=fixed, element_bytes=element)
 
 
 def _attention_tiles(kernel: Kernel) -> tuple[tuple[str, ...], dict[str, int]]:

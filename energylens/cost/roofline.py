@@ -380,7 +380,8 @@ def _kernel_bytes(*, plan: KernelPlan, phase: dict[str, Size], window: float | N
             continue
         nbytes = nbytes + tensor_bytes(tensor=tensor.tensor, sizes={**tensor.sizes, **phase},
                                        weight_dtype=weight_dtype, window=window,
-                                       kv_dtype=kv_dtype, cache=tensor.cache)
+                                       kv_dtype=kv_dtype, cache=tensor.cache,
+                                       expert_weight=tensor.expert_weight)
     return nbytes
 
 

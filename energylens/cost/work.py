@@ -89,14 +89,16 @@ def op_flops(*, op: Einsum, sizes: dict[str, Size], window: float | None) -> Siz
 
 
 def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str,
-                 window: float | None, kv_dtype: str = "bf16", cache: bool = False) -> Size:
-    """Bytes of ``tensor``: weights in the weight dtype; the KV cache (the cached tensors
-    read by attention, and ``cache`` = a persistent output appended to it) in the KV
-    dtype, clipped to the window; a recurrent SSM state in its own dtype; other activations
-    in bf16."""
+                 window: float | None, kv_dtype: str = "bf16", cache: bool = False,
+                 expert_weight: bool = False) -> Size:
+    """Bytes of ``tensor``: weights in the weight dtype (``expert_weight``: a grouped
+    expert GEMM's, of which only the ``x_active`` experts' matrices are read); the KV cache
+    (the cached tensors read by attention, and ``cache`` = a persistent output appended to
+    it) in the KV dtype, clipped to the window; a recurrent SSM state in its own dtype;
+    other activations in bf16."""
     if tensor.name.startswith("W"):
         ranks = sizes
-        if EXPERT_WEIGHT_RANK in tensor.ranks and ACTIVE_EXPERTS in sizes:
+        if expert_weight and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
         return rank_product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
     element: Size = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
@@ -177,6 +179,12 @@ def gemm_ranks(op: Einsum) -> GemmRanks:
         rows=tuple(r for r in op.output.ranks if r in first.ranks and r not in batch),
         cols=tuple(r for r in op.output.ranks if r in second.ranks and r not in first.ranks),
         red=tuple(r for r in op.ranks if r not in out), batch=tuple(batch))
+
+
+def grouped_expert(op: Einsum) -> bool:
+    """Whether ``op`` is a grouped expert GEMM: one weight matrix per expert, the expert
+    rank a batch rank (the router's ``WR[d,x]`` holds one column per expert, read whole)."""
+    return op.kind == "contraction" and EXPERT_WEIGHT_RANK in gemm_ranks(op).batch
 
 
 def gemm_shape(*, op: Einsum, sizes: dict[str, Size], window: float | None,
