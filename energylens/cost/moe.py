@@ -97,6 +97,20 @@ def _rank_shares(routing: Routing, num_experts: int, ep: int) -> tuple[np.ndarra
     return placed, placed.sum(axis=2)
 
 
+@lru_cache(maxsize=4096)
+def _pick_scale(routing: Routing, num_experts: int, top_k: int) -> float:
+    """The ``c`` of the per-token pick probabilities ``q_i = min(1, c p_i)``, which sum to
+    ``top_k`` (water-filling: a token picks ``top_k`` distinct experts, so no expert is
+    picked more than once per token however popular; ``c = top_k`` where none saturates)."""
+    popularity = expert_popularity(routing=routing, num_experts=num_experts)  # descending
+    tails = np.cumsum(popularity[::-1])[::-1]  # tails[m] = sum of p_i for i >= m
+    for capped in range(min(top_k, num_experts)):  # the first ``capped`` experts at 1
+        scale = (top_k - capped) / tails[capped]
+        if scale * popularity[capped] <= 1.0:
+            return float(scale)
+    return math.inf  # every expert on every token (top_k >= num_experts)
+
+
 @dataclass(frozen=True)
 class _Draws:
     """The fixed-seed standard-normal sample behind :func:`_expected_max_normal` for one
@@ -154,13 +168,13 @@ def expert_load(*, routing: Routing, num_experts: int, top_k: int, ep: int,
     """Expected per-rank load when ``tokens`` tokens each pick ``top_k`` of the experts."""
     if num_experts % ep:
         raise ConfigError(f"ep={ep} does not divide {num_experts} experts")
-    placed, shares = _rank_shares(routing, num_experts, ep)
+    placed, _ = _rank_shares(routing, num_experts, ep)
     slots = tokens * top_k
-    mean_load = slots * shares
-    std_load = np.sqrt(np.maximum(slots * shares * (1.0 - shares), 0.0))
+    # P(expert i chosen by one token), water-filled: min(1, c p_i), summing to top_k
+    pick = np.minimum(1.0, _pick_scale(routing, num_experts, top_k) * placed)
+    mean_load = tokens * pick.sum(axis=2)  # (placements, ep)
+    std_load = np.sqrt(tokens * (pick * (1.0 - pick)).sum(axis=2))
     tokens_max = _expected_max_normal(mean_load, std_load) if ep > 1 else slots
-    # P(expert i chosen by one token) ~= min(1, k * p_i) for top-k without replacement.
-    pick = np.minimum(1.0, top_k * placed)
     chosen = 1.0 - (1.0 - pick) ** tokens
     active = chosen.sum(axis=2)  # (placements, ep)
     active_std = np.sqrt((chosen * (1.0 - chosen)).sum(axis=2))
