@@ -22,7 +22,7 @@ from energylens.cost.constants import Calibration, LinkConstants, RuntimeConstan
 from energylens.cost.kernels import Collective
 from energylens.cost.work import Size
 from energylens.errors import ConfigError, EnergyLensError
-from energylens.model.spec import LayerSpec
+from energylens.model.spec import Einsum, LayerSpec
 from energylens.yamlfile import safe_load
 
 if TYPE_CHECKING:
@@ -437,13 +437,16 @@ class RuntimeProfile:
         ``fused_into_combine`` partial sums (the shared expert's) into that one reduction;
         without expert parallelism (``ep`` = 1) that is all there is, in every layout.
 
-        With ``ep`` > 1: ``all-to-all``: as the spec derives. ``tensor-parallel-attention``
+        With ``ep`` > 1: ``all-to-all``: as the spec derives, the expert shards' partial
+        sums reduced over ``etp`` once after the combine. ``tensor-parallel-attention``
         (vLLM's ``--enable-expert-parallel``, TensorRT-LLM and SGLang without attention
         DP): attention and dense layers are tensor-parallel over the whole group, so every
         rank already holds every token; dispatch is a local selection (no communication)
         and the expert ranks' and expert shards' partial sums are one all-reduce of the
         MoE output over the group (``ep`` x ``etp`` = ``tp``). Under data-parallel
-        attention (``adp``) the ranks hold different tokens: all-to-all, as derived.
+        attention (``adp``) the ranks hold different tokens: all-to-all, as derived, the
+        expert shards' partial sums reduced over ``etp`` after the combine (one rank's
+        ``D[b,m,d]``, not top-k times its tokens' rows).
         """
         ep = degrees.get("ep", 1)
         partial = [c for c in collectives
@@ -454,18 +457,30 @@ class RuntimeProfile:
             return self._reduced_once(collectives, layer=layer, dim="tp", drop=partial)
         if (self.expert_parallel_layout != "tensor-parallel-attention"
                 or degrees.get("tp", 1) % ep or degrees.get("adp", 1) > 1):
-            return list(collectives)
+            return self._shards_reduced_after_combine(collectives, layer=layer, drop=partial)
         routed = [c for c in collectives if c.kind == "all_to_all" and c.dim == "ep"]
         if not routed:
             return list(collectives)
         return self._reduced_once(collectives, layer=layer, dim="tp", drop=partial + routed)
 
+    @staticmethod
+    def _shards_reduced_after_combine(collectives: tuple[Collective, ...], *,
+                                      layer: LayerSpec,
+                                      drop: list[Collective]) -> list[Collective]:
+        """``collectives`` with the expert shards' all-reduces ``drop`` (over ``etp``, of
+        every expert's rows) moved after the last collective, onto the combine's output."""
+        if not drop:
+            return list(collectives)
+        combine = _combine_op(layer)
+        reduce = replace(drop[-1], tensor=combine.output, after_op=combine.name,
+                         overlap_kernel=None)
+        return [c for c in collectives if c not in drop] + [reduce]
+
     def _reduced_once(self, collectives: tuple[Collective, ...], *, layer: LayerSpec, dim: str,
                       drop: list[Collective]) -> list[Collective]:
         """``collectives`` without ``drop`` and the ``fused_into_combine`` all-reduces, plus
         one all-reduce over ``dim`` of the combine's output, where the dropped ones were."""
-        combine = next(op for op in layer.ops if op.kind == "gather"
-                       and "x" not in op.output.ranks and any("x" in t.ranks for t in op.inputs))
+        combine = _combine_op(layer)
         anchor = drop[-1]  # the last one dropped (the combine, where there is one)
         reduce = replace(anchor, kind="all_reduce", dim=dim, tensor=combine.output,
                          after_op=combine.name)
@@ -574,6 +589,12 @@ MAX_EFFICIENCY = 0.98
 
 
 @lru_cache(maxsize=64)  # Calibration hashes by identity: one copy per (file, GPU, scales)
+def _combine_op(layer: LayerSpec) -> Einsum:
+    """The MoE layer's combine: the gather from the experts' rows back to the tokens."""
+    return next(op for op in layer.ops if op.kind == "gather"
+                and "x" not in op.output.ranks and any("x" in t.ranks for t in op.inputs))
+
+
 def _scaled(calibration: Calibration, gpu: str, gemm: float, attention: float, memory: float,
             kv: float, expert: float) -> Calibration:
     if gemm == attention == memory == kv == expert == 1.0:
