@@ -32,6 +32,7 @@ has a fixed cost 5x lower than all-reduce's, hence its own latency and fraction.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -59,13 +60,28 @@ class CommCost:
     wire_s: Size  # bandwidth-bound part (what SM allocation speeds up)
 
 
-def link_for_group(*, gpu: GPU, group_size: int) -> tuple[str, float]:
+def group_per_node(*, dim: str, degrees: Mapping[str, int], gpus_per_node: int) -> int:
+    """GPUs of one group of parallel dimension ``dim`` on one scale-up domain.
+
+    Ranks are placed with the tensor-parallel splits innermost, contiguous on a node (the
+    attention group ``tp``, an expert's shards ``etp``), and the expert-parallel ranks
+    outermost, ``etp`` GPUs apart: an ``ep`` group spans ``ep x etp`` GPUs, and has
+    ``gpus_per_node / etp`` of them on each node of that span (EP8 x etp 2 on two 8-GPU
+    nodes: four a node; its etp pairs stay inside a node)."""
+    size = degrees[dim]
+    if dim == "ep":
+        return max(1, min(size, gpus_per_node // degrees.get("etp", 1)))
+    return min(size, gpus_per_node)
+
+
+def link_for_group(*, gpu: GPU, group_size: int, per_node: int | None = None) -> tuple[str, float]:
     """Interconnect kind and per-direction bandwidth per GPU used by a group of
-    ``group_size`` GPUs: the scale-out network once the group is larger than one scale-up
-    domain; inside a node, as its topology wires it
+    ``group_size`` GPUs, ``per_node`` of them on one node (None: as many as fit,
+    ``gpus_per_node``): the scale-out network once the group spans several scale-up
+    domains; inside a node, as its topology wires it
     (:data:`energylens.hardware.database.TOPOLOGIES`): bridged pairs give a group of two
     the bridge and a larger one the link beyond it."""
-    if group_size > gpu.gpus_per_node:
+    if group_size > (gpu.gpus_per_node if per_node is None else per_node):
         return gpu.inter_node.kind, gpu.inter_node.bandwidth_bytes_per_s
     link = gpu.intra_node
     if link.topology == "pairs" and group_size > 2:

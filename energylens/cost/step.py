@@ -27,6 +27,7 @@ import numpy as np
 from energylens.cost.comm import (
     CommCost,
     collective_cost,
+    group_per_node,
     link_for_group,
     overlapped_time,
     point_to_point_energy_j,
@@ -347,8 +348,10 @@ def _layer_cost(*, ctx: StepContext, group: LayerGroup, seqs: list[SequenceGroup
     exposed: Size = 0.0
     for collective in ctx.runtime.collective_layout(compiled.collectives, layer=group.layer,
                                                     degrees=degrees):
-        size = degrees[collective.dim]
-        kind, bandwidth = link_for_group(gpu=ctx.gpu, group_size=size)
+        kind, bandwidth = link_for_group(
+            gpu=ctx.gpu, group_size=degrees[collective.dim],
+            per_node=group_per_node(dim=collective.dim, degrees=degrees,
+                                    gpus_per_node=ctx.gpu.gpus_per_node))
         nbytes = tensor_bytes(tensor=collective.tensor, sizes={**collective.sizes, **local},
                               weight_dtype=ctx.weight_dtype, window=None)
         overlapped = collective.overlap_kernel in overlapping
@@ -458,11 +461,14 @@ def _all_reduce_cost(*, ctx: StepContext, collective: Collective, kind: str,
 
 def _on_link(*, ctx: StepContext, collective: Collective, bandwidth: float, nbytes: Size,
              sms: Size | None, link: LinkConstants) -> CommCost:
-    size = dict(ctx.degrees)[collective.dim]
-    if size > ctx.gpu.gpus_per_node:  # crosses scale-up domains: hierarchical
+    degrees = dict(ctx.degrees)
+    size = degrees[collective.dim]
+    per_node = group_per_node(dim=collective.dim, degrees=degrees,
+                              gpus_per_node=ctx.gpu.gpus_per_node)
+    if size > per_node:  # crosses scale-up domains: hierarchical
         return scale_out_cost(
             kind=collective.kind, message_bytes=nbytes, group_size=size,
-            gpus_per_node=ctx.gpu.gpus_per_node,
+            gpus_per_node=per_node,
             intra_bandwidth=ctx.gpu.intra_node.bandwidth_bytes_per_s,
             intra=ctx.calibration.link(gpu=ctx.gpu.name, kind=ctx.gpu.intra_node.kind),
             inter_bandwidth=bandwidth, inter=link, sms=sms)
