@@ -11,7 +11,10 @@ a closed loop of ``round(avg_batch_size)`` clients (the converted ``serving`` ro
 ``energylens measurements convert mlenergy`` with ``workload = load``, its ``concurrency``
 and the run's ``p90_itl_ms`` / ``p99_itl_ms`` as ``itl_p90_s`` / ``itl_p99_s``), and
 predicted by ``validate measurements`` with the shipped calibration (whose serving
-constants were fitted on these runs' means, never on a percentile). The runs do not record
+constants were fitted on these runs' means, never on a percentile). Host-paced runs are
+screened as the fits screen them, each task file's against the other task files of its
+folder (a reasoning run is judged against the model's chat run), and left out of the
+tables. The runs do not record
 their prompt or output lengths beyond the means, and how much the lengths vary sets how
 often prompts arrive together: ``--length-cv`` draws both from gamma distributions of that
 CV (``length_cv``); by default the output-length CV of the Azure 2023 conversation trace
@@ -51,7 +54,8 @@ def trace_output_cv(path: Path = CONVERSATIONS) -> float:
 def load_rows(task_file: Path, *, length_cv: float) -> list[dict[str, Any]]:
     """The task file's runs as closed-loop ``load`` rows with their ITL percentiles."""
     configs = json.loads(task_file.read_text())["configurations"]
-    rows = converters()["mlenergy"](task_file, Options()).rows
+    siblings = tuple(f for f in sorted(task_file.parent.glob("*.json")) if f != task_file)
+    rows = converters()["mlenergy"](task_file, Options(screen_with=siblings)).rows
     out = []
     for row, config in zip(rows, configs, strict=True):
         if row["input_tokens"] is None:

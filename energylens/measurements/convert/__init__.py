@@ -21,14 +21,16 @@ from energylens.measurements.user_csv import KNOWN
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """What a source file may not record: the GPU, the GPU count, the tensor-parallel
-    size, the serving engine; and whether closed-loop rows are written as steady-state
-    serving."""
+    size, the serving engine; whether closed-loop rows are written as steady-state
+    serving; and (ML.ENERGY) the files whose runs the host-bound screen compares the file's
+    runs with (``None``: the other ``*.json`` files of its folder)."""
 
     gpu: str | None = None
     num_gpus: int | None = None
     tp: int | None = None
     runtime: str | None = None
     load_as_serving: bool = False
+    screen_with: tuple[Path, ...] | None = None
 
 
 @dataclass
