@@ -571,7 +571,7 @@ def test_aiconfigurator_attention_dp_rows_with_the_layout_multiplied(tmp_path: P
             ("trtllm", "deepseek-ai/DeepSeek-R1", 1, 8, 1, 8)]
     source = _write(tmp_path, AIC_HEADER + "".join(
         f"r{i},db; silicon_concurrency=64,{engine},1.2,{model},b200_sxm,fp4,agg,1024,1024,"
-        f"nvfp4,nvfp4,8,{tp},1,{adp},{moe_tp},{ep},490,8.6\n"
+        f"nvfp4,nvfp4,8,{tp},1,{adp},{moe_tp},{ep},{490 + i},8.6\n"  # distinct runs: no repeat
         for i, (engine, model, tp, adp, moe_tp, ep) in enumerate(rows)), "silicon_sample.csv")
     converted = converters()["aiconfigurator"](source, Options())
     layouts = [(r["tp"], r["attention_dp"], r["ep"], r["moe_tp"], r["num_gpus"])

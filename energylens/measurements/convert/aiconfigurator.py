@@ -89,6 +89,21 @@ published DeepSeek MTP recipe (``--speculative-num-steps 1 --speculative-eagle-t
 --speculative-num-draft-tokens 2``; recalled, kind assumed), which the largest speedup
 (1.50x at 4 clients, 1,024 / 8,192 tokens) admits, and the acceptance fitted on TensorRT-LLM's
 campaigns above (the same benchmark's random-token prompts): nothing fitted on these rows.
+
+Repeats: the dump holds many measurements more than once (the same run filed under two
+campaign names or two configuration numbers, or copied with its TTFT and TPOT rounded to
+2 decimals). A repeat would weight its configuration twice or three times in every error
+over the rows, so the converter writes one row per measurement: among rows whose every
+column the model reads (:data:`energylens.measurements.user_csv.KNOWN` less the metrics)
+agree, a row is a repeat of a row kept before it when its ``silicon_ttft_ms``
+and ``silicon_tpot_ms`` are each bit-identical to the kept row's, or differ from them by
+less than :data:`SAME_NUMBER` (relative: the last printed digit of a mean the dump
+recomputed), or are both written with at most :data:`ROUNDED_DECIMALS` decimals and equal
+the kept row's rounded to that many (a rounded copy: the full-precision row is kept
+whatever the order). The kept row keeps its own ``id``. No two rows of the same inputs
+closer than 0.08 % in either metric exist beyond these, so the rule has no borderline
+case. Rows of other labels with the same numbers (another engine-release label; DeepSeek-R1
+repeating DeepSeek-V3) are kept: which label is right is not recorded.
 """
 
 from __future__ import annotations
@@ -101,6 +116,7 @@ from energylens.errors import EnergyLensError
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.convert.kv_evidence import NARROW, fp8_campaigns
 from energylens.measurements.formats import _csv_rows, _fail, _positive
+from energylens.measurements.user_csv import KNOWN, METRICS
 from energylens.model.zoo import MODELOPT_KV_DTYPE
 from energylens.runtime import get_runtime
 
@@ -139,6 +155,15 @@ MTP_ACCEPTANCE = 0.67
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 #: Requests per client in a run ("runs of 10 x concurrency requests": ../shared SOURCES.md).
 RUN_REQUESTS_PER_CLIENT = 10
+#: Two TTFTs (TPOTs) of the same inputs closer than this (relative) are one number printed
+#: twice (module docstring): the pairs that differ at all differ by under 1e-14.
+SAME_NUMBER = 1e-12
+#: Decimals (ms) of a rounded copy of a measurement (module docstring).
+ROUNDED_DECIMALS = 2
+#: The columns of a converted row a prediction reads: rows repeat one another only where
+#: all of them agree.
+_INPUTS = tuple(k for k in KNOWN if k not in METRICS)
+_Metrics = tuple[str, str]
 
 
 def _int(path: Path, row: dict[str, str], key: str, n: int) -> int:
@@ -257,11 +282,62 @@ def _campaign(row: dict[str, Any]) -> tuple[str, ...]:
             str(row["dtype"]), measured.group(1) if measured else "")
 
 
+def _decimals(text: str) -> int:
+    mantissa = text.strip().lower().split("e")[0]
+    return len(mantissa.split(".")[1]) if "." in mantissa else 0
+
+
+def _short(metrics: _Metrics) -> bool:
+    return all(_decimals(m) <= ROUNDED_DECIMALS for m in metrics)
+
+
+def _repeats(mine: _Metrics, kept: _Metrics) -> str | None:
+    """How the TTFT and TPOT (ms, as the source writes them) ``mine`` repeat ``kept``:
+    ``identical``, ``last digit`` or ``rounded`` (module docstring), or None."""
+    a, b = [float(m) for m in mine], [float(m) for m in kept]
+    if a == b:
+        return "identical"
+    if all(abs(x - y) < SAME_NUMBER * max(abs(x), abs(y)) for x, y in zip(a, b, strict=True)):
+        return "last digit"
+    if _short(mine) and not _short(kept) \
+            and all(x == round(y, ROUNDED_DECIMALS) for x, y in zip(a, b, strict=True)):
+        return "rounded"
+    return None
+
+
+def drop_repeats(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> tuple[
+        list[dict[str, Any]], dict[str, int]]:
+    """``rows`` without the repeats of another row (module docstring), in their order, and
+    how many were dropped of each kind (first those bit-identical as written, in s); ``metrics``
+    are each row's TTFT and TPOT as the source writes them (ms)."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple(row.get(k) for k in _INPUTS), []).append(i)
+    dropped: dict[int, str] = {}
+    for members in groups.values():
+        first: dict[tuple[Any, ...], int] = {}
+        for i in members:
+            j = first.setdefault((rows[i]["ttft_s"], rows[i]["tpot_s"]), i)  # as written
+            if j != i:
+                dropped[i] = "identical"
+        kept: list[int] = []
+        for i in sorted(first.values(), key=lambda i: (_short(metrics[i]), i)):  # full first
+            kind = next((k for k in (_repeats(metrics[i], metrics[j]) for j in kept) if k), None)
+            if kind is None:
+                kept.append(i)
+            else:
+                dropped[i] = kind
+    counts = {kind: sum(1 for k in dropped.values() if k == kind)
+              for kind in ("identical", "last digit", "rounded")}
+    return [row for i, row in enumerate(rows) if i not in dropped], counts
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
     _, rows = _csv_rows(path, _KEYS)
     twins = _twin_tpots(rows)
     out = Converted(rows=[])
+    metrics: list[_Metrics] = []
     skipped = unstated = no_load = squared = fp8_kv = replicated = wide = speculative = 0
     in_flight = 0
     for n, row in enumerate(rows, start=1):
@@ -318,12 +394,15 @@ def convert(path: Path, options: Options) -> Converted:
             converted.update(workload="load", concurrency=concurrency,
                              num_requests=RUN_REQUESTS_PER_CLIENT * concurrency)
         out.rows.append(converted)
+        metrics.append((row["silicon_ttft_ms"], row["silicon_tpot_ms"]))
     narrow = fp8_campaigns(out.rows, campaign=_campaign)
     for converted in out.rows:
         if _campaign(converted) in narrow and not converted["kv_dtype"] \
                 and converted["dtype"] in NARROW:
             converted["kv_dtype"] = "fp8"
             in_flight += 1
+    read = len(out.rows)
+    out.rows, repeats = drop_repeats(out.rows, metrics)
     if skipped:
         out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "
                          "prefill and decode worker layouts")
@@ -357,6 +436,13 @@ def convert(path: Path, options: Options) -> Converted:
                          f"{MTP_DRAFT_TOKENS['sglang']} (SGLang), draft_acceptance "
                          f"{MTP_ACCEPTANCE}: their TPOT against DeepSeek-V3's shows multi-token "
                          "prediction (see the converter's docstring)")
+    if any(repeats.values()):
+        out.notes.append(f"{sum(repeats.values())} of the {read} aggregated row(s) dropped as "
+                         "repeats of another row's measurement (the same inputs and TTFT/TPOT: "
+                         f"{repeats['identical']} bit-identical, {repeats['last digit']} to the "
+                         f"last printed digit, {repeats['rounded']} rounded to "
+                         f"{ROUNDED_DECIMALS} decimals); the counts above are of the "
+                         f"{read} (see the converter's docstring)")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "

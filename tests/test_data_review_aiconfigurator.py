@@ -1,0 +1,67 @@
+"""AIConfigurator's converted rows: one row per measurement (repeats dropped)."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+
+from energylens.measurements.convert import Options, converters
+from energylens.measurements.user_csv import KNOWN, METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "data/measurements/aiconfigurator/silicon_sample_agg.csv"
+HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
+          "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
+          "attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")
+
+
+def _shipped() -> list[dict[str, str]]:
+    with SHIPPED.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_shipped_rows_hold_each_measurement_once() -> None:
+    """2,530 aggregated rows, 349 of them bit-identical in inputs and TTFT/TPOT to another
+    and 175 more its last printed digit or a 2-decimal copy of it: 2,006 rows. The MiniMax-M2.5
+    run at 4 clients of 1,024 / 8,192 tokens on 2 B200 (TTFT 113.219 ms, TPOT 10.087 ms) is
+    kept under its first id, ..._553, and its repeat ..._1353 is gone."""
+    rows = _shipped()
+    assert len(rows) == 2006
+    inputs = [k for k in rows[0] if k in KNOWN and k not in METRICS]
+    counts = Counter(tuple(r[k] for k in [*inputs, "ttft_s", "tpot_s"]) for r in rows)
+    assert max(counts.values()) == 1
+    ids = {r["id"] for r in rows}
+    stem = "2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x8192_c4_tp2_0_ep1_0_"
+    assert stem + "553" in ids and stem + "1353" not in ids
+    kept = next(r for r in rows if r["id"] == stem + "553")
+    assert (float(kept["ttft_s"]), float(kept["tpot_s"])) == (
+        113.21903072384885 / 1e3, 10.087015543504094 / 1e3)
+
+
+def _convert(tmp_path: Path, lines: list[str]):  # type: ignore[no-untyped-def]
+    source = tmp_path / "silicon_sample.csv"
+    source.write_text(HEADER + "".join(lines), encoding="utf-8")
+    return converters()["aiconfigurator"](source, Options())
+
+
+def _line(name: str, ttft: str, tpot: str, *, clients: int = 4) -> str:
+    return (f"{name},db; silicon_concurrency={clients},vllm,0.19.0,Qwen/Qwen3-32B,"
+            f"h100_sxm,fp8,agg,1024,1024,fp8,,4,2,1,1,1,1,{ttft},{tpot}\n")
+
+
+def test_repeats_are_dropped_and_counted_and_close_runs_kept(tmp_path: Path) -> None:
+    """A bit-identical copy, a copy differing in the last printed digit and a 2-decimal
+    copy (even one listed first) are dropped, the full-precision row kept under its id; a
+    run 0.08 % away and a run at other clients stay."""
+    converted = _convert(tmp_path, [
+        _line("rounded", "163.73", "7.42"),
+        _line("full", "163.72509357752278", "7.423259694292521"),
+        _line("identical", "163.72509357752278", "7.423259694292521"),
+        _line("digit", "163.7250935775228", "7.423259694292522"),
+        _line("close", "163.86", "7.43"),
+        _line("other_load", "163.72509357752278", "7.423259694292521", clients=8)])
+    assert [r["id"] for r in converted.rows] == ["full", "close", "other_load"]
+    note = next(n for n in converted.notes if "repeats" in n)
+    assert note.startswith("3 of the 6 aggregated row(s) dropped as repeats")
+    assert "1 bit-identical, 1 to the last printed digit, 1 rounded to 2 decimals" in note
