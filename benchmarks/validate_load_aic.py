@@ -14,7 +14,9 @@ Predicts every row of the shipped measurement CSV
 rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``energylens
 validate measurements --json`` (``--silicon``: convert a raw ``silicon_sample.csv`` first
 with ``energylens measurements convert aiconfigurator``; ``--json``: read a saved result)
-and prints MAPE per (engine, GPU), with the rows left out and why.
+and prints MAPE per (engine, GPU), with the rows left out and why, and apart the rows whose
+predicted run a full KV cache decided and the rows of runs the source marks work in
+progress (``wip`` true: kept in every other line too).
 
 ``--prefill-ratio`` (the TTFT diagnosis of docs/load.md): each row's measured TTFT over
 the model's TTFT of one request alone (the static-batch kind, batch 1, same deployment),
@@ -270,9 +272,11 @@ def prompt_load(rows: Path) -> None:
 
 
 def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, source: Path,
-                   kv_limited: dict[str, list[float]]) -> None:
+                   kv_limited: dict[str, list[float]],
+                   wip: dict[str, list[float]] | None = None) -> None:
     """The MAPE (a share) of TTFT and TPOT per (engine, GPU), per engine, over all rows and
-    over the rows whose prediction the KV cache decided (``kv_limited``: a row's ``note``),
+    over the rows whose prediction the KV cache decided (``kv_limited``: a row's ``note``)
+    and over the rows of work-in-progress runs (``wip``: the converter's ``wip`` column),
     as the YAML file ``expected_error`` reads (GPU names as ``energylens gpus`` lists them)."""
     import datetime
     import hashlib
@@ -310,6 +314,8 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
     if kv_limited:  # rows whose predicted run the KV cache decided (queued or preempted
         # requests): their TTFT hangs on a KV precision the rows do not record (docs/load.md)
         document["kv_limited"] = entry([kv_limited])
+    if wip:  # rows of runs the source marks work in progress (the converter's wip column)
+        document["wip"] = entry([wip])
     ACCURACY.parent.mkdir(parents=True, exist_ok=True)
     ACCURACY.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     print(f"wrote {ACCURACY}")
@@ -431,6 +437,68 @@ def engine_time_bound(result: dict[str, Any]) -> None:
               f"| {100 * _held_out(rows, 0):.1f} % | {100 * _held_out(rows, 1):.1f} % |")
 
 
+_Errors = dict[tuple[str, str], dict[str, list[float]]]
+
+
+def _is_wip(measured: dict[str, Any]) -> bool:
+    """Whether a row is of a run its source marks work in progress (the converter's ``wip``
+    column, ``true``)."""
+    return str(measured.get("wip", "")).strip().lower() == "true"
+
+
+def row_errors(result: dict[str, Any]) -> tuple[_Errors, dict[str, list[float]],
+                                                 dict[str, list[float]], Counter[str]]:
+    """Absolute and signed TTFT and TPOT errors (%) per (engine, GPU) of a ``validate
+    measurements --json`` result; the absolute ones of the rows a full KV cache decided
+    (a ``note``) and of the rows of work-in-progress runs (``wip`` true) apart; and the
+    rows left out, by reason."""
+    errors: _Errors = defaultdict(lambda: defaultdict(list))
+    kv_limited: dict[str, list[float]] = defaultdict(list)
+    wip: dict[str, list[float]] = defaultdict(list)
+    left_out: Counter[str] = Counter()
+    for row in result["rows"]:
+        measured, predicted = row["input"], row["predicted"]
+        if not predicted:
+            left_out[str(row.get("error") or "no prediction").split(";")[0][:70]] += 1
+            continue
+        group = errors[(measured["runtime"], measured["gpu"])]
+        for metric in ("ttft_s", "tpot_s"):
+            error = abs(predicted[metric] / measured[metric] - 1) * 100
+            group[metric].append(error)
+            group[f"{metric}_signed"].append((predicted[metric] / measured[metric] - 1) * 100)
+            if row.get("note"):
+                kv_limited[metric].append(error)
+            if _is_wip(measured):
+                wip[metric].append(error)
+    return errors, kv_limited, wip, left_out
+
+
+def error_table(errors: _Errors, *, kv_limited: dict[str, list[float]],
+                wip: dict[str, list[float]]) -> list[str]:
+    """Markdown: MAPE and median signed error per (engine, GPU), all rows, and the MAPE of
+    the rows a full KV cache decided and of the rows of work-in-progress runs."""
+    out = ["| engine | GPU | rows | TTFT MAPE | TTFT median error | TPOT MAPE | TPOT median error |",
+           "|---|---|---|---|---|---|---|"]
+    every: dict[str, list[float]] = defaultdict(list)
+    for (engine, gpu), group in sorted(errors.items()):
+        for metric in ("ttft_s", "tpot_s"):
+            every[metric] += group[metric]
+        out.append(f"| {engine} | {gpu} | {len(group['ttft_s'])} | "
+                   f"{statistics.mean(group['ttft_s']):.1f} % "
+                   f"| {statistics.median(group['ttft_s_signed']):+.1f} % "
+                   f"| {statistics.mean(group['tpot_s']):.1f} % "
+                   f"| {statistics.median(group['tpot_s_signed']):+.1f} % |")
+    if every:
+        out.append(f"| all | | {len(every['ttft_s'])} | {statistics.mean(every['ttft_s']):.1f} % | "
+                   f"| {statistics.mean(every['tpot_s']):.1f} % | |")
+    for name, rows in (("rows the KV cache decided", kv_limited),
+                       ("rows of work-in-progress runs", wip)):
+        if rows:
+            out.append(f"| {name} | | {len(rows['ttft_s'])} | {statistics.mean(rows['ttft_s']):.1f} % "
+                       f"| | {statistics.mean(rows['tpot_s']):.1f} % | |")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     source = parser.add_mutually_exclusive_group()
@@ -486,39 +554,10 @@ def main() -> None:
     if args.engine_time_bound:
         engine_time_bound(result)
         return
-    errors: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    kv_limited: dict[str, list[float]] = defaultdict(list)
-    left_out: Counter[str] = Counter()
-    for row in result["rows"]:  # type: ignore[index]
-        measured, predicted = row["input"], row["predicted"]
-        if not predicted:
-            left_out[str(row.get("error") or "no prediction").split(";")[0][:70]] += 1
-            continue
-        group = errors[(measured["runtime"], measured["gpu"])]
-        for metric in ("ttft_s", "tpot_s"):
-            group[metric].append(abs(predicted[metric] / measured[metric] - 1) * 100)
-            group[f"{metric}_signed"].append((predicted[metric] / measured[metric] - 1) * 100)
-            if row.get("note"):
-                kv_limited[metric].append(abs(predicted[metric] / measured[metric] - 1) * 100)
-    print("| engine | GPU | rows | TTFT MAPE | TTFT median error | TPOT MAPE | TPOT median error |")
-    print("|---|---|---|---|---|---|---|")
-    every: dict[str, list[float]] = defaultdict(list)
-    for (engine, gpu), group in sorted(errors.items()):
-        for metric in ("ttft_s", "tpot_s"):
-            every[metric] += group[metric]
-        print(f"| {engine} | {gpu} | {len(group['ttft_s'])} | {statistics.mean(group['ttft_s']):.1f} % "
-              f"| {statistics.median(group['ttft_s_signed']):+.1f} % "
-              f"| {statistics.mean(group['tpot_s']):.1f} % "
-              f"| {statistics.median(group['tpot_s_signed']):+.1f} % |")
-    if every:
-        print(f"| all | | {len(every['ttft_s'])} | {statistics.mean(every['ttft_s']):.1f} % | "
-              f"| {statistics.mean(every['tpot_s']):.1f} % | |")
-    if kv_limited:
-        print(f"| rows the KV cache decided | | {len(kv_limited['ttft_s'])} | "
-              f"{statistics.mean(kv_limited['ttft_s']):.1f} % | | "
-              f"{statistics.mean(kv_limited['tpot_s']):.1f} % | |")
+    errors, kv_limited, wip, left_out = row_errors(result)
+    print("\n".join(error_table(errors, kv_limited=kv_limited, wip=wip)))
     if args.write_accuracy:
-        write_accuracy(errors, source=args.silicon or args.rows, kv_limited=kv_limited)
+        write_accuracy(errors, source=args.silicon or args.rows, kv_limited=kv_limited, wip=wip)
     print("\nleft out:")
     for reason, count in left_out.most_common():
         print(f"- {count} rows: {reason}")

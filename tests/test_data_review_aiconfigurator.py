@@ -1,13 +1,16 @@
-"""AIConfigurator's converted rows: one row per measurement (repeats dropped)."""
+"""AIConfigurator's converted rows: one row per measurement (repeats dropped), and the rows
+of work-in-progress runs carried with ``wip`` true and scored apart."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 from energylens.measurements.convert import Options, converters
-from energylens.measurements.user_csv import KNOWN, METRICS
+from energylens.measurements.user_csv import KNOWN, METRICS, load_user_csv
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "data/measurements/aiconfigurator/silicon_sample_agg.csv"
@@ -45,8 +48,8 @@ def _convert(tmp_path: Path, lines: list[str]):  # type: ignore[no-untyped-def]
     return converters()["aiconfigurator"](source, Options())
 
 
-def _line(name: str, ttft: str, tpot: str, *, clients: int = 4) -> str:
-    return (f"{name},db; silicon_concurrency={clients},vllm,0.19.0,Qwen/Qwen3-32B,"
+def _line(name: str, ttft: str, tpot: str, *, clients: int = 4, wip: str = "False") -> str:
+    return (f"{name},db; silicon_concurrency={clients}; wip={wip},vllm,0.19.0,Qwen/Qwen3-32B,"
             f"h100_sxm,fp8,agg,1024,1024,fp8,,4,2,1,1,1,1,{ttft},{tpot}\n")
 
 
@@ -65,3 +68,52 @@ def test_repeats_are_dropped_and_counted_and_close_runs_kept(tmp_path: Path) -> 
     note = next(n for n in converted.notes if "repeats" in n)
     assert note.startswith("3 of the 6 aggregated row(s) dropped as repeats")
     assert "1 bit-identical, 1 to the last printed digit, 1 rounded to 2 decimals" in note
+
+
+def test_a_work_in_progress_run_carries_wip_and_is_never_dropped(tmp_path: Path) -> None:
+    converted = _convert(tmp_path, [_line("a", "100.5", "9.5", wip="True"),
+                                    _line("b", "100.5", "9.5", clients=8)])
+    assert [(r["id"], r["wip"]) for r in converted.rows] == [("a", "true"), ("b", "false")]
+    assert any(n.startswith("1 row(s) of runs marked wip=True") for n in converted.notes)
+    path = tmp_path / "aic.csv"
+    from energylens.measurements.convert import to_csv
+    path.write_text(to_csv(converted))
+    assert "wip" in load_user_csv(path).ignored  # carried, not read
+
+
+def test_the_shipped_rows_of_work_in_progress_runs_say_so() -> None:
+    """187 aggregated rows are marked wip=True (125 once repeats are dropped): MiniMax-M2.5
+    on vLLM (0.19.0 and a nightly, B200 and B300), Qwen3.5-397B on SGLang 0.5.9 and GLM-5
+    on SGLang nightly-dev (B300), Kimi-K2.5 on vLLM 0.17.0 (B300)."""
+    rows = _shipped()
+    flagged = [r for r in rows if r["wip"] == "true"]
+    assert len(flagged) == 125 and {r["wip"] for r in rows} == {"true", "false"}
+    assert all(("wip=True" in r["provenance"]) == (r["wip"] == "true") for r in rows)
+    assert "2026_03_25_minimax_m2_5_b300_sxm_vllm_fp8_agg_1024x1024_c16_tp4_0_ep1_0_1" in {
+        r["id"] for r in flagged}
+
+
+def _benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "validate_load_aic", REPO / "benchmarks" / "validate_load_aic.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_validate_load_aic_prints_the_work_in_progress_rows_apart() -> None:
+    bench = _benchmark()
+
+    def row(wip: str, ttft: float, tpot: float) -> dict:
+        return {"input": {"runtime": "vllm", "gpu": "b200_sxm", "ttft_s": 1.0, "tpot_s": 1.0,
+                          "wip": wip}, "predicted": {"ttft_s": ttft, "tpot_s": tpot}}
+
+    result = {"rows": [row("true", 1.5, 1.1), row("false", 1.1, 1.0), row("false", 0.9, 1.0),
+                       {"input": {"runtime": "vllm", "gpu": "b200_sxm", "wip": "true"},
+                        "predicted": {}, "error": "unsupported"}]}
+    errors, kv_limited, wip, left_out = bench.row_errors(result)
+    lines = bench.error_table(errors, kv_limited=kv_limited, wip=wip)
+    assert "| all | | 3 | 23.3 % | | 3.3 % | |" in lines
+    assert lines[-1] == "| rows of work-in-progress runs | | 1 | 50.0 % | | 10.0 % | |"
+    assert left_out == Counter({"unsupported": 1})

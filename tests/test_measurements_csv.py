@@ -280,7 +280,7 @@ def test_aiconfigurator_rows_keep_id_layout_and_concurrency(tmp_path: Path) -> N
     path = tmp_path / "aic.csv"
     path.write_text(to_csv(converted))
     measurements = load_user_csv(path)
-    assert measurements.ignored == ("id", "max_batch_size", "provenance")
+    assert measurements.ignored == ("id", "max_batch_size", "wip", "provenance")
     outcome = validate_measured(measurements, calibration=default_calibration()).rows[0]
     # attention_dp is read; 8 x 8 attention GPUs cannot hold an 8 x 1 MoE layer
     assert "ep x moe_tp = 8 != tp x attention_dp = 64" in (outcome.error or "")

@@ -90,12 +90,17 @@ published DeepSeek MTP recipe (``--speculative-num-steps 1 --speculative-eagle-t
 (1.50x at 4 clients, 1,024 / 8,192 tokens) admits, and the acceptance fitted on TensorRT-LLM's
 campaigns above (the same benchmark's random-token prompts): nothing fitted on these rows.
 
+Work in progress: rows whose provenance says ``wip=True`` (runs NVIDIA's database marks as
+work in progress; the source's SOURCES.md says to treat them with care) carry ``wip`` true,
+every other row ``wip`` false: a carried column (``validate`` ignores it), so that their
+error can be read apart (``benchmarks/validate_load_aic.py``). None is left out.
+
 Repeats: the dump holds many measurements more than once (the same run filed under two
 campaign names or two configuration numbers, or copied with its TTFT and TPOT rounded to
 2 decimals). A repeat would weight its configuration twice or three times in every error
 over the rows, so the converter writes one row per measurement: among rows whose every
 column the model reads (:data:`energylens.measurements.user_csv.KNOWN` less the metrics)
-agree, a row is a repeat of a row kept before it when its ``silicon_ttft_ms``
+and ``wip`` agree, a row is a repeat of a row kept before it when its ``silicon_ttft_ms``
 and ``silicon_tpot_ms`` are each bit-identical to the kept row's, or differ from them by
 less than :data:`SAME_NUMBER` (relative: the last printed digit of a mean the dump
 recomputed), or are both written with at most :data:`ROUNDED_DECIMALS` decimals and equal
@@ -155,14 +160,15 @@ MTP_ACCEPTANCE = 0.67
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 #: Requests per client in a run ("runs of 10 x concurrency requests": ../shared SOURCES.md).
 RUN_REQUESTS_PER_CLIENT = 10
+_WIP = re.compile(r"\bwip=True\b")
 #: Two TTFTs (TPOTs) of the same inputs closer than this (relative) are one number printed
 #: twice (module docstring): the pairs that differ at all differ by under 1e-14.
 SAME_NUMBER = 1e-12
 #: Decimals (ms) of a rounded copy of a measurement (module docstring).
 ROUNDED_DECIMALS = 2
-#: The columns of a converted row a prediction reads: rows repeat one another only where
-#: all of them agree.
-_INPUTS = tuple(k for k in KNOWN if k not in METRICS)
+#: The columns of a converted row a prediction reads, and ``wip``: rows repeat one another
+#: only where all of them agree.
+_INPUTS = (*(k for k in KNOWN if k not in METRICS), "wip")
 _Metrics = tuple[str, str]
 
 
@@ -375,6 +381,7 @@ def convert(path: Path, options: Options) -> Converted:
             "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
             "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
             "id": row["id"], "max_batch_size": row["batch_size"],
+            "wip": "true" if _WIP.search(row["silicon_data_source"]) else "false",
             "provenance": row["silicon_data_source"]}
         if _drafted(row, twins):
             converted["speculative_tokens"] = MTP_DRAFT_TOKENS[row["backend"]]
@@ -403,6 +410,7 @@ def convert(path: Path, options: Options) -> Converted:
             in_flight += 1
     read = len(out.rows)
     out.rows, repeats = drop_repeats(out.rows, metrics)
+    wip = sum(1 for converted in out.rows if converted["wip"] == "true")
     if skipped:
         out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "
                          "prefill and decode worker layouts")
@@ -441,8 +449,11 @@ def convert(path: Path, options: Options) -> Converted:
                          "repeats of another row's measurement (the same inputs and TTFT/TPOT: "
                          f"{repeats['identical']} bit-identical, {repeats['last digit']} to the "
                          f"last printed digit, {repeats['rounded']} rounded to "
-                         f"{ROUNDED_DECIMALS} decimals); the counts above are of the "
+                         f"{ROUNDED_DECIMALS} decimals); the other counts are of the "
                          f"{read} (see the converter's docstring)")
+    if wip:
+        out.notes.append(f"{wip} row(s) of runs marked wip=True (work in progress) of the "
+                         f"{len(out.rows)} written carry wip true: kept, to be read apart")
     if unstated:
         out.notes.append(f"{unstated} row(s) leave attention_dp_size, moe_tp_size or moe_ep_size "
                          "empty or 0: written empty (read as the defaults; num_gpus = tp_size x "
