@@ -15,15 +15,21 @@ attention, experts split N ways): every such row whose id names its layout says
 ``tpN_epN`` (125 of the 249; the others are named by a config number), and
 ``..._c4_tp8_ep8_954`` (``tp_size`` 64) repeats the TPOT and TTFT of
 ``..._c4_tp8_0_ep8_0_1252`` (``tp_size`` 8, ``moe_tp_size`` 1) to the last digit: the
-dump multiplied the expert split into ``tp_size``. The same multiplication shows in attention-DP
-rows, each the duplicate of a row that records the N-GPU layout with the same TTFT and
-TPOT to the last digit: TensorRT-LLM ``attention_dp_size`` N x N with ``moe_tp_size`` =
+dump multiplied the expert split into ``tp_size``. The same multiplication is read into
+attention-DP rows: TensorRT-LLM ``attention_dp_size`` N x N with ``moe_tp_size`` =
 ``moe_ep_size`` = N and ``tp_size`` 1 (``dsr1_b200_trtllm_fp4_agg_1024x8192_c256_cfg191``,
 64 = 8 x 8, repeats ``..._c256_tp8_0_ep8_0_1080``: attention DP 8, EP 8) is written as
 attention DP N, ``ep`` = N; vLLM ``tp_size`` = ``attention_dp_size`` = N with
 ``moe_ep_size`` N x N (``kimik2_5_b200_vllm_fp4_agg_8192x1024_c4_cfg635``, 4 x 4 with EP
-16, repeats ``kimi_k2_5_gap_analysis_..._8192x1024_c4_tp4_ep4_13``) as ``tp`` = ``ep`` =
-N without attention DP. Rows that record ``tp_size`` = ``moe_tp_size`` = N > 8 with
+16, repeats ``kimi_k2_5_gap_analysis_..._8192x1024_c4_tp4_ep4_13`` rounded) as ``tp`` =
+``ep`` = N without attention DP. The evidence is a twin that records the N-GPU layout (same
+engine, GPU, model, DeepSeek-R1 and -V3 taken as one, clients and lengths; TTFT and TPOT
+within 0.2 %): 103 of the 249 rows of the first kind have one (72 bit-identical), 23 of
+the 37 TensorRT-LLM attention-DP rows (19 bit-identical), 30 of the 97 vLLM ones (all
+Kimi-K2.5 on B200, twinned by 2-decimal gap-analysis rows; no MiniMax-M2.5 row, e.g.
+``minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734``). The rows without a twin are read
+the same way by assumption (data/measurements/SOURCES.md). Rows that record ``tp_size`` =
+``moe_tp_size`` = N > 8 with
 ``moe_ep_size`` 1 and no attention DP (55, all DeepSeek-R1 on GB200, TensorRT-LLM at N =
 12-64 and SGLang at 72) are written as attention DP N with ``ep`` = N (wide EP): read
 literally they cannot run (N = 12, 20, 24, 28, 36, 40, 48, 52 and 72 do not divide the
