@@ -358,12 +358,12 @@ def _check_plot(args: argparse.Namespace) -> None:
                           "pools)")
     from matplotlib.backend_bases import FigureCanvasBase
 
+    check_output(Path(args.plot), force=True, flag="--plot")  # a folder, an unwritable place
     kinds = FigureCanvasBase.get_supported_filetypes()
     suffix = Path(args.plot).suffix.lstrip(".").lower()
     if suffix not in kinds:
         raise ConfigError(f"--plot {args.plot}: {'.' + suffix if suffix else 'no suffix'} is no "
                           f"picture format; end it in .{', .'.join(sorted(kinds))}")
-    check_output(Path(args.plot), force=True, flag="--plot")
 
 
 def _print_fitting_split(args: argparse.Namespace, *, deployment: Deployment,
