@@ -41,14 +41,15 @@ def test_every_glm5_layer_has_the_indexer_and_deepseek_v3_none():
 
 
 def test_the_score_kernel_reads_every_cached_index_key_once_per_query():
-    """Decode, one sequence at 4,096 cached tokens: the bf16 index keys (128 per token)
-    are read once: 4,096 x 128 x 2 bytes, plus the query's 32 heads of 128 and the 4,096
-    scores written; every head scores every key (2 x 32 x 128 FLOPs a pair)."""
+    """Decode, one sequence at 4,096 cached tokens: the FP8 index keys (128 per token and
+    a 4-byte block scale) are read once: 4,096 x 132 bytes, plus the query's 32 FP8 heads
+    of 128 (132 bytes each) and the 4,096 scores written; every head scores every key (2 x
+    32 x 128 FLOPs a pair)."""
     constants = calibration_for_gpu(default_calibration(), H200).kernel(H200.name)
     cost = kernel_cost(kernel=_score_kernel(1), phase={"b": 1.0, "m": 1.0, "p": 4096.0},
                        window=None, gpu=H200, constants=constants,
                        clock=ClockState(ratio=1.0, dynamic_scale=1.0), weight_dtype="bf16")
-    assert float(cost.bytes) == pytest.approx(4096 * 128 * 2 + 32 * 128 * 2 + 4096 * 2)
+    assert float(cost.bytes) == pytest.approx(4096 * 132 + 32 * 132 + 4096 * 2)
     assert float(cost.flops) == pytest.approx(2 * 4096 * 32 * 128)
 
 

@@ -19,6 +19,7 @@ from energylens.cost.work import (
     DTYPE_BYTES,
     EMBEDDING_BYTES,
     Size,
+    activation_element_bytes,
     weight_dtype_of,
 )
 from energylens.hardware import GPU
@@ -106,7 +107,8 @@ def kv_bytes_per_token(*, group: LayerGroup, degrees: dict[str, int], kv_dtype: 
             for rank in op.output.ranks:
                 if rank not in ("b", "m"):
                     elements *= local[rank]
-            total += elements * DTYPE_BYTES[kv_dtype]
+            total += elements * activation_element_bytes(tensor=op.output, kv_dtype=kv_dtype,
+                                                         cache=True)
     return total
 
 

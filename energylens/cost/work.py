@@ -38,6 +38,13 @@ COMPUTE_DTYPE = {"mxfp4": "bf16",
                  "int4": "bf16",  # weight-only: dequantised in the GEMM, 16-bit activations
                  "nvfp4": "fp4"}  # FP4 tensor cores (bf16 where a GPU has none)
 KV_TENSORS = ("KC", "VC", "LC", "IC")  # GQA keys/values; MLA latent; DSA index keys
+#: DeepSeek Sparse Attention's index keys (the cache IC and the keys appended to it, IKC)
+#: and quantised index queries (IQ8): FP8 E4M3 with one fp32 scale per 128-element block
+#: whatever the KV cache's dtype (DeepSeek-V3.2's reference code, act_quant with block
+#: 128; vLLM's and SGLang's indexer caches store the keys so: 132 bytes a token of a
+#: 128-wide index head; recalled, not re-read here).
+FP8_BLOCK_TENSORS = ("IC", "IKC", "IQ8")
+FP8_BLOCK_BYTES = 1.0 + 4.0 / 128.0
 EXPERT_WEIGHT_RANK = "x"
 ACTIVE_EXPERTS = "x_active"  # size key: distinct experts whose weights are read
 
@@ -113,6 +120,8 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
 def activation_element_bytes(*, tensor: TensorRef, kv_dtype: str, cache: bool) -> float:
     """Bytes per element of non-weight ``tensor``: the KV dtype for the cache, the dtype
     of a quantised activation (:func:`quantised_tensor`), else bf16."""
+    if tensor.name in FP8_BLOCK_TENSORS:
+        return FP8_BLOCK_BYTES
     if cache or tensor.name in KV_TENSORS:
         return DTYPE_BYTES[kv_dtype]
     _, mark, dtype = tensor.name.partition(QUANTISED_MARK)
