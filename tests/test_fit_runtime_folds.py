@@ -55,3 +55,21 @@ def test_each_fold_refits_rounds_and_scales_on_the_other_models_only(
     report = fits.fits["llm-inference-bench/llama.cpp/H100-SXM"]["leave_one_model_out"]
     assert report["latency_s"]["n"] == len(ape) == len(rows)
     assert report["latency_s"]["mape"] == pytest.approx(sum(ape) / len(ape), abs=1e-5)
+
+
+def test_the_folds_on_two_processes_give_the_same_held_out_figure(tmp_path: Path) -> None:
+    """calibrate --jobs 2 runs a group's folds in forked processes: the same figure."""
+    truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
+                                               step_overhead_s=1.5e-3,
+                                               memory_efficiency_scale=0.6,
+                                               kv_bandwidth_scale=0.6)
+    grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-3-8b", 1), ("llama-2-70b", 4))
+            for b in (16, 64) for t in (128, 512)]
+    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+                      grid=grid)
+    reports = []
+    for jobs in (1, 2):
+        fits = RuntimeFits()
+        fit_bench(files=[path], base=default_calibration(), fits=fits, jobs=jobs)
+        reports.append(fits.fits["llm-inference-bench/llama.cpp/H100-SXM"]["leave_one_model_out"])
+    assert reports[0] == reports[1] and reports[0]["latency_s"]["n"] > 0

@@ -453,9 +453,10 @@ def _bench_fit(rows: list[BenchRow], *, base: Calibration, target: str, gpu: str
 
 
 def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
-              log: Callable[[str], None] = lambda _: None) -> None:
+              log: Callable[[str], None] = lambda _: None, jobs: int = 1) -> None:
     """Engine overheads (and effective kernel scales where no table exists) per (runtime,
-    GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``."""
+    GPU) from LLM-Inference-Bench, on top of ``base`` and the scales already in ``fits``;
+    each group's leave-one-model-out folds on ``jobs`` processes."""
     groups = _screened_groups(files, log=log)
     tables = {key: dict(values) for key, values in fits.values.items()}  # before any bench fit
     for (runtime, gpu), rows in sorted(groups.items()):
@@ -502,7 +503,7 @@ def fit_bench(*, files: list[Path], base: Calibration, fits: RuntimeFits,
         held = _leave_one_model_out(
             rows, scored=[r for r, _ in _latency(rows, found.calibration)],
             fit=partial(_bench_fit, base=base, target=target, gpu=gpu, scales=scales,
-                        wanted=wanted, shares=(0.0,) if same else shares))
+                        wanted=wanted, shares=(0.0,) if same else shares), jobs=jobs)
         if held is not None:
             report["leave_one_model_out"] = {"latency_s": held.as_dict()}
         log(f"runtime {runtime} {gpu}: " + ", ".join(f"{k} {v:.4g}" for k, v in values_out.items())
@@ -622,18 +623,28 @@ def _latency_report(*, rows: list[BenchRow], calibration: Calibration, fit_id: s
 
 
 def _leave_one_model_out(rows: list[BenchRow], *, scored: list[BenchRow],
-                         fit: Callable[[list[BenchRow]], _BenchFit | None]
+                         fit: Callable[[list[BenchRow]], _BenchFit | None], jobs: int = 1,
                          ) -> ErrorStats | None:
     """Held-out latency error: per model, the whole fit (``fit``: rounds, share, overheads)
-    run on the other models' ``rows``, and this model's ``scored`` rows predicted with its
-    calibration as the in-sample figure predicts them. A model whose fold has too few
-    rows to fit, or whose row the fold cannot price, is not counted."""
+    run on the other models' ``rows`` (the folds on ``jobs`` forked processes), and this
+    model's ``scored`` rows predicted with its calibration as the in-sample figure
+    predicts them. A model whose fold has too few rows to fit, or whose row the fold
+    cannot price, is not counted."""
     models = sorted({r.model for r in scored})
     if len(models) < 2:
         return None
+    training = [[r for r in rows if r.model != model] for model in models]
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            folds = list(pool.map(fit, training))
+    else:
+        folds = [fit(train) for train in training]
     predicted, measured = [], []
-    for model in models:
-        found = fit([r for r in rows if r.model != model])
+    for model, found in zip(models, folds, strict=True):
         if found is None:
             continue
         for row in (r for r in scored if r.model == model):
@@ -723,13 +734,15 @@ def apply_fits(*, fits: RuntimeFits, runtimes: dict[str, RuntimeConstants],
 
 
 def fit_runtimes(*, aiconfigurator: list[Path], llm_inference_bench: list[Path],
-                 base: Calibration, log: Callable[[str], None] = lambda _: None) -> RuntimeFits:
-    """Every (runtime, GPU) fit the two sources allow (kernel scales first)."""
+                 base: Calibration, log: Callable[[str], None] = lambda _: None,
+                 jobs: int = 1) -> RuntimeFits:
+    """Every (runtime, GPU) fit the two sources allow (kernel scales first); the bench's
+    held-out folds on ``jobs`` processes."""
     fits = RuntimeFits()
     if aiconfigurator:
         fit_aic_scales(files=aiconfigurator, fits=fits, log=log)
     if llm_inference_bench:
-        fit_bench(files=llm_inference_bench, base=base, fits=fits, log=log)
+        fit_bench(files=llm_inference_bench, base=base, fits=fits, log=log, jobs=jobs)
     return fits
 
 

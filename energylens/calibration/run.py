@@ -347,7 +347,8 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     if data.runtime_kernels or data.llm_inference_bench:  # other serving runtimes
         base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
         found = fit_runtimes(aiconfigurator=data.runtime_kernels,
-                             llm_inference_bench=data.llm_inference_bench, base=base, log=log)
+                             llm_inference_bench=data.llm_inference_bench, base=base, log=log,
+                             jobs=jobs)
         apply_fits(fits=found, runtimes=runtimes, prov=prov)
         fits.update(found.fits)
     borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
