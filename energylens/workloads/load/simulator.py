@@ -7,14 +7,15 @@ waiting prompts their share of the step's token budget (chunked prefill); at mos
 step's tokens do not fit, the last admitted request is preempted (its cache freed, its
 prompt and generated tokens recomputed later, ahead of the queue). A prompt's last chunk
 yields its first token. The runtime's ``prefill_scheduling`` varies how prompts enter
-steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a waiting prompt only when all
-of it fits the step's remaining budget, else it waits for a step with room (no chunking; a
-prompt longer than the whole budget is chunked, the step's only prompt); ``prefill-first``
-runs a step of prompts alone whenever there are any to prefill, and the decodes wait for
-it. Iterations that only decode, with no arrival or
-completion due, are advanced together (their number is known), so the cost is per event,
-not per token. A workload's shared prompt prefix is held once in the pool and never
-computed: each prompt's first chunk starts after it (prefix caching, warm).
+steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a second or later prompt into a
+step only when all of it fits the remaining budget, while the step's first prompt takes
+whatever budget the decodes leave (chunked context: TensorRT-LLM's runs at 8,192-token
+prompts beside hundreds of decodes admit them); ``prefill-first`` runs a step of prompts
+alone whenever there are any to prefill, and the decodes wait for it. Iterations that
+only decode, with no arrival or completion due, are advanced together (their number is
+known), so the cost is per event, not per token. A workload's shared prompt prefix is
+held once in the pool and never computed: each prompt's first chunk starts after it
+(prefix caching, warm).
 """
 
 from __future__ import annotations
@@ -278,11 +279,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
         while waiting and budget > 0 and len(running) < cap:
             r = waiting[0]
             cached = max(computed[r], shared[r])  # the shared prefix is in the cache
-            rest = target[r] - cached
-            n = min(rest, budget)
-            # mixed-whole splits only a prompt longer than the whole budget, and that alone
-            if n <= 0 or room - half_block < n or (
-                    whole and n < rest and (chunks or rest <= budget_max)):
+            n = min(target[r] - cached, budget)
+            if n <= 0 or room - half_block < n or (whole and n < target[r] - cached and chunks):
                 break  # n 0: a prompt cached elsewhere waits above for its cache to fit
             waiting.popleft()
             if math.isnan(admitted[r]):
