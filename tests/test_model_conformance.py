@@ -131,17 +131,18 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
                         pp=1, weight_dtype=model.weight_dtype, kv_dtype="bf16", sequences=1,
                         context_tokens=1)
     assert memory.kv_cache_bytes > 0
+    index_bytes = 0.0  # a sparse-attention indexer's key: FP8 + a scale per 128 (or none)
     if model.mla is not None:  # one latent (plus its RoPE part) shared by all heads
         per_layer = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
-        per_layer += model.mla.index_head_dim  # a sparse-attention indexer's key (or 0)
+        index_bytes = model.mla.index_head_dim * (1 + 4 / 128)
     else:  # K and V of every KV head
         per_layer = 2 * model.num_kv_heads * model.head_dim
     hybrid = model.hybrid
     kv_layers = model.num_layers if hybrid is None else hybrid.count("*")  # attention only
-    expected = kv_layers * per_layer
+    expected = kv_layers * (per_layer * ACTIVATION_BYTES + index_bytes)
     if model.kv_heads_per_layer is not None:  # each layer its own KV heads
-        expected = 2 * sum(model.kv_heads_per_layer) * model.head_dim
-    assert memory.kv_cache_bytes == pytest.approx(expected * ACTIVATION_BYTES)
+        expected = 2 * sum(model.kv_heads_per_layer) * model.head_dim * ACTIVATION_BYTES
+    assert memory.kv_cache_bytes == pytest.approx(expected)
     state = 0.0
     if hybrid is not None:  # per Mamba-2 block: the SSM state and w-1 convolution inputs
         inner = hybrid.ssm_heads * hybrid.ssm_head_dim

@@ -359,14 +359,18 @@ def _load_rows() -> list[str]:
         rows.append(("all", "all", table["all"]))
     if isinstance(table.get("kv_limited"), dict):  # a subset of the rows above
         rows.append(("rows a full KV cache decided in the model", "all", table["kv_limited"]))
+    if isinstance(table.get("wip"), dict):  # likewise
+        rows.append(("rows of work-in-progress runs (wip=True)", "all", table["wip"]))
     for engine, gpu, g in rows:
         lines.append(f"| {engine} | {gpu} | {g['rows']} | {_pct(g['ttft_s'])} | "
                      f"{met(g['ttft_s'], 'ttft_s')} | {_pct(g['tpot_s'])} | "
                      f"{met(g['tpot_s'], 'tpot_s')} |")
     if isinstance(table.get("kv_limited"), dict):
-        lines += ["", "The last line is the rows whose predicted run queued or preempted requests "
-                  "for want of KV space (their KV precision is not recorded; docs/load.md); "
-                  "`energylens predict` quotes it for a load run of that kind."]
+        lines += ["", "The rows a full KV cache decided are those whose predicted run queued or "
+                  "preempted requests for want of KV space (their KV precision is not recorded; "
+                  "docs/load.md); `energylens predict` quotes them for a load run of that kind. "
+                  "The work-in-progress rows are the runs AIConfigurator's file marks wip=True "
+                  "(kept in every figure above, shown apart)."]
     return lines
 
 
