@@ -14,16 +14,22 @@ from energylens.calibration.file import default_calibration
 from energylens.calibration.fit_runtime import RuntimeFits, _priced, fit_bench
 
 
-def test_each_fold_refits_rounds_and_scales_on_the_other_models_only(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _three_models(tmp_path: Path) -> Path:
+    """A bench file of llama.cpp rows on H100 generated from known overheads and scales:
+    three models, two batches, two output lengths."""
     truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
                                                step_overhead_s=1.5e-3,
                                                memory_efficiency_scale=0.6,
                                                kv_bandwidth_scale=0.6)
     grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-3-8b", 1), ("llama-2-70b", 4))
             for b in (16, 64) for t in (128, 512)]
-    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
+    return _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
                       grid=grid)
+
+
+def test_each_fold_refits_rounds_and_scales_on_the_other_models_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _three_models(tmp_path)
     calls: list[tuple[set[str], object]] = []
     real = fit_runtime._bench_fit
 
@@ -59,14 +65,7 @@ def test_each_fold_refits_rounds_and_scales_on_the_other_models_only(
 
 def test_the_folds_on_two_processes_give_the_same_held_out_figure(tmp_path: Path) -> None:
     """calibrate --jobs 2 runs a group's folds in forked processes: the same figure."""
-    truth = default_calibration().with_runtime(runtime="llama.cpp", gpu="H100-SXM",
-                                               step_overhead_s=1.5e-3,
-                                               memory_efficiency_scale=0.6,
-                                               kv_bandwidth_scale=0.6)
-    grid = [(m, g, b, t) for m, g in (("llama-2-7b", 1), ("llama-3-8b", 1), ("llama-2-70b", 4))
-            for b in (16, 64) for t in (128, 512)]
-    path = _generated(tmp_path, framework="llama.cpp", runtime="llama.cpp", truth=truth,
-                      grid=grid)
+    path = _three_models(tmp_path)
     reports = []
     for jobs in (1, 2):
         fits = RuntimeFits()

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from energylens.calibration.fitting import ErrorStats
+from energylens.calibration.fitting import ErrorStats, map_forked
 from energylens.calibration.transfer import lending_relatives
 from energylens.cost.constants import Calibration, RuntimeConstants, runtime_key
 from energylens.deployment import Deployment
@@ -633,16 +633,8 @@ def _leave_one_model_out(rows: list[BenchRow], *, scored: list[BenchRow],
     models = sorted({r.model for r in scored})
     if len(models) < 2:
         return None
-    training = [[r for r in rows if r.model != model] for model in models]
-    if jobs > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            folds = list(pool.map(fit, training))
-    else:
-        folds = [fit(train) for train in training]
+    folds = map_forked(fit, [[r for r in rows if r.model != model] for model in models],
+                       jobs=jobs)
     predicted, measured = [], []
     for model, found in zip(models, folds, strict=True):
         if found is None:

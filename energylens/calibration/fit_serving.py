@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from energylens.calibration.fitting import ErrorStats, FitResult, Param, fit_bounded, log_residual
+from energylens.calibration.fitting import (
+    ErrorStats,
+    FitResult,
+    Param,
+    fit_bounded,
+    log_residual,
+    map_forked,
+)
 from energylens.cost.constants import Calibration
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import load_measurements
@@ -254,15 +261,7 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
         warm = tuple(Param(p.name, values[p.name], p.low, p.high, p.log) for p in params)
         tasks = [([r for r in rows if r.model != m], [r for r in rows if r.model == m], gpu, base,
                   warm, max(max_nfev // 3, 5)) for m in models]
-        if jobs > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-                outputs = list(pool.map(_fold, tasks))
-        else:
-            outputs = [_fold(t) for t in tasks]
+        outputs = map_forked(_fold, tasks, jobs=jobs)
         for task, pred in zip(tasks, outputs, strict=True):
             held["rows"] += task[1]
             held["predicted"] += pred

@@ -49,6 +49,7 @@ from energylens.calibration.fit_serving import (
     serving_params,
     serving_rows,
 )
+from energylens.calibration.fitting import map_forked
 from energylens.calibration.transfer import borrowed_calibration
 from energylens.cost.constants import Calibration
 from energylens.hardware import GPU, load_gpu
@@ -162,15 +163,7 @@ def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfe
     gpu = load_gpu(gpu_name).name
     tasks = [(index, gpu, base, max_nfev, files, dict(borrowed or {}))
              for index in range(len(FOLDS))]
-    if jobs > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            entries = list(pool.map(_run_fold, tasks))
-    else:
-        entries = [_run_fold(task) for task in tasks]
+    entries = map_forked(_run_fold, tasks, jobs=jobs)
     return {f"{fold.regime}: {fold.name}": entry
             for fold, entry in zip(FOLDS, entries, strict=True)}
 

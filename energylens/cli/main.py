@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from energylens.cli.argtypes import positive_int
 from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console
@@ -55,16 +56,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"energylens: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _release(text: str) -> str:
     """A release number without a leading ``v`` (``v0.17.0`` -> ``0.17.0``)."""
     stripped = text.strip()
@@ -84,23 +75,23 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict energy and latency of one deployment")
     p.add_argument("--model", required=True, help="zoo name, HF repo id or a config.json path")
     p.add_argument("--gpu", required=True, help="GPU name (energylens gpus lists them)")
-    p.add_argument("--num-gpus", type=_positive_int, help="GPUs in all (default: tp*pp*ep*dp)")
+    p.add_argument("--num-gpus", type=positive_int, help="GPUs in all (default: tp*pp*ep*dp)")
     degrees = {"tp": "tensor", "pp": "pipeline", "ep": "expert", "dp": "data"}
     for name, what in degrees.items():
-        p.add_argument(f"--{name}", type=_positive_int, default=None if name == "dp" else 1,
+        p.add_argument(f"--{name}", type=positive_int, default=None if name == "dp" else 1,
                        help=f"{what}-parallel degree"
                             + (" (default: num_gpus / (tp*pp*ep))" if name == "dp" else ""))
-    p.add_argument("--attention-dp", type=_positive_int, default=1,
+    p.add_argument("--attention-dp", type=positive_int, default=1,
                    help="data-parallel attention ranks of a replica, the MoE layer over all "
                         "of them (tp is then the attention group: GPUs = tp*attention_dp*pp)")
-    p.add_argument("--moe-tp", type=_positive_int, default=None,
+    p.add_argument("--moe-tp", type=positive_int, default=None,
                    help="ways each expert is split (ep*moe_tp = tp*attention_dp; default: "
                         "the quotient)")
-    p.add_argument("--max-num-seqs", type=_positive_int, default=None,
+    p.add_argument("--max-num-seqs", type=positive_int, default=None,
                    help="running requests one scheduler admits, per attention rank (vLLM "
                         "--max-num-seqs, TensorRT-LLM --max_batch_size; default: the "
                         "runtime server's)")
-    p.add_argument("--prefill-chunk-tokens", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--prefill-chunk-tokens", type=positive_int, default=None, metavar="N",
                    help="prompt tokens per forward pass (vLLM --max-num-batched-tokens, SGLang "
                         "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp "
                         "--batch-size): a static batch's prompts run in passes of N, a load "
@@ -113,11 +104,11 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-acceptance", type=float, default=None, metavar="A",
                    help="probability each draft is kept once the ones before it were "
                         "(default 0.85: DeepSeek-V3's published MTP acceptance)")
-    p.add_argument("--batch", type=_positive_int, default=None,
+    p.add_argument("--batch", type=positive_int, default=None,
                    help="sequences per batch (default: 1)")
-    p.add_argument("--input-tokens", type=_positive_int, default=None,
+    p.add_argument("--input-tokens", type=positive_int, default=None,
                    help="prompt tokens per request (default: 512; a --trace sets its own)")
-    p.add_argument("--output-tokens", type=_positive_int, default=None,
+    p.add_argument("--output-tokens", type=positive_int, default=None,
                    help="generated tokens per request (default: 128; a --trace sets its own)")
     p.add_argument("--workload", choices=kind_names(), default="batch",
                    help="batch: one static batch; serving: continuous batching; load: "

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from energylens.cli.argtypes import positive_int
 from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
@@ -91,11 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--model", required=True,
                    help="zoo name, HF repo id or a config.json path")
     r.add_argument("--gpu", required=True, help="GPU name (energylens gpus lists them)")
-    r.add_argument("--num-gpus", type=_positive_int, help="GPUs in all (default: tp*pp*ep)")
+    r.add_argument("--num-gpus", type=positive_int, help="GPUs in all (default: tp*pp*ep)")
     for name, what in (("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
-        r.add_argument(f"--{name}", type=_positive_int, default=1,
+        r.add_argument(f"--{name}", type=positive_int, default=1,
                        help=f"{what}-parallel degree")
-    r.add_argument("--batch", type=_positive_int, default=32, help="sequences per batch")
+    r.add_argument("--batch", type=positive_int, default=32, help="sequences per batch")
     r.add_argument("--workload", choices=("batch", "serving"), default="batch",
                    help="batch: one static batch; serving: continuous batching")
     r.add_argument("--input-tokens", type=_int_list, default=None, metavar="N,N,...",
@@ -107,16 +108,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--calibration", help="calibration file (default: the shipped one)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(handler=_cmd_regress)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _int_list(text: str) -> tuple[int, ...]:
