@@ -4,10 +4,10 @@ of work-in-progress runs carried with ``wip`` true and scored apart."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
+
+from benchmark_scripts import load_benchmark
 
 from energylens.measurements.convert import Options, converters
 from energylens.measurements.user_csv import KNOWN, METRICS, load_user_csv
@@ -93,17 +93,8 @@ def test_the_shipped_rows_of_work_in_progress_runs_say_so() -> None:
         r["id"] for r in flagged}
 
 
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "validate_load_aic", REPO / "benchmarks" / "validate_load_aic.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_validate_load_aic_prints_the_work_in_progress_rows_apart() -> None:
-    bench = _benchmark()
+    bench = load_benchmark("validate_load_aic")
 
     def row(wip: str, ttft: float, tpot: float) -> dict:
         return {"input": {"runtime": "vllm", "gpu": "b200_sxm", "ttft_s": 1.0, "tpot_s": 1.0,

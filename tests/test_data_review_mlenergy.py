@@ -4,9 +4,10 @@ of the folder, as the fits do (every task file together)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
+
+from benchmark_scripts import load_benchmark
 
 from energylens.measurements.convert import Options, converters
 
@@ -52,11 +53,6 @@ def test_a_file_alone_or_with_named_files_is_screened_against_those(tmp_path: Pa
 
 
 def test_validate_mlenergy_itl_leaves_the_screened_gpqa_run_out() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "validate_mlenergy_itl", REPO / "benchmarks" / "validate_mlenergy_itl.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = module.load_rows(TASKS / "gpqa.json", length_cv=0.0)
+    rows = load_benchmark("validate_mlenergy_itl").load_rows(TASKS / "gpqa.json", length_cv=0.0)
     assert rows[0]["screened"].startswith("host-bound: ")
     assert sum(1 for r in rows if r["screened"]) == 39

@@ -3,24 +3,12 @@ result was made with."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 
 from energylens.calibration.file import default_calibration
 from energylens.hardware import load_gpu
 from energylens.model.zoo import get_model
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "validate_load_aic.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("validate_load_aic", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _result(*, layer_s: float) -> dict:
@@ -46,7 +34,7 @@ def _result(*, layer_s: float) -> dict:
 
 
 def test_the_bound_recovers_a_per_tp_layer_time_in_sample_and_held_out() -> None:
-    script = _script()
+    script = load_benchmark("validate_load_aic")
     result = _result(layer_s=15e-6)
     rows = script._engine_rows(result, "vllm")
     mape, (step, sequence, layer) = script._best_shift([r[2] for r in rows])
@@ -58,6 +46,6 @@ def test_the_bound_recovers_a_per_tp_layer_time_in_sample_and_held_out() -> None
 
 def test_an_engine_time_the_grid_cannot_reach_leaves_an_error() -> None:
     """37 us per layer lies between the grid's 35 and 40 us: the bound is above zero."""
-    script = _script()
+    script = load_benchmark("validate_load_aic")
     rows = script._engine_rows(_result(layer_s=37e-6), "vllm")
     assert script._best_shift([r[2] for r in rows])[0] > 0.0
