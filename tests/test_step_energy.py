@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from energylens.calibration.file import default_calibration
-from energylens.calibration.fit_serving import FLOP_SHARE, apply, fit_rows
+from energylens.calibration.fit_serving import FLOP_SHARE, apply, fit_rows, flop_share, materialise
 from energylens.calibration.fitting import Param
 from energylens.calibration.step_energy import StepEnergy, gpu_steps, step_folders
 from energylens.validation.steps import validate_steps
@@ -65,3 +65,22 @@ def test_a_fit_with_no_serving_row_is_driven_by_the_steps():
     after = steps.residuals(apply(base, "H100-SXM", values))
     assert values[FLOP_SHARE] > 0.1
     assert np.sqrt(np.mean(after**2)) < 0.8 * np.sqrt(np.mean(before**2))
+
+
+def test_flop_share_inverts_materialise():
+    base = default_calibration()
+    for gpu in ("H100-SXM", "B200"):
+        constants = materialise(base, gpu, {FLOP_SHARE: 0.6, "busy_power_w": 300.0})
+        assert abs(flop_share(base, gpu, constants) - 0.6) < 1e-12
+
+
+def test_a_fixed_variable_is_not_fitted_and_is_returned_as_given():
+    """A GPU without steps holds the share another GPU's steps fitted: the fit must keep it
+    exactly and still fit the rest (here the steps alone drive the busy power)."""
+    base = default_calibration()
+    steps = StepEnergy(folders=(H100_RUN,))
+    params = (Param(FLOP_SHARE, 0.5, 0.02, 0.95), Param("busy_power_w", 150.0, 0.0, 420.0))
+    values, _ = fit_rows([], gpu_name="H100-SXM", base=base, params=params, max_nfev=8,
+                         steps=steps, fixed={FLOP_SHARE: 0.3})
+    assert values[FLOP_SHARE] == 0.3
+    assert values["busy_power_w"] != 150.0
