@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from energylens.calibration.file import default_calibration
-from energylens.calibration.fit_serving import FLOP_SHARE, apply, fit_rows, flop_share, materialise
+from energylens.calibration.fit_serving import FLOP_SHARE, apply, fit_rows
 from energylens.calibration.fitting import Param
 from energylens.calibration.step_energy import StepEnergy, gpu_steps, step_folders
 from energylens.validation.steps import validate_steps
@@ -28,27 +28,33 @@ def test_discovery_keeps_step_runs_only_and_maps_them_to_their_board():
     assert gpu_steps(folders, "B200") is None  # no step measured on it: nothing added
 
 
-def test_residuals_are_the_log_energy_errors_of_validate_steps():
+def test_residuals_are_the_log_energy_errors_of_the_prompt_steps():
     calibration = default_calibration()
-    rows = validate_steps(path=H100_RUN, calibration=calibration).rows
+    rows = [r for r in validate_steps(path=H100_RUN, calibration=calibration).rows
+            if r.phase == "prefill"]
     expected = [np.log(r.predicted.energy_j / r.measured_energy_j) for r in rows]
     got = StepEnergy(folders=(H100_RUN,)).residuals(calibration)
-    assert len(rows) == 22 and np.allclose(got, expected)
+    assert len(rows) == 6 and np.allclose(got, expected)  # 3 prompt lengths x bf16, fp8
 
 
 def test_prompt_steps_identify_the_tensor_flop_energy():
     """A larger energy per tensor FLOP raises the compute-bound prompt steps' energy far
-    more than a one-sequence decode step's (which reads weights): the mechanism by which the
-    steps pin the constant the decode-heavy serving rows leave free."""
+    more than a one-sequence decode step's (which reads weights): why the prompt steps pin
+    the constant the decode-heavy serving rows leave free."""
     calibration = default_calibration()
     k = calibration.kernel("H100-SXM")
     raised = calibration.with_kernel("H100-SXM",
                                      energy_per_tensor_flop_j=10 * k.energy_per_tensor_flop_j)
-    steps = StepEnergy(folders=(H100_RUN,))
-    rows = validate_steps(path=H100_RUN, calibration=calibration).rows
-    rise = steps.residuals(raised) - steps.residuals(calibration)
-    prompt = [d for d, r in zip(rise, rows, strict=True) if r.phase == "prefill"]
-    lone = [d for d, r in zip(rise, rows, strict=True) if r.phase == "decode" and r.batch == 1]
+
+    def rise(phase: str, batch: int | None = None) -> list[float]:
+        before, after = (validate_steps(path=H100_RUN, calibration=c).rows
+                         for c in (calibration, raised))
+        return [np.log(a.predicted.energy_j / b.predicted.energy_j)
+                for b, a in zip(before, after, strict=True)
+                if b.phase == phase and (batch is None or b.batch == batch)]
+
+    prompt, lone = rise("prefill"), rise("decode", batch=1)
+    assert len(prompt) == 6 and len(lone) == 2
     assert min(prompt) > 0.0 and min(prompt) > 5 * max(lone)
 
 
@@ -66,21 +72,3 @@ def test_a_fit_with_no_serving_row_is_driven_by_the_steps():
     assert values[FLOP_SHARE] > 0.1
     assert np.sqrt(np.mean(after**2)) < 0.8 * np.sqrt(np.mean(before**2))
 
-
-def test_flop_share_inverts_materialise():
-    base = default_calibration()
-    for gpu in ("H100-SXM", "B200"):
-        constants = materialise(base, gpu, {FLOP_SHARE: 0.6, "busy_power_w": 300.0})
-        assert abs(flop_share(base, gpu, constants) - 0.6) < 1e-12
-
-
-def test_a_fixed_variable_is_not_fitted_and_is_returned_as_given():
-    """A GPU without steps holds the share another GPU's steps fitted: the fit must keep it
-    exactly and still fit the rest (here the steps alone drive the busy power)."""
-    base = default_calibration()
-    steps = StepEnergy(folders=(H100_RUN,))
-    params = (Param(FLOP_SHARE, 0.5, 0.02, 0.95), Param("busy_power_w", 150.0, 0.0, 420.0))
-    values, _ = fit_rows([], gpu_name="H100-SXM", base=base, params=params, max_nfev=8,
-                         steps=steps, fixed={FLOP_SHARE: 0.3})
-    assert values[FLOP_SHARE] == 0.3
-    assert values["busy_power_w"] != 150.0

@@ -137,17 +137,6 @@ def materialise(calibration: Calibration, gpu_name: str,
     return out
 
 
-def flop_share(calibration: Calibration, gpu_name: str, constants: dict[str, float]) -> float:
-    """Inverse of :func:`materialise`: the ``tensor_power_share`` of fitted constants (their
-    ``energy_per_tensor_flop_j`` and ``busy_power_w``) on ``gpu_name``."""
-    gpu = load_gpu(gpu_name)
-    k = calibration.kernel(gpu.name)
-    busy = constants.get("busy_power_w", k.busy_power_w)
-    headroom = max(gpu.tdp_w - k.static_power_w - busy, 1.0)
-    rate = gpu.peak_flops_per_s("bf16") * k.gemm_efficiency_max
-    return constants["energy_per_tensor_flop_j"] * rate / headroom
-
-
 def apply(calibration: Calibration, gpu_name: str, values: dict[str, float]) -> Calibration:
     """``calibration`` with fitted kernel (``name``), link (``link.<kind>.<name>``) and
     runtime (``runtime.<name>``, the rows' runtime on ``gpu_name``) values."""
@@ -222,38 +211,33 @@ def grouped_errors(rows: list[ServingRow],
 
 def fit_rows(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
              params: tuple[Param, ...], max_nfev: int, steps: StepEnergy | None = None,
-             fixed: dict[str, float] | None = None) -> tuple[dict[str, float], list[str]]:
+             ) -> tuple[dict[str, float], list[str]]:
     """Fit variables on ``rows`` (on top of ``base``), and on the energy of ``steps`` (this
-    project's engine-free steps of the GPU) where given; variables in ``fixed`` keep their
-    value there. Returns every variable's value and those that ended at a bound."""
-    held = dict(fixed or {})
-
+    project's engine-free steps of the GPU) where given; and those that ended at a bound."""
     def residuals(values: dict[str, float]) -> np.ndarray:
-        calibration = apply(base, gpu_name, {**values, **held})
+        calibration = apply(base, gpu_name, values)
         served = _residuals(rows, predict_rows(rows, calibration))
         return served if steps is None else np.concatenate([served, steps.residuals(calibration)])
 
-    values, _, at_bound = fit_bounded(params=[p for p in params if p.name not in held],
-                                      residuals=residuals, max_nfev=max_nfev)
-    return {**values, **held}, at_bound
+    values, _, at_bound = fit_bounded(params=params, residuals=residuals, max_nfev=max_nfev)
+    return values, at_bound
 
 
 def _fold(args: tuple) -> list[dict[str, float] | None]:
     """One leave-one-model-out fold (module level so a process pool can run it)."""
-    train, test, gpu, base, params, max_nfev, steps, fixed = args
+    train, test, gpu, base, params, max_nfev, steps = args
     values, _ = fit_rows(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev,
-                         steps=steps, fixed=fixed)
+                         steps=steps)
     return predict_rows(test, apply(base, gpu, values))
 
 
 def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
                 leave_out: bool = True, input_tokens: dict[str, float] | None = None,
                 max_nfev: int = 60, jobs: int = 1, steps: StepEnergy | None = None,
-                fixed: dict[str, float] | None = None) -> tuple[FitResult, dict[str, list]]:
+                ) -> tuple[FitResult, dict[str, list]]:
     """Fit engine overheads and power constants of ``gpu_name`` on the transformer rows of
     ML.ENERGY files (hybrid Mamba-2 rows are only predicted) and, where given, on the
-    energy of this project's engine-free steps of the GPU (``steps``: every fold keeps them);
-    variables in ``fixed`` (fit variable -> value) are not fitted.
+    energy of this project's engine-free steps of the GPU (``steps``: every fold keeps them).
 
     Leave-one-model-out folds start from the full fit (warm start, a third of the
     evaluation budget) and run on ``jobs`` processes.
@@ -273,7 +257,7 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
     rows = kept
     params = serving_params(gpu)
     values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev,
-                                steps=steps, fixed=fixed)
+                                steps=steps)
     fitted = apply(base, gpu, values)
     predicted = predict_rows(rows, fitted)
     rms = float(np.sqrt(np.mean(_residuals(rows, predicted) ** 2)))
@@ -284,7 +268,7 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
                        in_sample_groups=grouped_errors(rows, predicted), notes=notes)
     if steps is not None:
         stats = steps.error_stats(fitted)
-        notes.append(f"fitted with the energy of {stats.n} engine-free step(s) of this project "
+        notes.append(f"fitted with the energy of {stats.n} engine-free prompt step(s) of this project "
                      f"(in-sample energy MAPE {100 * stats.mape:.1f} %): they identify the "
                      "tensor FLOP energy the serving rows leave free")
     held: dict[str, list] = {"rows": [], "predicted": []}
@@ -292,7 +276,7 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
     if leave_out and len(models) > 1:
         warm = tuple(Param(p.name, values[p.name], p.low, p.high, p.log) for p in params)
         tasks = [([r for r in rows if r.model != m], [r for r in rows if r.model == m], gpu, base,
-                  warm, max(max_nfev // 3, 5), steps, fixed) for m in models]
+                  warm, max(max_nfev // 3, 5), steps) for m in models]
         outputs = map_forked(_fold, tasks, jobs=jobs)
         for task, pred in zip(tasks, outputs, strict=True):
             held["rows"] += task[1]

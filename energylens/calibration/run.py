@@ -49,11 +49,9 @@ from energylens.calibration.fit_runtime import (
 )
 from energylens.calibration.fit_scale_out import SCALE_OUT_PARAMS, fit_scale_out, read_nccl_tests
 from energylens.calibration.fit_serving import (
-    FLOP_SHARE,
     LINK_PREFIX,
     RUNTIME_PREFIX,
     fit_serving,
-    flop_share,
     serving_params,
 )
 from energylens.calibration.regimes import (
@@ -317,30 +315,12 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
         borrow_from_relatives(kernels=kernels, links=links, runtimes=runtimes, prov=prov)
         bases: dict[str, Calibration] = {}
         serving_values: dict[str, dict[str, float]] = {}
-        # GPUs with engine-free steps first: their steps identify the tensor share, which
-        # the others' serving rows leave free and take from them (held fixed in their fits)
-        steps_of = {gpu: gpu_steps(data.step_folders, gpu) for gpu in gpus}
-        fixed_of: dict[str, dict[str, float]] = {}
-        witnessed: dict[str, float] = {}
-        for gpu in sorted(gpus, key=lambda g: (steps_of[g] is None, g)):
+        for gpu in sorted(gpus):
             base = Calibration(kernels=dict(kernels), links=dict(links), runtimes=dict(runtimes))
             bases[gpu] = base
-            if steps_of[gpu] is None and witnessed:
-                source = min(witnessed)
-                fixed_of[gpu] = {FLOP_SHARE: witnessed[source]}
-            log(f"serving {gpu}: fitting {len(serving_params(gpu)) - len(fixed_of.get(gpu, {}))} "
-                "engine and power constants")
+            log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
             result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
-                                    leave_out=leave_out, jobs=jobs, steps=steps_of[gpu],
-                                    fixed=fixed_of.get(gpu))
-            if steps_of[gpu] is not None:
-                witnessed[gpu] = flop_share(base, gpu, result.values)
-            if gpu in fixed_of:
-                result.notes.append(
-                    f"{FLOP_SHARE} held at {fixed_of[gpu][FLOP_SHARE]:.4g}, {source}'s (fitted with "
-                    "its engine-free steps): this GPU's serving rows leave it free and it has no "
-                    "steps of its own (assumed: a GEMM at the fitted rate draws the same share "
-                    "of the board's power headroom)")
+                                    leave_out=leave_out, jobs=jobs, steps=gpu_steps(data.step_folders, gpu))
             fit_id = f"mlenergy/{gpu}"
             serving_values[gpu] = dict(result.values)
             fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_model_out")
@@ -385,7 +365,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
             folds = regime_folds(files=data.mlenergy, gpu_name=gpu, base=bases[gpu], jobs=jobs,
-                                 steps=steps_of[gpu], fixed=fixed_of.get(gpu),
+                                 steps=gpu_steps(data.step_folders, gpu),
                                  borrowed=_fitted_elsewhere(gpu, gpus=gpus, prov=prov,
                                                             calibration=calibration))
             spec = load_gpu(gpu)

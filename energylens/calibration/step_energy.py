@@ -1,4 +1,4 @@
-"""This project's engine-free step measurements as a second witness of the power constants.
+"""This project's engine-free prompt steps as a second witness of the power constants.
 
 ML.ENERGY's steady-state rows are mostly memory-bound decode: they do not tell the energy of
 a tensor FLOP from the busy power (on H100 the serving fit alone left the tensor share at
@@ -6,10 +6,13 @@ the bottom of its range, 0.02, with the objective flat up to 0.95: rms log error
 -> 0.0845). Whole forward steps measured under NVML on the same GPU
 (``benchmarks/gpu/measure_decode_step.py``: ``data/measurements/energylens-gpu/<gpu>/<run>/
 steps_<dtype>.csv``) do: their prompt steps are compute-bound and draw the board limit
-(680-710 W of H100's 700 W, clocks held down by the limit), their decode steps rise from
-~400 to ~660 W with the batch. The serving fit of a GPU with such files adds the log error
-of each priced step's energy to its residuals (:class:`StepEnergy`), so that both kinds of
-run identify the power constants; the steps' time does not depend on any serving constant.
+(680-710 W of H100's 700 W, clocks held down by the limit). The serving fit of a GPU with
+such files adds the log error of each priced prompt step's energy to its residuals
+(:class:`StepEnergy`). Only the prompt steps: the engine-free decode steps measure what the
+serving rows already identify, under other conditions (no engine: a batch-1 step draws 405
+W where the served ones ask for ~470 W, the engine's extra draw the busy power stands for,
+``docs/power.md``), so they would pull that compromise instead of adding what the serving
+rows lack. The steps' time does not depend on any serving constant.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from energylens.calibration.fitting import ErrorStats
 from energylens.cost.constants import Calibration
 from energylens.hardware import load_gpu
 from energylens.measurements.energylens_gpu import STEPS_NAME
+
+#: The steps' phase the witness reads (see the module docstring).
+PROMPT = "prefill"
 
 
 def step_folders(root: Path) -> list[Path]:
@@ -40,7 +46,7 @@ def gpu_steps(folders: list[Path], gpu: str) -> StepEnergy | None:
 
 @dataclass(frozen=True)
 class StepEnergy:
-    """The measured steps of some run folders, priced under a calibration."""
+    """The measured prompt steps of some run folders, priced under a calibration."""
 
     folders: tuple[Path, ...]
 
@@ -48,14 +54,15 @@ class StepEnergy:
         from energylens.validation.steps import validate_steps  # validation builds on calibration
 
         return np.array([row.errors["energy"] for folder in self.folders
-                         for row in validate_steps(path=folder, calibration=calibration).rows])
+                         for row in validate_steps(path=folder, calibration=calibration).rows
+                         if row.phase == PROMPT])
 
     def residuals(self, calibration: Calibration) -> np.ndarray:
-        """Log error (predicted / measured) of every priced step's energy."""
+        """Log error (predicted / measured) of every priced prompt step's energy."""
         return np.log1p(self._errors(calibration))
 
     def error_stats(self, calibration: Calibration) -> ErrorStats:
-        """MAPE and friends of the steps' energy under ``calibration``."""
+        """MAPE and friends of the prompt steps' energy under ``calibration``."""
         errors = self._errors(calibration)
         return ErrorStats.of(1.0 + errors, np.ones_like(errors))
 
