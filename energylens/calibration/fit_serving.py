@@ -29,7 +29,6 @@ from energylens.calibration.fitting import (
     log_residual,
     map_forked,
 )
-from energylens.calibration.step_energy import StepEnergy
 from energylens.cost.constants import Calibration
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import load_measurements
@@ -210,14 +209,10 @@ def grouped_errors(rows: list[ServingRow],
 
 
 def fit_rows(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
-             params: tuple[Param, ...], max_nfev: int, steps: StepEnergy | None = None,
-             ) -> tuple[dict[str, float], list[str]]:
-    """Fit variables on ``rows`` (on top of ``base``), and on the energy of ``steps`` (this
-    project's engine-free steps of the GPU) where given; and those that ended at a bound."""
+             params: tuple[Param, ...], max_nfev: int) -> tuple[dict[str, float], list[str]]:
+    """Fit variables on ``rows`` (on top of ``base``), and those that ended at a bound."""
     def residuals(values: dict[str, float]) -> np.ndarray:
-        calibration = apply(base, gpu_name, values)
-        served = _residuals(rows, predict_rows(rows, calibration))
-        return served if steps is None else np.concatenate([served, steps.residuals(calibration)])
+        return _residuals(rows, predict_rows(rows, apply(base, gpu_name, values)))
 
     values, _, at_bound = fit_bounded(params=params, residuals=residuals, max_nfev=max_nfev)
     return values, at_bound
@@ -225,19 +220,16 @@ def fit_rows(rows: list[ServingRow], *, gpu_name: str, base: Calibration,
 
 def _fold(args: tuple) -> list[dict[str, float] | None]:
     """One leave-one-model-out fold (module level so a process pool can run it)."""
-    train, test, gpu, base, params, max_nfev, steps = args
-    values, _ = fit_rows(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev,
-                         steps=steps)
+    train, test, gpu, base, params, max_nfev = args
+    values, _ = fit_rows(train, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
     return predict_rows(test, apply(base, gpu, values))
 
 
 def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
                 leave_out: bool = True, input_tokens: dict[str, float] | None = None,
-                max_nfev: int = 60, jobs: int = 1, steps: StepEnergy | None = None,
-                ) -> tuple[FitResult, dict[str, list]]:
+                max_nfev: int = 60, jobs: int = 1) -> tuple[FitResult, dict[str, list]]:
     """Fit engine overheads and power constants of ``gpu_name`` on the transformer rows of
-    ML.ENERGY files (hybrid Mamba-2 rows are only predicted) and, where given, on the
-    energy of this project's engine-free steps of the GPU (``steps``: every fold keeps them).
+    ML.ENERGY files (hybrid Mamba-2 rows are only predicted).
 
     Leave-one-model-out folds start from the full fit (warm start, a third of the
     evaluation budget) and run on ``jobs`` processes.
@@ -256,27 +248,19 @@ def fit_serving(*, files: list[Path], gpu_name: str, base: Calibration,
              f"data-parallel attention layouts never fitted"]
     rows = kept
     params = serving_params(gpu)
-    values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev,
-                                steps=steps)
-    fitted = apply(base, gpu, values)
-    predicted = predict_rows(rows, fitted)
+    values, at_bound = fit_rows(rows, gpu_name=gpu, base=base, params=params, max_nfev=max_nfev)
+    predicted = predict_rows(rows, apply(base, gpu, values))
     rms = float(np.sqrt(np.mean(_residuals(rows, predicted) ** 2)))
     result = FitResult(values=materialise(base, gpu, values), rms_log_residual=rms,
                        in_sample=errors(rows, predicted),
-                       fitted_on=[str(f) for f in [*files, *(steps.files() if steps else ())]],
-                       n_points=len(rows), at_bound=at_bound,
+                       fitted_on=[str(f) for f in files], n_points=len(rows), at_bound=at_bound,
                        in_sample_groups=grouped_errors(rows, predicted), notes=notes)
-    if steps is not None:
-        stats = steps.error_stats(fitted)
-        notes.append(f"fitted with the energy of {stats.n} engine-free prompt step(s) of this project "
-                     f"(in-sample energy MAPE {100 * stats.mape:.1f} %): they identify the "
-                     "tensor FLOP energy the serving rows leave free")
     held: dict[str, list] = {"rows": [], "predicted": []}
     models = sorted({r.model for r in rows})
     if leave_out and len(models) > 1:
         warm = tuple(Param(p.name, values[p.name], p.low, p.high, p.log) for p in params)
         tasks = [([r for r in rows if r.model != m], [r for r in rows if r.model == m], gpu, base,
-                  warm, max(max_nfev // 3, 5), steps) for m in models]
+                  warm, max(max_nfev // 3, 5)) for m in models]
         outputs = map_forked(_fold, tasks, jobs=jobs)
         for task, pred in zip(tasks, outputs, strict=True):
             held["rows"] += task[1]

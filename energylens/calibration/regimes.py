@@ -50,7 +50,6 @@ from energylens.calibration.fit_serving import (
     serving_rows,
 )
 from energylens.calibration.fitting import map_forked
-from energylens.calibration.step_energy import StepEnergy
 from energylens.calibration.transfer import borrowed_calibration
 from energylens.cost.constants import Calibration
 from energylens.hardware import GPU, load_gpu
@@ -122,11 +121,10 @@ def _test_report(rows: list[ServingRow], predicted: list[dict[str, float] | None
     return out
 
 
-def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, float],
-                          StepEnergy | None]) -> dict[str, Any]:
-    """Fold ``FOLDS[index]`` on ``gpu``'s rows (module level so a process pool can run it);
-    the GPU's engine-free steps, when it has some, stay in every fold's fit."""
-    index, gpu, base, max_nfev, files, borrowed, steps = args
+def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, float]]
+              ) -> dict[str, Any]:
+    """Fold ``FOLDS[index]`` on ``gpu``'s rows (module level so a process pool can run it)."""
+    index, gpu, base, max_nfev, files, borrowed = args
     fold = FOLDS[index]
     rows, _ = serving_rows(files=files, gpu_name=gpu)
     rows = [r for r, p in zip(rows, predict_rows(rows, base), strict=True) if p is not None]
@@ -148,7 +146,7 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, floa
         entry["borrowed"] = {EP_OVERHEAD: borrowed[EP_OVERHEAD]}
     if train and test:
         values, at_bound = fit_rows(train, gpu_name=gpu, base=base, params=params,
-                                    max_nfev=max_nfev, steps=steps)
+                                    max_nfev=max_nfev)
         entry["values"] = {k: float(f"{v:.6g}") for k, v in materialise(base, gpu, values).items()}
         if at_bound:
             entry["at_bound"] = sorted(at_bound)
@@ -157,14 +155,13 @@ def _run_fold(args: tuple[int, str, Calibration, int, list[Path], dict[str, floa
 
 
 def regime_folds(*, files: list[Path], gpu_name: str, base: Calibration, max_nfev: int = 60,
-                 jobs: int = 1, borrowed: dict[str, float] | None = None,
-                 steps: StepEnergy | None = None) -> dict[str, Any]:
+                 jobs: int = 1, borrowed: dict[str, float] | None = None) -> dict[str, Any]:
     """Every fold of :data:`FOLDS` on the ML.ENERGY rows of ``gpu_name``, on ``jobs``
     processes: per fold the row counts, the refitted values (each from its initial value,
     as the full fit; from ``borrowed``, fit variable -> another GPU's fitted value, where
     no training row identifies it) and the errors on the held-out rows, per metric."""
     gpu = load_gpu(gpu_name).name
-    tasks = [(index, gpu, base, max_nfev, files, dict(borrowed or {}), steps)
+    tasks = [(index, gpu, base, max_nfev, files, dict(borrowed or {}))
              for index in range(len(FOLDS))]
     entries = map_forked(_run_fold, tasks, jobs=jobs)
     return {f"{fold.regime}: {fold.name}": entry

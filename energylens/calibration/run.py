@@ -61,7 +61,6 @@ from energylens.calibration.regimes import (
     generation_fold,
     regime_folds,
 )
-from energylens.calibration.step_energy import StepEnergy, gpu_steps, step_folders
 from energylens.calibration.tables import (
     compare_measured_memory,
     compare_measured_power,
@@ -120,8 +119,6 @@ class CalibrationData:
     power_tables: list[Path] = field(default_factory=list)
     stream_tables: list[Path] = field(default_factory=list)  # energylens-gpu GEMM times
     elementwise_tables: list[Path] = field(default_factory=list)  # energylens-gpu small kernels
-    # energylens-gpu run folders of engine-free steps (the serving fit's power witness)
-    step_folders: list[Path] = field(default_factory=list)
 
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
@@ -131,8 +128,7 @@ class CalibrationData:
                        *self.moe_tables, *self.mla_prompt_tables, *self.mla_decode_tables,
                        *self.runtime_kernels,
                        *self.llm_inference_bench, *self.nccl_tests, *self.power_tables,
-                       *self.stream_tables, *self.elementwise_tables,
-                       *StepEnergy(folders=tuple(self.step_folders)).files()})
+                       *self.stream_tables, *self.elementwise_tables})
 
 
 def discover(root: Path) -> CalibrationData:
@@ -165,7 +161,6 @@ def discover(root: Path) -> CalibrationData:
         nccl_tests=sorted((root / "transcribed").glob("nccl_tests_allreduce_*.csv")),
         power_tables=sorted((root / "energylens-gpu").glob("*/*/power*.csv")),
         stream_tables=sorted((root / "energylens-gpu").glob("*/*/gemm.csv")),
-        step_folders=step_folders(root),
         elementwise_tables=sorted((root / "energylens-gpu").glob("*/*/elementwise.csv")),
     )
 
@@ -320,7 +315,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
             bases[gpu] = base
             log(f"serving {gpu}: fitting {len(serving_params(gpu))} engine and power constants")
             result, _ = fit_serving(files=data.mlenergy, gpu_name=gpu, base=base,
-                                    leave_out=leave_out, jobs=jobs, steps=gpu_steps(data.step_folders, gpu))
+                                    leave_out=leave_out, jobs=jobs)
             fit_id = f"mlenergy/{gpu}"
             serving_values[gpu] = dict(result.values)
             fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_model_out")
@@ -365,7 +360,6 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
         for gpu in sorted(gpus):
             log(f"serving {gpu}: leave-one-regime-out folds ({len(FOLDS)} refits)")
             folds = regime_folds(files=data.mlenergy, gpu_name=gpu, base=bases[gpu], jobs=jobs,
-                                 steps=gpu_steps(data.step_folders, gpu),
                                  borrowed=_fitted_elsewhere(gpu, gpus=gpus, prov=prov,
                                                             calibration=calibration))
             spec = load_gpu(gpu)
