@@ -383,6 +383,17 @@ def test_fp8_spellings_of_vllm_and_torch_are_fp8(tmp_path: Path) -> None:
         assert (deployment.weight_dtype, deployment.kv_dtype) == ("fp8", "fp8")
 
 
+def test_quantisation_method_names_are_their_weight_dtypes(tmp_path: Path) -> None:
+    """vLLM/TGI ``--quantization`` names read as the dtype they store: AWQ/GPTQ/Marlin are
+    4-bit weights (the int4 path: 16-bit activations), W8A8 8-bit integers."""
+    methods = {"awq": "int4", "AWQ_Marlin": "int4", "gptq": "int4", "gptq_marlin": "int4",
+               "w4a16": "int4", "w8a8": "int8", "fp8_dynamic": "fp8"}
+    path = _write(tmp_path, "model,gpu,num_gpus,dtype,input_tokens,output_tokens,ttft_s\n"
+                            + "".join(f"llama-3.1-8b,H100,1,{m},512,128,1\n" for m in methods))
+    got = [row_case(row).deployment.weight_dtype for row in load_user_csv(path).rows]
+    assert got == list(methods.values())
+
+
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, f"{HEADER},ep,moe_tp,concurrency,tpot_s\n"
                             "qwen3-30b-a3b,H100,4,4,vllm,batch,4,512,128,2,1,,0.02\n"

@@ -82,7 +82,12 @@ CARRIED = ("date",)
 #: Other spellings (vLLM's --dtype and --kv-cache-dtype, torch's names) -> ours.
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
            "fp8_e5m2": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
-           "fp8_block": "fp8", "fp4": "nvfp4"}
+           "fp8_block": "fp8", "fp8_dynamic": "fp8", "w8a8_fp8": "fp8", "fp4": "nvfp4",
+           # 4-bit weights with 16-bit activations (vLLM/TGI --quantization names)
+           "awq": "int4", "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4",
+           "marlin": "int4", "w4a16": "int4",
+           # 8-bit integer weights and activations (SmoothQuant-style W8A8)
+           "w8a8": "int8", "w8a8_int8": "int8"}
 
 #: ``attention_dp`` as SGLang's flag.
 _ON, _OFF = ("true", "yes"), ("false", "no")
