@@ -15,6 +15,7 @@ import yaml
 
 from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
+from energylens.cost.constants import runtime_key
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError
 from energylens.hardware import load_gpu
@@ -163,7 +164,7 @@ def test_unit_scales_leave_the_calibration_itself() -> None:
         unit = (c.gemm_efficiency_scale, c.attention_efficiency_scale,
                 c.memory_efficiency_scale, c.kv_bandwidth_scale,
                 c.expert_bandwidth_scale or c.memory_efficiency_scale) == (1.0,) * 5
-        if unit:
+        if unit and runtime_key(runtime=name, gpu="H100-SXM") in cal.runtimes:
             assert get_runtime(name).calibration_for(calibration=cal, gpu="H100-SXM") is cal
 
 
@@ -511,3 +512,25 @@ def test_an_mha_models_kv_reads_take_the_engines_mha_scale(model: str, mha: bool
     fallback = step_context(model=spec, gpu=gpu, deployment=Deployment(tp=8, runtime="trtllm"),
                             calibration=unset)
     assert fallback.constants.kv_bandwidth_efficiency == pytest.approx(shipped * 0.5)
+
+
+def test_a_runtime_the_calibration_lacks_takes_the_overheads_calibrate_would_write() -> None:
+    """A runtime added after the shipped calibration (no section of its own) predicts with
+    the priors ``energylens calibrate`` writes for it, never with no overheads: TGI takes
+    vLLM's overheads on the GPU (its ``prior_overheads_from``), and LMDeploy's shipped
+    section holds exactly what the same priors give."""
+    cal = default_calibration()
+    vllm = cal.runtime(runtime="vllm", gpu="H100-SXM")
+    assert runtime_key(runtime="tgi", gpu="H100-SXM") not in cal.runtimes
+    assert cal.runtime(runtime="tgi", gpu="H100-SXM").step_overhead_s == 0.0  # the hole
+    got = get_runtime("tgi").with_priors(calibration=cal, gpu="H100-SXM")
+    tgi = got.runtime(runtime="tgi", gpu="H100-SXM")
+    assert vllm.step_overhead_s > 0.0
+    assert (tgi.step_overhead_s, tgi.per_sequence_overhead_s) == (
+        vllm.step_overhead_s, vllm.per_sequence_overhead_s)
+    lmdeploy = get_runtime("lmdeploy")
+    assert lmdeploy.with_priors(calibration=cal, gpu="H100-SXM") is cal  # has its section
+    priors = lmdeploy.prior_overheads(gpu="H100-SXM", runtimes=dict(cal.runtimes))
+    shipped = cal.runtime(runtime="lmdeploy", gpu="H100-SXM")
+    for name, (value, _) in priors.items():
+        assert getattr(shipped, name) == pytest.approx(value, rel=1e-5), name

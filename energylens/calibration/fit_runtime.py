@@ -663,58 +663,32 @@ def _screened_groups(files: list[Path], *, log: Callable[[str], None],
 
 # --- priors -------------------------------------------------------------------------------
 
-#: A runtime's own small all-reduce: the constants of its measured kernel table.
-ALLREDUCE_CONSTANTS = ("allreduce_latency_s", "allreduce_latency_per_hop_s",
-                       "allreduce_bus_bandwidth_fraction")
-
 
 def fill_priors(*, runtimes: dict[str, RuntimeConstants],
                 prov: dict[str, dict[str, dict[str, Any]]]) -> None:
     """On every GPU the reference runtime (vLLM) has constants for and the runtime runs on,
     each other runtime's overheads that nothing identified (no fit, nothing borrowed) take
-    its profile's priors, or the overheads of its ``prior_overheads_from`` runtime on that
-    GPU, marked ``assumed`` with the profile's source; a runtime with its
-    own all-reduce but no measured table of it on a GPU takes vLLM's (one-/two-shot
-    NVLink peer-memory kernels alike; assumed). vLLM's own sections are left alone."""
+    what :meth:`~energylens.runtime.profile.RuntimeProfile.prior_overheads` gives (its
+    profile's priors, or its ``prior_overheads_from`` runtime's on that GPU; vLLM's own
+    all-reduce where it has one and no measured table), marked ``assumed`` with their
+    source. vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
                    if key.split("/", 1)[0] == AIC_REFERENCE})
     for runtime in runtime_names():
         if runtime == AIC_REFERENCE:
             continue
         profile = get_runtime(runtime)
-        priors = {"step_overhead_s": (profile.prior_step_overhead_s,
-                                      profile.provenance["prior_step_overhead_s"].source),
-                  "per_sequence_overhead_s": (profile.prior_per_sequence_overhead_s,
-                                              profile.provenance["prior_per_sequence_overhead_s"]
-                                              .source)}
-        lender = profile.prior_overheads_from
         for gpu in gpus:
             if load_gpu(gpu).vendor not in profile.gpu_vendors:
                 continue  # it does not run there (RuntimeProfile.check refuses it)
             key = runtime_key(runtime=runtime, gpu=gpu)
             own = prov.setdefault(f"runtimes/{key}", {})
-            changes = {name: value for name, (value, _) in priors.items() if name not in own}
-            notes = {name: f"prior of runtimes/{runtime}.yaml: {priors[name][1]}"
-                     for name in changes}
-            lent = runtimes.get(runtime_key(runtime=lender, gpu=gpu)) if lender else None
-            if lent is not None:
-                why = profile.provenance["prior_overheads_from"].source
-                for name in changes:
-                    changes[name] = getattr(lent, name)
-                    notes[name] = (f"{lender}'s on {gpu} (prior_overheads_from of "
-                                   f"runtimes/{runtime}.yaml: {why})")
-            reference = runtimes[runtime_key(runtime=AIC_REFERENCE, gpu=gpu)]
-            if (profile.custom_allreduce_max_bytes > 0 and reference.allreduce_latency_s > 0
-                    and not any(name in own for name in ALLREDUCE_CONSTANTS)):
-                for name in ALLREDUCE_CONSTANTS:
-                    changes[name] = getattr(reference, name)
-                    notes[name] = (f"no measured table of {runtime}'s own all-reduce on {gpu}: "
-                                   f"vLLM's on that GPU (assumed alike)")
-            for name in changes:  # written to 6 significant digits, as every fitted value
-                own[name] = {"value": float(f"{changes[name]:.6g}"), "kind": "assumed",
-                             "note": notes[name]}
+            changes = profile.prior_overheads(gpu=gpu, runtimes=runtimes, known=frozenset(own))
+            for name, (value, note) in changes.items():  # 6 significant digits, as fitted values
+                own[name] = {"value": float(f"{value:.6g}"), "kind": "assumed", "note": note}
             if changes:
-                runtimes[key] = replace(runtimes.get(key, RuntimeConstants()), **changes)
+                runtimes[key] = replace(runtimes.get(key, RuntimeConstants()),
+                                        **{name: value for name, (value, _) in changes.items()})
 
 
 def apply_fits(*, fits: RuntimeFits, runtimes: dict[str, RuntimeConstants],

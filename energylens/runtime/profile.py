@@ -125,6 +125,14 @@ LEGACY_SUFFIX = "@legacy"
 LEGACY_FIELDS = ("step_overhead_s", "per_sequence_overhead_s", "collective_sync_s",
                  "v1_kv_bandwidth_share")
 
+#: The runtime whose (fitted) sections lend a runtime without measurements its own
+#: all-reduce constants, and whose GPUs every other runtime gets priors on.
+REFERENCE_RUNTIME = "vllm"
+#: A runtime's own small all-reduce: the constants of its measured kernel table.
+ALLREDUCE_CONSTANTS = ("allreduce_latency_s", "allreduce_latency_per_hop_s",
+                       "allreduce_bus_bandwidth_fraction")
+
+
 #: Every fact of a profile and how its YAML value is read.
 _FACTS: dict[str, Callable[[Any], Any]] = {
     "version": str,
@@ -537,6 +545,7 @@ class RuntimeProfile:
         one (an earlier engine generation, fitted on its own measurements), and its unsplit
         decode attention (``paged_attention_v1_above``) where ``paged_decode`` (see
         :meth:`decodes_paged`)."""
+        calibration = self.with_priors(calibration=calibration, gpu=gpu)
         c = calibration.runtime(runtime=self.name, gpu=gpu)
         out = _scaled(calibration, gpu, c.gemm_efficiency_scale,
                       c.attention_efficiency_scale, c.memory_efficiency_scale,
@@ -560,6 +569,49 @@ class RuntimeProfile:
         if c.ep_moe_layer_overhead_s != 0.0 and since(self.ep_layer_overhead_until):
             out = _without(out, self.name, gpu, ("ep_moe_layer_overhead_s",))
         return out
+
+    def prior_overheads(self, *, gpu: str, runtimes: dict[str, RuntimeConstants],
+                        known: frozenset[str] = frozenset()) -> dict[str, tuple[float, str]]:
+        """What this runtime takes on ``gpu`` where nothing identified it (constants in
+        ``known`` are left out): constant -> (value, note). Its step and per-sequence
+        overheads are those of its ``prior_overheads_from`` runtime on the GPU where
+        ``runtimes`` has that section, else its profile's priors; with its own all-reduce
+        and no measured table of it, :data:`REFERENCE_RUNTIME`'s (one-/two-shot NVLink
+        peer-memory kernels alike). All assumed."""
+        out: dict[str, tuple[float, str]] = {}
+        for name in ("step_overhead_s", "per_sequence_overhead_s"):
+            if name not in known:
+                fact = f"prior_{name}"
+                out[name] = (getattr(self, fact), f"prior of runtimes/{self.name}.yaml: "
+                                                   f"{self.provenance[fact].source}")
+        lender = self.prior_overheads_from
+        lent = runtimes.get(runtime_key(runtime=lender, gpu=gpu)) if lender else None
+        if lent is not None:
+            why = self.provenance["prior_overheads_from"].source
+            for name in out:
+                out[name] = (getattr(lent, name), f"{lender}'s on {gpu} (prior_overheads_from "
+                                                  f"of runtimes/{self.name}.yaml: {why})")
+        reference = runtimes.get(runtime_key(runtime=REFERENCE_RUNTIME, gpu=gpu))
+        if (reference is not None and self.custom_allreduce_max_bytes > 0
+                and reference.allreduce_latency_s > 0
+                and not any(name in known for name in ALLREDUCE_CONSTANTS)):
+            for name in ALLREDUCE_CONSTANTS:
+                out[name] = (getattr(reference, name),
+                             f"no measured table of {self.name}'s own all-reduce on {gpu}: "
+                             f"{REFERENCE_RUNTIME}'s on that GPU (assumed alike)")
+        return out
+
+    def with_priors(self, *, calibration: Calibration, gpu: str) -> Calibration:
+        """``calibration`` itself where it has this runtime's section for ``gpu`` (or no
+        runtime section at all: the built-in defaults, chosen on purpose); else a copy with
+        the section ``energylens calibrate`` would write for it (:meth:`prior_overheads`),
+        so that a runtime added after the shipped calibration never runs with no overheads."""
+        if (self.name == REFERENCE_RUNTIME or not calibration.runtimes
+                or runtime_key(runtime=self.name, gpu=gpu) in calibration.runtimes):
+            return calibration
+        priors = self.prior_overheads(gpu=gpu, runtimes=dict(calibration.runtimes))
+        return calibration.with_runtime(runtime=self.name, gpu=gpu,
+                                        **{name: value for name, (value, _) in priors.items()})
 
     def fusions_at(self, *, version: str | None = None) -> frozenset[str]:
         """The fusions release ``version`` (None: the profile's) runs by default: the
