@@ -193,9 +193,11 @@ def test_borrowing_from_the_files_reproduces_the_shipped_calibration():
     fill_priors(runtimes=runtimes, prov=prov)  # then the runtime priors, as calibrate does
     expected = {key: {n: e for n, e in constants.items() if e["kind"] != "default"}
                 for key, constants in sections.items()}
-    # GPU files newer than the shipped calibration borrow at prediction time instead.
-    calibrated = set(doc["kernels"])
-    assert {k: v for k, v in prov.items() if _gpu_of(k) in calibrated} == {
+    # GPU files and runtime profiles newer than the shipped calibration borrow and take
+    # their priors at prediction time instead (require_constants, RuntimeProfile.with_priors).
+    calibrated, runtimes_then = set(doc["kernels"]), set(doc["runtimes"])
+    assert {k: v for k, v in prov.items() if _gpu_of(k) in calibrated
+            and (not k.startswith("runtimes/") or k.split("/")[1] in runtimes_then)} == {
         k: v for k, v in expected.items() if v}
 
 

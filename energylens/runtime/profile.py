@@ -126,7 +126,7 @@ LEGACY_FIELDS = ("step_overhead_s", "per_sequence_overhead_s", "collective_sync_
                  "v1_kv_bandwidth_share")
 
 #: The runtime whose (fitted) sections lend a runtime without measurements its own
-#: all-reduce constants, and whose GPUs every other runtime gets priors on.
+#: all-reduce constants (vLLM), and whose GPUs every other runtime gets priors on.
 REFERENCE_RUNTIME = "vllm"
 #: A runtime's own small all-reduce: the constants of its measured kernel table.
 ALLREDUCE_CONSTANTS = ("allreduce_latency_s", "allreduce_latency_per_hop_s",
@@ -598,7 +598,7 @@ class RuntimeProfile:
             for name in ALLREDUCE_CONSTANTS:
                 out[name] = (getattr(reference, name),
                              f"no measured table of {self.name}'s own all-reduce on {gpu}: "
-                             f"{REFERENCE_RUNTIME}'s on that GPU (assumed alike)")
+                             "vLLM's on that GPU (assumed alike)")
         return out
 
     def with_priors(self, *, calibration: Calibration, gpu: str) -> Calibration:
