@@ -13,6 +13,7 @@ import pytest
 
 from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
+from energylens.errors import MeasurementError
 from energylens.measurements import user_csv
 from energylens.measurements.convert import Converted, Options, converters, to_csv
 from energylens.measurements.user_csv import load_user_csv, row_case
@@ -392,6 +393,26 @@ def test_quantisation_method_names_are_their_weight_dtypes(tmp_path: Path) -> No
                             + "".join(f"llama-3.1-8b,H100,1,{m},512,128,1\n" for m in methods))
     got = [row_case(row).deployment.weight_dtype for row in load_user_csv(path).rows]
     assert got == list(methods.values())
+
+
+def test_millisecond_metrics_and_engine_layout_names_are_read(tmp_path: Path) -> None:
+    """``ttft_ms``/``tpot_p90_ms`` (benchmark_serving's units) are seconds / 1,000, and
+    vLLM's ``tensor_parallel_size`` / ``max_concurrency`` name our tp / concurrency."""
+    path = _write(tmp_path, "model,gpu,num_gpus,tensor_parallel_size,workload,max_concurrency,"
+                            "input_tokens,output_tokens,ttft_ms,tpot_p90_ms\n"
+                            "llama-3.1-8b,H100,2,2,load,8,512,128,250,12.5\n")
+    measurements = load_user_csv(path)
+    assert set(measurements.metrics) == {"ttft_s", "tpot_p90_s"}
+    row = measurements.rows[0]
+    assert row.measured == {"ttft_s": pytest.approx(0.25), "tpot_p90_s": pytest.approx(0.0125)}
+    assert (row.values["tp"], row.values["concurrency"]) == (2, 8)
+    assert measurements.ignored == ()
+
+
+def test_a_metric_in_seconds_and_milliseconds_at_once_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "model,gpu,num_gpus,ttft_s,ttft_ms\nllama-3.1-8b,H100,1,0.2,200\n")
+    with pytest.raises(MeasurementError, match="'ttft_s' appears more than once"):
+        load_user_csv(path)
 
 
 def test_refusals_carry_their_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,6 +75,13 @@ METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "tt
 KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
          IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
+#: Metric columns given in milliseconds (``ttft_ms``, ``tpot_p90_ms``, as benchmark_serving
+#: and GenAI-Perf print them) -> the SI column; their values are divided by 1,000 on reading.
+MILLISECOND_METRICS = {f"{m[:-2]}_ms": m for m in METRICS if m.endswith("_s")}
+#: Engines' own names of the layout columns (vLLM's flags) -> ours.
+COLUMN_SPELLINGS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
+                    "expert_parallel_size": "ep", "data_parallel_size": "dp",
+                    "max_concurrency": "concurrency"}
 #: Provenance a converter writes (the benchmark's ``date``: ``measurements convert
 #: vllm-benchmark``): carried through unread, like any other column, not noted as foreign.
 CARRIED = ("date",)
@@ -255,12 +262,26 @@ def _table(path: Path, text: str) -> tuple[list[str], list[list[str]]]:
                                        for cells in data]
 
 
+def _seconds(milliseconds: str) -> str:
+    """A millisecond cell as seconds (a cell that is no number is left for the parser to
+    refuse)."""
+    try:
+        return repr(float(milliseconds) / 1e3) if milliseconds.strip() else milliseconds
+    except ValueError:
+        return milliseconds
+
+
 def load_user_csv(path: str | Path) -> UserMeasurements:
     """Read a measurement CSV; one-line :class:`MeasurementError` on any problem."""
     p = Path(path)
     header, data = _table(p, read_text(p))
-    spelled = {name.lower(): name for name in (*KNOWN, *CARRIED)}
-    header = [spelled.get(name.lower(), name) for name in header]  # ``Model,GPU``: ours
+    spelled = {name.lower(): name for name in (*KNOWN, *CARRIED)} | COLUMN_SPELLINGS
+    milliseconds = {i for i, name in enumerate(header) if name.lower() in MILLISECOND_METRICS}
+    header = [MILLISECOND_METRICS[name.lower()] if i in milliseconds  # ``ttft_ms``: ttft_s
+              else spelled.get(name.lower(), name)  # ``Model,GPU``: ours
+              for i, name in enumerate(header)]
+    data = [[_seconds(cell) if i in milliseconds else cell for i, cell in enumerate(cells)]
+            for cells in data]
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
         raise _fail(p, f"column '{duplicated[0]}' appears more than once")
