@@ -298,6 +298,8 @@ def constant_origins(document: dict[str, Any], *, gpu: str) -> dict[str, int]:
 
 def _origins_cell(gpu: GPU, document: dict[str, Any]) -> str:
     counts = constant_origins(document, gpu=gpu.name)
+    if gpu.borrows_from and not any(counts.values()):  # a GPU file newer than the file
+        return f"none in the file: borrowed when predicting ({gpu.borrows_from})"
     relative = f" ({gpu.borrows_from})" if gpu.borrows_from and counts["borrowed"] else ""
     return f"{counts['own']} own, {counts['borrowed']} borrowed{relative}"
 
