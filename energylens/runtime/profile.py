@@ -610,8 +610,8 @@ class RuntimeProfile:
                 or runtime_key(runtime=self.name, gpu=gpu) in calibration.runtimes):
             return calibration
         priors = self.prior_overheads(gpu=gpu, runtimes=dict(calibration.runtimes))
-        return calibration.with_runtime(runtime=self.name, gpu=gpu,
-                                        **{name: value for name, (value, _) in priors.items()})
+        return _with_values(calibration, self.name, gpu,  # one copy per calibration
+                            tuple(sorted((name, value) for name, (value, _) in priors.items())))
 
     def fusions_at(self, *, version: str | None = None) -> frozenset[str]:
         """The fusions release ``version`` (None: the profile's) runs by default: the
