@@ -515,19 +515,22 @@ def test_an_mha_models_kv_reads_take_the_engines_mha_scale(model: str, mha: bool
 
 
 def test_a_runtime_the_calibration_lacks_takes_the_overheads_calibrate_would_write() -> None:
-    """A runtime added after the shipped calibration (no section of its own) predicts with
-    the priors ``energylens calibrate`` writes for it, never with no overheads: TGI takes
-    vLLM's overheads on the GPU (its ``prior_overheads_from``), and LMDeploy's shipped
-    section holds exactly what the same priors give."""
+    """A runtime added after a calibration (no section of its own) predicts with the priors
+    ``energylens calibrate`` writes for it, never with no overheads: TGI, its sections taken
+    out, takes vLLM's overheads on the GPU (its ``prior_overheads_from``), as the shipped
+    file records for it; LMDeploy's shipped section holds exactly what the same priors give."""
     cal = default_calibration()
     vllm = cal.runtime(runtime="vllm", gpu="H100-SXM")
-    assert runtime_key(runtime="tgi", gpu="H100-SXM") not in cal.runtimes
-    assert cal.runtime(runtime="tgi", gpu="H100-SXM").step_overhead_s == 0.0  # the hole
-    got = get_runtime("tgi").with_priors(calibration=cal, gpu="H100-SXM")
+    older = dataclasses.replace(cal, runtimes={k: v for k, v in cal.runtimes.items()
+                                               if not k.startswith("tgi/")})
+    assert older.runtime(runtime="tgi", gpu="H100-SXM").step_overhead_s == 0.0  # the hole
+    got = get_runtime("tgi").with_priors(calibration=older, gpu="H100-SXM")
     tgi = got.runtime(runtime="tgi", gpu="H100-SXM")
     assert vllm.step_overhead_s > 0.0
     assert (tgi.step_overhead_s, tgi.per_sequence_overhead_s) == (
         vllm.step_overhead_s, vllm.per_sequence_overhead_s)
+    shipped = cal.runtime(runtime="tgi", gpu="H100-SXM")  # what calibrate wrote for it
+    assert shipped.step_overhead_s == pytest.approx(tgi.step_overhead_s, rel=1e-5)
     lmdeploy = get_runtime("lmdeploy")
     assert lmdeploy.with_priors(calibration=cal, gpu="H100-SXM") is cal  # has its section
     priors = lmdeploy.prior_overheads(gpu="H100-SXM", runtimes=dict(cal.runtimes))
