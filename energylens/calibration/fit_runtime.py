@@ -57,7 +57,7 @@ from energylens.measurements.inference_bench import (
     price,
 )
 from energylens.runtime import get_runtime, runtime_names
-from energylens.runtime.profile import legacy_runtime, release_key
+from energylens.runtime.profile import REFERENCE_RUNTIME, legacy_runtime, release_key
 
 #: AIConfigurator engine folder -> runtime; the reference engine's kernels are the GPU's.
 AIC_ENGINES = {"trtllm": "trtllm", "vllm": "vllm"}
@@ -673,9 +673,9 @@ def fill_priors(*, runtimes: dict[str, RuntimeConstants],
     all-reduce where it has one and no measured table), marked ``assumed`` with their
     source. vLLM's own sections are left alone."""
     gpus = sorted({key.split("/", 1)[1] for key in runtimes
-                   if key.split("/", 1)[0] == AIC_REFERENCE})
+                   if key.split("/", 1)[0] == REFERENCE_RUNTIME})
     for runtime in runtime_names():
-        if runtime == AIC_REFERENCE:
+        if runtime == REFERENCE_RUNTIME:
             continue
         profile = get_runtime(runtime)
         for gpu in gpus:
