@@ -1,11 +1,16 @@
-"""Fit collective latency/bandwidth constants per ``<GPU>:<link kind>`` to Vidur NCCL data.
+"""Fit collective latency/bandwidth constants per ``<GPU>:<link kind>`` to measured NCCL times.
 
-Rows of ``all_reduce.csv`` / ``send_recv.csv`` give the NCCL kernel time of one
+Two sources: Vidur's ``all_reduce.csv`` / ``send_recv.csv`` (NCCL kernel time of one
 collective by message size and worker layout; a group spans nodes when
-``num_workers > devices_per_node`` (then the scale-out link, e.g. InfiniBand, carries it).
-The form is :func:`energylens.cost.comm.collective_cost`; its latency, per-hop latency,
-achieved bus-bandwidth fraction and half-bandwidth size are fitted by least squares on
-log time. Honesty: each worker count is held out in turn (fit on the others, predict it).
+``num_workers > devices_per_node``, then the scale-out link, e.g. InfiniBand, carries it),
+and AIConfigurator's NCCL tables (``kernels/<gpu>/comm/nccl/<version>/nccl_perf.parquet``:
+``op_name``, ``nccl_dtype``, ``num_gpus``, ``message_size`` in elements, ``latency`` in ms;
+one host, every group inside it). The form is :func:`energylens.cost.comm.collective_cost`;
+its latency, per-hop latency, achieved bus-bandwidth fraction and half-bandwidth size are
+fitted by least squares on log time, on the all-reduce rows (send/recv on its own).
+Honesty: each worker count is held out in turn (fit on the others, predict it); a table's
+all-gather, reduce-scatter and all-to-all rows are predicted with the all-reduce fit and
+never fitted.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from energylens.calibration import CalibrationDataError
+from energylens.calibration.fit_custom_allreduce import ELEMENT_BYTES, table_gpu
 from energylens.calibration.fitting import (
     ErrorStats,
     FitResult,
@@ -39,6 +46,18 @@ ALL_REDUCE_PARAMS = (
     Param("latency_sharpness", 2.0, 1.0, 8.0, log=True),
     Param("bulk_latency_s", 150.0e-6, 5.0e-6, 5.0e-3, log=True),
     Param("bulk_bandwidth_fraction", 0.8, 0.02, 1.0),  # start active at large sizes
+)
+#: A PCIe host: a larger group crosses slower hops (a PCIe switch, the root complex, the
+#: link between sockets), so the bus bandwidth may fall steeply with the group (L40S's
+#: host: 17, 5 and 1.4 GB/s at 2, 4 and 8 GPUs); latency and wire time add (the
+#: alpha-beta sum: a sharper join, fitted, ended at its bound, and a second protocol
+#: raised the held-out error from 13 to 15 %, docs/gpus.md).
+PCIE_PARAMS = (
+    Param("latency_s", 10.0e-6, 1.0e-6, 200.0e-6, log=True),
+    Param("latency_per_hop_s", 2.0e-6, 0.0, 30.0e-6),
+    Param("bus_bandwidth_fraction", 0.6, 0.02, 1.0),
+    Param("bandwidth_group_exponent", -1.0, -3.0, 1.0),
+    Param("half_bandwidth_bytes", 1.0e5, 1.0e3, 1.0e8, log=True),
 )
 #: Only identifiable with several group sizes.
 GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
@@ -83,6 +102,41 @@ def collective_cases(sets: list[MeasurementSet]) -> dict[str, list[CollectiveCas
     return out
 
 
+#: AIConfigurator's NCCL op names -> this model's collective kinds.
+NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+            "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
+
+
+def nccl_table_cases(path: Path) -> dict[str, list[CollectiveCase]]:
+    """Cases of one AIConfigurator NCCL table, by link key, every op and dtype (messages
+    in bytes), the groups on one host of the GPU's ``gpus_per_node``."""
+    import pandas as pd
+
+    gpu = load_gpu(table_gpu(path))
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise CalibrationDataError(f"{path}: not a readable Parquet table ({exc})") from None
+    missing = {"op_name", "nccl_dtype", "num_gpus", "message_size", "latency"} - set(frame.columns)
+    if missing:
+        raise CalibrationDataError(f"{path}: missing columns {sorted(missing)}")
+    unknown = (set(frame["nccl_dtype"]) - set(ELEMENT_BYTES)) | (set(frame["op_name"]) - set(NCCL_OPS))
+    if unknown:
+        raise CalibrationDataError(f"{path}: unknown op or dtype {sorted(unknown)}")
+    out: dict[str, list[CollectiveCase]] = defaultdict(list)
+    for (op, dtype, _), rows in frame.groupby(["op_name", "nccl_dtype", "num_gpus"]):
+        rows = rows.sort_values("message_size")
+        workers = int(rows["num_gpus"].iloc[0])
+        kind, _ = link_of(gpu=gpu, num_workers=workers, devices_per_node=gpu.gpus_per_node,
+                          topology=None, collective=NCCL_OPS[str(op)])
+        out[f"{gpu.name}:{kind}"].append(CollectiveCase(
+            source=str(path), collective=NCCL_OPS[str(op)], num_workers=workers,
+            devices_per_node=gpu.gpus_per_node,
+            size_bytes=rows["message_size"].to_numpy(dtype=float) * ELEMENT_BYTES[str(dtype)],
+            measured_s=rows["latency"].to_numpy(dtype=float) * 1e-3))
+    return dict(out)
+
+
 def predict_case(case: CollectiveCase, *, bandwidth: float, constants: LinkConstants) -> np.ndarray:
     """Predicted NCCL time (s) of every row of ``case``."""
     group = 2 if case.collective == "send_recv" else case.num_workers
@@ -121,17 +175,20 @@ def _errors(cases: list[CollectiveCase], predicted: list[np.ndarray]) -> dict[st
     return {m: ErrorStats.of(np.concatenate(p), np.concatenate(y)) for m, (p, y) in by.items()}
 
 
-def _fit_all(cases: list[CollectiveCase], *, bandwidth: float,
-             base: LinkConstants) -> dict[str, float]:
+def _fit_all(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstants,
+             kind: str) -> dict[str, float]:
     """All-reduce constants on the all-reduce cases, then send/recv ones on the rest."""
     values: dict[str, float] = {}
-    reduce_cases = [c for c in cases if c.collective != "send_recv"]
+    reduce_cases = [c for c in cases if c.collective == "all_reduce"]
     p2p_cases = [c for c in cases if c.collective == "send_recv"]
     if reduce_cases:
         several = len({c.num_workers for c in reduce_cases}) > 1
-        params = tuple(p for p in ALL_REDUCE_PARAMS if several or p.name not in GROUP_PARAMS)
+        form = PCIE_PARAMS if kind == "pcie" else ALL_REDUCE_PARAMS
+        params = tuple(p for p in form if several or p.name not in GROUP_PARAMS)
         values.update(_fit(reduce_cases, bandwidth=bandwidth, base=base, params=params))
-        if not _bulk_used(reduce_cases, bandwidth=bandwidth, constants=replace(base, **values)):
+        bulk = any(p.name == "bulk_bandwidth_fraction" for p in params)
+        if bulk and not _bulk_used(reduce_cases, bandwidth=bandwidth,
+                                   constants=replace(base, **values)):
             # Never the faster protocol on the data: unidentified, so not extrapolated either.
             values["bulk_bandwidth_fraction"] = 0.0
     if p2p_cases:
@@ -151,14 +208,22 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
                         devices_per_node=first.devices_per_node,
                         topology=PAIRWISE_KIND if kind.startswith(PAIRWISE_KIND) else None,
                         collective=first.collective)[1]
-    values = _fit_all(cases, bandwidth=bandwidth, base=base)
+    values = _fit_all(cases, bandwidth=bandwidth, base=base, kind=kind)
     fitted = replace(base, **values)
-    predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in cases]
-    rms = rms_log_residual(predicted, [c.measured_s for c in cases])
-    result = FitResult(values=values, rms_log_residual=rms, in_sample=_errors(cases, predicted),
-                       fitted_on=sorted({c.source for c in cases}),
-                       n_points=sum(c.measured_s.size for c in cases))
-    reduce_cases = [c for c in cases if c.collective != "send_recv"]
+    fitted_cases = [c for c in cases if c.collective in ("all_reduce", "send_recv")]
+    predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in fitted_cases]
+    rms = rms_log_residual(predicted, [c.measured_s for c in fitted_cases])
+    result = FitResult(values=values, rms_log_residual=rms,
+                       in_sample=_errors(fitted_cases, predicted),
+                       fitted_on=sorted({c.source for c in fitted_cases}),
+                       n_points=sum(c.measured_s.size for c in fitted_cases))
+    others = [c for c in cases if c.collective not in ("all_reduce", "send_recv")]
+    if others:  # never fitted: what the all-reduce constants say of the other collectives
+        result.notes.append("other collectives, predicted with the all-reduce fit (MAPE): " + ", ".join(
+            f"{metric} {stats.mape:.1%}" for metric, stats in sorted(_errors(
+                others, [predict_case(c, bandwidth=bandwidth, constants=fitted)
+                         for c in others]).items())))
+    reduce_cases = [c for c in cases if c.collective == "all_reduce"]
     groups = sorted({c.num_workers for c in reduce_cases})
     if leave_out and len(groups) > 2:
         held: list[CollectiveCase] = []
@@ -166,7 +231,7 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
         for workers in groups:
             train = [c for c in reduce_cases if c.num_workers != workers]
             test = [c for c in reduce_cases if c.num_workers == workers]
-            out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base))
+            out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base, kind=kind))
             held += test
             held_pred += [predict_case(c, bandwidth=bandwidth, constants=out) for c in test]
         result.leave_out = _errors(held, held_pred)
@@ -178,3 +243,10 @@ def fit_links(*, files: list[Path], leave_out: bool = True) -> dict[str, FitResu
     sets = [load_measurements(format="vidur-network", path=f) for f in files]
     return {key: fit_link(key=key, cases=cases, leave_out=leave_out)
             for key, cases in sorted(collective_cases(sets).items())}
+
+
+def fit_nccl_table(*, path: Path, leave_out: bool = True) -> dict[str, FitResult]:
+    """Fit every link an AIConfigurator NCCL table measures (keys already fitted on
+    Vidur's files are the caller's to keep)."""
+    return {key: fit_link(key=key, cases=cases, leave_out=leave_out)
+            for key, cases in sorted(nccl_table_cases(path).items())}

@@ -40,7 +40,7 @@ from energylens.calibration.fit_kernels import (
     VECTOR_PARAMS,
     fit_gpu_kernels,
 )
-from energylens.calibration.fit_links import fit_links
+from energylens.calibration.fit_links import fit_links, fit_nccl_table
 from energylens.calibration.fit_runtime import (
     aic_tables,
     apply_fits,
@@ -104,6 +104,7 @@ class CalibrationData:
     vidur_network: list[Path] = field(default_factory=list)
     mlenergy: list[Path] = field(default_factory=list)
     custom_allreduce: list[Path] = field(default_factory=list)
+    nccl_tables: list[Path] = field(default_factory=list)  # AIConfigurator's, one host each
     gemm_tables: list[Path] = field(default_factory=list)
     decode_attention_tables: list[Path] = field(default_factory=list)
     context_attention_tables: list[Path] = field(default_factory=list)
@@ -123,7 +124,7 @@ class CalibrationData:
     def all_files(self) -> list[Path]:
         """Every file, sorted."""
         return sorted({*self.vidur_mlp, *self.vidur_network, *self.mlenergy,
-                       *self.custom_allreduce, *self.gemm_tables,
+                       *self.custom_allreduce, *self.nccl_tables, *self.gemm_tables,
                        *self.decode_attention_tables, *self.context_attention_tables,
                        *self.moe_tables, *self.mla_prompt_tables, *self.mla_decode_tables,
                        *self.runtime_kernels,
@@ -144,6 +145,8 @@ def discover(root: Path) -> CalibrationData:
         mlenergy=tasks or models,  # model files repeat the task files' rows
         custom_allreduce=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/comm/*/*/custom_allreduce_perf.parquet")),
+        nccl_tables=sorted((root / "aiconfigurator" / "kernels").glob(
+            "*/comm/nccl/*/nccl_perf.parquet")),
         gemm_tables=sorted((root / "aiconfigurator" / "kernels").glob(
             "*/gemm/vllm/*/gemm_perf.parquet")),
         decode_attention_tables=sorted((root / "aiconfigurator" / "kernels").glob(
@@ -212,6 +215,31 @@ def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[st
          for k, v in result.values.items()})
 
 
+def _fit_nccl_table(*, path: Path, links: dict[str, LinkConstants], prov: dict[str, Any],
+                    fits: dict[str, Any], leave_out: bool, log: Callable[[str], None]) -> None:
+    """The links one host's NCCL table measures, where no Vidur file fitted them. A kind
+    measured on this GPU alone (PCIe: how fast it runs depends on the host, which no GPU
+    file names) also stands for the kind, for GPUs with no constants of it of their own."""
+    for key, result in fit_nccl_table(path=path, leave_out=leave_out).items():
+        if key in links:
+            log(f"links {key}: fitted on Vidur's files, {path.name} left to compare")
+            continue
+        log(f"links {key}: fitting {len(result.values)} all-reduce constants on {path.name}")
+        fit_id = f"aiconfigurator-nccl/{key}"
+        fits[fit_id] = fit_report(fit_id=fit_id, result=result,
+                                  leave_out_kind="leave_one_group_size_out")
+        links[key] = replace(LinkConstants(), **result.values)
+        prov[f"links/{key}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
+                                for k, v in result.values.items()}
+        gpu, kind = key.split(":", 1)
+        if [k for k in links if k.split(":", 1)[-1] == kind] == [key]:
+            links[kind] = links[key]
+            prov[f"links/{kind}"] = {
+                k: entry(value=v, kind="assumed",
+                         note=f"{gpu}'s host ({fit_id}), the only one measured on {kind}")
+                for k, v in result.values.items()}
+
+
 def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
               log: Callable[[str], None] = lambda _: None) -> Outcome:
     """Run every fit the data allows."""
@@ -248,6 +276,9 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
             prov[f"links/{key}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id,
                                               report=fits[fit_id])
                                     for k, v in result.values.items()}
+
+    for path in data.nccl_tables:
+        _fit_nccl_table(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
 
     for path in data.nccl_tests:
         _fit_scale_out(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
