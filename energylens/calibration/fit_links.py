@@ -47,11 +47,23 @@ ALL_REDUCE_PARAMS = (
     Param("bulk_latency_s", 150.0e-6, 5.0e-6, 5.0e-3, log=True),
     Param("bulk_bandwidth_fraction", 0.8, 0.02, 1.0),  # start active at large sizes
 )
+#: AIConfigurator's NCCL tables (NCCL 2.27-2.29, NVSwitch): two alpha-beta lines, the faster
+#: one taken, as NCCL's tuner picks its low-latency protocol for small messages and its
+#: bandwidth protocol (ring/NVLS, Simple) for large ones; no ramp, no soft join (the Vidur
+#: form's ramp and sharpness ended at their bounds on these tables).
+TABLE_PARAMS = (
+    Param("latency_s", 5.0e-6, 1.0e-6, 200.0e-6, log=True),
+    Param("latency_per_hop_s", 2.0e-6, 0.0, 30.0e-6),
+    Param("bus_bandwidth_fraction", 0.3, 0.02, 1.0),
+    Param("bandwidth_group_exponent", 0.1, -0.5, 1.0),
+    Param("bulk_latency_s", 30.0e-6, 5.0e-6, 5.0e-3, log=True),
+    Param("bulk_bandwidth_fraction", 0.7, 0.02, 1.0),
+)
 #: A PCIe host: a larger group crosses slower hops (a PCIe switch, the root complex, the
 #: link between sockets), so the bus bandwidth may fall steeply with the group (L40S's
-#: host: 17, 5 and 1.4 GB/s at 2, 4 and 8 GPUs); latency and wire time add (the
-#: alpha-beta sum: a sharper join, fitted, ended at its bound, and a second protocol
-#: raised the held-out error from 13 to 15 %, docs/gpus.md).
+#: host: 17, 5 and 1.4 GB/s at 2, 4 and 8 GPUs); one protocol, latency and wire time add
+#: (a sharper join, fitted, ended at its bound, and a second protocol raised the held-out
+#: error from 13 to 15 %, docs/gpus.md).
 PCIE_PARAMS = (
     Param("latency_s", 10.0e-6, 1.0e-6, 200.0e-6, log=True),
     Param("latency_per_hop_s", 2.0e-6, 0.0, 30.0e-6),
@@ -59,6 +71,9 @@ PCIE_PARAMS = (
     Param("bandwidth_group_exponent", -1.0, -3.0, 1.0),
     Param("half_bandwidth_bytes", 1.0e5, 1.0e3, 1.0e8, log=True),
 )
+#: What each table form fixes rather than fits (written with the fitted constants).
+TABLE_FIXED = {"latency_sharpness": 1.0, "half_bandwidth_bytes": 0.0}
+PCIE_FIXED = {"latency_sharpness": 1.0, "bulk_bandwidth_fraction": 0.0}
 #: Only identifiable with several group sizes.
 GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
 P2P_PARAMS = (
@@ -176,14 +191,13 @@ def _errors(cases: list[CollectiveCase], predicted: list[np.ndarray]) -> dict[st
 
 
 def _fit_all(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstants,
-             kind: str) -> dict[str, float]:
+             form: tuple[Param, ...]) -> dict[str, float]:
     """All-reduce constants on the all-reduce cases, then send/recv ones on the rest."""
     values: dict[str, float] = {}
     reduce_cases = [c for c in cases if c.collective == "all_reduce"]
     p2p_cases = [c for c in cases if c.collective == "send_recv"]
     if reduce_cases:
         several = len({c.num_workers for c in reduce_cases}) > 1
-        form = PCIE_PARAMS if kind == "pcie" else ALL_REDUCE_PARAMS
         params = tuple(p for p in form if several or p.name not in GROUP_PARAMS)
         values.update(_fit(reduce_cases, bandwidth=bandwidth, base=base, params=params))
         bulk = any(p.name == "bulk_bandwidth_fraction" for p in params)
@@ -198,8 +212,9 @@ def _fit_all(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstan
 
 
 def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | None = None,
-             leave_out: bool = True) -> FitResult:
-    """Fit link ``key`` (``<GPU>:<kind>``) on its cases; hold out each all-reduce group size."""
+             leave_out: bool = True, form: tuple[Param, ...] = ALL_REDUCE_PARAMS) -> FitResult:
+    """Fit link ``key`` (``<GPU>:<kind>``) on its cases with the constants of ``form`` (the
+    rest from ``base``); hold out each all-reduce group size."""
     gpu_name, kind = key.split(":", 1)
     gpu = load_gpu(gpu_name)
     base = base or LinkConstants()
@@ -208,7 +223,7 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
                         devices_per_node=first.devices_per_node,
                         topology=PAIRWISE_KIND if kind.startswith(PAIRWISE_KIND) else None,
                         collective=first.collective)[1]
-    values = _fit_all(cases, bandwidth=bandwidth, base=base, kind=kind)
+    values = _fit_all(cases, bandwidth=bandwidth, base=base, form=form)
     fitted = replace(base, **values)
     fitted_cases = [c for c in cases if c.collective in ("all_reduce", "send_recv")]
     predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in fitted_cases]
@@ -231,7 +246,7 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
         for workers in groups:
             train = [c for c in reduce_cases if c.num_workers != workers]
             test = [c for c in reduce_cases if c.num_workers == workers]
-            out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base, kind=kind))
+            out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base, form=form))
             held += test
             held_pred += [predict_case(c, bandwidth=bandwidth, constants=out) for c in test]
         result.leave_out = _errors(held, held_pred)
@@ -245,8 +260,21 @@ def fit_links(*, files: list[Path], leave_out: bool = True) -> dict[str, FitResu
             for key, cases in sorted(collective_cases(sets).items())}
 
 
+def table_form(kind: str) -> tuple[tuple[Param, ...], dict[str, float]]:
+    """The constants an NCCL table fits on a link of ``kind``, and those its form fixes."""
+    return (PCIE_PARAMS, PCIE_FIXED) if kind == "pcie" else (TABLE_PARAMS, TABLE_FIXED)
+
+
 def fit_nccl_table(*, path: Path, leave_out: bool = True) -> dict[str, FitResult]:
-    """Fit every link an AIConfigurator NCCL table measures (keys already fitted on
-    Vidur's files are the caller's to keep)."""
-    return {key: fit_link(key=key, cases=cases, leave_out=leave_out)
-            for key, cases in sorted(nccl_table_cases(path).items())}
+    """Fit every link an AIConfigurator NCCL table measures at three group sizes or more
+    (so that each can be held out); the values include what the form fixes."""
+    out: dict[str, FitResult] = {}
+    for key, cases in sorted(nccl_table_cases(path).items()):
+        if len({c.num_workers for c in cases if c.collective == "all_reduce"}) < 3:
+            continue
+        form, fixed = table_form(key.split(":", 1)[1])
+        result = fit_link(key=key, cases=cases, leave_out=leave_out, form=form,
+                          base=replace(LinkConstants(), **fixed))
+        result.values = {**fixed, **result.values}
+        out[key] = result
+    return out

@@ -40,7 +40,7 @@ from energylens.calibration.fit_kernels import (
     VECTOR_PARAMS,
     fit_gpu_kernels,
 )
-from energylens.calibration.fit_links import fit_links, fit_nccl_table
+from energylens.calibration.fit_links import fit_links, fit_nccl_table, table_form
 from energylens.calibration.fit_runtime import (
     aic_tables,
     apply_fits,
@@ -217,21 +217,25 @@ def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[st
 
 def _fit_nccl_table(*, path: Path, links: dict[str, LinkConstants], prov: dict[str, Any],
                     fits: dict[str, Any], leave_out: bool, log: Callable[[str], None]) -> None:
-    """The links one host's NCCL table measures, where no Vidur file fitted them. A kind
+    """The links one host's NCCL table measures. Its all-reduce constants take the place
+    of Vidur's where both measured a link (NCCL 2.27-2.29 timed as engines run it, against
+    Vidur's older eager calls: docs/gpus.md); Vidur's send/recv constants stay. A kind
     measured on this GPU alone (PCIe: how fast it runs depends on the host, which no GPU
     file names) also stands for the kind, for GPUs with no constants of it of their own."""
     for key, result in fit_nccl_table(path=path, leave_out=leave_out).items():
-        if key in links:
-            log(f"links {key}: fitted on Vidur's files, {path.name} left to compare")
-            continue
-        log(f"links {key}: fitting {len(result.values)} all-reduce constants on {path.name}")
+        gpu, kind = key.split(":", 1)
+        _, fixed = table_form(kind)
+        log(f"links {key}: fitting {len(result.values) - len(fixed)} all-reduce constants on "
+            f"{path.parent.name}/{path.name}" + (" (in place of Vidur's)" if key in links else ""))
         fit_id = f"aiconfigurator-nccl/{key}"
         fits[fit_id] = fit_report(fit_id=fit_id, result=result,
                                   leave_out_kind="leave_one_group_size_out")
-        links[key] = replace(LinkConstants(), **result.values)
-        prov[f"links/{key}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id])
-                                for k, v in result.values.items()}
-        gpu, kind = key.split(":", 1)
+        links[key] = replace(links.get(key, LinkConstants()), **result.values)
+        prov.setdefault(f"links/{key}", {}).update({
+            k: (entry(value=v, kind="assumed", note=f"fixed by the form of {fit_id}")
+                if k in fixed else
+                entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id]))
+            for k, v in result.values.items()})
         if [k for k in links if k.split(":", 1)[-1] == kind] == [key]:
             links[kind] = links[key]
             prov[f"links/{kind}"] = {
