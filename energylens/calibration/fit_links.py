@@ -21,8 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from energylens.calibration import CalibrationDataError
-from energylens.calibration.fit_custom_allreduce import ELEMENT_BYTES, table_gpu
 from energylens.calibration.fitting import (
     ErrorStats,
     FitResult,
@@ -117,39 +115,10 @@ def collective_cases(sets: list[MeasurementSet]) -> dict[str, list[CollectiveCas
     return out
 
 
-#: AIConfigurator's NCCL op names -> this model's collective kinds.
-NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
-            "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
-
-
 def nccl_table_cases(path: Path) -> dict[str, list[CollectiveCase]]:
-    """Cases of one AIConfigurator NCCL table, by link key, every op and dtype (messages
-    in bytes), the groups on one host of the GPU's ``gpus_per_node``."""
-    import pandas as pd
-
-    gpu = load_gpu(table_gpu(path))
-    try:
-        frame = pd.read_parquet(path)
-    except (OSError, ValueError) as exc:
-        raise CalibrationDataError(f"{path}: not a readable Parquet table ({exc})") from None
-    missing = {"op_name", "nccl_dtype", "num_gpus", "message_size", "latency"} - set(frame.columns)
-    if missing:
-        raise CalibrationDataError(f"{path}: missing columns {sorted(missing)}")
-    unknown = (set(frame["nccl_dtype"]) - set(ELEMENT_BYTES)) | (set(frame["op_name"]) - set(NCCL_OPS))
-    if unknown:
-        raise CalibrationDataError(f"{path}: unknown op or dtype {sorted(unknown)}")
-    out: dict[str, list[CollectiveCase]] = defaultdict(list)
-    for (op, dtype, _), rows in frame.groupby(["op_name", "nccl_dtype", "num_gpus"]):
-        rows = rows.sort_values("message_size")
-        workers = int(rows["num_gpus"].iloc[0])
-        kind, _ = link_of(gpu=gpu, num_workers=workers, devices_per_node=gpu.gpus_per_node,
-                          topology=None, collective=NCCL_OPS[str(op)])
-        out[f"{gpu.name}:{kind}"].append(CollectiveCase(
-            source=str(path), collective=NCCL_OPS[str(op)], num_workers=workers,
-            devices_per_node=gpu.gpus_per_node,
-            size_bytes=rows["message_size"].to_numpy(dtype=float) * ELEMENT_BYTES[str(dtype)],
-            measured_s=rows["latency"].to_numpy(dtype=float) * 1e-3))
-    return dict(out)
+    """Cases of one AIConfigurator NCCL table (every op, half and int8 rows together, in
+    bytes), by link key."""
+    return collective_cases([load_measurements(format="aiconfigurator-nccl", path=path)])
 
 
 def predict_case(case: CollectiveCase, *, bandwidth: float, constants: LinkConstants) -> np.ndarray:

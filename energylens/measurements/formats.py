@@ -14,6 +14,8 @@ file and, where relevant, the column or key. Formats (see ``data/measurements/SO
 - ``llmcompass-matmul``: LLMCompass ``matmul_<GPU>.csv`` (no header, units in the cells).
 - ``llmcompass-layer``: LLMCompass ``transformer_{prefill,decode}_<GPU>.csv`` (one GPT-3-175B
   layer's twelve op times, one per line, seconds).
+- ``aiconfigurator-nccl``: AIConfigurator's NCCL ``nccl_perf.parquet`` (elements, ms; as
+  ``vidur-network`` rows, in bytes).
 - ``llm-inference-bench``: Argonne LLM-Inference-Bench ``All_results.csv``,
   ``power_results.csv`` and ``TP_EP_PP_results.csv`` (s, tokens/s, mW).
 """
@@ -592,7 +594,14 @@ _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
     "llmcompass-matmul": _load_llmcompass_matmul,
     "llmcompass-layer": _load_llmcompass_layer,
     "llm-inference-bench": _load_llm_inference_bench,
+    "aiconfigurator-nccl": lambda path, gpu: _nccl_table(path, gpu),
 }
+
+
+def _nccl_table(path: Path, gpu: str | None) -> list[MeasurementRow]:
+    from energylens.measurements.nccl_table import load_nccl_table
+
+    return load_nccl_table(path, gpu)
 FORMATS: tuple[str, ...] = tuple(_LOADERS)
 
 

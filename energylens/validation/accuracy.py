@@ -122,6 +122,21 @@ def _all_reduce_targets() -> list[Target]:
             for sku, gpu in (("h100_dgx", "H100-SXM"), ("a100_dgx", "A100-80GB-SXM"))]
 
 
+#: AIConfigurator's NCCL tables that fit a link (three group sizes or more): folder, link.
+NCCL_TABLE_LINKS = (("a100_sxm", "A100-80GB-SXM:nvswitch"), ("h100_sxm", "H100-SXM:nvswitch"),
+                    ("h200_sxm", "H200-SXM:nvswitch"), ("b200_sxm", "B200:nvswitch"),
+                    ("l40s", "L40S:pcie"))
+
+
+def _nccl_table_targets() -> list[Target]:
+    """All-reduce on each fitted NCCL table, judged on its fit's leave one group size out."""
+    return [Target(f"All-reduce latency, AIConfigurator NCCL {folder} (2-8 GPUs, "
+                   f"{link.split(':')[1]})", f"aiconfigurator-nccl-{folder}", "all_reduce", 0.10,
+                   (f"aiconfigurator-nccl/{link}", "leave_one_group_size_out", "all_reduce",
+                    "mape"))
+            for folder, link in NCCL_TABLE_LINKS]
+
+
 TARGETS: tuple[Target, ...] = (
     Target("GEMM per-op latency, Vidur H100", "vidur-mlp-H100-SXM", "gemm", 0.10,
            ("vidur-mlp/H100-SXM", "leave_one_model_out", "gemm", "mape")),
@@ -129,6 +144,7 @@ TARGETS: tuple[Target, ...] = (
            ("vidur-mlp/A100-80GB-SXM", "leave_one_model_out", "gemm", "mape")),
     *_small_kernel_targets(),
     *_all_reduce_targets(),
+    *_nccl_table_targets(),
     *_mlenergy_targets(),
     *_regime_targets(),
 )
@@ -373,6 +389,12 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
     for sku_dir in sorted((data / "vidur" / "network").glob("*")):
         add(f"vidur-network-{sku_dir.name}", f"Vidur NCCL collectives, {sku_dir.name}",
             "vidur-network", sorted(sku_dir.glob("*.csv")), extra={ONE_NODE: _one_node})
+    for table in sorted((data / "aiconfigurator" / "kernels").glob("*/comm/nccl/*/nccl_perf.parquet")):
+        folder, version = table.parts[-5], table.parts[-2]
+        fitted = folder in dict(NCCL_TABLE_LINKS)
+        add(f"aiconfigurator-nccl-{folder}", f"AIConfigurator NCCL {version} collectives, {folder} "
+            + ("(all-reduce fitted on it; the others never)" if fitted else "(never fitted)"),
+            "aiconfigurator-nccl", [table])
     add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
         sorted((data / "llmcompass").glob("matmul_*.csv")))
     for phase in ("prefill", "decode"):  # one dataset per phase: each its own MAPE line

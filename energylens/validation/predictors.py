@@ -398,6 +398,7 @@ PREDICTORS: dict[str, Callable[..., list[RowResult]]] = {
     "mlenergy": _mlenergy,
     "vidur-mlp": _vidur_mlp,
     "vidur-network": _vidur_network,
+    "aiconfigurator-nccl": _vidur_network,  # the same rows, one host's table
     "splitwise": _splitwise,
     "llmcompass-matmul": _llmcompass_matmul,
     "llmcompass-layer": _llmcompass_layer,
