@@ -142,7 +142,7 @@ def test_target_is_met_or_does_not_regress(report, target):
     limit = KNOWN_MISSES.get(target.name, target.limit)
     assert gate <= limit, f"{target.name}: {100 * gate:.1f} % > {100 * limit:.1f} %"
     now = report.in_sample(target)
-    if now is not None:
+    if now is not None and target.shipped:  # else priced with another source's constants
         assert now <= limit + 0.02, f"{target.name}: in-sample {100 * now:.1f} %"
 
 

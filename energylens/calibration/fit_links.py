@@ -72,6 +72,8 @@ PCIE_PARAMS = (
 #: What each table form fixes rather than fits (written with the fitted constants).
 TABLE_FIXED = {"latency_sharpness": 1.0, "half_bandwidth_bytes": 0.0}
 PCIE_FIXED = {"latency_sharpness": 1.0, "bulk_bandwidth_fraction": 0.0}
+#: An all-to-all's fixed time (one round of exchanges), where a table measures all-to-alls.
+ALL_TO_ALL_LATENCY = Param("all_to_all_latency_s", 10.0e-6, 1.0e-6, 200.0e-6, log=True)
 #: Only identifiable with several group sizes.
 GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
 P2P_PARAMS = (
@@ -177,13 +179,18 @@ def _fit_all(cases: list[CollectiveCase], *, bandwidth: float, base: LinkConstan
     if p2p_cases:
         values.update(_fit(p2p_cases, bandwidth=bandwidth, base=replace(base, **values),
                            params=P2P_PARAMS))
+    exchange_cases = [c for c in cases if c.collective == "all_to_all"]
+    if exchange_cases:  # its own fixed time, on the all-reduce's bandwidth constants
+        values.update(_fit(exchange_cases, bandwidth=bandwidth, base=replace(base, **values),
+                           params=(ALL_TO_ALL_LATENCY,)))
     return values
 
 
 def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | None = None,
              leave_out: bool = True, form: tuple[Param, ...] = ALL_REDUCE_PARAMS) -> FitResult:
     """Fit link ``key`` (``<GPU>:<kind>``) on its cases with the constants of ``form`` (the
-    rest from ``base``); hold out each all-reduce group size."""
+    rest from ``base``; send/recv and all-to-all, where measured, their own after the
+    all-reduce's); hold out each all-reduce group size."""
     gpu_name, kind = key.split(":", 1)
     gpu = load_gpu(gpu_name)
     base = base or LinkConstants()
@@ -192,29 +199,31 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
                         devices_per_node=first.devices_per_node,
                         topology=PAIRWISE_KIND if kind.startswith(PAIRWISE_KIND) else None,
                         collective=first.collective)[1]
+    fitted_kinds = ("all_reduce", "send_recv", "all_to_all")
     values = _fit_all(cases, bandwidth=bandwidth, base=base, form=form)
     fitted = replace(base, **values)
-    fitted_cases = [c for c in cases if c.collective in ("all_reduce", "send_recv")]
+    fitted_cases = [c for c in cases if c.collective in fitted_kinds]
     predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in fitted_cases]
     rms = rms_log_residual(predicted, [c.measured_s for c in fitted_cases])
     result = FitResult(values=values, rms_log_residual=rms,
                        in_sample=_errors(fitted_cases, predicted),
                        fitted_on=sorted({c.source for c in fitted_cases}),
                        n_points=sum(c.measured_s.size for c in fitted_cases))
-    others = [c for c in cases if c.collective not in ("all_reduce", "send_recv")]
+    others = [c for c in cases if c.collective not in fitted_kinds]
     if others:  # never fitted: what the all-reduce constants say of the other collectives
-        result.notes.append("other collectives, predicted with the all-reduce fit (MAPE): " + ", ".join(
+        result.notes.append("collectives never fitted, priced with the all-reduce's "
+                            "constants (MAPE): " + ", ".join(
             f"{metric} {stats.mape:.1%}" for metric, stats in sorted(_errors(
                 others, [predict_case(c, bandwidth=bandwidth, constants=fitted)
                          for c in others]).items())))
-    reduce_cases = [c for c in cases if c.collective == "all_reduce"]
-    groups = sorted({c.num_workers for c in reduce_cases})
+    group_cases = [c for c in cases if c.collective in ("all_reduce", "all_to_all")]
+    groups = sorted({c.num_workers for c in group_cases if c.collective == "all_reduce"})
     if leave_out and len(groups) > 2:
         held: list[CollectiveCase] = []
         held_pred: list[np.ndarray] = []
         for workers in groups:
-            train = [c for c in reduce_cases if c.num_workers != workers]
-            test = [c for c in reduce_cases if c.num_workers == workers]
+            train = [c for c in group_cases if c.num_workers != workers]
+            test = [c for c in group_cases if c.num_workers == workers]
             out = replace(base, **_fit_all(train, bandwidth=bandwidth, base=base, form=form))
             held += test
             held_pred += [predict_case(c, bandwidth=bandwidth, constants=out) for c in test]

@@ -200,7 +200,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 #: Formats whose rows record the GPU they ran on (``--gpu`` would relabel them); the
 #: others take theirs from the path, which ``--gpu`` may correct.
-ROW_GPU_FORMATS = ("mlenergy", "splitwise", "llm-inference-bench")
+ROW_GPU_FORMATS = ("mlenergy", "splitwise", "llm-inference-bench", "aiconfigurator-nccl")
 
 
 def _check_gpu_override(args: argparse.Namespace) -> None:

@@ -1,6 +1,6 @@
 """Collectives: latency plus size-dependent achieved bandwidth, per interconnect.
 
-base = latency + latency_per_hop x log2(n)
+base = latency + latency_per_hop x log2(n) x phases     (all-to-all: its own fixed time)
 wire = moved bytes / achieved bus bandwidth
 time = (base^q + wire^q)^(1/q)                        (q = latency_sharpness; 1 = additive)
 achieved = link bandwidth x min(1, f(n)) x s / (s + half_bandwidth_bytes),
@@ -21,6 +21,12 @@ an all-to-all sends the (n-g)/n of its message bound for other domains through t
 and the rest over the scale-up link. The two parts are pipelined: the slower one sets the
 time. A flat ring through the NICs would move the whole message per GPU and be g times
 slower than what 2x8 H100 nccl-tests measure (tests/test_scale_out.py).
+
+A ring all-reduce is a reduce-scatter and then an all-gather: each of those is one phase
+and grows by half the all-reduce's per-hop latency (``_PHASES``); an all-to-all is one
+round of exchanges whose fixed time does not grow with the group (AIConfigurator's NCCL
+tables, 512 B over 2/4/8 H100: all-reduce 6.2/9.5/15.6 us, all-gather 5.3/7.1/10.1,
+all-to-all 6.5/6.5/7.4), fitted apart where a table measures it (``all_to_all_latency_s``).
 
 Why this form (Vidur NCCL profiles, H100/A100 DGX): all-reduce time is flat (~20-45 us)
 up to a few MB and then linear, so latency and wire time join like a soft maximum rather
@@ -49,6 +55,11 @@ _BUS_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
     "send_recv": lambda n: 1.0,
 }
+
+
+#: Share of the all-reduce's per-hop latency growth each collective pays (a ring all-reduce
+#: is a reduce-scatter then an all-gather).
+_PHASES = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "all_to_all": 1.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +162,10 @@ def collective_cost(*, kind: str, message_bytes: Size, group_size: int, bandwidt
         wire = moved / achieved
         latency = constants.p2p_latency_s + wire
     else:
-        base = constants.latency_s + constants.latency_per_hop_s * math.log2(n)
+        if kind == "all_to_all" and constants.all_to_all_latency_s > 0:
+            base = constants.all_to_all_latency_s
+        else:
+            base = constants.latency_s + constants.latency_per_hop_s * math.log2(n) * _PHASES[kind]
         fraction = constants.bus_bandwidth_fraction * (n / 2.0) ** constants.bandwidth_group_exponent
         achieved = (bandwidth * min(fraction, 1.0)
                     * message_bytes / (message_bytes + constants.half_bandwidth_bytes))

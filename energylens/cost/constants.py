@@ -177,6 +177,9 @@ class LinkConstants:
     bandwidth_group_exponent: float = 0.0  # bus fraction grows as (n/2)^this with group size
     latency_sharpness: float = 1.0  # p-norm joining latency and wire time (1 = their sum)
     p2p_latency_s: float = 8.0e-6  # fixed time of one send/recv
+    # fixed time of one all-to-all: one round of exchanges, flat in the group (0 = priced
+    # as the all-reduce's latency and per-hop growth)
+    all_to_all_latency_s: float = 0.0
     bulk_latency_s: float = 0.0  # second NCCL protocol/algorithm for large messages ...
     bulk_bandwidth_fraction: float = 0.0  # ... its bus bandwidth / link (0 = not used)
     p2p_bandwidth_fraction: float = 0.80  # send/recv achieved bandwidth / link bandwidth

@@ -24,8 +24,8 @@ KERNEL_FLOORS = ("kernel_overhead_s", "expert_extra_overhead_s", "fp8_expert_ext
                  "elementwise_overhead_s", "attention_tile_s")
 #: Link constants that are a per-collective fixed time (a latency, or the message size below
 #: which a collective cannot fill the link: a latency in bytes).
-LINK_FLOORS = ("latency_s", "latency_per_hop_s", "p2p_latency_s", "overlap_sync_s",
-               "half_bandwidth_bytes")
+LINK_FLOORS = ("latency_s", "latency_per_hop_s", "p2p_latency_s", "all_to_all_latency_s",
+               "overlap_sync_s", "half_bandwidth_bytes")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

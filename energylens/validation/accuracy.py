@@ -41,6 +41,9 @@ class Target:
     metric: str | None  # key in the dataset's summary (None: judged on held-out rows only)
     limit: float  # MAPE fraction
     leave_out: tuple[str, ...] | None  # path into the calibration file's fits, if any
+    # whether the shipped constants it is priced with come from that fit (False: its
+    # in-sample column prices its rows with another source's constants, a cross-check)
+    shipped: bool = True
 
 
 #: ML.ENERGY row group of the rows the serving fit uses (``fit_serving.fitted_rows``): the
@@ -114,11 +117,12 @@ def _one_node(row: RowResult) -> bool:
 
 def _all_reduce_targets() -> list[Target]:
     """All-reduce on the DGX rows within one node, judged on the NVSwitch fit's leave one
-    group size out (the a100_dgx file's 16-GPU rows cross InfiniBand: another fit)."""
+    group size out (the a100_dgx file's 16-GPU rows cross InfiniBand: another fit). The
+    shipped all-reduce constants of these GPUs are AIConfigurator's NCCL tables' fits."""
     return [Target(f"All-reduce latency, Vidur {sku}, {ONE_NODE} (2-8 GPUs, NVSwitch)",
                    f"vidur-network-{sku}", f"all_reduce[{ONE_NODE}]", 0.10,
                    (f"vidur-network/{gpu}:nvswitch", "leave_one_group_size_out", "all_reduce",
-                    "mape"))
+                    "mape"), shipped=False)
             for sku, gpu in (("h100_dgx", "H100-SXM"), ("a100_dgx", "A100-80GB-SXM"))]
 
 

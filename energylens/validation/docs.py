@@ -191,16 +191,21 @@ def _target_rows(report: AccuracyReport) -> list[str]:
     lines = ["Both columns of a target score the same rows: the ML.ENERGY targets the rows the "
              f"serving fit uses{share}: no hybrid, host-bound or data-parallel-attention run, "
              "which are predicted but fitted on by nothing (see 'Rows predicted but never "
-             "fitted'); the all-reduce targets the DGX rows within one node (2-8 GPUs over "
-             "NVSwitch), the rows of the NVSwitch link fit, which leaves one group size out "
-             "(a100_dgx's 16-GPU rows cross InfiniBand: another fit, in the dataset table).", "",
+             "fitted'); the Vidur all-reduce targets the DGX rows within one node (2-8 GPUs over "
+             "NVSwitch), the rows of Vidur's NVSwitch link fit, which leaves one group size out "
+             "(a100_dgx's 16-GPU rows cross InfiniBand: another fit, in the dataset table); "
+             "its in-sample column is the shipped constants on those rows, which since "
+             "2026-12-01 are AIConfigurator's NCCL tables' (a cross-source check, not in "
+             "sample: docs/gpus.md). The AIConfigurator NCCL targets score each table's "
+             "all-reduce rows, its fit leaving one group size out.", "",
              "| target | limit | in-sample | held out | judged on | meets |",
              "|---|---|---|---|---|---|"]
     for t in TARGETS:
         held, now, gate = report.leave_out(t), report.in_sample(t), report.gating(t)
         judged = "held out" if held is not None else "in-sample"
         meets = "?" if gate is None else ("yes" if gate <= t.limit else "**no**")
-        lines.append(f"| {t.name} | {100 * t.limit:.0f} % | {_pct(now)} | {_pct(held)} | "
+        shown = _pct(now) + ("" if t.shipped or now is None else " (cross-source)")
+        lines.append(f"| {t.name} | {100 * t.limit:.0f} % | {shown} | {_pct(held)} | "
                      f"{judged} | {meets} |")
     return lines
 
