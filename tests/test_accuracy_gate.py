@@ -105,6 +105,17 @@ KNOWN_MISSES: dict[str, float] = {
     # within one node), both miss: h100_dgx 16.2 % held out (in-sample 9.8 %), a100_dgx
     # 10.6 % (8.4 %). The link curves' form does not carry from two group sizes to the
     # third (H100: 2 GPUs 18.8 %, 8 GPUs 19.2 % held out). Limits: today's + 1.5 points.
+    # 2026-12-01 (forty-fourth session): AIConfigurator's NCCL tables fit the NVSwitch links
+    # of A100, H100, H200 and B200 (in place of Vidur's all-reduce constants) and L40S's
+    # PCIe link; their all-reduce targets are judged on each fit's leave one group size out,
+    # which misses like Vidur's (the form does not carry from two group sizes to the
+    # third). Vidur's targets keep their held-out gate; their in-sample column is now a
+    # cross-source check (h100_dgx 12.8 %, a100_dgx 17.2 %), not gated. Limits: today's + 1.5.
+    "All-reduce latency, AIConfigurator NCCL a100_sxm (2-8 GPUs, nvswitch)": 0.182,
+    "All-reduce latency, AIConfigurator NCCL h100_sxm (2-8 GPUs, nvswitch)": 0.166,
+    "All-reduce latency, AIConfigurator NCCL h200_sxm (2-8 GPUs, nvswitch)": 0.184,
+    "All-reduce latency, AIConfigurator NCCL b200_sxm (2-8 GPUs, nvswitch)": 0.182,
+    "All-reduce latency, AIConfigurator NCCL l40s (2-8 GPUs, pcie)": 0.146,
     "All-reduce latency, Vidur h100_dgx, one node (2-8 GPUs, NVSwitch)": 0.177,
     "All-reduce latency, Vidur a100_dgx, one node (2-8 GPUs, NVSwitch)": 0.122,
     "Regime-out H100-SXM precision: fit BF16, predict FP8/MXFP4: energy per output token": 0.168,

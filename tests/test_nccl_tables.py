@@ -119,3 +119,26 @@ def test_validate_reads_a_table_and_refuses_another_gpu(capsys):
     assert '"all_to_all"' in capsys.readouterr().out
     assert main(["validate", "aiconfigurator-nccl", table, "--gpu", "H100"]) == 2
     assert "record their GPUs" in capsys.readouterr().err
+
+
+def test_a_bad_table_is_one_line_naming_the_file(tmp_path):
+    import pandas as pd
+
+    from energylens.errors import MeasurementError
+    from energylens.measurements.formats import load_measurements
+
+    frame = pd.read_parquet(L40S_NCCL)
+    for name, broken, fragment in (
+            ("text.parquet", None, "not a readable Parquet table"),
+            ("cols.parquet", frame.drop(columns=["latency"]), "missing columns ['latency']"),
+            ("op.parquet", frame.assign(op_name="broadcast"), "unknown op_name or nccl_dtype"),
+            ("gpu.parquet", frame.assign(device="NVIDIA Z9000"), "Z9000")):
+        path = tmp_path / name
+        if broken is None:
+            path.write_text("op_name,latency\nall_reduce,1\n")
+        else:
+            broken.to_parquet(path)
+        with pytest.raises(MeasurementError) as info:
+            load_measurements(format="aiconfigurator-nccl", path=path)
+        message = str(info.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message and fragment in message

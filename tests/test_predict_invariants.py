@@ -135,15 +135,18 @@ def test_power_cap_lowers_the_clock_instead_of_exceeding_tdp():
                                                                                rel=1e-12)
 
 
-def test_a_kernel_and_the_all_reduce_hidden_under_it_stay_under_the_board_limit():
-    """Llama-3.1-70B TP8 on B200, an 8,192-token prompt, all-reduces overlapped on 16 SMs:
-    each layer's two all-reduces (same size) hide under o and down; a kernel and its
-    collective together draw at most the TDP (down, the longer GEMM with the fitted link
-    power, would draw ~1,020 W at their overlapped time, so it is stretched to the limit)."""
+def _overlapped_layer_powers(link_power_w: float | None) -> tuple[dict, dict, float]:
+    """Per-layer (seconds, joules) and board power of o and down, each with one of the two
+    all-reduces hidden under it: Llama-3.1-70B TP8 on B200, an 8,192-token prompt, overlap
+    on 16 SMs, the B200 link's power while a collective runs as shipped or ``link_power_w``."""
+    from energylens.calibration.file import default_calibration
     from energylens.cost.step import STEP_RECORDER, SequenceGroup, step_cost
     from energylens.predict import checked_context
 
-    _, ctx = checked_context(model="llama-3.1-70b", gpu="B200",
+    calibration = default_calibration()
+    if link_power_w is not None:
+        calibration = calibration.with_link("B200:nvswitch", power_w=link_power_w)
+    _, ctx = checked_context(model="llama-3.1-70b", gpu="B200", calibration=calibration,
                              deployment=Deployment(tp=8, overlap_sms=16))
     records: list[tuple[int, str, float, float]] = []
     token = STEP_RECORDER.set(lambda group, kernel, seconds, joules, critical: records.append(
@@ -156,11 +159,21 @@ def test_a_kernel_and_the_all_reduce_hidden_under_it_stay_under_the_board_limit(
               if count > 1}
     assert layers["communication"][0] == 0.0  # both hidden
     per_collective_j = layers["communication"][1] / 2
-    static_w, tdp_w = ctx.constants.static_power_w, ctx.gpu.tdp_w
-    powers = {name: (layers[name][1] + per_collective_j) / layers[name][0] + static_w
-              for name in ("o", "down")}
+    powers = {name: (layers[name][1] + per_collective_j) / layers[name][0]
+              + ctx.constants.static_power_w for name in ("o", "down")}
+    return layers, powers, ctx.gpu.tdp_w
+
+
+def test_a_kernel_and_the_all_reduce_hidden_under_it_stay_under_the_board_limit():
+    """A kernel and its hidden collective together draw at most the TDP: with the shipped
+    link power they fit under it; with a link drawing 600 W while it runs (constructed, not
+    fitted) down and its all-reduce would draw more, so the pair is stretched to the limit."""
+    shipped_layers, shipped, tdp_w = _overlapped_layer_powers(None)
+    assert max(shipped.values()) <= tdp_w * (1 + 1e-9), shipped
+    layers, powers, _ = _overlapped_layer_powers(600.0)
     assert max(powers.values()) <= tdp_w * (1 + 1e-9), powers
     assert powers["down"] == pytest.approx(tdp_w, rel=1e-6)
+    assert layers["down"][0] > shipped_layers["down"][0]  # stretched, not clipped
 
 
 @pytest.mark.parametrize(("model", "gpu", "deployment"), CASES)

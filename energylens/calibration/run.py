@@ -225,7 +225,7 @@ def _fit_nccl_table(*, path: Path, links: dict[str, LinkConstants], prov: dict[s
     for key, result in fit_nccl_table(path=path, leave_out=leave_out).items():
         gpu, kind = key.split(":", 1)
         _, fixed = table_form(kind)
-        log(f"links {key}: fitting {len(result.values) - len(fixed)} all-reduce constants on "
+        log(f"links {key}: fitting {len(result.values) - len(fixed)} collective constants on "
             f"{path.parent.name}/{path.name}" + (" (in place of Vidur's)" if key in links else ""))
         fit_id = f"aiconfigurator-nccl/{key}"
         fits[fit_id] = fit_report(fit_id=fit_id, result=result,

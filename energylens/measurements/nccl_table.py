@@ -10,6 +10,7 @@ in bytes; the time in ms under the collective's name), every group inside one ho
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,15 @@ def load_nccl_table(path: Path, gpu: str | None) -> list[Any]:
     from energylens.measurements.formats import MeasurementRow
 
     try:
-        frame = pd.read_parquet(path)
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise MeasurementError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise MeasurementError(f"{path}: is a directory, expected a file") from None
+    if not raw.strip():
+        raise MeasurementError(f"{path}: empty file")
+    try:
+        frame = pd.read_parquet(io.BytesIO(raw))
     except (OSError, ValueError) as exc:
         raise MeasurementError(f"{path}: not a readable Parquet table ({exc})") from None
     missing = sorted(set(COLUMNS) - set(frame.columns))

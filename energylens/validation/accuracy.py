@@ -397,7 +397,8 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
         folder, version = table.parts[-5], table.parts[-2]
         fitted = folder in dict(NCCL_TABLE_LINKS)
         add(f"aiconfigurator-nccl-{folder}", f"AIConfigurator NCCL {version} collectives, {folder} "
-            + ("(all-reduce fitted on it; the others never)" if fitted else "(never fitted)"),
+            + ("(all-reduce and all-to-all fitted on it; all-gather, reduce-scatter never)"
+               if fitted else "(never fitted)"),
             "aiconfigurator-nccl", [table])
     add("llmcompass-matmul-A100", "LLMCompass fp16 GEMMs, A100", "llmcompass-matmul",
         sorted((data / "llmcompass").glob("matmul_*.csv")))
