@@ -142,3 +142,14 @@ def test_a_bad_table_is_one_line_naming_the_file(tmp_path):
             load_measurements(format="aiconfigurator-nccl", path=path)
         message = str(info.value)
         assert message.startswith(f"{path}: ") and "\n" not in message and fragment in message
+
+
+def test_a_constant_at_a_bound_is_reported_and_the_pcie_form_has_none():
+    from energylens.calibration.fit_links import ALL_REDUCE_PARAMS, fit_link
+
+    cases = nccl_table_cases(L40S_NCCL)["L40S:pcie"]
+    # the NVSwitch form cannot let the bus bandwidth fall as (n / 2)^-1.9: its group
+    # exponent stops at its lower bound, -0.5, and the fit says so
+    nvswitch_form = fit_link(key="L40S:pcie", cases=cases, form=ALL_REDUCE_PARAMS, leave_out=False)
+    assert "bandwidth_group_exponent" in nvswitch_form.at_bound
+    assert fit_nccl_table(path=L40S_NCCL, leave_out=False)["L40S:pcie"].at_bound == []

@@ -205,10 +205,13 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
     fitted_cases = [c for c in cases if c.collective in fitted_kinds]
     predicted = [predict_case(c, bandwidth=bandwidth, constants=fitted) for c in fitted_cases]
     rms = rms_log_residual(predicted, [c.measured_s for c in fitted_cases])
+    ranges = {p.name: p for p in (*form, *P2P_PARAMS, ALL_TO_ALL_LATENCY)}
     result = FitResult(values=values, rms_log_residual=rms,
                        in_sample=_errors(fitted_cases, predicted),
                        fitted_on=sorted({c.source for c in fitted_cases}),
-                       n_points=sum(c.measured_s.size for c in fitted_cases))
+                       n_points=sum(c.measured_s.size for c in fitted_cases),
+                       at_bound=sorted(name for name, value in values.items()
+                                       if name in ranges and ranges[name].at_bound(value)))
     others = [c for c in cases if c.collective not in fitted_kinds]
     if others:  # never fitted: what the all-reduce constants say of the other collectives
         result.notes.append("collectives never fitted, priced with the all-reduce's "
