@@ -39,6 +39,7 @@ from energylens.calibration.fitting import (
 from energylens.cost.comm import collective_cost, own_allreduce_link
 from energylens.cost.constants import LinkConstants, RuntimeConstants
 from energylens.hardware import GPU, UnknownGPUError, load_gpu
+from energylens.measurements.nccl_table import ELEMENT_BYTES  # ``message_size`` counts elements
 
 #: The three constants, as ``RuntimeConstants`` fields.
 PARAMS = (
@@ -46,8 +47,6 @@ PARAMS = (
     Param("allreduce_latency_per_hop_s", 0.2e-6, 0.0, 20.0e-6),
     Param("allreduce_bus_bandwidth_fraction", 0.3, 0.01, 1.0),
 )
-#: Bytes per element of the tables' ``allreduce_dtype`` (``message_size`` counts elements).
-ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "int8": 1}
 #: AIConfigurator's GPU folder names -> this database's GPU names (a100_sxm was measured on
 #: an 'NVIDIA A100-SXM4-80GB', per its ``device`` column).
 GPU_FOLDERS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM",

@@ -7,10 +7,10 @@ and AIConfigurator's NCCL tables (``kernels/<gpu>/comm/nccl/<version>/nccl_perf.
 ``op_name``, ``nccl_dtype``, ``num_gpus``, ``message_size`` in elements, ``latency`` in ms;
 one host, every group inside it). The form is :func:`energylens.cost.comm.collective_cost`;
 its latency, per-hop latency, achieved bus-bandwidth fraction and half-bandwidth size are
-fitted by least squares on log time, on the all-reduce rows (send/recv on its own).
-Honesty: each worker count is held out in turn (fit on the others, predict it); a table's
-all-gather, reduce-scatter and all-to-all rows are predicted with the all-reduce fit and
-never fitted.
+fitted by least squares on log time, on the all-reduce rows (send/recv, and a table's
+all-to-all fixed time, on their own rows after). Honesty: each worker count is held out in
+turn (fit on the others, predict it); a table's all-gather and reduce-scatter rows are
+priced with the all-reduce's constants and never fitted.
 """
 
 from __future__ import annotations

@@ -584,6 +584,15 @@ def _load_llm_inference_bench(path: Path, gpu: str | None) -> list[MeasurementRo
     return out
 
 
+# --- AIConfigurator's NCCL tables (energylens.measurements.nccl_table) ---------------------
+
+
+def _nccl_table(path: Path, gpu: str | None) -> list[MeasurementRow]:
+    from energylens.measurements.nccl_table import load_nccl_table
+
+    return load_nccl_table(path, gpu)
+
+
 # --- dispatch --------------------------------------------------------------------------
 
 _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
@@ -594,14 +603,8 @@ _LOADERS: dict[str, Callable[[Path, str | None], list[MeasurementRow]]] = {
     "llmcompass-matmul": _load_llmcompass_matmul,
     "llmcompass-layer": _load_llmcompass_layer,
     "llm-inference-bench": _load_llm_inference_bench,
-    "aiconfigurator-nccl": lambda path, gpu: _nccl_table(path, gpu),
+    "aiconfigurator-nccl": _nccl_table,
 }
-
-
-def _nccl_table(path: Path, gpu: str | None) -> list[MeasurementRow]:
-    from energylens.measurements.nccl_table import load_nccl_table
-
-    return load_nccl_table(path, gpu)
 FORMATS: tuple[str, ...] = tuple(_LOADERS)
 
 

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from energylens.errors import MeasurementError
+
+if TYPE_CHECKING:  # formats imports this module when it reads a table
+    from energylens.measurements.formats import MeasurementRow
 
 #: AIConfigurator's op names -> this model's collective kinds.
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
        "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
-#: Bytes per element of ``nccl_dtype``.
+#: Bytes per element of a table's dtype column (``nccl_dtype``; the engines' custom
+#: all-reduce tables' ``allreduce_dtype``).
 ELEMENT_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "fp8": 1}
 COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency", "device")
 
 
-def load_nccl_table(path: Path, gpu: str | None) -> list[Any]:
+def load_nccl_table(path: Path, gpu: str | None) -> list[MeasurementRow]:
     """Rows of one table (``gpu`` overrides its ``device`` column)."""
     import pandas as pd
 
