@@ -8,9 +8,12 @@ and AIConfigurator's NCCL tables (``kernels/<gpu>/comm/nccl/<version>/nccl_perf.
 one host, every group inside it). The form is :func:`energylens.cost.comm.collective_cost`;
 its latency, per-hop latency, achieved bus-bandwidth fraction and half-bandwidth size are
 fitted by least squares on log time, on the all-reduce rows (send/recv, and a table's
-all-to-all fixed time, on their own rows after). Honesty: each worker count is held out in
-turn (fit on the others, predict it); a table's all-gather and reduce-scatter rows are
-priced with the all-reduce's constants and never fitted.
+all-to-all fixed time, on their own rows after): a table, or a Vidur layout with one group
+size, in a two-protocol form (two alpha-beta lines, the faster taken); Vidur's DGX rows,
+at three group sizes, in a soft join of latency and wire time with a ramp to full
+bandwidth. Honesty: each worker count is held out in turn (fit on the others, predict it);
+a table's all-gather and reduce-scatter rows are priced with the all-reduce's constants and
+never fitted.
 """
 
 from __future__ import annotations
@@ -234,11 +237,34 @@ def fit_link(*, key: str, cases: list[CollectiveCase], base: LinkConstants | Non
     return result
 
 
+def vidur_form(cases: list[CollectiveCase]) -> tuple[tuple[Param, ...], dict[str, float]]:
+    """The constants a Vidur link fits, and those its form fixes: with all-reduces at
+    several group sizes (a DGX's NVSwitch) the soft-join form; at one group size (the
+    InfiniBand, pairwise NVLink and PCIe-between-pairs layouts) the two-protocol form of
+    the NCCL tables, as the soft join's sharpness and ramp ended at their bounds there
+    (not identified by one group's rows; docs/gpus.md)."""
+    groups = {c.num_workers for c in cases if c.collective == "all_reduce"}
+    if len(groups) == 1:
+        return TABLE_PARAMS, TABLE_FIXED
+    return ALL_REDUCE_PARAMS, {}
+
+
+def vidur_link_cases(*, files: list[Path]) -> dict[str, list[CollectiveCase]]:
+    """Cases of the Vidur network files, by link key."""
+    return collective_cases([load_measurements(format="vidur-network", path=f) for f in files])
+
+
 def fit_links(*, files: list[Path], leave_out: bool = True) -> dict[str, FitResult]:
-    """Fit every link found in the Vidur network files."""
-    sets = [load_measurements(format="vidur-network", path=f) for f in files]
-    return {key: fit_link(key=key, cases=cases, leave_out=leave_out)
-            for key, cases in sorted(collective_cases(sets).items())}
+    """Fit every link found in the Vidur network files (each in :func:`vidur_form`; the
+    values include what the form fixes)."""
+    out: dict[str, FitResult] = {}
+    for key, cases in sorted(vidur_link_cases(files=files).items()):
+        form, fixed = vidur_form(cases)
+        result = fit_link(key=key, cases=cases, leave_out=leave_out, form=form,
+                          base=replace(LinkConstants(), **fixed))
+        result.values = {**fixed, **result.values}
+        out[key] = result
+    return out
 
 
 def table_form(kind: str) -> tuple[tuple[Param, ...], dict[str, float]]:

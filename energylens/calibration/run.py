@@ -40,7 +40,13 @@ from energylens.calibration.fit_kernels import (
     VECTOR_PARAMS,
     fit_gpu_kernels,
 )
-from energylens.calibration.fit_links import fit_links, fit_nccl_table, table_form
+from energylens.calibration.fit_links import (
+    fit_links,
+    fit_nccl_table,
+    table_form,
+    vidur_form,
+    vidur_link_cases,
+)
 from energylens.calibration.fit_runtime import (
     aic_tables,
     apply_fits,
@@ -215,6 +221,14 @@ def _fit_scale_out(*, path: Path, links: dict[str, LinkConstants], prov: dict[st
          for k, v in result.values.items()})
 
 
+def _link_entries(*, values: dict[str, float], fixed: dict[str, float], fit_id: str,
+                  report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Provenance of a link fit's values: those its form fixes assumed, the rest fitted."""
+    return {k: (entry(value=v, kind="assumed", note=f"fixed by the form of {fit_id}")
+                if k in fixed else entry(value=v, kind="fitted", fit_id=fit_id, report=report))
+            for k, v in values.items()}
+
+
 def _fit_nccl_table(*, path: Path, links: dict[str, LinkConstants], prov: dict[str, Any],
                     fits: dict[str, Any], leave_out: bool, log: Callable[[str], None]) -> None:
     """The links one host's NCCL table measures. Its all-reduce constants take the place
@@ -231,11 +245,8 @@ def _fit_nccl_table(*, path: Path, links: dict[str, LinkConstants], prov: dict[s
         fits[fit_id] = fit_report(fit_id=fit_id, result=result,
                                   leave_out_kind="leave_one_group_size_out")
         links[key] = replace(links.get(key, LinkConstants()), **result.values)
-        prov.setdefault(f"links/{key}", {}).update({
-            k: (entry(value=v, kind="assumed", note=f"fixed by the form of {fit_id}")
-                if k in fixed else
-                entry(value=v, kind="fitted", fit_id=fit_id, report=fits[fit_id]))
-            for k, v in result.values.items()})
+        prov.setdefault(f"links/{key}", {}).update(
+            _link_entries(values=result.values, fixed=fixed, fit_id=fit_id, report=fits[fit_id]))
         if [k for k in links if k.split(":", 1)[-1] == kind] == [key]:
             links[kind] = links[key]
             prov[f"links/{kind}"] = {
@@ -273,13 +284,14 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
 
     if data.vidur_network:
         log(f"links: fitting collectives on {len(data.vidur_network)} files")
+        cases = vidur_link_cases(files=data.vidur_network)
         for key, result in fit_links(files=data.vidur_network, leave_out=leave_out).items():
             fit_id = f"vidur-network/{key}"
             fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_group_size_out")
             links[key] = replace(LinkConstants(), **result.values)
-            prov[f"links/{key}"] = {k: entry(value=v, kind="fitted", fit_id=fit_id,
-                                              report=fits[fit_id])
-                                    for k, v in result.values.items()}
+            _, fixed = vidur_form(cases[key])
+            prov[f"links/{key}"] = _link_entries(values=result.values, fixed=fixed,
+                                                 fit_id=fit_id, report=fits[fit_id])
 
     for path in data.nccl_tables:
         _fit_nccl_table(path=path, links=links, prov=prov, fits=fits, leave_out=leave_out, log=log)
