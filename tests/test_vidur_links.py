@@ -74,3 +74,15 @@ def test_the_two_protocol_form_recovers_the_constants_it_was_made_with():
     again = predict_case(case, bandwidth=bandwidth,
                          constants=LinkConstants(**TABLE_FIXED, **fitted.values))
     assert np.allclose(again, made, rtol=1e-3)
+
+
+def test_the_shipped_infiniband_link_says_what_its_form_fixes_and_what_it_fitted():
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[1] / "energylens" / "data" / "calibration.yaml"
+    link = yaml.safe_load(shipped.read_text())["links"]["A100-80GB-SXM:infiniband"]
+    fit = "vidur-network/A100-80GB-SXM:infiniband"
+    for fixed in TABLE_FIXED:
+        assert link[fixed]["kind"] == "assumed" and fit in link[fixed]["note"]
+    for fitted in ("latency_s", "bus_bandwidth_fraction", "bulk_latency_s"):
+        assert link[fitted]["kind"] == "fitted" and link[fitted]["fit"] == fit

@@ -8,7 +8,9 @@ from energylens.hardware import GPU
 #: PCIe, another cluster's network between nodes) are not in the hardware database: they
 #: get their own topologies (within a pair, across pairs, across nodes) whose nominal
 #: bandwidth is taken as the GPU's NVLink (or NIC) figure, the fitted fraction absorbing
-#: the difference. Only ``energylens validate`` uses them; deployments never do.
+#: the difference. Within a pair is also the kind the database's bridged cards deploy for a
+#: group of two (A40, RTX A6000, H100 NVL); across pairs and across nodes only ``energylens
+#: validate`` prices.
 PAIRWISE_KIND = "nvlink-pairwise"
 
 
