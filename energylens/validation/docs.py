@@ -138,6 +138,17 @@ def _regime_rows(report: AccuracyReport) -> list[str]:
     return lines
 
 
+def unidentified_explanations() -> dict[str, dict[str, str]]:
+    """Why each constant at a bound of its fit is there (``data/accuracy/unidentified.yaml``)."""
+    from importlib import resources
+
+    import yaml
+
+    found = resources.files("energylens.data").joinpath("accuracy/unidentified.yaml")
+    data = yaml.safe_load(found.read_text()) if found.is_file() else None
+    return data if isinstance(data, dict) else {}
+
+
 def _constants(report: AccuracyReport) -> list[str]:
     """How many constants the data fits, and how far each serving constant moves when a
     regime is left out."""
@@ -154,8 +165,17 @@ def _constants(report: AccuracyReport) -> list[str]:
     unidentified = unidentified_constants(report.fits)
     lines += ["**Not identified**: fitted constants that ended at a bound of their range in a "
               "fit on all the data (`energylens calibrate` exits with an error on them unless "
-              "`--allow-unidentified`; the shipped file was written with it): "
-              + (", ".join(f"`{name}`" for name in unidentified) or "none") + ".", ""]
+              "`--allow-unidentified`; the shipped file was written with it), and why each "
+              "does (`energylens/data/accuracy/unidentified.yaml`; a test fails on one left "
+              "unexplained):" if unidentified else "**Not identified**: none (no fitted "
+              "constant ended at a bound of its range in a fit on all the data).", ""]
+    if unidentified:
+        why = unidentified_explanations()
+        lines += ["| constant | bound | why | see |", "|---|---|---|---|"]
+        lines += [f"| `{name}` | {why.get(name, {}).get('bound', '–')} | "
+                  f"{why.get(name, {}).get('why', 'not explained')} | "
+                  f"{why.get(name, {}).get('see', '–')} |" for name in unidentified]
+        lines.append("")
     for gpu in REGIME_GPUS:
         spread = report.fits.get(f"mlenergy/{gpu}", {}).get("spread_across_regime_folds", {})
         if not spread:
