@@ -15,8 +15,9 @@ rows: closed loops of ``silicon_concurrency`` clients, fixed lengths) with ``ene
 validate measurements --json`` (``--silicon``: convert a raw ``silicon_sample.csv`` first
 with ``energylens measurements convert aiconfigurator``; ``--json``: read a saved result)
 and prints MAPE per (engine, GPU), with the rows left out and why, and apart the rows whose
-predicted run a full KV cache decided and the rows of runs the source marks work in
-progress (``wip`` true: kept in every other line too).
+predicted run a full KV cache decided, the rows of runs the source marks work in
+progress (``wip`` true) and the rows served through NVIDIA Dynamo (their provenance names a
+``dynamo_version``), each kept in every other line too.
 
 ``--prefill-ratio`` (the TTFT diagnosis of docs/load.md): each row's measured TTFT over
 the model's TTFT of one request alone (the static-batch kind, batch 1, same deployment),
@@ -273,11 +274,11 @@ def prompt_load(rows: Path) -> None:
 
 def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, source: Path,
                    kv_limited: dict[str, list[float]],
-                   wip: dict[str, list[float]] | None = None) -> None:
+                   apart: dict[str, dict[str, list[float]]] | None = None) -> None:
     """The MAPE (a share) of TTFT and TPOT per (engine, GPU), per engine, over all rows and
     over the rows whose prediction the KV cache decided (``kv_limited``: a row's ``note``)
-    and over the rows of work-in-progress runs (``wip``: the converter's ``wip`` column),
-    as the YAML file ``expected_error`` reads (GPU names as ``energylens gpus`` lists them)."""
+    and over each subset of :data:`APART` (``apart``), as the YAML file ``expected_error``
+    reads (GPU names as ``energylens gpus`` lists them)."""
     import datetime
     import hashlib
 
@@ -314,8 +315,9 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
     if kv_limited:  # rows whose predicted run the KV cache decided (queued or preempted
         # requests): their TTFT hangs on a KV precision the rows do not record (docs/load.md)
         document["kv_limited"] = entry([kv_limited])
-    if wip:  # rows of runs the source marks work in progress (the converter's wip column)
-        document["wip"] = entry([wip])
+    for name, rows in (apart or {}).items():  # subsets kept in every figure, shown apart
+        if rows:
+            document[name] = entry([rows])
     ACCURACY.parent.mkdir(parents=True, exist_ok=True)
     ACCURACY.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     print(f"wrote {ACCURACY}")
@@ -446,15 +448,26 @@ def _is_wip(measured: dict[str, Any]) -> bool:
     return str(measured.get("wip", "")).strip().lower() == "true"
 
 
+def _through_dynamo(measured: dict[str, Any]) -> bool:
+    """Whether a row's run served the engine through NVIDIA Dynamo (its provenance names a
+    ``dynamo_version``: Dynamo's front end and router in front of the engine's workers)."""
+    return "dynamo_version=" in str(measured.get("provenance", ""))
+
+
+#: Subsets of the rows shown apart (kept in every other figure): key -> (label, test).
+APART = {"wip": ("rows of work-in-progress runs", _is_wip),
+         "dynamo": ("rows served through NVIDIA Dynamo", _through_dynamo)}
+
+
 def row_errors(result: dict[str, Any]) -> tuple[_Errors, dict[str, list[float]],
-                                                 dict[str, list[float]], Counter[str]]:
+                                                 dict[str, dict[str, list[float]]], Counter[str]]:
     """Absolute and signed TTFT and TPOT errors (%) per (engine, GPU) of a ``validate
     measurements --json`` result; the absolute ones of the rows a full KV cache decided
-    (a ``note``) and of the rows of work-in-progress runs (``wip`` true) apart; and the
-    rows left out, by reason."""
+    (a ``note``) and of each subset of :data:`APART`, apart; and the rows left out, by
+    reason."""
     errors: _Errors = defaultdict(lambda: defaultdict(list))
     kv_limited: dict[str, list[float]] = defaultdict(list)
-    wip: dict[str, list[float]] = defaultdict(list)
+    apart: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in APART}
     left_out: Counter[str] = Counter()
     for row in result["rows"]:
         measured, predicted = row["input"], row["predicted"]
@@ -468,15 +481,16 @@ def row_errors(result: dict[str, Any]) -> tuple[_Errors, dict[str, list[float]],
             group[f"{metric}_signed"].append((predicted[metric] / measured[metric] - 1) * 100)
             if row.get("note"):
                 kv_limited[metric].append(error)
-            if _is_wip(measured):
-                wip[metric].append(error)
-    return errors, kv_limited, wip, left_out
+            for name, (_, member) in APART.items():
+                if member(measured):
+                    apart[name][metric].append(error)
+    return errors, kv_limited, apart, left_out
 
 
 def error_table(errors: _Errors, *, kv_limited: dict[str, list[float]],
-                wip: dict[str, list[float]]) -> list[str]:
+                apart: dict[str, dict[str, list[float]]]) -> list[str]:
     """Markdown: MAPE and median signed error per (engine, GPU), all rows, and the MAPE of
-    the rows a full KV cache decided and of the rows of work-in-progress runs."""
+    the rows a full KV cache decided and of each subset of :data:`APART`."""
     out = ["| engine | GPU | rows | TTFT MAPE | TTFT median error | TPOT MAPE | TPOT median error |",
            "|---|---|---|---|---|---|---|"]
     every: dict[str, list[float]] = defaultdict(list)
@@ -492,7 +506,7 @@ def error_table(errors: _Errors, *, kv_limited: dict[str, list[float]],
         out.append(f"| all | | {len(every['ttft_s'])} | {statistics.mean(every['ttft_s']):.1f} % | "
                    f"| {statistics.mean(every['tpot_s']):.1f} % | |")
     for name, rows in (("rows the KV cache decided", kv_limited),
-                       ("rows of work-in-progress runs", wip)):
+                       *((label, apart.get(key, {})) for key, (label, _) in APART.items())):
         if rows:
             out.append(f"| {name} | | {len(rows['ttft_s'])} | {statistics.mean(rows['ttft_s']):.1f} % "
                        f"| | {statistics.mean(rows['tpot_s']):.1f} % | |")
@@ -554,10 +568,11 @@ def main() -> None:
     if args.engine_time_bound:
         engine_time_bound(result)
         return
-    errors, kv_limited, wip, left_out = row_errors(result)
-    print("\n".join(error_table(errors, kv_limited=kv_limited, wip=wip)))
+    errors, kv_limited, apart, left_out = row_errors(result)
+    print("\n".join(error_table(errors, kv_limited=kv_limited, apart=apart)))
     if args.write_accuracy:
-        write_accuracy(errors, source=args.silicon or args.rows, kv_limited=kv_limited, wip=wip)
+        write_accuracy(errors, source=args.silicon or args.rows, kv_limited=kv_limited,
+                       apart=apart)
     print("\nleft out:")
     for reason, count in left_out.most_common():
         print(f"- {count} rows: {reason}")

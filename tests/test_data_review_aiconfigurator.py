@@ -103,8 +103,25 @@ def test_validate_load_aic_prints_the_work_in_progress_rows_apart() -> None:
     result = {"rows": [row("true", 1.5, 1.1), row("false", 1.1, 1.0), row("false", 0.9, 1.0),
                        {"input": {"runtime": "vllm", "gpu": "b200_sxm", "wip": "true"},
                         "predicted": {}, "error": "unsupported"}]}
-    errors, kv_limited, wip, left_out = bench.row_errors(result)
-    lines = bench.error_table(errors, kv_limited=kv_limited, wip=wip)
+    errors, kv_limited, apart, left_out = bench.row_errors(result)
+    lines = bench.error_table(errors, kv_limited=kv_limited, apart=apart)
     assert "| all | | 3 | 23.3 % | | 3.3 % | |" in lines
     assert lines[-1] == "| rows of work-in-progress runs | | 1 | 50.0 % | | 10.0 % | |"
     assert left_out == Counter({"unsupported": 1})
+
+
+def test_validate_load_aic_prints_the_rows_served_through_dynamo_apart() -> None:
+    bench = load_benchmark("validate_load_aic")
+
+    def row(provenance: str, tpot: float) -> dict:
+        return {"input": {"runtime": "trtllm", "gpu": "gb200", "ttft_s": 1.0, "tpot_s": 1.0,
+                          "wip": "false", "provenance": provenance},
+                "predicted": {"ttft_s": 1.0, "tpot_s": tpot}}
+
+    dynamo = "source_file=x.csv; image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.9.0; " \
+             "dynamo_version=0.9.0"
+    result = {"rows": [row(dynamo, 0.25), row("source_file=y.csv", 1.1), row("", 0.9)]}
+    errors, kv_limited, apart, _ = bench.row_errors(result)
+    lines = bench.error_table(errors, kv_limited=kv_limited, apart=apart)
+    assert "| all | | 3 | 0.0 % | | 31.7 % | |" in lines  # kept in every figure
+    assert lines[-1] == "| rows served through NVIDIA Dynamo | | 1 | 0.0 % | | 75.0 % | |"

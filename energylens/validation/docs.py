@@ -386,6 +386,8 @@ def _load_rows() -> list[str]:
         rows.append(("rows a full KV cache decided in the model", "all", table["kv_limited"]))
     if isinstance(table.get("wip"), dict):  # likewise
         rows.append(("rows of work-in-progress runs (wip=True)", "all", table["wip"]))
+    if isinstance(table.get("dynamo"), dict):  # likewise
+        rows.append(("rows served through NVIDIA Dynamo", "all", table["dynamo"]))
     for engine, gpu, g in rows:
         lines.append(f"| {engine} | {gpu} | {g['rows']} | {_pct(g['ttft_s'])} | "
                      f"{met(g['ttft_s'], 'ttft_s')} | {_pct(g['tpot_s'])} | "
@@ -394,8 +396,10 @@ def _load_rows() -> list[str]:
         lines += ["", "The rows a full KV cache decided are those whose predicted run queued or "
                   "preempted requests for want of KV space (their KV precision is not recorded; "
                   "docs/load.md); `energylens predict` quotes them for a load run of that kind. "
-                  "The work-in-progress rows are the runs AIConfigurator's file marks wip=True "
-                  "(kept in every figure above, shown apart)."]
+                  "The work-in-progress rows are the runs AIConfigurator's file marks wip=True, "
+                  "the Dynamo rows those whose provenance names a Dynamo release (the engine "
+                  "behind Dynamo's front end and router, not its own server): both kept in every "
+                  "figure above, shown apart."]
     return lines
 
 
