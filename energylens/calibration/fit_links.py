@@ -255,12 +255,18 @@ def vidur_link_cases(*, files: list[Path]) -> dict[str, list[CollectiveCase]]:
 
 
 def fit_links(*, files: list[Path], leave_out: bool = True) -> dict[str, FitResult]:
-    """Fit every link found in the Vidur network files (each in :func:`vidur_form`; the
-    values include what the form fixes)."""
+    """Fit every link found in the Vidur network files (:func:`fit_vidur_links`)."""
+    return fit_vidur_links(cases=vidur_link_cases(files=files), leave_out=leave_out)
+
+
+def fit_vidur_links(*, cases: dict[str, list[CollectiveCase]],
+                    leave_out: bool = True) -> dict[str, FitResult]:
+    """Fit every link of ``cases`` (Vidur's, by link key), each in :func:`vidur_form`; the
+    values include what the form fixes."""
     out: dict[str, FitResult] = {}
-    for key, cases in sorted(vidur_link_cases(files=files).items()):
-        form, fixed = vidur_form(cases)
-        result = fit_link(key=key, cases=cases, leave_out=leave_out, form=form,
+    for key, link_cases in sorted(cases.items()):
+        form, fixed = vidur_form(link_cases)
+        result = fit_link(key=key, cases=link_cases, leave_out=leave_out, form=form,
                           base=replace(LinkConstants(), **fixed))
         result.values = {**fixed, **result.values}
         out[key] = result

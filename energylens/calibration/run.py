@@ -24,6 +24,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ from energylens.calibration.fit_kernels import (
     fit_gpu_kernels,
 )
 from energylens.calibration.fit_links import (
-    fit_links,
     fit_nccl_table,
+    fit_vidur_links,
     table_form,
     vidur_form,
     vidur_link_cases,
@@ -285,7 +286,7 @@ def calibrate(*, data: CalibrationData, leave_out: bool = True, jobs: int = 1,
     if data.vidur_network:
         log(f"links: fitting collectives on {len(data.vidur_network)} files")
         cases = vidur_link_cases(files=data.vidur_network)
-        for key, result in fit_links(files=data.vidur_network, leave_out=leave_out).items():
+        for key, result in fit_vidur_links(cases=cases, leave_out=leave_out).items():
             fit_id = f"vidur-network/{key}"
             fits[fit_id] = fit_report(fit_id=fit_id, result=result, leave_out_kind="leave_one_group_size_out")
             links[key] = replace(LinkConstants(), **result.values)
@@ -443,6 +444,14 @@ def unidentified_constants(fits: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{fit_id}/{name}" for fit_id, report in sorted(fits.items())
             if not fit_id.startswith("regimes/") and report.get("applied", True)
             for name in report.get("at_bound", [])]
+
+
+def unidentified_reasons() -> dict[str, dict[str, str]]:
+    """Why each constant :func:`unidentified_constants` names is at a bound (its bound, the
+    reason, where it is discussed): ``energylens/data/accuracy/unidentified.yaml``."""
+    found = resources.files("energylens.data").joinpath("accuracy/unidentified.yaml")
+    data = yaml.safe_load(found.read_text()) if found.is_file() else None
+    return data if isinstance(data, dict) else {}
 
 
 def to_yaml(outcome: Outcome) -> str:

@@ -138,17 +138,6 @@ def _regime_rows(report: AccuracyReport) -> list[str]:
     return lines
 
 
-def unidentified_explanations() -> dict[str, dict[str, str]]:
-    """Why each constant at a bound of its fit is there (``data/accuracy/unidentified.yaml``)."""
-    from importlib import resources
-
-    import yaml
-
-    found = resources.files("energylens.data").joinpath("accuracy/unidentified.yaml")
-    data = yaml.safe_load(found.read_text()) if found.is_file() else None
-    return data if isinstance(data, dict) else {}
-
-
 def _constants(report: AccuracyReport) -> list[str]:
     """How many constants the data fits, and how far each serving constant moves when a
     regime is left out."""
@@ -160,7 +149,7 @@ def _constants(report: AccuracyReport) -> list[str]:
              f"{counts['measured']} measured by this project (`docs/power.md`), "
              f"{counts['assumed']} borrowed (`assumed`) and {counts['default']} built-in "
              "defaults (not identified by any data), over every GPU, link and runtime.", ""]
-    from energylens.calibration.run import unidentified_constants
+    from energylens.calibration.run import unidentified_constants, unidentified_reasons
 
     unidentified = unidentified_constants(report.fits)
     lines += ["**Not identified**: fitted constants that ended at a bound of their range in a "
@@ -170,7 +159,7 @@ def _constants(report: AccuracyReport) -> list[str]:
               "unexplained):" if unidentified else "**Not identified**: none (no fitted "
               "constant ended at a bound of its range in a fit on all the data).", ""]
     if unidentified:
-        why = unidentified_explanations()
+        why = unidentified_reasons()
         lines += ["| constant | bound | why | see |", "|---|---|---|---|"]
         lines += [f"| `{name}` | {why.get(name, {}).get('bound', '–')} | "
                   f"{why.get(name, {}).get('why', 'not explained')} | "
