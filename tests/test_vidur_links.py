@@ -6,11 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from energylens.calibration.fit_links import (
     ALL_REDUCE_PARAMS,
     TABLE_FIXED,
     TABLE_PARAMS,
+    CollectiveCase,
     fit_link,
     fit_links,
     predict_case,
@@ -55,8 +57,6 @@ def test_pcie_between_nvlink_pairs_is_priced_within_ten_percent():
 def test_the_two_protocol_form_recovers_the_constants_it_was_made_with():
     """Times made by the form itself (two alpha-beta lines, the faster taken) give back
     the latencies and bandwidth shares they were made with."""
-    from energylens.calibration.fit_links import CollectiveCase
-
     gpu = load_gpu("A100-80GB-SXM")
     bandwidth = gpu.intra_node.bandwidth_bytes_per_s
     truth = {"latency_s": 12e-6, "bus_bandwidth_fraction": 0.25, "bulk_latency_s": 60e-6,
@@ -77,8 +77,6 @@ def test_the_two_protocol_form_recovers_the_constants_it_was_made_with():
 
 
 def test_the_shipped_infiniband_link_says_what_its_form_fixes_and_what_it_fitted():
-    import yaml
-
     shipped = Path(__file__).resolve().parents[1] / "energylens" / "data" / "calibration.yaml"
     link = yaml.safe_load(shipped.read_text())["links"]["A100-80GB-SXM:infiniband"]
     fit = "vidur-network/A100-80GB-SXM:infiniband"
