@@ -55,6 +55,17 @@ def test_a_partial_last_wave_adds_a_smaller_batch(capacity: int) -> None:
                                                  rel=1e-12)
 
 
+def test_tpot_of_waves_is_the_mean_over_sequences(capacity: int) -> None:
+    """A last wave of one sequence decodes fast, but for one sequence only: the batch's
+    TPOT weights each wave's step by its sequences (a mean over waves gave capacity + 1
+    sequences about the midpoint of one full wave's step and one sequence's alone)."""
+    full, alone, both = _batch(capacity), _batch(1), _batch(capacity + 1)
+    assert alone.tpot_s < full.tpot_s
+    assert both.tpot_s == pytest.approx((capacity * full.tpot_s + alone.tpot_s)
+                                        / (capacity + 1), rel=1e-9)
+    assert both.tpot_s > full.tpot_s - (full.tpot_s - alone.tpot_s) / capacity
+
+
 def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     run = _batch(8, model="llama-2-70b", gpu="A100-40GB-SXM")  # 138 GB of weights
     assert not run.feasible and run.running_batch == 1

@@ -68,7 +68,8 @@ class StaticBatch:
         return sequence_replicas(batch=batch, replicas=replicas)
 
     def run(self, *, placement: Placement, workload: Workload, memory: MemoryUse) -> Prediction:
-        """TTFT = the prefill step; TPOT = the mean decode step."""
+        """TTFT = the prefill step; TPOT = the mean decode step (over the sequences, where
+        the batch runs in waves: :meth:`columns`)."""
         columns = self.columns(placement=placement, workload=workload, memory=memory,
                                batch=workload.batch)
         return prediction(columns=columns, model=placement.model.name,
@@ -80,7 +81,9 @@ class StaticBatch:
 
         A batch whose KV cache does not fit runs in waves of the largest batch that fits
         (the engine admits what fits and runs the rest as slots free): each wave a whole
-        prefill and decode, latency and energy summed; ``running_batch`` is that cap.
+        prefill and decode, latency and energy summed; ``running_batch`` is that cap. TPOT
+        is then the mean over the sequences of their wave's decode step (a last wave of one
+        sequence runs fast, but for one sequence only); TTFT is the first wave's.
         Infeasible only when the weights plus one sequence do not fit."""
         ctx, sequences = placement.ctx, placement.sequences
         cap, memory = kv_capped(placement=placement, memory=memory, whole=True,
@@ -92,14 +95,14 @@ class StaticBatch:
                                                  sequences=cap)
         prefill = {k: v * full for k, v in prefill.items()}
         decode = {k: v * full for k, v in decode.items()}
-        tpot_sum, waves = tpot * full, full
+        tpot_sum = tpot * full * cap  # each sequence's step time, summed
         if np.any(rest > 0):  # a last, smaller wave
             last = rest > 0
             tail = self._wave(placement=placement, workload=workload,
                               sequences=value(np.where(last, rest, cap)))
             prefill = {k: v + last * tail[0][k] for k, v in prefill.items()}
             decode = {k: v + last * tail[1][k] for k, v in decode.items()}
-            tpot_sum, waves = tpot_sum + last * tail[3], waves + last
+            tpot_sum = tpot_sum + last * rest * tail[3]
         s_out = workload.output_tokens
         total_energy = prefill["energy_j"] + decode["energy_j"]
         wall = prefill["latency_s"] + decode["latency_s"]
@@ -109,7 +112,7 @@ class StaticBatch:
         return {
             "feasible": feasible, "infeasible_reason": reason, "num_gpus": placement.gpus,
             "memory_per_gpu_gb": value(memory.total_bytes / 1e9), "ttft_s": ttft,
-            "tpot_s": value(tpot_sum / waves), "energy_per_output_token_j": total_energy / output_tokens,
+            "tpot_s": value(tpot_sum / sequences), "energy_per_output_token_j": total_energy / output_tokens,
             "energy_per_request_j": total_energy / batch, "avg_power_w": total_energy / wall,
             "output_tokens_per_s": output_tokens / wall, "running_batch": cap,
             **{f"prefill_{k}": value(v) for k, v in prefill.items()},
