@@ -1,14 +1,18 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--limit 40]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
-and 8 and a few static batch sizes (1,024-token prompts, 128 output tokens), and checks what
+and 8 and a few batch sizes (1,024-token prompts, 128 output tokens: static batches, or with
+``--kind serving`` as many running sequences at steady state), and checks what
 must hold whatever the constants: every headline figure finite and positive; the average
-power at most the boards' TDP (5 % slack) and at least their idle power; with a larger
-batch, TTFT and TPOT no shorter and energy per output token no larger (2 % slack). A
+power at most the boards' TDP (5 % slack) and at least their idle power; the memory per GPU
+within the board's; TTFT no shorter than half the active parameters' prompt FLOPs at the
+GPUs' fastest dense rate, TPOT no shorter than reading a quarter byte per active parameter
+at their HBM bandwidth (loose floors: a unit slip or a lost factor breaks them); with a
+larger batch, TTFT and TPOT no shorter and energy per output token no larger (2 % slack). A
 configuration the deployment checks refuse (a precision the runtime lacks, heads that do not
 split) or that does not fit in memory is skipped. It prints the predictions made and each
 violation, at most ``--limit`` of them. A violation is a place to look, not always a bug: a
@@ -27,12 +31,13 @@ from dataclasses import dataclass
 from energylens.deployment import Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import GPU, list_gpus
-from energylens.model import ModelConfig, list_models
+from energylens.model import ModelConfig, list_models, parameter_count
 from energylens.predict import predict
 from energylens.runtime import runtime_names
 from energylens.workloads import Prediction
 
 TP_DEGREES = (1, 2, 4, 8)
+INPUT_TOKENS, OUTPUT_TOKENS = 1024, 128
 HEADLINE = ("ttft_s", "tpot_s", "energy_per_output_token_j", "avg_power_w")
 POWER_SLACK = 1.05
 MONOTONE_SLACK = 0.02
@@ -46,18 +51,41 @@ class Sweep:
     violations: tuple[str, ...]
 
 
-def point_violations(*, label: str, result: Prediction, gpu: GPU) -> list[str]:
-    """What one feasible prediction breaks: a headline figure not finite and positive, or
-    an average power outside [idle, TDP x slack] per board."""
+def point_violations(*, label: str, result: Prediction, gpu: GPU, model: ModelConfig,
+                     prompts: int) -> list[str]:
+    """What one feasible prediction of 1,024 / 128-token sequences breaks: a headline figure
+    not finite and positive, an average power outside [idle, TDP x slack] per board, memory
+    beyond the board's, TTFT or TPOT under its loose roofline floor (TTFT computes at least
+    ``prompts`` prompts: a static batch's first wave, a steady state's one admitted)."""
     out = [f"{label}: {name} = {getattr(result, name)!r}" for name in HEADLINE
            if not (math.isfinite(getattr(result, name)) and getattr(result, name) > 0)]
     boards = result.num_gpus
+    if result.memory_per_gpu_gb * 1e9 > gpu.hbm_capacity_bytes:
+        out.append(f"{label}: {result.memory_per_gpu_gb:.1f} GB per GPU on a "
+                   f"{gpu.hbm_capacity_bytes / 1e9:.1f} GB board")
+    active = parameter_count(model)[1]
+    prompt_floor = (0.5 * 2 * active * INPUT_TOKENS * prompts
+                    / (max(gpu.dense_flops_per_s.values()) * boards))
+    if result.ttft_s < prompt_floor:
+        out.append(f"{label}: TTFT {result.ttft_s:.3g} s under its FLOP floor {prompt_floor:.3g} s")
+    step_floor = 0.25 * active / (gpu.hbm_bandwidth_bytes_per_s * boards)
+    if result.tpot_s < step_floor:
+        out.append(f"{label}: TPOT {result.tpot_s:.3g} s under its weight-read floor "
+                   f"{step_floor:.3g} s")
     if result.avg_power_w > POWER_SLACK * gpu.tdp_w * boards:
         out.append(f"{label}: {result.avg_power_w:.0f} W over {boards} x TDP {gpu.tdp_w:.0f} W")
     if result.avg_power_w < gpu.idle_power_w * boards:
         out.append(f"{label}: {result.avg_power_w:.0f} W under {boards} x idle "
                    f"{gpu.idle_power_w:.0f} W")
     return out
+
+
+def first_prompts(*, kind: str, batch: int, result: Prediction) -> int:
+    """Prompts a prediction's TTFT computes at least: a static batch's first wave (the
+    batch, or what its KV cache holds); under steady-state serving, the one it admits."""
+    if kind == "serving":
+        return 1
+    return int(min(batch, result.running_batch or batch))
 
 
 def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str]:
@@ -78,7 +106,7 @@ def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str
 
 
 def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Sequence[str],
-          batches: Sequence[int]) -> Sweep:
+          batches: Sequence[int], kind: str = "batch") -> Sweep:
     """Predict every (model, GPU, runtime, TP, batch) and collect the violations."""
     made, found = 0, []
     for model in models:
@@ -91,8 +119,9 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
                         try:
                             result = predict(model=model, gpu=gpu,
                                              deployment=Deployment(tp=tp, runtime=runtime),
-                                             workload=Workload(batch=batch, input_tokens=1024,
-                                                               output_tokens=128))
+                                             workload=Workload(kind=kind, batch=batch,
+                                                               input_tokens=INPUT_TOKENS,
+                                                               output_tokens=OUTPUT_TOKENS))
                         except EnergyLensError:  # refused by the deployment checks
                             break
                         if not result.feasible:
@@ -100,7 +129,9 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
                         made += 1
                         by_batch[batch] = result
                         found += point_violations(label=f"{label} batch {batch}",
-                                                  result=result, gpu=gpu)
+                                                  result=result, gpu=gpu, model=model,
+                                                  prompts=first_prompts(kind=kind, batch=batch,
+                                                                        result=result))
                     found += batch_violations(label=label, by_batch=by_batch)
     return Sweep(predictions=made, violations=tuple(found))
 
@@ -118,11 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
+    parser.add_argument("--kind", choices=("batch", "serving"), default="batch",
+                        help="workload kind: static batches or steady-state serving")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     result = sweep(models=_chosen(args.models, list_models()), gpus=_chosen(args.gpus, list_gpus()),
-                   runtimes=args.runtimes or list(runtime_names()), batches=sorted(args.batches))
+                   runtimes=args.runtimes or list(runtime_names()), batches=sorted(args.batches),
+                   kind=args.kind)
     print(f"{result.predictions} predictions, {len(result.violations)} violations, "
           f"{time.perf_counter() - started:.0f} s on {platform.machine()} "
           f"({platform.python_version()})")

@@ -14,6 +14,7 @@ from energylens.model import get_model
 from energylens.predict import predict
 
 sweep = load_benchmark("sanity_sweep")
+MODEL = get_model("llama-3.1-8b")
 
 
 def _point(batch: int):
@@ -31,11 +32,19 @@ def test_a_slice_of_the_sweep_breaks_no_invariant() -> None:
 
 def test_it_flags_power_over_tdp_and_a_figure_not_finite() -> None:
     gpu, good = load_gpu("L4"), _point(8)
-    assert sweep.point_violations(label="x", result=good, gpu=gpu) == []
+    assert sweep.point_violations(label="x", result=good, gpu=gpu, model=MODEL, prompts=8) == []
     hot = replace(good, avg_power_w=2 * gpu.tdp_w * good.num_gpus)
-    assert any("over" in v for v in sweep.point_violations(label="x", result=hot, gpu=gpu))
+    assert any("over" in v for v in sweep.point_violations(label="x", result=hot, gpu=gpu,
+                                                           model=MODEL, prompts=8))
+    fast = replace(good, ttft_s=1e-6, tpot_s=1e-7)  # a unit slip: micro- for milliseconds
+    found = sweep.point_violations(label="x", result=fast, gpu=gpu, model=MODEL, prompts=8)
+    assert any("FLOP floor" in v for v in found) and any("weight-read floor" in v for v in found)
+    big = replace(good, memory_per_gpu_gb=2 * gpu.hbm_capacity_bytes / 1e9)
+    assert any("board" in v for v in sweep.point_violations(label="x", result=big, gpu=gpu,
+                                                            model=MODEL, prompts=8))
     broken = replace(good, tpot_s=float("nan"))
-    assert any("tpot_s" in v for v in sweep.point_violations(label="x", result=broken, gpu=gpu))
+    assert any("tpot_s" in v for v in sweep.point_violations(label="x", result=broken, gpu=gpu, model=MODEL,
+                                                                prompts=8))
 
 
 def test_it_flags_a_larger_batch_that_decodes_faster_or_spends_more() -> None:
