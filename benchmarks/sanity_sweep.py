@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from energylens.deployment import Deployment, Workload
 from energylens.errors import EnergyLensError
-from energylens.hardware import GPU, list_gpus
-from energylens.model import ModelConfig, list_models, parameter_count
+from energylens.hardware import GPU, list_gpus, load_gpu
+from energylens.model import ModelConfig, get_model, list_models, parameter_count
 from energylens.predict import predict
 from energylens.runtime import runtime_names
 from energylens.workloads import Prediction
@@ -136,13 +136,6 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
     return Sweep(predictions=made, violations=tuple(found))
 
 
-def _chosen(names: Sequence[str] | None, items: Sequence[GPU] | Sequence[ModelConfig]) -> list:
-    if not names:
-        return list(items)
-    wanted = {n.lower() for n in names}
-    return [i for i in items if i.name.lower() in wanted]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
@@ -154,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = sweep(models=_chosen(args.models, list_models()), gpus=_chosen(args.gpus, list_gpus()),
+    # names resolve as everywhere else (aliases too; an unknown one is a one-line error)
+    models = [get_model(n) for n in args.models] if args.models else list_models()
+    gpus = [load_gpu(n) for n in args.gpus] if args.gpus else list_gpus()
+    result = sweep(models=models, gpus=gpus,
                    runtimes=args.runtimes or list(runtime_names()), batches=sorted(args.batches),
                    kind=args.kind)
     print(f"{result.predictions} predictions, {len(result.violations)} violations, "
