@@ -127,3 +127,20 @@ def test_a_serving_batch_past_the_cap_runs_the_cap() -> None:
         assert run.output_tokens_per_s == pytest.approx(runs[0].output_tokens_per_s, rel=1e-3)
     whole = int(capped)
     assert serving(whole).running_batch == whole  # fits as asked
+
+
+def test_one_more_sequence_than_fits_runs_as_many_as_fit() -> None:
+    """Qwen-72B over eight L4s under TensorRT-LLM holds 8 sequences of 1,152 tokens; asked
+    for 9, the cap search started at the fractional count the KV space allows (between 8
+    and 9, a hair short of fitting) and stepped to 7, skipping 8, which fits."""
+    def serving(batch: int):
+        return predict(model="qwen-72b", gpu="L4",
+                       deployment=Deployment(tp=8, runtime="trtllm"),
+                       workload=Workload(kind="serving", batch=batch, input_tokens=1024,
+                                         output_tokens=128))
+    fits = serving(8)
+    assert fits.feasible and fits.running_batch == 8
+    for asked in (9, 64):
+        over = serving(asked)
+        assert over.running_batch == 8
+        assert over.tpot_s == pytest.approx(fits.tpot_s, rel=1e-9)

@@ -35,12 +35,12 @@ from energylens.predict import Prediction, predict
 
 #: Mean prompt tokens per task (the data does not record them).
 #:
-#: - ``lm-arena-chat``: 478, read from the data: the median over the 9 transformer chat
+#: - ``lm-arena-chat``: 473, read from the data: the median over the 9 transformer chat
 #:   runs (6 models, H100 and B200) whose running batch stayed below its cap, i.e. was
 #:   limited by the KV cache, of the prompt length at which the memory model holds the
 #:   measured running batch (``energylens.measurements.mlenergy_lengths``; the runs give
-#:   394-620: H100 median 478, B200 470). The same runs identify vLLM's memory reserve
-#:   (``data/runtimes/vllm.yaml``: 3.5 GB, where the two GPUs' runs agree best).
+#:   393-601: H100 median 473, B200 468). The same runs identify vLLM's memory reserve
+#:   (``data/runtimes/vllm.yaml``: 4 GB, where the two GPUs' runs agree best).
 #:   ``tests/test_mlenergy_lengths.py`` re-derives it. (It was 400, an assumption
 #:   chosen with the validation errors in view.)
 #: - ``gpqa``: a GPQA Diamond question with four options and an instruction, ~150-400
@@ -50,7 +50,7 @@ from energylens.predict import Prediction, predict
 #: - ``sourcegraph-fim``: fill-in-the-middle code completion with long prefix+suffix
 #:   context and short outputs (~250 tokens); 2048, assumed (B200 rows only; not tuned).
 #:   One KV-limited run gives 1,550: one run does not identify a constant.
-TASK_INPUT_TOKENS: dict[str, float] = {"lm-arena-chat": 478.0, "gpqa": 256.0,
+TASK_INPUT_TOKENS: dict[str, float] = {"lm-arena-chat": 473.0, "gpqa": 256.0,
                                        "sourcegraph-fim": 2048.0}
 #: The serving runtime every ML.ENERGY row ran on (leaderboard v3: vLLM 0.11).
 RUNTIME = "vllm"

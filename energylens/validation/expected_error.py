@@ -39,7 +39,7 @@ METRICS = {"energy_per_token_joules": "energy_per_output_token_j", "median_itl_m
 #: Weight precisions of the precision fold's training side ("fit BF16"): 16-bit weights
 #: (``energylens.calibration.regimes`` splits its rows by this set).
 SIXTEEN_BIT = frozenset({"bf16", "bfloat16", "fp16", "float16"})
-#: The task fold fits on ML.ENERGY's chat rows (478-token prompts, read from its KV-limited runs; mean outputs
+#: The task fold fits on ML.ENERGY's chat rows (473-token prompts, read from its KV-limited runs; mean outputs
 #: 388-1,464 tokens, measured) and predicts reasoning (outputs of 1,560-11,861) and
 #: fill-in-the-middle (2,048-token prompts): a workload beyond chat's lengths falls in it.
 LONG_OUTPUT_TOKENS = 1_500

@@ -62,7 +62,10 @@ def kv_capped(*, placement: Placement, memory: MemoryUse, demand: Callable[[Size
                                 for f in fields(MemoryUse)}
         capped = MemoryUse(**kept)
         done = done | fits | (held <= 1.0)
-        held = np.where(done, held, np.maximum(np.floor(held) - 1.0, 1.0))
+        # a fractional count first drops to its whole part (which may fit: 8.4 -> 8),
+        # a whole one by one
+        below = np.where(held > np.floor(held), np.floor(held), held - 1.0)
+        held = np.where(done, held, np.maximum(below, 1.0))
     return capped_batch, capped
 
 
