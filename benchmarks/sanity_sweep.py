@@ -1,7 +1,7 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving] [--limit 40]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
@@ -17,6 +17,15 @@ configuration the deployment checks refuse (a precision the runtime lacks, heads
 split) or that does not fit in memory is skipped. It prints the predictions made and each
 violation, at most ``--limit`` of them. A violation is a place to look, not always a bug: a
 static batch that the KV cache runs in waves (a last wave of one) can lower the mean TPOT.
+
+With ``--kind load`` the batches are closed loops of as many clients (the request-level
+simulator, lengths of CV 0.05; up to a second each, so sweep a slice), and each run also
+checks: its
+percentiles ordered (p50 <= p90 <= p99 of TTFT, TPOT, ITL and end-to-end latency); Little's
+law (clients = requests/s x mean end-to-end latency, 10 %); output tokens/s = requests/s x
+output length (5 %); average power = energy per token x tokens/s (2 %); no more running
+sequences than clients; and one client's TTFT and TPOT those of a static batch of one (5 %).
+With more clients TTFT and TPOT must not fall, nor throughput (2 % slack).
 """
 
 from __future__ import annotations
@@ -35,12 +44,22 @@ from energylens.model import ModelConfig, get_model, list_models, parameter_coun
 from energylens.predict import predict
 from energylens.runtime import runtime_names
 from energylens.workloads import Prediction
+from energylens.workloads.load.kind import LoadPrediction
 
 TP_DEGREES = (1, 2, 4, 8)
 INPUT_TOKENS, OUTPUT_TOKENS = 1024, 128
 HEADLINE = ("ttft_s", "tpot_s", "energy_per_output_token_j", "avg_power_w")
 POWER_SLACK = 1.05
 MONOTONE_SLACK = 0.02
+#: Closed-loop identities hold up to the run's ends (warm-up windows, the last requests).
+LITTLE_SLACK, THROUGHPUT_SLACK, POWER_IDENTITY_SLACK, ALONE_SLACK = 0.10, 0.05, 0.02, 0.05
+LOAD_LATENCIES = ("ttft", "tpot", "itl", "e2e")
+#: Load runs draw lengths of this CV: with lengths all equal, clients that start together
+#: stay in phase when their prompts fill a step exactly (eight 1,024-token prompts, an
+#: 8,192-token budget) and break apart with twice as many, so TTFT falls with the clients
+#: (docs/load.md, "A cohort that fits one step exactly"): a property of identical
+#: requests, not of the physics this sweep checks.
+LOAD_LENGTH_CV = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +101,8 @@ def point_violations(*, label: str, result: Prediction, gpu: GPU, model: ModelCo
 
 def first_prompts(*, kind: str, batch: int, result: Prediction) -> int:
     """Prompts a prediction's TTFT computes at least: a static batch's first wave (the
-    batch, or what its KV cache holds); under steady-state serving, the one it admits."""
-    if kind == "serving":
+    batch, or what its KV cache holds); under steady-state serving or load, its own."""
+    if kind in ("serving", "load"):
         return 1
     return int(min(batch, result.running_batch or batch))
 
@@ -105,34 +124,95 @@ def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str
     return out
 
 
+def load_violations(*, label: str, result: LoadPrediction, clients: int,
+                    alone: Prediction | None) -> list[str]:
+    """What a closed loop of ``clients`` breaks (module docstring); ``alone``: a static
+    batch of one on the same deployment, compared with a loop of one client."""
+    load = result.load
+    out = []
+    for name in LOAD_LATENCIES:
+        p50, p90, p99 = (load[f"{name}_{q}_s"] for q in ("p50", "p90", "p99"))
+        if not p50 <= p90 * (1 + 1e-9) or not p90 <= p99 * (1 + 1e-9):
+            out.append(f"{label}: {name} percentiles out of order {p50:.4g} / {p90:.4g} / "
+                       f"{p99:.4g} s")
+    in_flight = load["requests_per_s"] * load["e2e_mean_s"]
+    if abs(in_flight - clients) > LITTLE_SLACK * clients:
+        out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, {clients} clients")
+    tokens = load["requests_per_s"] * OUTPUT_TOKENS
+    if abs(result.output_tokens_per_s - tokens) > THROUGHPUT_SLACK * tokens:
+        out.append(f"{label}: {result.output_tokens_per_s:.4g} tokens/s where "
+                   f"{load['requests_per_s']:.4g} requests/s make {tokens:.4g}")
+    power = result.energy_per_output_token_j * result.output_tokens_per_s
+    if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
+        out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
+                   f"{result.avg_power_w:.4g} W")
+    if load["mean_running"] > clients * (1 + 1e-9):
+        out.append(f"{label}: {load['mean_running']:.3g} running with {clients} clients")
+    if alone is not None and clients == 1:
+        for name in ("ttft_s", "tpot_s"):
+            mine, single = getattr(result, name), getattr(alone, name)
+            if abs(mine - single) > ALONE_SLACK * single:
+                out.append(f"{label}: one client's {name} {mine:.4g} s, a batch of one's "
+                           f"{single:.4g} s")
+    return out
+
+
+def throughput_violations(*, label: str, by_clients: dict[int, Prediction]) -> list[str]:
+    """More clients must not lower the output throughput (a closed loop's)."""
+    levels = sorted(by_clients)
+    return [f"{label} clients {a} -> {b}: throughput falls "
+            f"{by_clients[a].output_tokens_per_s:.4g} -> {by_clients[b].output_tokens_per_s:.4g}"
+            f" tokens/s"
+            for a, b in zip(levels, levels[1:], strict=False)
+            if by_clients[b].output_tokens_per_s
+            < by_clients[a].output_tokens_per_s * (1 - MONOTONE_SLACK)]
+
+
+def _workload(*, kind: str, level: int) -> Workload:
+    if kind == "load":
+        return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
+                        output_tokens=OUTPUT_TOKENS, length_cv=LOAD_LENGTH_CV)
+    return Workload(kind=kind, batch=level, input_tokens=INPUT_TOKENS,
+                    output_tokens=OUTPUT_TOKENS)
+
+
 def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Sequence[str],
           batches: Sequence[int], kind: str = "batch") -> Sweep:
-    """Predict every (model, GPU, runtime, TP, batch) and collect the violations."""
+    """Predict every (model, GPU, runtime, TP, batch) and collect the violations
+    (``kind="load"``: batches are closed loops of as many clients)."""
     made, found = 0, []
     for model in models:
         for gpu in gpus:
             for runtime in runtimes:
                 for tp in TP_DEGREES:
                     label = f"{model.name} {gpu.name} {runtime} tp{tp}"
+                    deployment = Deployment(tp=tp, runtime=runtime)
                     by_batch: dict[int, Prediction] = {}
+                    alone: Prediction | None = None
                     for batch in batches:
                         try:
-                            result = predict(model=model, gpu=gpu,
-                                             deployment=Deployment(tp=tp, runtime=runtime),
-                                             workload=Workload(kind=kind, batch=batch,
-                                                               input_tokens=INPUT_TOKENS,
-                                                               output_tokens=OUTPUT_TOKENS))
+                            result = predict(model=model, gpu=gpu, deployment=deployment,
+                                             workload=_workload(kind=kind, level=batch))
+                            if kind == "load" and batch == 1:
+                                alone = predict(model=model, gpu=gpu, deployment=deployment,
+                                                workload=_workload(kind="batch", level=1))
                         except EnergyLensError:  # refused by the deployment checks
                             break
                         if not result.feasible:
                             break
                         made += 1
                         by_batch[batch] = result
-                        found += point_violations(label=f"{label} batch {batch}",
+                        point = f"{label} {'clients' if kind == 'load' else 'batch'} {batch}"
+                        found += point_violations(label=point,
                                                   result=result, gpu=gpu, model=model,
                                                   prompts=first_prompts(kind=kind, batch=batch,
                                                                         result=result))
+                        if isinstance(result, LoadPrediction):
+                            found += load_violations(label=point, result=result, clients=batch,
+                                                     alone=alone)
                     found += batch_violations(label=label, by_batch=by_batch)
+                    if kind == "load":
+                        found += throughput_violations(label=label, by_clients=by_batch)
     return Sweep(predictions=made, violations=tuple(found))
 
 
@@ -142,8 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
-    parser.add_argument("--kind", choices=("batch", "serving"), default="batch",
-                        help="workload kind: static batches or steady-state serving")
+    parser.add_argument("--kind", choices=("batch", "serving", "load"), default="batch",
+                        help="workload kind: static batches, steady-state serving, or closed "
+                             "loops of --batches clients")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()

@@ -56,3 +56,40 @@ def test_it_flags_a_larger_batch_that_decodes_faster_or_spends_more() -> None:
     costlier = replace(large, energy_per_output_token_j=2 * small.energy_per_output_token_j)
     assert any("energy per token rises" in v
                for v in sweep.batch_violations(label="x", by_batch={1: small, 8: costlier}))
+
+
+def _loop(clients: int):
+    return predict(model="llama-3.1-8b", gpu="L4", deployment=Deployment(),
+                   workload=Workload(kind="load", concurrency=clients, input_tokens=1024,
+                                     output_tokens=128, length_cv=sweep.LOAD_LENGTH_CV))
+
+
+def test_a_slice_of_the_load_sweep_breaks_no_invariant() -> None:
+    result = sweep.sweep(models=[MODEL], gpus=[load_gpu("H100")], runtimes=["vllm", "sglang"],
+                         batches=[1, 8, 32], kind="load")
+    assert result.predictions >= 12
+    assert result.violations == ()
+
+
+def test_it_flags_a_closed_loop_that_breaks_its_identities() -> None:
+    one, alone = _loop(1), _point(1)
+    assert sweep.load_violations(label="x", result=one, clients=1, alone=alone) == []
+    slow = replace(one, ttft_s=2 * alone.ttft_s)  # one client waiting on nobody
+    assert any("one client's ttft_s" in v
+               for v in sweep.load_violations(label="x", result=slow, clients=1, alone=alone))
+    # the same run read as twice the clients: twice the requests in flight than it had
+    assert any("Little's law" in v
+               for v in sweep.load_violations(label="x", result=one, clients=2, alone=None))
+    flipped = replace(one, load={**one.load, "ttft_p90_s": 2 * one.load["ttft_p99_s"]})
+    assert any("ttft percentiles" in v
+               for v in sweep.load_violations(label="x", result=flipped, clients=1, alone=None))
+    lossy = replace(one, output_tokens_per_s=0.5 * one.output_tokens_per_s)
+    found = sweep.load_violations(label="x", result=lossy, clients=1, alone=None)
+    assert any("tokens/s where" in v for v in found) and any("average power" in v for v in found)
+
+
+def test_it_flags_more_clients_that_serve_less() -> None:
+    few, many = _loop(1), _loop(8)
+    assert sweep.throughput_violations(label="x", by_clients={1: few, 8: many}) == []
+    starved = replace(many, output_tokens_per_s=0.5 * few.output_tokens_per_s)
+    assert sweep.throughput_violations(label="x", by_clients={1: few, 8: starved}) != []
