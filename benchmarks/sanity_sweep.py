@@ -24,7 +24,8 @@ checks: its
 percentiles ordered (p50 <= p90 <= p99 of TTFT, TPOT, ITL and end-to-end latency); Little's
 law (clients = requests/s x mean end-to-end latency, 10 %); output tokens/s = requests/s x
 output length (5 %); average power = energy per token x tokens/s (2 %); no more running
-sequences than clients; and one client's TTFT and TPOT those of a static batch of one (5 %).
+sequences than clients; and one client's TTFT and TPOT (lengths fixed) those of a static
+batch of one (5 %).
 With more clients TTFT and TPOT must not fall, nor throughput (2 % slack).
 """
 
@@ -124,10 +125,8 @@ def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str
     return out
 
 
-def load_violations(*, label: str, result: LoadPrediction, clients: int,
-                    alone: Prediction | None) -> list[str]:
-    """What a closed loop of ``clients`` breaks (module docstring); ``alone``: a static
-    batch of one on the same deployment, compared with a loop of one client."""
+def load_violations(*, label: str, result: LoadPrediction, clients: int) -> list[str]:
+    """What a closed loop of ``clients`` breaks (module docstring)."""
     load = result.load
     out = []
     for name in LOAD_LATENCIES:
@@ -148,12 +147,18 @@ def load_violations(*, label: str, result: LoadPrediction, clients: int,
                    f"{result.avg_power_w:.4g} W")
     if load["mean_running"] > clients * (1 + 1e-9):
         out.append(f"{label}: {load['mean_running']:.3g} running with {clients} clients")
-    if alone is not None and clients == 1:
-        for name in ("ttft_s", "tpot_s"):
-            mine, single = getattr(result, name), getattr(alone, name)
-            if abs(mine - single) > ALONE_SLACK * single:
-                out.append(f"{label}: one client's {name} {mine:.4g} s, a batch of one's "
-                           f"{single:.4g} s")
+    return out
+
+
+def alone_violations(*, label: str, loop: Prediction, batch: Prediction) -> list[str]:
+    """One client (``loop``, lengths fixed: nobody to fall in phase with) must see the
+    TTFT and TPOT of a static batch of one (``batch``) on the same deployment."""
+    out = []
+    for name in ("ttft_s", "tpot_s"):
+        mine, single = getattr(loop, name), getattr(batch, name)
+        if abs(mine - single) > ALONE_SLACK * single:
+            out.append(f"{label}: one client's {name} {mine:.4g} s, a batch of one's "
+                       f"{single:.4g} s")
     return out
 
 
@@ -168,10 +173,10 @@ def throughput_violations(*, label: str, by_clients: dict[int, Prediction]) -> l
             < by_clients[a].output_tokens_per_s * (1 - MONOTONE_SLACK)]
 
 
-def _workload(*, kind: str, level: int) -> Workload:
+def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
     if kind == "load":
         return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
-                        output_tokens=OUTPUT_TOKENS, length_cv=LOAD_LENGTH_CV)
+                        output_tokens=OUTPUT_TOKENS, length_cv=length_cv)
     return Workload(kind=kind, batch=level, input_tokens=INPUT_TOKENS,
                     output_tokens=OUTPUT_TOKENS)
 
@@ -188,14 +193,17 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
                     label = f"{model.name} {gpu.name} {runtime} tp{tp}"
                     deployment = Deployment(tp=tp, runtime=runtime)
                     by_batch: dict[int, Prediction] = {}
-                    alone: Prediction | None = None
+                    pair: tuple[Prediction, Prediction] | None = None
                     for batch in batches:
                         try:
                             result = predict(model=model, gpu=gpu, deployment=deployment,
                                              workload=_workload(kind=kind, level=batch))
                             if kind == "load" and batch == 1:
-                                alone = predict(model=model, gpu=gpu, deployment=deployment,
-                                                workload=_workload(kind="batch", level=1))
+                                pair = (predict(model=model, gpu=gpu, deployment=deployment,
+                                                workload=_workload(kind="load", level=1,
+                                                                   length_cv=0.0)),
+                                        predict(model=model, gpu=gpu, deployment=deployment,
+                                                workload=_workload(kind="batch", level=1)))
                         except EnergyLensError:  # refused by the deployment checks
                             break
                         if not result.feasible:
@@ -208,8 +216,9 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
                                                   prompts=first_prompts(kind=kind, batch=batch,
                                                                         result=result))
                         if isinstance(result, LoadPrediction):
-                            found += load_violations(label=point, result=result, clients=batch,
-                                                     alone=alone)
+                            found += load_violations(label=point, result=result, clients=batch)
+                        if pair is not None and batch == 1:
+                            found += alone_violations(label=point, loop=pair[0], batch=pair[1])
                     found += batch_violations(label=label, by_batch=by_batch)
                     if kind == "load":
                         found += throughput_violations(label=label, by_clients=by_batch)

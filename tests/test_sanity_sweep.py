@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from benchmark_scripts import load_benchmark
 
 from energylens.deployment import Deployment, Workload
@@ -72,20 +73,34 @@ def test_a_slice_of_the_load_sweep_breaks_no_invariant() -> None:
 
 
 def test_it_flags_a_closed_loop_that_breaks_its_identities() -> None:
-    one, alone = _loop(1), _point(1)
-    assert sweep.load_violations(label="x", result=one, clients=1, alone=alone) == []
-    slow = replace(one, ttft_s=2 * alone.ttft_s)  # one client waiting on nobody
-    assert any("one client's ttft_s" in v
-               for v in sweep.load_violations(label="x", result=slow, clients=1, alone=alone))
+    one = _loop(1)
+    assert sweep.load_violations(label="x", result=one, clients=1) == []
     # the same run read as twice the clients: twice the requests in flight than it had
     assert any("Little's law" in v
-               for v in sweep.load_violations(label="x", result=one, clients=2, alone=None))
+               for v in sweep.load_violations(label="x", result=one, clients=2))
     flipped = replace(one, load={**one.load, "ttft_p90_s": 2 * one.load["ttft_p99_s"]})
     assert any("ttft percentiles" in v
-               for v in sweep.load_violations(label="x", result=flipped, clients=1, alone=None))
+               for v in sweep.load_violations(label="x", result=flipped, clients=1))
     lossy = replace(one, output_tokens_per_s=0.5 * one.output_tokens_per_s)
-    found = sweep.load_violations(label="x", result=lossy, clients=1, alone=None)
+    found = sweep.load_violations(label="x", result=lossy, clients=1)
     assert any("tokens/s where" in v for v in found) and any("average power" in v for v in found)
+
+
+@pytest.mark.parametrize("runtime", ["vllm", "llama.cpp", "deepspeed-mii"])
+def test_one_client_sees_a_batch_of_one(runtime: str) -> None:
+    """The server splits a 1,024-token prompt by its per-pass limit (llama.cpp's 512-token
+    ubatch, FastGen's 768-token ragged batch); a static batch must too."""
+    deployment = Deployment(runtime=runtime)
+    loop = predict(model="llama-3.1-8b", gpu="H100", deployment=deployment,
+                   workload=Workload(kind="load", concurrency=1, input_tokens=1024,
+                                     output_tokens=128))
+    alone = predict(model="llama-3.1-8b", gpu="H100", deployment=deployment,
+                    workload=Workload(kind="batch", batch=1, input_tokens=1024,
+                                      output_tokens=128))
+    assert sweep.alone_violations(label="x", loop=loop, batch=alone) == []
+    slow = replace(loop, ttft_s=2 * alone.ttft_s)  # one client waiting on nobody
+    assert any("one client's ttft_s" in v
+               for v in sweep.alone_violations(label="x", loop=slow, batch=alone))
 
 
 def test_it_flags_more_clients_that_serve_less() -> None:

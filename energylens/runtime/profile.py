@@ -172,6 +172,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "redundant_expert_slots": bool,
     "speculative_decoding": bool,
     "pipelines_prompt_passes": bool,
+    "static_batch_chunked": bool,
     "launch_program": str,
     "launch_flags": lambda v: tuple(str(x) for x in v),
 }
@@ -250,6 +251,8 @@ class RuntimeProfile:
     speculative_decoding: bool  # drafts from a one-layer head (MTP / EAGLE) at ``version``
     pipelines_prompt_passes: bool  # over pipeline stages, a prompt's next pass enters the
     # first stage while the last runs (passes + pp - 1 stage times), not after it
+    static_batch_chunked: bool  # a static batch's prompts run in passes of the token
+    # budget (``prefill_chunk_on``) as its server's do, not all in one pass
     launch_program: str  # the command that starts a server (``vllm serve``)
     launch_flags: tuple[str, ...]  # its documented flags at ``version``
     provenance: dict[str, Fact]
@@ -391,6 +394,12 @@ class RuntimeProfile:
         from the GPU."""
         del gpu
         return self.prefill_chunk_tokens
+
+    def static_chunk_on(self, *, gpu: GPU) -> int | None:
+        """Prompt tokens per forward pass of a static batch on ``gpu`` by default: the
+        token budget where the engine splits a batch's prompts by it
+        (``static_batch_chunked``), else None (all in one pass)."""
+        return self.prefill_chunk_on(gpu=gpu) if self.static_batch_chunked else None
 
     def server_limits_on(self, *, gpu: GPU) -> tuple[int, int]:
         """(token budget, max running requests) of the engine's server on ``gpu`` by

@@ -127,7 +127,9 @@ class StaticBatch:
         s_in, s_out = workload.input_tokens, workload.output_tokens
         engine = engine_cost(ctx=ctx, sequences=sequences)
         prefill_cost = _prefill_cost(ctx=ctx, sequences=sequences, input_tokens=s_in,
-                                     chunk=placement.prefill_chunk_tokens, engine=engine)
+                                     chunk=placement.prefill_chunk_tokens
+                                     or ctx.runtime.static_chunk_on(gpu=ctx.gpu),
+                                     engine=engine)
         prefill_wall = value(prefill_cost.latency_s)
         # the first token comes out of the prefill; a mean length's fraction of a step too
         steps = max(s_out - 1.0, 0.0)
@@ -154,9 +156,11 @@ def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
     """The prompts of ``sequences`` sequences in one forward pass (``engine``: the
     runtime's cost of a step of them), or with a ``chunk`` (the
     deployment's prompt tokens per pass) in passes of equal size: whole prompts where one
-    fits a pass, else a part of one prompt per pass (llama.cpp's ``-b``). A pass is priced
-    as the first (its attention to the chunks before it left out); over an array of
-    batches the passes share the smallest batch's tokens per prompt."""
+    fits a pass, else a part of one prompt per pass (llama.cpp's ubatch). A part of a
+    prompt attends to the parts before it: the passes are priced at their mean context,
+    halfway between the part and the whole prompt (attention is linear in the context, so
+    the sum is exact for equal parts); over an array of batches the passes share the
+    smallest batch's tokens per prompt."""
     if chunk is None:
         return with_engine(ctx=ctx, cost=step_cost(ctx=ctx, seqs=[SequenceGroup(
             sequences=sequences, new_tokens=input_tokens, context=input_tokens)]), engine=engine)
@@ -165,7 +169,7 @@ def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
     per_pass = tokens / passes
     new_tokens = float(np.min(np.minimum(input_tokens, per_pass)))
     group = SequenceGroup(sequences=value(per_pass / new_tokens), new_tokens=new_tokens,
-                          context=new_tokens)
+                          context=(input_tokens + new_tokens) / 2)
     one = step_cost(ctx=ctx, seqs=[group])
     engine = engine_cost(ctx=ctx, sequences=group.sequences)
     total = with_engine(ctx=ctx, cost=one, engine=engine).scaled(value(passes))
