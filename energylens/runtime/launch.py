@@ -239,9 +239,12 @@ def launch_spec(*, model: ModelConfig, deployment: Deployment, workload: Workloa
                                  context_tokens=spec.max_model_len,
                                  attention_dp=deployment.attention_dp, pp=deployment.pp,
                                  speculative=deployment.speculation is not None)
+    running = spec.max_num_seqs
+    if workload.kind == "load" and deployment.max_num_seqs is None and running is not None:
+        running = min(running, cap)  # clients past the engine's own cap wait, as simulated
     return replace(spec, memory_share=None if share == use.default_share else share,
                    default_memory_share=use.default_share, host_gpus=host_gpus(gpu),
-                   server_running_cap=cap, kv_pool_tokens=pool)
+                   server_running_cap=cap, kv_pool_tokens=pool, max_num_seqs=running)
 
 
 def start_up_memory(*, model: ModelConfig, deployment: Deployment, gpu: GPU) -> MemoryUse:

@@ -13,6 +13,7 @@ from energylens.runtime.registry import register
 
 if TYPE_CHECKING:
     from energylens.deployment import Deployment
+    from energylens.hardware import GPU
     from energylens.model.config import ModelConfig
 
 #: GGUF file type of each weight dtype (``convert_hf_to_gguf.py`` / ``llama-quantize``).
@@ -37,6 +38,15 @@ class LlamaCpp(RuntimeProfile):
         if deployment.tp > 1 and deployment.pp > 1:
             raise ConfigError(f"{self.display_name} splits a model by layer (pp) or by row (tp), "
                               f"not both (tp = {deployment.tp}, pp = {deployment.pp})")
+
+    def running_cap_on(self, *, gpu: GPU, kv_tokens: int, context_tokens: int,
+                       attention_dp: int = 1, pp: int = 1, speculative: bool = False) -> int:
+        """llama-server's slots: each of the ``--parallel`` N holds ``--ctx-size`` / N tokens
+        of cache of its own, the longest request, so a slot never waits for another's
+        blocks and nothing is preempted; the slots the KV pool holds whole (as
+        :meth:`launch` writes them), at least one, at most the server cap."""
+        del gpu, attention_dp, pp, speculative
+        return max(1, min(kv_tokens // max(context_tokens, 1), SERVER_MAX_SEQUENCES))
 
     def launch(self, *, spec: LaunchSpec) -> LaunchCommand:
         """``llama-server --model MODEL.gguf --n-gpu-layers 999 --parallel N ...``: ``N``

@@ -196,9 +196,12 @@ def simulate_replica(*, placement: Placement, workload: Workload,
     longest = int((requests.input_tokens + requests.output_tokens).max())
     budget, _ = rank_limits(ctx, prefill_chunk_tokens=placement.prefill_chunk_tokens)
     rank_pool = kv_pool_tokens(ctx, budget=budget) // ctx.attention_ranks
+    # the server's context length is the launch command's (the workload's longest request
+    # by rule, not this sample's, whose tail grows with the requests drawn)
+    server_context = max(int(math.ceil(request_lengths(workload)[2])), 1)
     budget, cap = rank_limits(ctx, max_num_seqs=placement.max_num_seqs,
                               prefill_chunk_tokens=placement.prefill_chunk_tokens,
-                              kv_tokens=rank_pool, context_tokens=longest)
+                              kv_tokens=rank_pool, context_tokens=server_context)
     pool = rank_pool // ctx.pp  # a virtual engine's share
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
