@@ -80,8 +80,8 @@ class Deployment:
     prefill_chunk_tokens: int | None = None  # prompt tokens per forward pass (vLLM
     # --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM --max_num_tokens,
     # llama.cpp --batch-size): a static batch's prompts run in passes of it, a load run's
-    # scheduler takes it as its token budget (None: the runtime's default; a static batch's
-    # prompts in one pass)
+    # scheduler takes it as its token budget (None: the runtime's default, which a static
+    # batch's prompts also run in passes of where the engine splits them)
     speculative_tokens: int = 0  # draft tokens per decode step (MTP / EAGLE head; 0: none)
     draft_acceptance: float | None = None  # each draft's acceptance (None: the default)
 

@@ -95,8 +95,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="prompt tokens per forward pass (vLLM --max-num-batched-tokens, SGLang "
                         "--chunked-prefill-size, TensorRT-LLM --max_num_tokens, llama.cpp "
                         "--batch-size): a static batch's prompts run in passes of N, a load "
-                        "run's scheduler takes N as its token budget (default: the runtime's; "
-                        "a static batch's prompts in one pass)")
+                        "run's scheduler takes N as its token budget (default: the runtime's, "
+                        "offline and served alike)")
     p.add_argument("--speculative-tokens", type=int, default=0, metavar="K",
                    help="draft tokens per decode step from a one-layer draft head (MTP, "
                         "EAGLE; TensorRT-LLM num_nextn_predict_layers, vLLM/SGLang "
