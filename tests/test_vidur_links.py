@@ -37,13 +37,16 @@ def test_one_group_size_takes_the_two_protocol_form_and_three_the_soft_join():
 def test_infiniband_across_two_dgx_is_identified_and_fits_as_well_as_the_soft_join():
     cases = vidur_link_cases(files=A100_DGX)["A100-80GB-SXM:infiniband"]
     fitted = fit_links(files=A100_DGX, leave_out=False)["A100-80GB-SXM:infiniband"]
-    # the soft join ran its latency to its 1 us floor and its sharpness to 8 on these
-    # 16-GPU rows (the latency ends on the floor or within 1 % of it, as the solver's last
-    # step falls with the numpy/scipy release: 1.007 us with scipy 1.17)
+    # the soft join ran its sharpness to 8 and its latency down to its 1 us floor on these
+    # 16-GPU rows: nothing pins the latency, and where the solver's last step leaves it
+    # depends on the floating point of the machine (1.007 us with scipy 1.17 on one,
+    # 1.011 us on an AMD EPYC with the same releases), so it is checked to lie in the
+    # bottom 1 % of its log range (1-200 us), not at one digit
     soft = fit_link(key="A100-80GB-SXM:infiniband", cases=cases, leave_out=False)
     assert "latency_sharpness" in soft.at_bound
-    floor = next(p.low for p in ALL_REDUCE_PARAMS if p.name == "latency_s")
-    assert soft.values["latency_s"] <= 1.01 * floor
+    latency = next(p for p in ALL_REDUCE_PARAMS if p.name == "latency_s")
+    share = np.log(soft.values["latency_s"] / latency.low) / np.log(latency.high / latency.low)
+    assert share <= 0.01
     assert fitted.at_bound == []
     assert fitted.values["latency_sharpness"] == 1.0  # fixed by the form, and written
     assert fitted.values["half_bandwidth_bytes"] == 0.0
