@@ -1,7 +1,8 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load] [--limit 40]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open]
+       [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
@@ -27,6 +28,13 @@ output length (5 %); average power = energy per token x tokens/s (2 %); no more 
 sequences than clients; and one client's TTFT and TPOT (lengths fixed) those of a static
 batch of one (5 %).
 With more clients TTFT and TPOT must not fall, nor throughput (2 % slack).
+
+With ``--kind open`` each configuration's capacity is the requests/s of a closed loop of
+the largest ``--batches`` clients, and open loops (Poisson arrivals, lengths of CV 0.05)
+run at 5, 20, 40, 60 and 80 % of it: each serves what it is offered (10 %), keeps Little's
+law on the requests in the system (running and queued, 10 %) and the throughput and power
+identities above; with a higher rate TTFT and TPOT must not fall, nor energy per token rise
+(2 % slack).
 """
 
 from __future__ import annotations
@@ -61,6 +69,10 @@ LOAD_LATENCIES = ("ttft", "tpot", "itl", "e2e")
 #: (docs/load.md, "A cohort that fits one step exactly"): a property of identical
 #: requests, not of the physics this sweep checks.
 LOAD_LENGTH_CV = 0.05
+#: Open loops at these shares of a configuration's closed-loop capacity (below 1: a queue
+#: that settles, so Little's law holds), of this many requests each.
+OPEN_SHARES, OPEN_REQUESTS = (0.05, 0.2, 0.4, 0.6, 0.8), 400
+OFFERED_SLACK = 0.10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,8 +137,9 @@ def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str
     return out
 
 
-def load_violations(*, label: str, result: LoadPrediction, clients: int) -> list[str]:
-    """What a closed loop of ``clients`` breaks (module docstring)."""
+def load_violations(*, label: str, result: LoadPrediction, clients: int | None) -> list[str]:
+    """What a load run breaks (module docstring): a closed loop of ``clients``, or an open
+    loop (``clients`` None)."""
     load = result.load
     out = []
     for name in LOAD_LATENCIES:
@@ -135,7 +148,11 @@ def load_violations(*, label: str, result: LoadPrediction, clients: int) -> list
             out.append(f"{label}: {name} percentiles out of order {p50:.4g} / {p90:.4g} / "
                        f"{p99:.4g} s")
     in_flight = load["requests_per_s"] * load["e2e_mean_s"]
-    if abs(in_flight - clients) > LITTLE_SLACK * clients:
+    in_system = load["mean_running"] + load["mean_queue_length"]
+    if abs(in_flight - in_system) > LITTLE_SLACK * in_system:
+        out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, "
+                   f"{in_system:.3g} running or queued on average")
+    if clients is not None and abs(in_flight - clients) > LITTLE_SLACK * clients:
         out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, {clients} clients")
     tokens = load["requests_per_s"] * OUTPUT_TOKENS
     if abs(result.output_tokens_per_s - tokens) > THROUGHPUT_SLACK * tokens:
@@ -145,8 +162,30 @@ def load_violations(*, label: str, result: LoadPrediction, clients: int) -> list
     if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
         out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
                    f"{result.avg_power_w:.4g} W")
-    if load["mean_running"] > clients * (1 + 1e-9):
+    if clients is not None and load["mean_running"] > clients * (1 + 1e-9):
         out.append(f"{label}: {load['mean_running']:.3g} running with {clients} clients")
+    return out
+
+
+def rate_violations(*, label: str, by_rate: dict[float, LoadPrediction]) -> list[str]:
+    """What an open loop offered more requests must not do: serve other than offered
+    (10 %), shorten TTFT or TPOT, or raise energy per token (2 %)."""
+    out = []
+    rates = sorted(by_rate)
+    for rate in rates:
+        served = by_rate[rate].load["requests_per_s"]
+        if abs(served - rate) > OFFERED_SLACK * rate:
+            out.append(f"{label} rate {rate:.4g}/s: served {served:.4g}/s")
+    for low, high in zip(rates, rates[1:], strict=False):
+        a, b = by_rate[low], by_rate[high]
+        step = f"{label} rate {low:.4g} -> {high:.4g}/s"
+        for name in ("ttft_s", "tpot_s"):
+            if getattr(b, name) < getattr(a, name) * (1 - MONOTONE_SLACK):
+                out.append(f"{step}: {name} falls {getattr(a, name):.4g} -> "
+                           f"{getattr(b, name):.4g} s")
+        if b.energy_per_output_token_j > a.energy_per_output_token_j * (1 + MONOTONE_SLACK):
+            out.append(f"{step}: energy per token rises {a.energy_per_output_token_j:.4g} -> "
+                       f"{b.energy_per_output_token_j:.4g} J")
     return out
 
 
@@ -225,24 +264,70 @@ def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Seque
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def open_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+               runtimes: Sequence[str], clients: int) -> Sweep:
+    """Open loops at :data:`OPEN_SHARES` of each configuration's capacity (the requests/s
+    of a closed loop of ``clients``), and the violations."""
+    made, found = 0, []
+    for model in models:
+        for gpu in gpus:
+            for runtime in runtimes:
+                for tp in TP_DEGREES:
+                    label = f"{model.name} {gpu.name} {runtime} tp{tp}"
+                    deployment = Deployment(tp=tp, runtime=runtime)
+                    try:
+                        closed = predict(model=model, gpu=gpu, deployment=deployment,
+                                         workload=_workload(kind="load", level=clients))
+                    except EnergyLensError:  # refused by the deployment checks
+                        continue
+                    if not isinstance(closed, LoadPrediction) or not closed.feasible:
+                        continue
+                    capacity = closed.load["requests_per_s"]
+                    by_rate: dict[float, LoadPrediction] = {}
+                    for share in OPEN_SHARES:
+                        rate = share * capacity
+                        result = predict(model=model, gpu=gpu, deployment=deployment,
+                                         workload=Workload(
+                                             kind="load", request_rate=rate,
+                                             input_tokens=INPUT_TOKENS,
+                                             output_tokens=OUTPUT_TOKENS,
+                                             length_cv=LOAD_LENGTH_CV,
+                                             num_requests=OPEN_REQUESTS))
+                        assert isinstance(result, LoadPrediction)
+                        made += 1
+                        by_rate[rate] = result
+                        point = f"{label} rate {rate:.4g}/s"
+                        found += point_violations(label=point, result=result, gpu=gpu,
+                                                  model=model, prompts=1)
+                        found += load_violations(label=point, result=result, clients=None)
+                    found += rate_violations(label=label, by_rate=by_rate)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
-    parser.add_argument("--kind", choices=("batch", "serving", "load"), default="batch",
-                        help="workload kind: static batches, steady-state serving, or closed "
-                             "loops of --batches clients")
+    parser.add_argument("--kind", choices=("batch", "serving", "load", "open"),
+                        default="batch",
+                        help="workload kind: static batches, steady-state serving, closed "
+                             "loops of --batches clients, or open loops below the capacity "
+                             "of the largest")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     # names resolve as everywhere else (aliases too; an unknown one is a one-line error)
     models = [get_model(n) for n in args.models] if args.models else list_models()
     gpus = [load_gpu(n) for n in args.gpus] if args.gpus else list_gpus()
-    result = sweep(models=models, gpus=gpus,
-                   runtimes=args.runtimes or list(runtime_names()), batches=sorted(args.batches),
-                   kind=args.kind)
+    runtimes = args.runtimes or list(runtime_names())
+    if args.kind == "open":
+        result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
+                            clients=max(args.batches))
+    else:
+        result = sweep(models=models, gpus=gpus, runtimes=runtimes,
+                       batches=sorted(args.batches), kind=args.kind)
     print(f"{result.predictions} predictions, {len(result.violations)} violations, "
           f"{time.perf_counter() - started:.0f} s on {platform.machine()} "
           f"({platform.python_version()})")

@@ -72,6 +72,35 @@ def test_a_slice_of_the_load_sweep_breaks_no_invariant() -> None:
     assert result.violations == ()
 
 
+def test_a_slice_of_the_open_loop_sweep_breaks_no_invariant() -> None:
+    result = sweep.open_sweep(models=[MODEL], gpus=[load_gpu("H100")],
+                              runtimes=["vllm", "sglang"], clients=32)
+    assert result.predictions == 2 * len(sweep.TP_DEGREES) * len(sweep.OPEN_SHARES)
+    assert result.violations == ()
+
+
+def _open(rate: float):
+    return predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(),
+                   workload=Workload(kind="load", request_rate=rate, input_tokens=1024,
+                                     output_tokens=128, num_requests=200, length_cv=0.05))
+
+
+def test_it_flags_an_open_loop_that_breaks_its_identities() -> None:
+    light, heavy = _open(2.0), _open(8.0)
+    assert sweep.load_violations(label="x", result=heavy, clients=None) == []
+    assert sweep.rate_violations(label="x", by_rate={2.0: light, 8.0: heavy}) == []
+    # twice the queue it had: Little's law no longer holds on the requests in the system
+    queued = replace(heavy, load={**heavy.load, "mean_queue_length":
+                                  heavy.load["mean_queue_length"] + heavy.load["mean_running"]})
+    assert any("running or queued" in v
+               for v in sweep.load_violations(label="x", result=queued, clients=None))
+    # read as offered twice the rate it served
+    assert any("served" in v for v in sweep.rate_violations(label="x", by_rate={16.0: heavy}))
+    faster = replace(heavy, ttft_s=0.5 * light.ttft_s)
+    assert any("ttft_s falls" in v
+               for v in sweep.rate_violations(label="x", by_rate={2.0: light, 8.0: faster}))
+
+
 def test_it_flags_a_closed_loop_that_breaks_its_identities() -> None:
     one = _loop(1)
     assert sweep.load_violations(label="x", result=one, clients=1) == []
