@@ -154,8 +154,8 @@ class StaticBatch:
 def _prefill_cost(*, ctx: StepContext, sequences: Size, input_tokens: float,
                   chunk: int | None, engine: StepCost) -> StepCost:
     """The prompts of ``sequences`` sequences in one forward pass (``engine``: the
-    runtime's cost of a step of them), or with a ``chunk`` (the
-    deployment's prompt tokens per pass) in passes of equal size: whole prompts where one
+    runtime's cost of a step of them), or with a ``chunk`` (prompt tokens per pass: the
+    deployment's, else the engine's) in passes of equal size: whole prompts where one
     fits a pass, else a part of one prompt per pass (llama.cpp's ubatch). A part of a
     prompt attends to the parts before it: the passes are priced at their mean context,
     halfway between the part and the whole prompt (attention is linear in the context, so
