@@ -43,7 +43,7 @@ import argparse
 import math
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from energylens.deployment import Deployment, Workload
@@ -220,47 +220,54 @@ def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Wo
                     output_tokens=OUTPUT_TOKENS)
 
 
+def _configurations(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                    runtimes: Sequence[str]) -> Iterator[tuple[ModelConfig, GPU, str, Deployment]]:
+    """Every (model, GPU, runtime, TP degree) with its label and deployment."""
+    for model in models:
+        for gpu in gpus:
+            for runtime in runtimes:
+                for tp in TP_DEGREES:
+                    yield (model, gpu, f"{model.name} {gpu.name} {runtime} tp{tp}",
+                           Deployment(tp=tp, runtime=runtime))
+
+
 def sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Sequence[str],
           batches: Sequence[int], kind: str = "batch") -> Sweep:
     """Predict every (model, GPU, runtime, TP, batch) and collect the violations
     (``kind="load"``: batches are closed loops of as many clients)."""
     made, found = 0, []
-    for model in models:
-        for gpu in gpus:
-            for runtime in runtimes:
-                for tp in TP_DEGREES:
-                    label = f"{model.name} {gpu.name} {runtime} tp{tp}"
-                    deployment = Deployment(tp=tp, runtime=runtime)
-                    by_batch: dict[int, Prediction] = {}
-                    pair: tuple[Prediction, Prediction] | None = None
-                    for batch in batches:
-                        try:
-                            result = predict(model=model, gpu=gpu, deployment=deployment,
-                                             workload=_workload(kind=kind, level=batch))
-                            if kind == "load" and batch == 1:
-                                pair = (predict(model=model, gpu=gpu, deployment=deployment,
-                                                workload=_workload(kind="load", level=1,
-                                                                   length_cv=0.0)),
-                                        predict(model=model, gpu=gpu, deployment=deployment,
-                                                workload=_workload(kind="batch", level=1)))
-                        except EnergyLensError:  # refused by the deployment checks
-                            break
-                        if not result.feasible:
-                            break
-                        made += 1
-                        by_batch[batch] = result
-                        point = f"{label} {'clients' if kind == 'load' else 'batch'} {batch}"
-                        found += point_violations(label=point,
-                                                  result=result, gpu=gpu, model=model,
-                                                  prompts=first_prompts(kind=kind, batch=batch,
-                                                                        result=result))
-                        if isinstance(result, LoadPrediction):
-                            found += load_violations(label=point, result=result, clients=batch)
-                        if pair is not None and batch == 1:
-                            found += alone_violations(label=point, loop=pair[0], batch=pair[1])
-                    found += batch_violations(label=label, by_batch=by_batch)
-                    if kind == "load":
-                        found += throughput_violations(label=label, by_clients=by_batch)
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        by_batch: dict[int, Prediction] = {}
+        pair: tuple[Prediction, Prediction] | None = None
+        for batch in batches:
+            try:
+                result = predict(model=model, gpu=gpu, deployment=deployment,
+                                 workload=_workload(kind=kind, level=batch))
+                if kind == "load" and batch == 1:
+                    pair = (predict(model=model, gpu=gpu, deployment=deployment,
+                                    workload=_workload(kind="load", level=1,
+                                                       length_cv=0.0)),
+                            predict(model=model, gpu=gpu, deployment=deployment,
+                                    workload=_workload(kind="batch", level=1)))
+            except EnergyLensError:  # refused by the deployment checks
+                break
+            if not result.feasible:
+                break
+            made += 1
+            by_batch[batch] = result
+            point = f"{label} {'clients' if kind == 'load' else 'batch'} {batch}"
+            found += point_violations(label=point,
+                                      result=result, gpu=gpu, model=model,
+                                      prompts=first_prompts(kind=kind, batch=batch,
+                                                            result=result))
+            if isinstance(result, LoadPrediction):
+                found += load_violations(label=point, result=result, clients=batch)
+            if pair is not None and batch == 1:
+                found += alone_violations(label=point, loop=pair[0], batch=pair[1])
+        found += batch_violations(label=label, by_batch=by_batch)
+        if kind == "load":
+            found += throughput_violations(label=label, by_clients=by_batch)
     return Sweep(predictions=made, violations=tuple(found))
 
 
@@ -269,38 +276,34 @@ def open_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     """Open loops at :data:`OPEN_SHARES` of each configuration's capacity (the requests/s
     of a closed loop of ``clients``), and the violations."""
     made, found = 0, []
-    for model in models:
-        for gpu in gpus:
-            for runtime in runtimes:
-                for tp in TP_DEGREES:
-                    label = f"{model.name} {gpu.name} {runtime} tp{tp}"
-                    deployment = Deployment(tp=tp, runtime=runtime)
-                    try:
-                        closed = predict(model=model, gpu=gpu, deployment=deployment,
-                                         workload=_workload(kind="load", level=clients))
-                    except EnergyLensError:  # refused by the deployment checks
-                        continue
-                    if not isinstance(closed, LoadPrediction) or not closed.feasible:
-                        continue
-                    capacity = closed.load["requests_per_s"]
-                    by_rate: dict[float, LoadPrediction] = {}
-                    for share in OPEN_SHARES:
-                        rate = share * capacity
-                        result = predict(model=model, gpu=gpu, deployment=deployment,
-                                         workload=Workload(
-                                             kind="load", request_rate=rate,
-                                             input_tokens=INPUT_TOKENS,
-                                             output_tokens=OUTPUT_TOKENS,
-                                             length_cv=LOAD_LENGTH_CV,
-                                             num_requests=OPEN_REQUESTS))
-                        assert isinstance(result, LoadPrediction)
-                        made += 1
-                        by_rate[rate] = result
-                        point = f"{label} rate {rate:.4g}/s"
-                        found += point_violations(label=point, result=result, gpu=gpu,
-                                                  model=model, prompts=1)
-                        found += load_violations(label=point, result=result, clients=None)
-                    found += rate_violations(label=label, by_rate=by_rate)
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        try:
+            closed = predict(model=model, gpu=gpu, deployment=deployment,
+                             workload=_workload(kind="load", level=clients))
+        except EnergyLensError:  # refused by the deployment checks
+            continue
+        if not isinstance(closed, LoadPrediction) or not closed.feasible:
+            continue
+        capacity = closed.load["requests_per_s"]
+        by_rate: dict[float, LoadPrediction] = {}
+        for share in OPEN_SHARES:
+            rate = share * capacity
+            result = predict(model=model, gpu=gpu, deployment=deployment,
+                             workload=Workload(
+                                 kind="load", request_rate=rate,
+                                 input_tokens=INPUT_TOKENS,
+                                 output_tokens=OUTPUT_TOKENS,
+                                 length_cv=LOAD_LENGTH_CV,
+                                 num_requests=OPEN_REQUESTS))
+            assert isinstance(result, LoadPrediction)
+            made += 1
+            by_rate[rate] = result
+            point = f"{label} rate {rate:.4g}/s"
+            found += point_violations(label=point, result=result, gpu=gpu,
+                                      model=model, prompts=1)
+            found += load_violations(label=point, result=result, clients=None)
+        found += rate_violations(label=label, by_rate=by_rate)
     return Sweep(predictions=made, violations=tuple(found))
 
 
