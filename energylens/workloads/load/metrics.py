@@ -278,7 +278,7 @@ def stream_samples(*, run: SimRun, table: StepTable, static_w: float, gpus: floa
         window_s=t_b - t_a, ttft=run.first_token_s[kept] - run.arrival_s[kept],
         e2e=run.finish_s[kept] - run.arrival_s[kept], tpot=tpot, request_tpot=request_tpot,
         outputs=run.output_tokens[kept], itl=itl, itl_tokens=itl_tokens,
-        completions=float(np.sum((run.finish_s >= t_a) & (run.finish_s <= t_b))),
+        completions=float(np.sum((run.finish_s > t_a) & (run.finish_s <= t_b))),
         tokens=float(np.sum(run.tokens_out * share)),
         window_j=float(np.sum(dynamic * share[:, None])) + static_per_s * (t_b - t_a),
         iteration_j=float(np.sum(dynamic)) + static_per_s * busy,
