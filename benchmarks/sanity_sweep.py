@@ -1,7 +1,7 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock]
        [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
@@ -35,6 +35,11 @@ run at 5, 20, 40, 60 and 80 % of it: each serves what it is offered (10 %), keep
 law on the requests in the system (running and queued, 10 %) and the throughput and power
 identities above; with a higher rate TTFT and TPOT must not fall, nor energy per token rise
 (2 % slack).
+
+With ``--kind clock`` each static batch is predicted at ``CLOCK_POINTS`` SM clocks from the
+GPU's lowest to its boost clock: a higher clock must not lengthen TTFT or TPOT nor lower
+the average power, and at the boost clock the prediction is the default one (no clock
+given) to the last digit.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import math
 import platform
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from energylens.deployment import Deployment, Workload
 from energylens.errors import EnergyLensError
@@ -73,6 +78,11 @@ LOAD_LENGTH_CV = 0.05
 #: that settles, so Little's law holds), of this many requests each.
 OPEN_SHARES, OPEN_REQUESTS = (0.05, 0.2, 0.4, 0.6, 0.8), 400
 OFFERED_SLACK = 0.10
+#: SM clocks per configuration in ``--kind clock``, evenly from the lowest to the boost.
+CLOCK_POINTS = 6
+#: Relative tolerance of "must not" under a clock change (the interpolated kernel curves
+#: are exact functions of the clock: no slack is needed beyond rounding).
+CLOCK_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +222,32 @@ def throughput_violations(*, label: str, by_clients: dict[int, Prediction]) -> l
             < by_clients[a].output_tokens_per_s * (1 - MONOTONE_SLACK)]
 
 
+def clock_violations(*, label: str, by_clock: dict[float, Prediction],
+                     default: Prediction, boost_mhz: float) -> list[str]:
+    """What a higher SM clock must not do: lengthen TTFT or TPOT, or lower the average
+    power; and the boost clock's prediction must be the default (no clock given)."""
+    out = []
+    clocks = sorted(by_clock)
+    for low, high in zip(clocks, clocks[1:], strict=False):
+        a, b = by_clock[low], by_clock[high]
+        step = f"{label} {low:.0f} -> {high:.0f} MHz"
+        for name in ("ttft_s", "tpot_s"):
+            if getattr(b, name) > getattr(a, name) * (1 + CLOCK_TOLERANCE):
+                out.append(f"{step}: {name} rises {getattr(a, name):.6g} -> "
+                           f"{getattr(b, name):.6g} s")
+        if b.avg_power_w < a.avg_power_w * (1 - CLOCK_TOLERANCE):
+            out.append(f"{step}: average power falls {a.avg_power_w:.6g} -> "
+                       f"{b.avg_power_w:.6g} W")
+    at_boost = by_clock.get(boost_mhz)
+    if at_boost is not None:
+        for name in HEADLINE:
+            mine, plain = getattr(at_boost, name), getattr(default, name)
+            if abs(mine - plain) > CLOCK_TOLERANCE * abs(plain):
+                out.append(f"{label} at the boost clock {boost_mhz:.0f} MHz: {name} {mine:.9g}, "
+                           f"{plain:.9g} with no clock given")
+    return out
+
+
 def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
     if kind == "load":
         return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
@@ -307,17 +343,45 @@ def open_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def clock_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                runtimes: Sequence[str], batches: Sequence[int]) -> Sweep:
+    """Static batches at :data:`CLOCK_POINTS` SM clocks of every configuration, and the
+    violations of :func:`clock_violations`."""
+    made, found = 0, []
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        step = (gpu.boost_clock_mhz - gpu.min_clock_mhz) / (CLOCK_POINTS - 1)
+        clocks = [gpu.min_clock_mhz + i * step for i in range(CLOCK_POINTS - 1)]
+        clocks.append(gpu.boost_clock_mhz)
+        for batch in batches:
+            workload = _workload(kind="batch", level=batch)
+            try:
+                default = predict(model=model, gpu=gpu, deployment=deployment,
+                                  workload=workload)
+                if not default.feasible:
+                    break
+                by_clock = {clock: predict(model=model, gpu=gpu,
+                                           deployment=replace(deployment, freq_mhz=clock),
+                                           workload=workload) for clock in clocks}
+            except EnergyLensError:  # refused by the deployment checks
+                break
+            made += 1 + len(by_clock)
+            found += clock_violations(label=f"{label} batch {batch}", by_clock=by_clock,
+                                      default=default, boost_mhz=gpu.boost_clock_mhz)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
-    parser.add_argument("--kind", choices=("batch", "serving", "load", "open"),
+    parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock"),
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
-                             "loops of --batches clients, or open loops below the capacity "
-                             "of the largest")
+                             "loops of --batches clients, open loops below the capacity "
+                             "of the largest, or static batches over the GPU's SM clocks")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -328,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "open":
         result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
                             clients=max(args.batches))
+    elif args.kind == "clock":
+        result = clock_sweep(models=models, gpus=gpus, runtimes=runtimes,
+                             batches=sorted(args.batches))
     else:
         result = sweep(models=models, gpus=gpus, runtimes=runtimes,
                        batches=sorted(args.batches), kind=args.kind)

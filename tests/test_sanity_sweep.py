@@ -137,3 +137,31 @@ def test_it_flags_more_clients_that_serve_less() -> None:
     assert sweep.throughput_violations(label="x", by_clients={1: few, 8: many}) == []
     starved = replace(many, output_tokens_per_s=0.5 * few.output_tokens_per_s)
     assert sweep.throughput_violations(label="x", by_clients={1: few, 8: starved}) != []
+
+
+def test_a_slice_of_the_clock_sweep_breaks_no_invariant() -> None:
+    result = sweep.clock_sweep(models=[MODEL, get_model("qwen3-30b-a3b")],
+                               gpus=[load_gpu("L4"), load_gpu("H100")],
+                               runtimes=["vllm", "trtllm"], batches=[1, 64])
+    assert result.predictions >= 8 * (1 + sweep.CLOCK_POINTS)
+    assert result.violations == ()
+
+
+def _clocked(freq_mhz: float | None):
+    return predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(freq_mhz=freq_mhz),
+                   workload=Workload(batch=64, input_tokens=1024, output_tokens=128))
+
+
+def test_it_flags_a_clock_that_slows_the_step_or_cools_the_board() -> None:
+    gpu = load_gpu("H100")
+    low, high = gpu.min_clock_mhz, gpu.boost_clock_mhz
+    slow, fast, default = _clocked(low), _clocked(high), _clocked(None)
+    assert slow.ttft_s > fast.ttft_s  # a compute-bound prompt of 64 x 1,024 tokens
+    assert sweep.clock_violations(label="x", by_clock={low: slow, high: fast},
+                                  default=default, boost_mhz=high) == []
+    # the two clocks' predictions swapped: a higher clock that lengthens TTFT, cools the board
+    found = sweep.clock_violations(label="x", by_clock={low: fast, high: slow},
+                                   default=default, boost_mhz=high)
+    assert any("ttft_s rises" in v for v in found)
+    assert any("average power falls" in v for v in found)
+    assert any("no clock given" in v for v in found)  # the boost clock is not the default
