@@ -1,7 +1,7 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock|precision]
        [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
@@ -40,6 +40,13 @@ With ``--kind clock`` each static batch is predicted at ``CLOCK_POINTS`` SM cloc
 GPU's lowest to its boost clock: a higher clock must not lengthen TTFT or TPOT nor lower
 the average power, and at the boost clock the prediction is the default one (no clock
 given) to the last digit.
+
+With ``--kind precision`` each static batch is predicted with the weights in each of
+``PRECISIONS`` the runtime runs (narrowest last): narrower weights must take less memory
+per GPU, and at a batch of one no longer TPOT nor more energy per token (2 % slack) where
+reading the active weights at the HBM peak is at least half the wider precision's TPOT
+(elsewhere fixed kernel times decide, and block-scaled FP8 experts' are longer on
+Blackwell, as AIConfigurator's kernel tables measure).
 """
 
 from __future__ import annotations
@@ -83,6 +90,11 @@ CLOCK_POINTS = 6
 #: Relative tolerance of "must not" under a clock change (the interpolated kernel curves
 #: are exact functions of the clock: no slack is needed beyond rounding).
 CLOCK_TOLERANCE = 1e-9
+#: Weight precisions of ``--kind precision``, widest first, with their bytes per weight.
+PRECISIONS = ("bf16", "fp8", "int4")
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
+#: Share of TPOT the weights' read at peak must reach for narrower weights to be faster.
+WEIGHT_BOUND_SHARE = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,6 +260,30 @@ def clock_violations(*, label: str, by_clock: dict[float, Prediction],
     return out
 
 
+def precision_violations(*, label: str, by_dtype: dict[str, Prediction],
+                         batch: int, read_s_per_byte: float) -> list[str]:
+    """What narrower weights (``by_dtype`` in :data:`PRECISIONS` order) must not do: take
+    more memory per GPU; at a batch of one where the weights' read (``read_s_per_byte`` x
+    bytes per weight: the active weights at the GPUs' HBM peak) is at least
+    :data:`WEIGHT_BOUND_SHARE` of TPOT, lengthen TPOT or spend more per token."""
+    out = []
+    names = [d for d in PRECISIONS if d in by_dtype]
+    for wide, narrow in zip(names, names[1:], strict=False):
+        a, b = by_dtype[wide], by_dtype[narrow]
+        step = f"{label} batch {batch} {wide} -> {narrow}"
+        if b.memory_per_gpu_gb >= a.memory_per_gpu_gb:
+            out.append(f"{step}: memory per GPU {a.memory_per_gpu_gb:.2f} -> "
+                       f"{b.memory_per_gpu_gb:.2f} GB")
+        if batch == 1 and (read_s_per_byte * WEIGHT_BYTES[wide]
+                           >= WEIGHT_BOUND_SHARE * a.tpot_s):
+            if b.tpot_s > a.tpot_s * (1 + MONOTONE_SLACK):
+                out.append(f"{step}: TPOT rises {a.tpot_s:.4g} -> {b.tpot_s:.4g} s")
+            if b.energy_per_output_token_j > a.energy_per_output_token_j * (1 + MONOTONE_SLACK):
+                out.append(f"{step}: energy per token rises {a.energy_per_output_token_j:.4g}"
+                           f" -> {b.energy_per_output_token_j:.4g} J")
+    return out
+
+
 def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
     if kind == "load":
         return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
@@ -371,17 +407,44 @@ def clock_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def precision_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                    runtimes: Sequence[str], batches: Sequence[int]) -> Sweep:
+    """Static batches with the weights in each of :data:`PRECISIONS` the runtime runs, and
+    the violations of :func:`precision_violations`."""
+    made, found = 0, []
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        for batch in batches:
+            by_dtype: dict[str, Prediction] = {}
+            for dtype in PRECISIONS:
+                try:
+                    result = predict(model=model, gpu=gpu,
+                                     deployment=replace(deployment, weight_dtype=dtype),
+                                     workload=_workload(kind="batch", level=batch))
+                except EnergyLensError:  # a precision the runtime or GPU lacks
+                    continue
+                if result.feasible:
+                    by_dtype[dtype] = result
+            made += len(by_dtype)
+            read = parameter_count(model)[1] / (gpu.hbm_bandwidth_bytes_per_s * deployment.tp)
+            found += precision_violations(label=label, by_dtype=by_dtype, batch=batch,
+                                          read_s_per_byte=read)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
-    parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock"),
+    parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock",
+                                                   "precision"),
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
-                             "of the largest, or static batches over the GPU's SM clocks")
+                             "of the largest, static batches over the GPU's SM clocks or "
+                             "over weight precisions")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -392,6 +455,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "open":
         result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
                             clients=max(args.batches))
+    elif args.kind == "precision":
+        result = precision_sweep(models=models, gpus=gpus, runtimes=runtimes,
+                                 batches=sorted(args.batches))
     elif args.kind == "clock":
         result = clock_sweep(models=models, gpus=gpus, runtimes=runtimes,
                              batches=sorted(args.batches))

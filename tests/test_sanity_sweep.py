@@ -165,3 +165,33 @@ def test_it_flags_a_clock_that_slows_the_step_or_cools_the_board() -> None:
     assert any("ttft_s rises" in v for v in found)
     assert any("average power falls" in v for v in found)
     assert any("no clock given" in v for v in found)  # the boost clock is not the default
+
+
+def test_a_slice_of_the_precision_sweep_breaks_no_invariant() -> None:
+    result = sweep.precision_sweep(models=[MODEL, get_model("llama-3.1-70b")],
+                                   gpus=[load_gpu("H100"), load_gpu("L4")],
+                                   runtimes=["vllm", "trtllm"], batches=[1, 64])
+    assert result.predictions >= 20
+    assert result.violations == ()
+
+
+def test_it_flags_narrower_weights_that_take_more_memory_or_decode_slower() -> None:
+    def weights(dtype: str):
+        return predict(model="llama-3.1-70b", gpu="H100",
+                       deployment=Deployment(tp=2, weight_dtype=dtype),
+                       workload=Workload(batch=1, input_tokens=1024, output_tokens=128))
+
+    wide, narrow = weights("bf16"), weights("fp8")
+    # 70 B weights over two H100s: reading them is most of a batch of one's TPOT
+    read = 70.6e9 / (load_gpu("H100").hbm_bandwidth_bytes_per_s * 2)
+    assert read * sweep.WEIGHT_BYTES["bf16"] >= sweep.WEIGHT_BOUND_SHARE * wide.tpot_s
+    assert sweep.precision_violations(label="x", by_dtype={"bf16": wide, "fp8": narrow},
+                                      batch=1, read_s_per_byte=read) == []
+    swapped = sweep.precision_violations(label="x", by_dtype={"bf16": narrow, "fp8": wide},
+                                         batch=1, read_s_per_byte=read)
+    assert any("memory per GPU" in v for v in swapped)
+    assert any("TPOT rises" in v for v in swapped)
+    assert any("energy per token rises" in v for v in swapped)
+    # where fixed kernel times decide (a read of nothing), only the memory is checked
+    assert not any("TPOT" in v for v in sweep.precision_violations(
+        label="x", by_dtype={"bf16": narrow, "fp8": wide}, batch=1, read_s_per_byte=0.0))
