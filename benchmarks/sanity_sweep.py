@@ -1,7 +1,7 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock|precision]
+       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock|precision|length]
        [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
@@ -47,6 +47,14 @@ per GPU, and at a batch of one no longer TPOT nor more energy per token (2 % sla
 reading the active weights at the HBM peak is at least half the wider precision's TPOT
 (elsewhere fixed kernel times decide, and block-scaled FP8 experts' are longer on
 Blackwell, as AIConfigurator's kernel tables measure).
+
+With ``--kind length`` each static batch is predicted at ``PROMPT_LENGTHS`` prompt tokens
+(128 output tokens) and at ``OUTPUT_LENGTHS`` output tokens (1,024-token prompts): a
+longer prompt must not shorten TTFT or TPOT (every decode step reads more context), a
+longer output must not shorten TPOT (the context grows as it decodes), and neither may
+lower the energy per request (2 % slack). A batch that no longer fits in memory, or runs
+in waves of fewer sequences (its KV cache holds only part of it: a smaller batch's TPOT),
+at a length ends its series.
 """
 
 from __future__ import annotations
@@ -95,6 +103,8 @@ PRECISIONS = ("bf16", "fp8", "int4")
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 #: Share of TPOT the weights' read at peak must reach for narrower weights to be faster.
 WEIGHT_BOUND_SHARE = 0.5
+#: Prompt and output lengths of ``--kind length``.
+PROMPT_LENGTHS, OUTPUT_LENGTHS = (128, 1024, 8192), (32, 128, 1024)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +294,26 @@ def precision_violations(*, label: str, by_dtype: dict[str, Prediction],
     return out
 
 
+def length_violations(*, label: str, by_length: dict[int, Prediction],
+                      varied: str) -> list[str]:
+    """What a longer prompt (``varied`` "input") or output ("output") must not do: shorten
+    TTFT (a prompt) or TPOT, or lower the energy per request."""
+    out = []
+    names = ("ttft_s", "tpot_s") if varied == "input" else ("tpot_s",)
+    lengths = sorted(by_length)
+    for short, long in zip(lengths, lengths[1:], strict=False):
+        a, b = by_length[short], by_length[long]
+        step = f"{label} {varied} {short} -> {long} tokens"
+        for name in names:
+            if getattr(b, name) < getattr(a, name) * (1 - MONOTONE_SLACK):
+                out.append(f"{step}: {name} falls {getattr(a, name):.4g} -> "
+                           f"{getattr(b, name):.4g} s")
+        if b.energy_per_request_j < a.energy_per_request_j * (1 - MONOTONE_SLACK):
+            out.append(f"{step}: energy per request falls {a.energy_per_request_j:.4g} -> "
+                       f"{b.energy_per_request_j:.4g} J")
+    return out
+
+
 def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
     if kind == "load":
         return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
@@ -432,6 +462,35 @@ def precision_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def length_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                 runtimes: Sequence[str], batches: Sequence[int]) -> Sweep:
+    """Static batches over :data:`PROMPT_LENGTHS` and :data:`OUTPUT_LENGTHS`, and the
+    violations of :func:`length_violations`."""
+    made, found = 0, []
+    series = (("input", PROMPT_LENGTHS), ("output", OUTPUT_LENGTHS))
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        for batch in batches:
+            for varied, lengths in series:
+                by_length: dict[int, Prediction] = {}
+                for length in lengths:
+                    tokens = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
+                              f"{varied}_tokens": length}
+                    try:
+                        result = predict(model=model, gpu=gpu, deployment=deployment,
+                                         workload=Workload(kind="batch", batch=batch,
+                                                           **tokens))
+                    except EnergyLensError:  # refused (a context the model lacks)
+                        break
+                    if not result.feasible or (result.running_batch or batch) < batch:
+                        break
+                    by_length[length] = result
+                made += len(by_length)
+                found += length_violations(label=f"{label} batch {batch}",
+                                           by_length=by_length, varied=varied)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
@@ -439,12 +498,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
     parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock",
-                                                   "precision"),
+                                                   "precision", "length"),
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
                              "of the largest, static batches over the GPU's SM clocks or "
-                             "over weight precisions")
+                             "over weight precisions or prompt and output lengths")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -455,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "open":
         result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
                             clients=max(args.batches))
+    elif args.kind == "length":
+        result = length_sweep(models=models, gpus=gpus, runtimes=runtimes,
+                              batches=sorted(args.batches))
     elif args.kind == "precision":
         result = precision_sweep(models=models, gpus=gpus, runtimes=runtimes,
                                  batches=sorted(args.batches))

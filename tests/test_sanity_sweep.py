@@ -195,3 +195,29 @@ def test_it_flags_narrower_weights_that_take_more_memory_or_decode_slower() -> N
     # where fixed kernel times decide (a read of nothing), only the memory is checked
     assert not any("TPOT" in v for v in sweep.precision_violations(
         label="x", by_dtype={"bf16": narrow, "fp8": wide}, batch=1, read_s_per_byte=0.0))
+
+
+def test_a_slice_of_the_length_sweep_breaks_no_invariant() -> None:
+    result = sweep.length_sweep(models=[MODEL, get_model("qwen3-30b-a3b")],
+                                gpus=[load_gpu("H100")], runtimes=["vllm", "sglang"],
+                                batches=[1, 8])
+    assert result.predictions >= 2 * 4 * 2 * 2 * 3 * 0.5
+    assert result.violations == ()
+
+
+def test_it_flags_a_longer_prompt_that_decodes_faster_or_costs_less() -> None:
+    def prompt(tokens: int):
+        return predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(),
+                       workload=Workload(batch=8, input_tokens=tokens, output_tokens=128))
+
+    short, long = prompt(128), prompt(8192)
+    assert sweep.length_violations(label="x", by_length={128: short, 8192: long},
+                                   varied="input") == []
+    swapped = sweep.length_violations(label="x", by_length={128: long, 8192: short},
+                                      varied="input")
+    assert any("ttft_s falls" in v for v in swapped)
+    assert any("tpot_s falls" in v for v in swapped)
+    assert any("energy per request falls" in v for v in swapped)
+    # a longer output is checked on TPOT and energy only (its TTFT is the same prompt's)
+    assert not any("ttft_s" in v for v in sweep.length_violations(
+        label="x", by_length={128: long, 1024: short}, varied="output"))
