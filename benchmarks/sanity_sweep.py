@@ -43,10 +43,11 @@ given) to the last digit.
 
 With ``--kind precision`` each static batch is predicted with the weights in each of
 ``PRECISIONS`` the runtime runs (narrowest last): narrower weights must take less memory
-per GPU, and at a batch of one no longer TPOT nor more energy per token (2 % slack) where
-reading the active weights at the HBM peak is at least half the wider precision's TPOT
-(elsewhere fixed kernel times decide, and block-scaled FP8 experts' are longer on
-Blackwell, as AIConfigurator's kernel tables measure).
+per GPU for a batch held whole, and at a batch of one no longer TPOT nor more energy per
+token (2 % slack) where both are weight-bound: reading the active weights at the HBM peak
+is at least half the wider precision's TPOT (elsewhere fixed kernel times decide, and
+block-scaled FP8 experts' are longer on Blackwell, as AIConfigurator's kernel tables
+measure) and no shorter than the narrower one's smallest tensor-core tile of FLOPs.
 
 With ``--kind length`` each static batch is predicted at ``PROMPT_LENGTHS`` prompt tokens
 (128 output tokens) and at ``OUTPUT_LENGTHS`` output tokens (1,024-token prompts): a
@@ -103,6 +104,8 @@ PRECISIONS = ("bf16", "fp8", "int4")
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 #: Share of TPOT the weights' read at peak must reach for narrower weights to be faster.
 WEIGHT_BOUND_SHARE = 0.5
+#: Rows of the smallest tensor-core tile one token's GEMM pads to (mma m16n8k16).
+TILE_ROWS = 16
 #: Prompt and output lengths of ``--kind length``.
 PROMPT_LENGTHS, OUTPUT_LENGTHS = (128, 1024, 8192), (32, 128, 1024)
 
@@ -270,28 +273,48 @@ def clock_violations(*, label: str, by_clock: dict[float, Prediction],
     return out
 
 
-def precision_violations(*, label: str, by_dtype: dict[str, Prediction],
-                         batch: int, read_s_per_byte: float) -> list[str]:
+def precision_violations(*, label: str, by_dtype: dict[str, Prediction], batch: int,
+                         read_s: dict[str, float], tile_s: dict[str, float]) -> list[str]:
     """What narrower weights (``by_dtype`` in :data:`PRECISIONS` order) must not do: take
-    more memory per GPU; at a batch of one where the weights' read (``read_s_per_byte`` x
-    bytes per weight: the active weights at the GPUs' HBM peak) is at least
-    :data:`WEIGHT_BOUND_SHARE` of TPOT, lengthen TPOT or spend more per token."""
+    more memory per GPU for the same whole batch (not one its KV cache runs in waves, whose
+    sequences in memory grow with the room the weights leave); at a batch of one, lengthen
+    TPOT or spend more per token where both precisions are weight-bound: the wider one's
+    weights take (``read_s``: the active weights at the HBM peak) at least
+    :data:`WEIGHT_BOUND_SHARE` of its TPOT, and the narrower one's read is no shorter than
+    its smallest tensor-core tile's FLOPs (``tile_s``; a compute-poor GPU such as H20 runs
+    weight-only INT4 on 16-bit tensor cores, 16 rows a tile, slower than it reads FP8)."""
     out = []
     names = [d for d in PRECISIONS if d in by_dtype]
     for wide, narrow in zip(names, names[1:], strict=False):
         a, b = by_dtype[wide], by_dtype[narrow]
         step = f"{label} batch {batch} {wide} -> {narrow}"
-        if b.memory_per_gpu_gb >= a.memory_per_gpu_gb:
+        whole = min(a.running_batch or batch, b.running_batch or batch) >= batch
+        if whole and b.memory_per_gpu_gb >= a.memory_per_gpu_gb:
             out.append(f"{step}: memory per GPU {a.memory_per_gpu_gb:.2f} -> "
                        f"{b.memory_per_gpu_gb:.2f} GB")
-        if batch == 1 and (read_s_per_byte * WEIGHT_BYTES[wide]
-                           >= WEIGHT_BOUND_SHARE * a.tpot_s):
+        if batch == 1 and read_s[wide] >= WEIGHT_BOUND_SHARE * a.tpot_s \
+                and read_s[narrow] >= tile_s[narrow]:
             if b.tpot_s > a.tpot_s * (1 + MONOTONE_SLACK):
                 out.append(f"{step}: TPOT rises {a.tpot_s:.4g} -> {b.tpot_s:.4g} s")
             if b.energy_per_output_token_j > a.energy_per_output_token_j * (1 + MONOTONE_SLACK):
                 out.append(f"{step}: energy per token rises {a.energy_per_output_token_j:.4g}"
                            f" -> {b.energy_per_output_token_j:.4g} J")
     return out
+
+
+def decode_floors(*, model: ModelConfig, gpu: GPU, tp: int) -> tuple[dict[str, float],
+                                                                        dict[str, float]]:
+    """Per weight precision, a batch of one's active weights read at the GPUs' HBM peak
+    and the FLOPs of one tensor-core tile of :data:`TILE_ROWS` rows at the peak of the
+    precision it multiplies in (FP8 where the GPU has FP8 units, 16 bits otherwise and for
+    weight-only INT4)."""
+    active = parameter_count(model)[1]
+    sixteen = max(gpu.dense_flops_per_s.get("bf16", 0.0), gpu.dense_flops_per_s.get("fp16", 0.0))
+    peak = {"bf16": sixteen, "fp8": gpu.dense_flops_per_s.get("fp8", sixteen), "int4": sixteen}
+    read = {d: active * WEIGHT_BYTES[d] / (gpu.hbm_bandwidth_bytes_per_s * tp)
+            for d in PRECISIONS}
+    tile = {d: 2 * active * TILE_ROWS / (peak[d] * tp) for d in PRECISIONS}
+    return read, tile
 
 
 def length_violations(*, label: str, by_length: dict[int, Prediction],
@@ -456,9 +479,9 @@ def precision_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
                 if result.feasible:
                     by_dtype[dtype] = result
             made += len(by_dtype)
-            read = parameter_count(model)[1] / (gpu.hbm_bandwidth_bytes_per_s * deployment.tp)
+            read, tile = decode_floors(model=model, gpu=gpu, tp=deployment.tp)
             found += precision_violations(label=label, by_dtype=by_dtype, batch=batch,
-                                          read_s_per_byte=read)
+                                          read_s=read, tile_s=tile)
     return Sweep(predictions=made, violations=tuple(found))
 
 
