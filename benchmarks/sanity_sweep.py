@@ -1,8 +1,8 @@
 """Physical invariants over every configuration the database can form, measured or not.
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
-       [--runtimes NAME ...] [--batches 1 8 64] [--kind batch|serving|load|open|clock|precision|length]
-       [--limit 40]
+       [--runtimes NAME ...] [--batches 1 8 64]
+       [--kind batch|serving|load|open|clock|precision|length] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
