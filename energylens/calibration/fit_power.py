@@ -34,9 +34,6 @@ from energylens.calibration import CalibrationDataError
 from energylens.cost.kernel_plan import flop_energy_scale
 from energylens.hardware import GPU, load_gpu
 
-#: Constants this fit identifies (KernelConstants field names).
-POWER_CONSTANTS = ("static_power_w", "energy_per_hbm_byte_j", "energy_per_tensor_flop_j",
-                   "energy_per_vector_flop_j", "voltage_floor")
 #: The measured constants ``energylens calibrate`` gives the GPU. Static power is the
 #: board with a CUDA context and nothing running, exactly what the serving model charges
 #: every GPU for its wall time; the serving rows cannot tell it from the busy power (GPUs
