@@ -27,6 +27,7 @@ from energylens.workloads.load.cli import (
     load_fields,
     overload_warning,
     pool_prediction,
+    trace_rate_note,
     write_plot,
 )
 
@@ -194,6 +195,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     overload = overload_warning(result, workload=workload)
     if overload is not None:
         print(f"energylens: warning: {overload}", file=sys.stderr)
+    bursty = trace_rate_note(result, workload=workload)
+    if bursty is not None:
+        print(f"energylens: note: {bursty}", file=sys.stderr)
     from energylens.workloads.capacity import kv_cache_limit
 
     limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)

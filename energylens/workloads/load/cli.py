@@ -193,6 +193,29 @@ def write_plot(args: argparse.Namespace, *, workload: Workload, deployment: Depl
     print(f"energylens: wrote {args.plot}", file=sys.stderr)
 
 
+#: Relative gap between a rescaled trace's rate in the measured window and the rate asked
+#: for beyond which the run says so (assumed: a Poisson run of 1,000 requests strays ~5 %).
+TRACE_RATE_NOTE = 0.15
+
+
+def trace_rate_note(result: Any, *, workload: Workload) -> str | None:
+    """One line where a trace's clock, rescaled to ``--request-rate`` over all the rows it
+    replays, brings the measured requests at another rate (idle gaps or bursts of the trace
+    fall in the warm-up or the drain); None otherwise."""
+    if not isinstance(result, LoadPrediction) or not result.feasible \
+            or workload.trace is None or workload.request_rate is None \
+            or workload.arrival_cv is not None or workload.concurrency is not None:
+        return None
+    offered = float(result.load.get("offered_requests_per_s", math.nan))
+    if not math.isfinite(offered) or \
+            abs(offered - workload.request_rate) <= TRACE_RATE_NOTE * workload.request_rate:
+        return None
+    return (f"the trace's clock is bursty: rescaled to {workload.request_rate:g} requests/s "
+            f"over its {workload.num_requests or 'replayed'} rows, it brings the measured "
+            f"requests at {offered:.3g} requests/s, and the figures are that window's "
+            "(--num-requests spans more of the trace; --arrival-cv replaces its clock)")
+
+
 def overload_warning(result: Any, *, workload: Workload) -> str | None:
     """One line where an open-loop run did not keep up with its arrivals (the requests in
     flight still growing when they stopped: its TTFT and queue depend on the run's length),

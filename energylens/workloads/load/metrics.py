@@ -70,6 +70,9 @@ class LoadMetrics:
 
     latency_s: dict[str, float]  # "ttft_p90_s" -> value, for every latency and statistic
     requests_per_s: float
+    # requests arriving per second in the window (a trace's clock: its local rate, which
+    # idle gaps elsewhere in the replayed rows set apart from the rate asked for)
+    offered_requests_per_s: float
     output_tokens_per_s: float
     goodput_requests_per_s: float
     slo_attainment: float  # share of requests meeting every SLO bound
@@ -99,6 +102,7 @@ class LoadMetrics:
     def as_dict(self) -> dict[str, float | int | bool]:
         """Flat JSON form (the latency keys at the top level)."""
         return {**self.latency_s, "requests_per_s": self.requests_per_s,
+                "offered_requests_per_s": self.offered_requests_per_s,
                 "goodput_requests_per_s": self.goodput_requests_per_s,
                 "slo_attainment": self.slo_attainment, "slo_met": self.slo_met,
                 "idle_energy_j": self.idle_energy_j, "iteration_energy_j": self.iteration_energy_j,
@@ -115,7 +119,8 @@ def not_simulated() -> LoadMetrics:
     return LoadMetrics(
         latency_s={f"{name}_{s}_s": nan for name in LATENCIES
                    for s in ("mean", *(f"p{q}" for q in PERCENTILES))},
-        requests_per_s=nan, output_tokens_per_s=nan, goodput_requests_per_s=0.0,
+        requests_per_s=nan, offered_requests_per_s=nan, output_tokens_per_s=nan,
+        goodput_requests_per_s=0.0,
         slo_attainment=0.0, slo_met=False, energy_j=nan, iteration_energy_j=nan,
         idle_energy_j=nan, run_s=nan, window_s=nan, window_energy_j=nan,
         window_output_tokens=nan, decode_only_window=(nan, nan, nan, nan),
@@ -198,6 +203,7 @@ class StreamSamples:
     itl: np.ndarray
     itl_tokens: np.ndarray
     completions: float  # in the window
+    arrivals: float  # in the window
     tokens: float  # output tokens in the window
     window_j: float  # dynamic energy and static power in the window
     iteration_j: float  # whole run, static power during iterations included
@@ -279,6 +285,7 @@ def stream_samples(*, run: SimRun, table: StepTable, static_w: float, gpus: floa
         e2e=run.finish_s[kept] - run.arrival_s[kept], tpot=tpot, request_tpot=request_tpot,
         outputs=run.output_tokens[kept], itl=itl, itl_tokens=itl_tokens,
         completions=float(np.sum((run.finish_s > t_a) & (run.finish_s <= t_b))),
+        arrivals=float(np.sum((run.arrival_s >= t_a) & (run.arrival_s < t_b))),
         tokens=float(np.sum(run.tokens_out * share)),
         window_j=float(np.sum(dynamic * share[:, None])) + static_per_s * (t_b - t_a),
         iteration_j=float(np.sum(dynamic)) + static_per_s * busy,
@@ -357,7 +364,8 @@ def pool(*, streams: Sequence[tuple[StreamSamples, int]], slos: tuple[SLO, ...],
     idle = (sum(n * (s.idle_j + static_per_s * (run_s - s.run_s)) for s, n in streams)
             + idle_streams * static_per_s * run_s) / total
     return LoadMetrics(
-        latency_s=latencies, requests_per_s=requests, output_tokens_per_s=float(rate("tokens")),
+        latency_s=latencies, requests_per_s=requests,
+        offered_requests_per_s=float(rate("arrivals")), output_tokens_per_s=float(rate("tokens")),
         goodput_requests_per_s=requests * attainment, slo_attainment=attainment, slo_met=met,
         energy_j=iteration + idle, iteration_energy_j=iteration, idle_energy_j=idle,
         run_s=run_s, window_s=window,
