@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
        [--runtimes NAME ...] [--batches 1 8 64]
-       [--kind batch|serving|load|open|clock|precision|length] [--limit 40]
+       [--kind batch|serving|load|open|clock|precision|length|trace] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
@@ -56,6 +56,15 @@ longer output must not shorten TPOT (the context grows as it decodes), and neith
 lower the energy per request (2 % slack). A batch that no longer fits in memory, or runs
 in waves of fewer sequences (its KV cache holds only part of it: a smaller batch's TPOT),
 at a length ends its series.
+
+With ``--kind trace`` each configuration's capacity is the requests/s of a closed loop of
+the largest ``--batches`` clients with the conversation trace's lengths, and open loops
+replay the Splitwise conversation and code traces (their rows and clocks, rescaled) at
+``TRACE_SHARES`` of it: percentiles in order, the rate served that at which the measured
+requests arrive (``offered_requests_per_s``; a trace's clock is not its mean rate
+everywhere) and Little's law on the requests in the system (15 %: heavy-tailed lengths
+over 800 requests), average power = energy per token x tokens/s (2 %), and the headline
+figures finite and positive with the power between idle and TDP.
 """
 
 from __future__ import annotations
@@ -106,6 +115,10 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 WEIGHT_BOUND_SHARE = 0.5
 #: Rows of the smallest tensor-core tile one token's GEMM pads to (mma m16n8k16).
 TILE_ROWS = 16
+#: Traces, shares of capacity, requests and slack of ``--kind trace``.
+TRACES = ("data/measurements/traces/splitwise_conv.csv",
+          "data/measurements/traces/splitwise_code.csv")
+TRACE_SHARES, TRACE_REQUESTS, TRACE_SLACK = (0.3, 0.7), 800, 0.15
 #: Prompt and output lengths of ``--kind length``.
 PROMPT_LENGTHS, OUTPUT_LENGTHS = (128, 1024, 8192), (32, 128, 1024)
 
@@ -337,6 +350,37 @@ def length_violations(*, label: str, by_length: dict[int, Prediction],
     return out
 
 
+def trace_violations(*, label: str, result: LoadPrediction, gpu: GPU) -> list[str]:
+    """What a trace-driven open loop breaks (module docstring, ``--kind trace``)."""
+    load, out = result.load, []
+    for name in HEADLINE:
+        value = getattr(result, name)
+        if not (math.isfinite(value) and value > 0):
+            out.append(f"{label}: {name} = {value!r}")
+    boards = result.num_gpus
+    if not gpu.idle_power_w * boards <= result.avg_power_w <= POWER_SLACK * gpu.tdp_w * boards:
+        out.append(f"{label}: {result.avg_power_w:.0f} W outside {boards} x "
+                   f"[{gpu.idle_power_w:.0f}, {gpu.tdp_w:.0f}] W")
+    for name in LOAD_LATENCIES:
+        p50, p90, p99 = (load[f"{name}_{q}_s"] for q in ("p50", "p90", "p99"))
+        if not p50 <= p90 * (1 + 1e-9) or not p90 <= p99 * (1 + 1e-9):
+            out.append(f"{label}: {name} percentiles out of order {p50:.4g} / {p90:.4g} / "
+                       f"{p99:.4g} s")
+    served, offered = load["requests_per_s"], load["offered_requests_per_s"]
+    if abs(served - offered) > TRACE_SLACK * offered:
+        out.append(f"{label}: served {served:.4g}/s of {offered:.4g}/s arriving in the window")
+    in_flight = served * load["e2e_mean_s"]
+    in_system = load["mean_running"] + load["mean_queue_length"]
+    if abs(in_flight - in_system) > TRACE_SLACK * in_system:
+        out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, "
+                   f"{in_system:.3g} running or queued on average")
+    power = result.energy_per_output_token_j * result.output_tokens_per_s
+    if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
+        out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
+                   f"{result.avg_power_w:.4g} W")
+    return out
+
+
 def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
     if kind == "load":
         return Workload(kind="load", concurrency=level, input_tokens=INPUT_TOKENS,
@@ -514,6 +558,39 @@ def length_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def trace_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                runtimes: Sequence[str], clients: int) -> Sweep:
+    """Open loops replaying :data:`TRACES` at :data:`TRACE_SHARES` of each configuration's
+    closed-loop rate (``clients`` clients, the first trace's lengths), and the violations
+    of :func:`trace_violations`."""
+    made, found = 0, []
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        try:
+            closed = predict(model=model, gpu=gpu, deployment=deployment,
+                             workload=Workload(kind="load", trace=TRACES[0],
+                                               concurrency=clients,
+                                               num_requests=TRACE_REQUESTS))
+        except EnergyLensError:  # refused, or a row longer than the model's context
+            continue
+        if not isinstance(closed, LoadPrediction) or not closed.feasible:
+            continue
+        for trace in TRACES:
+            for share in TRACE_SHARES:
+                result = predict(model=model, gpu=gpu, deployment=deployment,
+                                 workload=Workload(kind="load", trace=trace,
+                                                   request_rate=share
+                                                   * closed.load["requests_per_s"],
+                                                   num_requests=TRACE_REQUESTS))
+                assert isinstance(result, LoadPrediction)
+                if not result.feasible:
+                    continue
+                made += 1
+                found += trace_violations(label=f"{label} {trace.rsplit('/', 1)[-1]} "
+                                                f"at {share:.0%}", result=result, gpu=gpu)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
@@ -521,12 +598,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
     parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock",
-                                                   "precision", "length"),
+                                                   "precision", "length", "trace"),
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
                              "of the largest, static batches over the GPU's SM clocks or "
-                             "over weight precisions or prompt and output lengths")
+                             "over weight precisions or prompt and output lengths, or "
+                             "open loops replaying the Splitwise traces")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -537,6 +615,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "open":
         result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
                             clients=max(args.batches))
+    elif args.kind == "trace":
+        result = trace_sweep(models=models, gpus=gpus, runtimes=runtimes,
+                             clients=max(args.batches))
     elif args.kind == "length":
         result = length_sweep(models=models, gpus=gpus, runtimes=runtimes,
                               batches=sorted(args.batches))

@@ -211,3 +211,23 @@ def test_a_compute_poor_gpu_multiplies_weight_only_int4_slower_than_it_reads_it(
     assert read["int4"] < tile["int4"] and read["fp8"] >= tile["fp8"]
     read, tile = sweep.decode_floors(model=model, gpu=load_gpu("H100"), tp=2)
     assert read["int4"] >= tile["int4"]
+
+
+def test_a_slice_of_the_trace_sweep_breaks_no_invariant() -> None:
+    result = sweep.trace_sweep(models=[MODEL], gpus=[load_gpu("H100")], runtimes=["vllm"],
+                               clients=32)
+    assert result.predictions == len(sweep.TP_DEGREES) * len(sweep.TRACES) \
+        * len(sweep.TRACE_SHARES)
+    assert result.violations == ()
+
+
+def test_it_flags_a_trace_run_that_serves_other_than_arrives() -> None:
+    run = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(),
+                  workload=Workload(kind="load", trace=sweep.TRACES[0], request_rate=2.0,
+                                    num_requests=400))
+    gpu = load_gpu("H100")
+    assert sweep.trace_violations(label="x", result=run, gpu=gpu) == []
+    lagging = replace(run, load={**run.load, "requests_per_s": 0.5 * run.load["requests_per_s"]})
+    found = sweep.trace_violations(label="x", result=lagging, gpu=gpu)
+    assert any("arriving in the window" in v for v in found)
+    assert any("Little's law" in v for v in found)
