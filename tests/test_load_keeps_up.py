@@ -107,3 +107,16 @@ def test_capacity_probes_are_never_shorter_than_the_default_run() -> None:
     tight, loose = capacity(0.03, 100), capacity(5.0, 100)
     assert tight == capacity(0.03, None) and loose == capacity(5.0, None)
     assert loose > 2 * tight
+
+
+def test_a_short_run_with_too_few_requests_to_count_is_judged_by_its_spans() -> None:
+    """100 requests at 10/s on a server taking 0.25 s each (40 % of the rate): the mean E2E
+    (7.7 s) leaves 2 arrivals one E2E before the last, 1 of them served: a shortfall that
+    twice the square root of the count would pass. Too few to count, so the spans decide:
+    the measured arrivals over 7.9 s, their completions over 19.75 s."""
+    arrival = np.arange(100) / 10.0
+    finish = _fifo(arrival, 0.25)
+    kept = _kept(100)
+    share, keeps_up = keeping_up(arrival_s=arrival, finish_s=finish, kept=kept)
+    assert not keeps_up
+    assert share == pytest.approx(7.9 / 19.75, rel=1e-9)

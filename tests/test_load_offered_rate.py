@@ -47,3 +47,14 @@ def test_a_bursty_trace_clock_is_named_with_the_rate_it_brings() -> None:
     assert result.load["offered_requests_per_s"] == pytest.approx(local, rel=0.05)
     note = trace_rate_note(result, workload=workload)
     assert note is not None and "bursty" in note and "1 requests/s" in note
+
+
+def test_replicas_are_offered_the_deployment_s_rate() -> None:
+    """Two replicas behind a balancer: the rates reported are the deployment's, offered and
+    served alike."""
+    workload = Workload(kind="load", request_rate=6.0, input_tokens=512, output_tokens=64,
+                        num_requests=2000)
+    result = predict(model="llama-3.1-8b", gpu="H100", deployment=Deployment(num_gpus=2, dp=2),
+                     workload=workload)
+    assert result.load["offered_requests_per_s"] == pytest.approx(6.0, rel=0.08)
+    assert result.load["requests_per_s"] == pytest.approx(6.0, rel=0.08)

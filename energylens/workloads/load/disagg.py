@@ -245,7 +245,7 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     tokens_per_s = (metrics.output_tokens_per_s + metrics.requests_per_s) * n_decode
     per_token = power / tokens_per_s
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
-    for key in ("requests_per_s", "goodput_requests_per_s"):
+    for key in ("requests_per_s", "offered_requests_per_s", "goodput_requests_per_s"):
         load[key] = float(load[key]) * n_decode
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / gpus
     load["kv_transfer_mean_s"] = float(moved_s.mean())

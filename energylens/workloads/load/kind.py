@@ -288,7 +288,7 @@ def load_prediction(*, placement: Placement, workload: Workload, memory: MemoryU
         / metrics.window_output_tokens
     lat = metrics.latency_s
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
-    for key in ("requests_per_s", "goodput_requests_per_s"):
+    for key in ("requests_per_s", "offered_requests_per_s", "goodput_requests_per_s"):
         load[key] = float(load[key]) * replicas
     for key in ("idle_energy_j", "iteration_energy_j", "total_energy_j"):
         load[key] = load[key] * replicas

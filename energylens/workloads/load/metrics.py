@@ -31,6 +31,9 @@ _SLO = re.compile(r"^\s*(ttft|tpot|e2e)_(p\d{1,2}|mean)_s\s*<=\s*([0-9.eE+-]+)\s
 #: requests/s, where the requests in flight level off, 0.93 at 40, where 10,000 requests
 #: show them still growing).
 KEEPS_UP_SHARE = 0.95
+#: Fewest offered requests the count test judges: below 16 its noise allowance (twice the
+#: square root of the count) passes a run that completed half of them.
+MIN_COUNTED = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -398,12 +401,14 @@ def keeping_up(*, arrival_s: np.ndarray, finish_s: np.ndarray,
     end do not count against it; past the service rate the share is about the service
     over the offered rate. The engine keeps up unless the shortfall exceeds both ``1 -
     KEEPS_UP_SHARE`` of the offered requests and twice their counting noise (the square
-    root of the count, assumed). Measured arrivals spanning less than one mean E2E are
-    compared by span with their completions instead (a flood: near 0)."""
+    root of the count, assumed). Measured arrivals spanning less than one mean E2E, or
+    leaving fewer than :data:`MIN_COUNTED` requests to count, are compared by span with
+    their completions instead (a flood: near 0; a short run whose queue grows: the share of
+    the completions' span its arrivals took)."""
     e2e = float(np.mean(finish_s[kept] - arrival_s[kept]))
     first, last = float(arrival_s[kept[0]]), float(arrival_s[kept[-1]])
     offered = int(np.sum((arrival_s > first) & (arrival_s <= last - e2e)))
-    if offered == 0:
+    if offered < MIN_COUNTED:
         spread = float(np.ptp(finish_s[kept]))
         share = min(1.0, (last - first) / spread) if spread > 0 else 1.0
         return share, share >= KEEPS_UP_SHARE
