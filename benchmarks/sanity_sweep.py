@@ -591,14 +591,18 @@ def trace_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+LOOP_SWEEPS = {"open": open_sweep, "trace": trace_sweep}
+SERIES_SWEEPS = {"clock": clock_sweep, "precision": precision_sweep, "length": length_sweep}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="zoo names (default: every model)")
     parser.add_argument("--gpus", nargs="*", help="database names (default: every GPU)")
     parser.add_argument("--runtimes", nargs="*", help="runtime profiles (default: every one)")
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
-    parser.add_argument("--kind", choices=("batch", "serving", "load", "open", "clock",
-                                                   "precision", "length", "trace"),
+    parser.add_argument("--kind", choices=("batch", "serving", "load", *LOOP_SWEEPS,
+                                           *SERIES_SWEEPS),
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
@@ -612,21 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = [get_model(n) for n in args.models] if args.models else list_models()
     gpus = [load_gpu(n) for n in args.gpus] if args.gpus else list_gpus()
     runtimes = args.runtimes or list(runtime_names())
-    if args.kind == "open":
-        result = open_sweep(models=models, gpus=gpus, runtimes=runtimes,
-                            clients=max(args.batches))
-    elif args.kind == "trace":
-        result = trace_sweep(models=models, gpus=gpus, runtimes=runtimes,
-                             clients=max(args.batches))
-    elif args.kind == "length":
-        result = length_sweep(models=models, gpus=gpus, runtimes=runtimes,
-                              batches=sorted(args.batches))
-    elif args.kind == "precision":
-        result = precision_sweep(models=models, gpus=gpus, runtimes=runtimes,
-                                 batches=sorted(args.batches))
-    elif args.kind == "clock":
-        result = clock_sweep(models=models, gpus=gpus, runtimes=runtimes,
-                             batches=sorted(args.batches))
+    if args.kind in LOOP_SWEEPS:  # open loops below a closed loop's rate
+        result = LOOP_SWEEPS[args.kind](models=models, gpus=gpus, runtimes=runtimes,
+                                        clients=max(args.batches))
+    elif args.kind in SERIES_SWEEPS:  # static batches over one more axis
+        result = SERIES_SWEEPS[args.kind](models=models, gpus=gpus, runtimes=runtimes,
+                                          batches=sorted(args.batches))
     else:
         result = sweep(models=models, gpus=gpus, runtimes=runtimes,
                        batches=sorted(args.batches), kind=args.kind)
