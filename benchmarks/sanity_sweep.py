@@ -185,11 +185,11 @@ def batch_violations(*, label: str, by_batch: dict[int, Prediction]) -> list[str
     return out
 
 
-def load_violations(*, label: str, result: LoadPrediction, clients: int | None) -> list[str]:
-    """What a load run breaks (module docstring): a closed loop of ``clients``, or an open
-    loop (``clients`` None)."""
-    load = result.load
-    out = []
+def run_identity_violations(*, label: str, result: LoadPrediction,
+                            little_slack: float) -> list[str]:
+    """What any load run breaks: percentiles out of order, Little's law on the requests
+    running or queued (``little_slack``), average power = energy per token x tokens/s."""
+    load, out = result.load, []
     for name in LOAD_LATENCIES:
         p50, p90, p99 = (load[f"{name}_{q}_s"] for q in ("p50", "p90", "p99"))
         if not p50 <= p90 * (1 + 1e-9) or not p90 <= p99 * (1 + 1e-9):
@@ -197,19 +197,28 @@ def load_violations(*, label: str, result: LoadPrediction, clients: int | None) 
                        f"{p99:.4g} s")
     in_flight = load["requests_per_s"] * load["e2e_mean_s"]
     in_system = load["mean_running"] + load["mean_queue_length"]
-    if abs(in_flight - in_system) > LITTLE_SLACK * in_system:
+    if abs(in_flight - in_system) > little_slack * in_system:
         out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, "
                    f"{in_system:.3g} running or queued on average")
+    power = result.energy_per_output_token_j * result.output_tokens_per_s
+    if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
+        out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
+                   f"{result.avg_power_w:.4g} W")
+    return out
+
+
+def load_violations(*, label: str, result: LoadPrediction, clients: int | None) -> list[str]:
+    """What a load run breaks (module docstring): a closed loop of ``clients``, or an open
+    loop (``clients`` None)."""
+    load = result.load
+    out = run_identity_violations(label=label, result=result, little_slack=LITTLE_SLACK)
+    in_flight = load["requests_per_s"] * load["e2e_mean_s"]
     if clients is not None and abs(in_flight - clients) > LITTLE_SLACK * clients:
         out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, {clients} clients")
     tokens = load["requests_per_s"] * OUTPUT_TOKENS
     if abs(result.output_tokens_per_s - tokens) > THROUGHPUT_SLACK * tokens:
         out.append(f"{label}: {result.output_tokens_per_s:.4g} tokens/s where "
                    f"{load['requests_per_s']:.4g} requests/s make {tokens:.4g}")
-    power = result.energy_per_output_token_j * result.output_tokens_per_s
-    if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
-        out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
-                   f"{result.avg_power_w:.4g} W")
     if clients is not None and load["mean_running"] > clients * (1 + 1e-9):
         out.append(f"{label}: {load['mean_running']:.3g} running with {clients} clients")
     return out
@@ -361,24 +370,10 @@ def trace_violations(*, label: str, result: LoadPrediction, gpu: GPU) -> list[st
     if not gpu.idle_power_w * boards <= result.avg_power_w <= POWER_SLACK * gpu.tdp_w * boards:
         out.append(f"{label}: {result.avg_power_w:.0f} W outside {boards} x "
                    f"[{gpu.idle_power_w:.0f}, {gpu.tdp_w:.0f}] W")
-    for name in LOAD_LATENCIES:
-        p50, p90, p99 = (load[f"{name}_{q}_s"] for q in ("p50", "p90", "p99"))
-        if not p50 <= p90 * (1 + 1e-9) or not p90 <= p99 * (1 + 1e-9):
-            out.append(f"{label}: {name} percentiles out of order {p50:.4g} / {p90:.4g} / "
-                       f"{p99:.4g} s")
     served, offered = load["requests_per_s"], load["offered_requests_per_s"]
     if abs(served - offered) > TRACE_SLACK * offered:
         out.append(f"{label}: served {served:.4g}/s of {offered:.4g}/s arriving in the window")
-    in_flight = served * load["e2e_mean_s"]
-    in_system = load["mean_running"] + load["mean_queue_length"]
-    if abs(in_flight - in_system) > TRACE_SLACK * in_system:
-        out.append(f"{label}: Little's law: {in_flight:.3g} requests in flight, "
-                   f"{in_system:.3g} running or queued on average")
-    power = result.energy_per_output_token_j * result.output_tokens_per_s
-    if abs(power - result.avg_power_w) > POWER_IDENTITY_SLACK * result.avg_power_w:
-        out.append(f"{label}: energy per token x tokens/s = {power:.4g} W, average power "
-                   f"{result.avg_power_w:.4g} W")
-    return out
+    return out + run_identity_violations(label=label, result=result, little_slack=TRACE_SLACK)
 
 
 def _workload(*, kind: str, level: int, length_cv: float = LOAD_LENGTH_CV) -> Workload:
