@@ -1,6 +1,6 @@
 """A static batch whose KV cache does not fit runs in waves of the largest batch that fits
 (each a whole prefill and decode, latency and energy summed); it is infeasible only when
-the weights plus one sequence do not fit."""
+the weights plus one sequence do not fit, and then priced whole, as if it fit."""
 
 from __future__ import annotations
 
@@ -68,7 +68,12 @@ def test_tpot_of_waves_is_the_mean_over_sequences(capacity: int) -> None:
 
 def test_infeasible_only_when_one_sequence_does_not_fit() -> None:
     run = _batch(8, model="llama-2-70b", gpu="A100-40GB-SXM")  # 138 GB of weights
-    assert not run.feasible and run.running_batch == 1
+    assert not run.feasible
+    # its figures price the batch asked, as if it fit (the CLI says so), not waves of one:
+    # eight 2,048-token prompts of a 70B model are compute-bound, at least 4x one prompt
+    one = _batch(1, model="llama-2-70b", gpu="A100-40GB-SXM")
+    assert run.running_batch == 8 and run.ttft_s > 4 * one.ttft_s
+    assert run.energy_per_output_token_j < one.energy_per_output_token_j  # weights shared
     assert run.infeasible_reason is not None and "weights 138.0" in run.infeasible_reason
     # the reason is the memory of one sequence (8 would need 8x the KV): weights, the
     # runtime's reserve, the activations of the start-up pass of vLLM's offline budget on
