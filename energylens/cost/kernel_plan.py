@@ -137,6 +137,9 @@ class KernelPlan:
     ops: tuple[OpPlan, ...]
     tensors: tuple[TensorPlan, ...]
     fused_attention: bool
+    #: Reads the paged KV cache (a fused attention, or an unfused one's score or value
+    #: contraction): its bytes stream at the KV cache's own share of HBM peak.
+    reads_kv_cache: bool
     vector_rate: float  # fp32 peak x vector efficiency, FLOP/s
     klass: str | None
     klass_bandwidth_efficiency: float
@@ -226,6 +229,9 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, window=window)
                       for t in (*kernel.reads, *kernel.writes)),
         fused_attention=sum(1 for op in kernel.ops if op.causal) > 1,
+        reads_kv_cache=any(op.causal and op.kind == "contraction"
+                           and any(t.name in KV_TENSORS for t in op.inputs)
+                           for op in kernel.ops),
         vector_rate=gpu.peak_flops_per_s("fp32") * constants.vector_efficiency,
         klass=klass,
         klass_bandwidth_efficiency=(0.0 if klass is None else

@@ -437,7 +437,8 @@ def _bandwidth_efficiency(*, plan: KernelPlan, kernel: Kernel, nbytes: Size,
     if plan.klass is not None:  # small memory-bound kernel: its class's share of HBM peak
         return plan.klass_bandwidth_efficiency
     bandwidth_eff = memory_efficiency(nbytes=nbytes, constants=constants)
-    if plan.fused_attention:  # paged KV-cache reads: own efficiency (block gathers, split-KV)
+    if plan.fused_attention or plan.reads_kv_cache:
+        # paged KV-cache reads, fused or not: own efficiency (block gathers, split-KV)
         return bandwidth_eff * (constants.kv_bandwidth_efficiency
                                 / constants.memory_efficiency_max)
     if kernel.is_expert:  # grouped expert GEMMs (fused MoE kernels): own efficiency
