@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
        [--runtimes NAME ...] [--batches 1 8 64]
-       [--kind batch|serving|load|open|clock|precision|length|trace] [--limit 40]
+       [--kind batch|serving|load|open|clock|precision|length|fusion|trace] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
@@ -57,6 +57,17 @@ lower the energy per request (2 % slack). A batch that no longer fits in memory,
 in waves of fewer sequences (its KV cache holds only part of it: a smaller batch's TPOT),
 at a length ends its series.
 
+With ``--kind fusion`` each static batch is predicted with every fusion the model can
+use and then with each one left out: a fusion reads and writes no more than the kernels it
+replaces, so dropping one must not shorten TTFT or TPOT nor lower the energy per output
+token (0.1 % slack), except ``norm_residual`` (:data:`FUSION_EXCEPTIONS`): the fused
+residual add + RMSNorm is priced at the norm class's share of HBM peak, which H100's and
+A100's constants put at 35-38 % (vLLM's 2024 RMSNorm, timed eagerly by Vidur) against the
+add's 91 %, so the fused kernel's four passes take longer than the add's three and the
+norm's two apart (0.2-2 % of a prompt). H200's own measured kernels put both near 92 %
+(docs/kernels-h200.md), where fusing them is faster; the borrowed constants stay until H100's
+small kernels are timed in CUDA graphs.
+
 With ``--kind trace`` each configuration's capacity is the requests/s of a closed loop of
 the largest ``--batches`` clients with the conversation trace's lengths, and open loops
 replay the Splitwise conversation and code traces (their rows and clocks, rescaled) at
@@ -76,7 +87,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from energylens.deployment import Deployment, Workload
+from energylens.deployment import FUSIONS, Deployment, Workload
 from energylens.errors import EnergyLensError
 from energylens.hardware import GPU, list_gpus, load_gpu
 from energylens.model import ModelConfig, get_model, list_models, parameter_count
@@ -115,6 +126,10 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 WEIGHT_BOUND_SHARE = 0.5
 #: Rows of the smallest tensor-core tile one token's GEMM pads to (mma m16n8k16).
 TILE_ROWS = 16
+#: Fusions ``--kind fusion`` does not hold to "never slower" (module docstring).
+FUSION_EXCEPTIONS = frozenset({"norm_residual"})
+#: Relative slack of "dropping a fusion must not speed a step up".
+FUSION_SLACK = 1e-3
 #: Traces, shares of capacity, requests and slack of ``--kind trace``.
 TRACES = ("data/measurements/traces/splitwise_conv.csv",
           "data/measurements/traces/splitwise_code.csv")
@@ -359,6 +374,19 @@ def length_violations(*, label: str, by_length: dict[int, Prediction],
     return out
 
 
+def fusion_violations(*, label: str, fused: Prediction,
+                      without: dict[str, Prediction]) -> list[str]:
+    """What dropping one fusion (``without``, by the fusion left out) must not do: shorten
+    TTFT or TPOT, or lower the energy per output token."""
+    out = []
+    for name, result in without.items():
+        for metric in ("ttft_s", "tpot_s", "energy_per_output_token_j"):
+            kept, dropped = getattr(fused, metric), getattr(result, metric)
+            if dropped < kept * (1 - FUSION_SLACK):
+                out.append(f"{label} without {name}: {metric} {kept:.6g} -> {dropped:.6g}")
+    return out
+
+
 def trace_violations(*, label: str, result: LoadPrediction, gpu: GPU) -> list[str]:
     """What a trace-driven open loop breaks (module docstring, ``--kind trace``)."""
     load, out = result.load, []
@@ -524,6 +552,33 @@ def precision_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def fusion_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
+                 runtimes: Sequence[str], batches: Sequence[int]) -> Sweep:
+    """Static batches with every fusion and with each one left out (but
+    :data:`FUSION_EXCEPTIONS`), and the violations of :func:`fusion_violations`."""
+    made, found = 0, []
+    every = frozenset(FUSIONS)
+    for model, gpu, label, deployment in _configurations(models=models, gpus=gpus,
+                                                         runtimes=runtimes):
+        for batch in batches:
+            workload = _workload(kind="batch", level=batch)
+            try:
+                fused = predict(model=model, gpu=gpu,
+                                deployment=replace(deployment, fusion=every), workload=workload)
+                if not fused.feasible:
+                    break
+                without = {name: predict(model=model, gpu=gpu,
+                                         deployment=replace(deployment, fusion=every - {name}),
+                                         workload=workload)
+                           for name in sorted(every - FUSION_EXCEPTIONS)}
+            except EnergyLensError:  # refused by the deployment checks
+                break
+            made += 1 + len(without)
+            found += fusion_violations(label=f"{label} batch {batch}", fused=fused,
+                                       without=without)
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 def length_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
                  runtimes: Sequence[str], batches: Sequence[int]) -> Sweep:
     """Static batches over :data:`PROMPT_LENGTHS` and :data:`OUTPUT_LENGTHS`, and the
@@ -587,7 +642,8 @@ def trace_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
 
 
 LOOP_SWEEPS = {"open": open_sweep, "trace": trace_sweep}
-SERIES_SWEEPS = {"clock": clock_sweep, "precision": precision_sweep, "length": length_sweep}
+SERIES_SWEEPS = {"clock": clock_sweep, "precision": precision_sweep, "length": length_sweep,
+                 "fusion": fusion_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -601,8 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         default="batch",
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
-                             "of the largest, static batches over the GPU's SM clocks or "
-                             "over weight precisions or prompt and output lengths, or "
+                             "of the largest, static batches over the GPU's SM clocks, "
+                             "weight precisions, prompt and output lengths or fusions, or "
                              "open loops replaying the Splitwise traces")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)

@@ -146,9 +146,9 @@ class KernelPlan:
     floor_s: float
     floor_sharpness: float  # 1: the floor adds to the rest (GEMMs, attention)
     expert_bandwidth_efficiency: float  # HBM share of the experts' dtype (expert kernels)
-    #: A fused attention's work tiles: the cached keys' ranks that are neither the context
-    #: nor contracted (GQA ``KC[b,p,g,e]``: b, g; MLA ``LC[b,p,l]``: b), and the local
-    #: sizes of those no phase sets. Empty for every other kernel.
+    #: The work tiles of a kernel that reads the KV cache: the cached keys' ranks that are
+    #: neither the context nor contracted (GQA ``KC[b,p,g,e]``: b, g; MLA ``LC[b,p,l]``:
+    #: b), and the local sizes of those no phase sets. Empty for every other kernel.
     tile_ranks: tuple[str, ...] = ()
     tile_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -197,18 +197,22 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
 
 
 def _attention_tiles(kernel: Kernel) -> tuple[tuple[str, ...], dict[str, int]]:
-    """The work-tile ranks of a fused attention kernel and their local sizes (see
-    :class:`KernelPlan`); ``((), {})`` for any other kernel."""
-    if sum(1 for op in kernel.ops if op.causal) <= 1:
-        return (), {}
+    """The work-tile ranks of an attention kernel that reads the KV cache (fused, or an
+    unfused one's score or value contraction, which walks the same tiles) and their local
+    sizes (see :class:`KernelPlan`); ``((), {})`` for any other kernel. A fused kernel's
+    keys may be a prompt's own (MLA's decompressed ``KD``), an unfused one's are cached."""
+    fused = sum(1 for op in kernel.ops if op.causal) > 1
     for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
         if not op.causal or op.kind != "contraction":
             continue
         context = op.causal[1]
-        cache = next((t for t in op.inputs if context in t.ranks), None)
-        if cache is not None:
-            ranks = tuple(r for r in cache.ranks
-                          if r != context and r not in op.contracted_ranks)
+        cache = next((t for t in op.inputs
+                      if context in t.ranks and (fused or t.name in KV_TENSORS)), None)
+        if cache is not None:  # a tile: the cache's ranks the other operand shares too,
+            # neither the context nor contracted (the value contraction's head dim is not)
+            shared = {r for t in op.inputs if t is not cache for r in t.ranks}
+            ranks = tuple(r for r in cache.ranks if r != context
+                          and r not in op.contracted_ranks and r in shared)
             return ranks, {r: local[r] for r in ranks if r in local}
     return (), {}
 

@@ -397,7 +397,7 @@ def _memory_s(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size], nbyte
         if constants.attention_row_tile:  # each work tile's rows in whole row tiles
             tiles = tiles * _row_tiles(plan=plan, phase=phase, tile=constants.attention_row_tile)
         time = time + tiles * constants.attention_tile_s
-    if plan.tile_ranks and constants.v1_kv_bandwidth_share:
+    if plan.fused_attention and plan.tile_ranks and constants.v1_kv_bandwidth_share:
         time = _unsplit_decode_s(plan=plan, phase=phase, nbytes=nbytes, gpu=gpu,
                                  constants=constants, split_s=time)
     return time
