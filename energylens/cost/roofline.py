@@ -387,7 +387,7 @@ def _kernel_bytes(*, plan: KernelPlan, phase: dict[str, Size], window: float | N
 
 def _memory_s(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Size], nbytes: Size,
               gpu: GPU, constants: KernelConstants) -> Size:
-    """The kernel's memory time: its bytes at its share of HBM peak, plus a fused
+    """The kernel's memory time: its bytes at its share of HBM peak, plus a KV-cache
     attention's fixed time per (sequence, KV head) work tile."""
     bandwidth_eff = _bandwidth_efficiency(plan=plan, kernel=kernel, nbytes=nbytes,
                                           constants=constants)

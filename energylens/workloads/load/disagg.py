@@ -39,6 +39,7 @@ from energylens.workloads.load.arrivals import (
 )
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import (
+    UNBOUNDED_KV_TOKENS,
     LoadPrediction,
     kv_bytes_per_token,
     kv_pool_tokens,
@@ -83,15 +84,16 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                      gpu_sm_count=gpu.sm_count)
     ctx = step_context(model=model, gpu=gpu, deployment=d, calibration=cal)
     budget, _ = rank_limits(ctx, prefill_chunk_tokens=d.prefill_chunk_tokens)
-    kv_tokens = kv_pool_tokens(ctx, budget=budget)
-    budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs,
-                              prefill_chunk_tokens=d.prefill_chunk_tokens,
-                              kv_tokens=kv_tokens, context_tokens=int(longest))
     memory = memory_use(graph=ctx.graph, gpu=gpu, runtime=ctx.runtime, degrees=dict(ctx.degrees),
                         pp=d.pp, weight_dtype=ctx.weight_dtype, kv_dtype=ctx.kv_dtype,
                         sequences=float(ctx.attention_ranks),  # one request on a rank
                         context_tokens=float(longest), token_budget=budget,
                         draft_layers=ctx.draft_layers)
+    # a pool that holds not even one request is priced as if it fit (reported infeasible)
+    kv_tokens = kv_pool_tokens(ctx, budget=budget) if memory.fits else UNBOUNDED_KV_TOKENS
+    budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs,
+                              prefill_chunk_tokens=d.prefill_chunk_tokens,
+                              kv_tokens=kv_tokens, context_tokens=int(longest))
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(kv_tokens, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
