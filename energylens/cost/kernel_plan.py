@@ -36,6 +36,9 @@ VECTOR_CLASSES: dict[str, str] = {"rmsnorm": "norm", "layernorm": "norm", "rope"
                                   "silu_mul": "activation", "gelu": "activation"}
 #: Class of every other kernel without a contraction (adds, copies, routing gathers).
 ELEMENTWISE = "elementwise"
+#: The caches an attention's score and value contractions read, fused or not (the DSA
+#: indexer's keys ``IC`` are read by a kernel of its own, priced as a GEMM).
+ATTENTION_CACHES = tuple(name for name in KV_TENSORS if name != "IC")
 
 
 def vector_class(kernel: Kernel) -> str | None:
@@ -207,7 +210,7 @@ def _attention_tiles(kernel: Kernel) -> tuple[tuple[str, ...], dict[str, int]]:
             continue
         context = op.causal[1]
         cache = next((t for t in op.inputs
-                      if context in t.ranks and (fused or t.name in KV_TENSORS)), None)
+                      if context in t.ranks and (fused or t.name in ATTENTION_CACHES)), None)
         if cache is not None:  # a tile: the cache's ranks the other operand shares too,
             # neither the context nor contracted (the value contraction's head dim is not)
             shared = {r for t in op.inputs if t is not cache for r in t.ranks}
@@ -234,7 +237,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
                       for t in (*kernel.reads, *kernel.writes)),
         fused_attention=sum(1 for op in kernel.ops if op.causal) > 1,
         reads_kv_cache=any(op.causal and op.kind == "contraction"
-                           and any(t.name in KV_TENSORS for t in op.inputs)
+                           and any(t.name in ATTENTION_CACHES for t in op.inputs)
                            for op in kernel.ops),
         vector_rate=gpu.peak_flops_per_s("fp32") * constants.vector_efficiency,
         klass=klass,

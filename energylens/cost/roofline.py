@@ -304,7 +304,8 @@ def kernel_cost(*, kernel: Kernel, phase: dict[str, Size], window: float | None,
         shape = gemm_shape(op=op, sizes=sizes, window=window, ranks=item.gemm)
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
-        if plan.fused_attention and op.causal:
+        if (plan.fused_attention or plan.reads_kv_cache) and op.causal:
+            # the cache's MMAs on the same query rows, fused or not
             eff = attention_efficiency(rows=shape.m, queries=sizes[op.causal[0]],
                                        keys=sizes[op.causal[1]], window=window,
                                        constants=constants)
@@ -481,7 +482,8 @@ def _scalar_kernel_cost(*, plan: KernelPlan, kernel: Kernel, phase: dict[str, Si
         batch = rank_product(ranks.batch, sizes)
         tensor_flops = tensor_flops + flops
         tensor_energy_flops = tensor_energy_flops + flops * item.energy_scale
-        if plan.fused_attention and op.causal:
+        if (plan.fused_attention or plan.reads_kv_cache) and op.causal:
+            # the cache's MMAs on the same query rows, fused or not
             eff = attention_efficiency(rows=m, queries=sizes[op.causal[0]],
                                        keys=sizes[op.causal[1]], window=window,
                                        constants=constants)

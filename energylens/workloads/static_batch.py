@@ -84,7 +84,8 @@ class StaticBatch:
         prefill and decode, latency and energy summed; ``running_batch`` is that cap. TPOT
         is then the mean over the sequences of their wave's decode step (a last wave of one
         sequence runs fast, but for one sequence only); TTFT is the first wave's.
-        Infeasible only when the weights plus one sequence do not fit."""
+        Infeasible only when the weights plus one sequence do not fit, and then priced
+        whole, as if it fit (:func:`kv_capped`)."""
         ctx, sequences = placement.ctx, placement.sequences
         cap, memory = kv_capped(placement=placement, memory=memory, whole=True,
                                 demand=lambda n: self.memory_demand(workload=workload,
