@@ -18,12 +18,16 @@ from energylens.model.zoo import get_model
 GPU = load_gpu("H100")
 
 
-def _kernels(model: str, degrees: dict[str, int]) -> list[tuple[Kernel, float | None]]:
+FUSED = frozenset({"qkv", "gate_up", "attention"})
+
+
+def _kernels(model: str, degrees: dict[str, int],
+             fusion: frozenset[str] = FUSED) -> list[tuple[Kernel, float | None]]:
     graph = build_graph(get_model(model))
     out: list[tuple[Kernel, float | None]] = []
     for group in (*graph.groups, graph.head_group):
         compiled = compile_layer(layer=group.layer, sizes=group.sizes, degrees=degrees,
-                                 fusion=frozenset({"qkv", "gate_up", "attention"}))
+                                 fusion=fusion)
         out.extend((kernel, group.window) for kernel in compiled.kernels)
     return out
 
@@ -35,7 +39,9 @@ CASES = [("llama-3.1-70b", {"tp": 4, "etp": 1, "ep": 1}),
 @pytest.mark.parametrize(("model", "degrees"), CASES)
 @pytest.mark.parametrize("constants", [KernelConstants(),  # a hot kernel throttles
                                        KernelConstants(energy_per_tensor_flop_j=5e-12)])
-def test_numbers_cost_what_the_same_values_cost_inside_arrays(model, degrees, constants) -> None:
+@pytest.mark.parametrize("fusion", [FUSED, frozenset()])  # unfused: the cache read apart
+def test_numbers_cost_what_the_same_values_cost_inside_arrays(model, degrees, constants,
+                                                              fusion) -> None:
     """Every kernel of a dense and an MoE model, priced at number phases, equals the same
     configuration priced as one element of an array phase (the vectorised path), to 1e-14
     (bit for bit unthrottled; the power cap's bisection runs on arrays either way)."""
@@ -44,7 +50,7 @@ def test_numbers_cost_what_the_same_values_cost_inside_arrays(model, degrees, co
     tokens = np.array([1.0, 1.0, 512.0, 2048.0])
     contexts = np.array([17.0, 1024.0, 512.0, 4096.0])
     active = np.array([1.0, 3.5, 16.0, 16.0])
-    for kernel, window in _kernels(model, degrees):
+    for kernel, window in _kernels(model, degrees, fusion):
         many: dict[str, Size] = {"b": batches, "m": tokens, "p": contexts, "n": np.ones(4), "t": tokens,
                 ACTIVE_EXPERTS: active}
         arrays = kernel_cost(kernel=kernel, phase=many, window=window, gpu=GPU,
