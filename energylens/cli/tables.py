@@ -45,7 +45,7 @@ def print_prediction(result: Prediction, *, console: Console | None = None,
         return
     if not result.feasible:
         console.print("[yellow]the figures below price the deployment as if it fit: it cannot "
-                      "run as given[/]")
+                      "run as given (its memory per GPU is the least it needs, one sequence)[/]")
     summary = Table(show_header=False)
     summary.add_column("metric")
     summary.add_column("value", justify="right")
