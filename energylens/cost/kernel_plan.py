@@ -199,12 +199,12 @@ def _tensor_plan(*, kernel: Kernel, tensor: TensorRef, appended: set[str], weigh
                       expert_weight=expert_weight, fixed_bytes=fixed, element_bytes=element)
 
 
-def _attention_tiles(kernel: Kernel) -> tuple[tuple[str, ...], dict[str, int]]:
-    """The work-tile ranks of an attention kernel that reads the KV cache (fused, or an
+def _attention_tiles(kernel: Kernel, *,
+                     fused: bool) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The work-tile ranks of an attention kernel that reads the KV cache (``fused``, or an
     unfused one's score or value contraction, which walks the same tiles) and their local
     sizes (see :class:`KernelPlan`); ``((), {})`` for any other kernel. A fused kernel's
     keys may be a prompt's own (MLA's decompressed ``KD``), an unfused one's are cached."""
-    fused = sum(1 for op in kernel.ops if op.causal) > 1
     for op, local in zip(kernel.ops, kernel.op_sizes, strict=True):
         if not op.causal or op.kind != "contraction":
             continue
@@ -227,7 +227,8 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
     appended = {op.output.name for op in kernel.ops
                 if op.persistent_output and "m" in op.output.ranks}
     klass = vector_class(kernel)
-    tile_ranks, tile_sizes = _attention_tiles(kernel)
+    fused = sum(1 for op in kernel.ops if op.causal) > 1  # score, softmax and value
+    tile_ranks, tile_sizes = _attention_tiles(kernel, fused=fused)
     return KernelPlan(
         ops=tuple(_op_plan(op=op, local=local, gpu=gpu, constants=constants,
                            weight_dtype=weight_dtype, kv_dtype=kv_dtype)
@@ -235,7 +236,7 @@ def build_plan(*, kernel: Kernel, gpu: GPU, constants: KernelConstants, weight_d
         tensors=tuple(_tensor_plan(kernel=kernel, tensor=t, appended=appended,
                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, window=window)
                       for t in (*kernel.reads, *kernel.writes)),
-        fused_attention=sum(1 for op in kernel.ops if op.causal) > 1,
+        fused_attention=fused,
         reads_kv_cache=any(op.causal and op.kind == "contraction"
                            and any(t.name in ATTENTION_CACHES for t in op.inputs)
                            for op in kernel.ops),
