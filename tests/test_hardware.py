@@ -272,13 +272,15 @@ def test_tensor_parallel_16_is_cheaper_inside_an_nvl72_domain() -> None:
 
 def test_bridged_pairs_give_larger_groups_the_link_beyond_the_pair() -> None:
     """A40s bridged two by two: a pair all-reduces over NVLink (the calibration's fitted
-    A40:nvlink-pairwise constants), four or eight cards over PCIe Gen4 x16."""
+    A40:nvlink-pairwise constants), four or eight cards as pairs joined over PCIe Gen4 x16
+    (a kind of its own: the pairs-over-PCIe hosts measured, not a PCIe host's cards)."""
     from energylens.cost.comm import link_for_group
 
     gpu = load_gpu("A40")
     assert link_for_group(gpu=gpu, group_size=2) == ("nvlink-pairwise", 56.25e9)
-    assert link_for_group(gpu=gpu, group_size=4) == ("pcie", 31.5e9)
-    assert gpu.link_kinds == ("nvlink-pairwise", "pcie", gpu.inter_node.kind)
+    assert link_for_group(gpu=gpu, group_size=4) == ("nvlink-pairwise/pcie-between-pairs", 31.5e9)
+    assert gpu.link_kinds == ("nvlink-pairwise", "nvlink-pairwise/pcie-between-pairs",
+                              gpu.inter_node.kind)
 
 
 @pytest.mark.parametrize("edit", [

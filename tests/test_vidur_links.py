@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -91,3 +92,25 @@ def test_the_shipped_infiniband_link_says_what_its_form_fixes_and_what_it_fitted
         assert link[fixed]["kind"] == "assumed" and fit in link[fixed]["note"]
     for fitted in ("latency_s", "bus_bandwidth_fraction", "bulk_latency_s"):
         assert link[fitted]["kind"] == "fitted" and link[fitted]["fit"] == fit
+
+
+@pytest.mark.parametrize(("gpu", "host"), [("H100-NVL", "h100_pairwise_nvlink"),
+                                           ("A40", "a100_pairwise_nvlink")])
+def test_bridged_cards_beyond_a_pair_run_as_the_measured_pairs_over_pcie_host(gpu, host):
+    """Four bridged cards all-reduce as Vidur's hosts of that layout measured it (NVLink
+    pairs joined over PCIe of the same generation: Gen5 for H100, Gen4 for A100 and A40),
+    not as an 8-card PCIe host's cards (the L40S box, 4-5x slower over four)."""
+    from energylens.calibration.coverage import require_constants
+    from energylens.calibration.file import default_calibration
+    from energylens.cost.comm import link_for_group
+
+    rows = pd.read_csv(DATA / host / "all_reduce.csv")
+    rows = rows[(rows["num_workers"] == 4) & (rows["size"] == 2**26)]
+    measured_s = float(rows["time_stats.all_reduce.median"].median()) * 1e-3
+    card = load_gpu(gpu)
+    calibration = require_constants(calibration=default_calibration(), gpu=card)
+    kind, bandwidth = link_for_group(gpu=card, group_size=4)
+    priced = collective_cost(kind="all_reduce", message_bytes=2.0**26, group_size=4,
+                             bandwidth=bandwidth,
+                             constants=calibration.link(gpu=card.name, kind=kind))
+    assert float(priced.latency_s) == pytest.approx(measured_s, rel=0.15)

@@ -91,14 +91,15 @@ def link_for_group(*, gpu: GPU, group_size: int, per_node: int | None = None) ->
     ``gpus_per_node``): the scale-out network once the group spans several scale-up
     domains; inside a node, as its topology wires it
     (:data:`energylens.hardware.database.TOPOLOGIES`): bridged pairs give a group of two
-    the bridge and a larger one the link beyond it."""
+    the bridge and a larger one the pairs joined over the link beyond it
+    (``Link.between_pairs_kind``, at that link's bandwidth)."""
     if group_size > (gpu.gpus_per_node if per_node is None else per_node):
         return gpu.inter_node.kind, gpu.inter_node.bandwidth_bytes_per_s
     link = gpu.intra_node
     if link.topology == "pairs" and group_size > 2:
-        assert link.beyond_pair_kind is not None
+        assert link.between_pairs_kind is not None
         assert link.beyond_pair_bandwidth_bytes_per_s is not None
-        return link.beyond_pair_kind, link.beyond_pair_bandwidth_bytes_per_s
+        return link.between_pairs_kind, link.beyond_pair_bandwidth_bytes_per_s
     return link.kind, link.bandwidth_bytes_per_s
 
 

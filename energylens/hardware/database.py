@@ -66,6 +66,15 @@ class Link:
     beyond_pair_kind: str | None = None  # ``pairs``: the link of a group larger than two
     beyond_pair_bandwidth_bytes_per_s: float | None = None
 
+    @property
+    def between_pairs_kind(self) -> str | None:
+        """``pairs``: the kind a group larger than two runs on, the bridged pairs joined over
+        ``beyond_pair_kind`` (``nvlink-pairwise/pcie-between-pairs``). It is calibrated apart
+        from that link between unbridged cards: the hosts measured differ (docs/gpus.md)."""
+        if self.beyond_pair_kind is None:
+            return None
+        return f"{self.kind}/{self.beyond_pair_kind}-between-pairs"
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # hashed by identity (cached objects)
 class GPU:
@@ -100,7 +109,7 @@ class GPU:
     def link_kinds(self) -> tuple[str, ...]:
         """Every interconnect kind a deployment on this GPU may use: the scale-up link,
         the one beyond a bridged pair, the scale-out network."""
-        kinds = (self.intra_node.kind, self.intra_node.beyond_pair_kind, self.inter_node.kind)
+        kinds = (self.intra_node.kind, self.intra_node.between_pairs_kind, self.inter_node.kind)
         return tuple(dict.fromkeys(k for k in kinds if k is not None))
 
     def peak_flops_per_s(self, dtype: str) -> float:

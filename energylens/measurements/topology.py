@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from energylens.errors import UnknownGPUError
 from energylens.hardware import GPU
 
 #: Vidur's ``*_pairwise_nvlink`` SKUs (GPUs bridged in NVLink pairs, pairs joined over
 #: PCIe, another cluster's network between nodes) are not in the hardware database: they
-#: get their own topologies (within a pair, across pairs, across nodes) whose nominal
-#: bandwidth is taken as the GPU's NVLink (or NIC) figure, the fitted fraction absorbing
-#: the difference. Within a pair is also the kind the database's bridged cards deploy for a
-#: group of two (A40, RTX A6000, H100 NVL); across pairs and across nodes only ``energylens
-#: validate`` prices.
+#: get their own topologies (within a pair, across pairs, across nodes). Within a pair the
+#: nominal bandwidth is the GPU's NVLink figure and across nodes its NIC's, the fitted
+#: fraction absorbing the difference; across pairs it is the host's PCIe link
+#: (:data:`PAIRWISE_HOST_PCIE`). Within a pair and across pairs are also the kinds the
+#: database's bridged cards (A40, RTX A6000, H100 NVL) deploy for a group of two and a
+#: larger one (``Link.between_pairs_kind``, priced at the card's own PCIe figure); across
+#: nodes only ``energylens validate`` prices.
 PAIRWISE_KIND = "nvlink-pairwise"
+#: The PCIe link that joins the pairs of Vidur's pairwise hosts, per direction per GPU, by
+#: the GPU the SKU is read as: A100 hosts PCIe Gen4 x16 (16 GT/s x 16 lanes x 128/130 / 8 =
+#: 31.5 GB/s; PCI-SIG base specification 4.0, the A100's host interface in NVIDIA's A100
+#: datasheet), H100 hosts Gen5 x16 (63.0 GB/s; specification 5.0, H100's host interface).
+#: Fitted against it, the between-pairs constants price a bridged card's groups beyond a pair
+#: at that card's own PCIe figure (``beyond_pair_bandwidth_bytes_per_s``).
+PAIRWISE_HOST_PCIE = {"A100-80GB-SXM": 31.5e9, "H100-SXM": 63.0e9}
 
 
 def link_of(*, gpu: GPU, num_workers: int, devices_per_node: int, topology: str | None,
@@ -29,7 +39,10 @@ def link_of(*, gpu: GPU, num_workers: int, devices_per_node: int, topology: str 
         if num_workers > devices_per_node:
             return f"{PAIRWISE_KIND}/inter-node", gpu.inter_node.bandwidth_bytes_per_s
         if num_workers > 2:
-            return f"{PAIRWISE_KIND}/pcie-between-pairs", gpu.intra_node.bandwidth_bytes_per_s
+            if gpu.name not in PAIRWISE_HOST_PCIE:
+                raise UnknownGPUError(f"Vidur pairwise host of {gpu.name}: no PCIe figure for "
+                                      "its pairs (measurements/topology.py PAIRWISE_HOST_PCIE)")
+            return f"{PAIRWISE_KIND}/pcie-between-pairs", PAIRWISE_HOST_PCIE[gpu.name]
         return PAIRWISE_KIND, gpu.intra_node.bandwidth_bytes_per_s
     if num_workers > devices_per_node:
         kind = gpu.inter_node.kind
