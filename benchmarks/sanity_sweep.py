@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/sanity_sweep.py [--models NAME ...] [--gpus NAME ...]
        [--runtimes NAME ...] [--batches 1 8 64]
-       [--kind batch|serving|load|open|clock|precision|length|fusion|trace] [--limit 40]
+       [--kind batch|serving|load|open|clock|precision|length|fusion|trace|gpus] [--limit 40]
 
 The accuracy pages judge the model where measurements exist; a user asks about the rest.
 This sweep predicts every zoo model on every GPU under every runtime profile at TP 1, 2, 4
@@ -76,6 +76,16 @@ requests arrive (``offered_requests_per_s``; a trace's clock is not its mean rat
 everywhere) and Little's law on the requests in the system (15 %: heavy-tailed lengths
 over 800 requests), average power = energy per token x tokens/s (2 %), and the headline
 figures finite and positive with the power between idle and TDP.
+
+With ``--kind gpus`` every pair of ``--gpus`` where one dominates the other (the same vendor
+and interconnect layout, at least as good in every datasheet figure the model reads and
+better in one: :func:`dominates`) predicts each static batch on both: where both hold the
+whole batch at once, the better must not take a longer TTFT or TPOT (2 % slack); where only
+the better holds it (the other runs in KV waves), it must not serve fewer tokens per second;
+where the better holds fewer sequences, that is flagged too. Calibrated constants differ per
+GPU (fitted, or borrowed from different relatives), so a hit is a place to look: the first
+run found the bridged cards' groups beyond a pair priced over another host's PCIe
+(docs/gpus.md).
 """
 
 from __future__ import annotations
@@ -134,6 +144,9 @@ FUSION_SLACK = 1e-3
 TRACES = ("data/measurements/traces/splitwise_conv.csv",
           "data/measurements/traces/splitwise_code.csv")
 TRACE_SHARES, TRACE_REQUESTS, TRACE_SLACK = (0.3, 0.7), 800, 0.15
+#: Datasheet figures ``--kind gpus`` compares (GPU attributes; each dense rate apart).
+DOMINANCE_FIGURES = ("hbm_bandwidth_bytes_per_s", "hbm_capacity_bytes", "sm_count", "l2_bytes",
+                     "tdp_w", "boost_clock_mhz")
 #: Prompt and output lengths of ``--kind length``.
 PROMPT_LENGTHS, OUTPUT_LENGTHS = (128, 1024, 8192), (32, 128, 1024)
 
@@ -641,9 +654,79 @@ def trace_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU],
     return Sweep(predictions=made, violations=tuple(found))
 
 
+def _layout(gpu: GPU) -> tuple[object, ...]:
+    """What ties two GPUs' collectives to the same measured links: the vendor and the
+    interconnect layout (scale-up kind and wiring, GPUs per node, scale-out kind)."""
+    link = gpu.intra_node
+    return (gpu.vendor, link.kind, link.topology, link.beyond_pair_kind, gpu.gpus_per_node,
+            gpu.inter_node.kind)
+
+
+def _figures(gpu: GPU) -> dict[str, float]:
+    link = gpu.intra_node
+    beyond = link.beyond_pair_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s
+    return {**{f"dense {dtype}": rate for dtype, rate in gpu.dense_flops_per_s.items()},
+            **{name: float(getattr(gpu, name)) for name in DOMINANCE_FIGURES},
+            "scale-up": link.bandwidth_bytes_per_s, "beyond a pair": beyond,
+            "scale-out": gpu.inter_node.bandwidth_bytes_per_s}
+
+
+def dominates(better: GPU, worse: GPU) -> bool:
+    """Whether ``better`` has ``worse``'s vendor and interconnect layout, every figure of
+    ``worse`` (each dense rate it has, :data:`DOMINANCE_FIGURES`, its link bandwidths) at
+    least as high, and one higher."""
+    if better is worse or _layout(better) != _layout(worse):
+        return False
+    mine, theirs = _figures(better), _figures(worse)
+    return all(mine.get(k, -math.inf) >= v for k, v in theirs.items()) and \
+        any(mine[k] > v for k, v in theirs.items())
+
+
+def gpu_violations(*, label: str, better: Prediction, worse: Prediction) -> list[str]:
+    """What a GPU that dominates another must not do on one static batch (module
+    docstring, ``--kind gpus``): take longer where both hold the batch, serve fewer tokens
+    per second where only it does, or hold fewer sequences."""
+    held_b, held_w = better.running_batch or 0.0, worse.running_batch or 0.0
+    if held_b < held_w:
+        return [f"{label}: holds {held_b:g} sequences at once against {held_w:g}"]
+    if held_b > held_w:
+        if better.output_tokens_per_s < worse.output_tokens_per_s * (1 - MONOTONE_SLACK):
+            return [f"{label}: {better.output_tokens_per_s:.4g} tokens/s against "
+                    f"{worse.output_tokens_per_s:.4g} (it holds {held_b:g} sequences, the "
+                    f"other {held_w:g})"]
+        return []
+    return [f"{label}: {metric} {getattr(better, metric):.4g} s against "
+            f"{getattr(worse, metric):.4g} s" for metric in ("ttft_s", "tpot_s")
+            if getattr(better, metric) > getattr(worse, metric) * (1 + MONOTONE_SLACK)]
+
+
+def gpu_sweep(*, models: Sequence[ModelConfig], gpus: Sequence[GPU], runtimes: Sequence[str],
+              batches: Sequence[int]) -> Sweep:
+    """Static batches on both GPUs of every pair where one :func:`dominates` the other, and
+    the violations of :func:`gpu_violations`."""
+    made, found = 0, []
+    pairs = [(a, b) for a in gpus for b in gpus if dominates(a, b)]
+    for better, worse in pairs:
+        for model, _, label, deployment in _configurations(models=models, gpus=[better],
+                                                           runtimes=runtimes):
+            for batch in batches:
+                workload = _workload(kind="batch", level=batch)
+                try:
+                    on = [predict(model=model, gpu=gpu, deployment=deployment,
+                                  workload=workload) for gpu in (better, worse)]
+                except EnergyLensError:  # refused on either (a precision, a split)
+                    break
+                if not (on[0].feasible and on[1].feasible):
+                    continue
+                made += 2
+                found += gpu_violations(label=f"{label} batch {batch} against {worse.name}",
+                                        better=on[0], worse=on[1])
+    return Sweep(predictions=made, violations=tuple(found))
+
+
 LOOP_SWEEPS = {"open": open_sweep, "trace": trace_sweep}
 SERIES_SWEEPS = {"clock": clock_sweep, "precision": precision_sweep, "length": length_sweep,
-                 "fusion": fusion_sweep}
+                 "fusion": fusion_sweep, "gpus": gpu_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -658,8 +741,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="workload kind: static batches, steady-state serving, closed "
                              "loops of --batches clients, open loops below the capacity "
                              "of the largest, static batches over the GPU's SM clocks, "
-                             "weight precisions, prompt and output lengths or fusions, or "
-                             "open loops replaying the Splitwise traces")
+                             "weight precisions, prompt and output lengths or fusions, "
+                             "open loops replaying the Splitwise traces, or the same static "
+                             "batches on GPUs that dominate others")
     parser.add_argument("--limit", type=int, default=40, help="violations printed at most")
     args = parser.parse_args(argv)
     started = time.perf_counter()

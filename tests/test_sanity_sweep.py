@@ -253,3 +253,31 @@ def test_it_flags_a_fusion_whose_kernels_run_faster_apart() -> None:
     assert sweep.fusion_violations(label="x", fused=fused, without={"attention": apart}) == []
     found = sweep.fusion_violations(label="x", fused=apart, without={"attention": fused})
     assert any("without attention: tpot_s" in v for v in found)
+
+
+def test_a_gpu_dominates_another_of_its_layout_only() -> None:
+    h200, h100 = load_gpu("H200"), load_gpu("H100")
+    assert sweep.dominates(h200, h100) and not sweep.dominates(h100, h200)
+    assert not sweep.dominates(h100, h100)
+    # more of everything, but a PCIe card's collectives run on other (measured) links
+    assert not sweep.dominates(h100, load_gpu("H100-PCIe"))
+    assert not sweep.dominates(load_gpu("A40"), load_gpu("A10"))
+
+
+def test_a_slice_of_the_gpu_sweep_breaks_no_invariant() -> None:
+    result = sweep.gpu_sweep(models=[get_model("llama-3.1-8b"), get_model("qwen3-30b-a3b")],
+                             gpus=[load_gpu(n) for n in ("H200", "H100", "A100-80GB",
+                                                         "A100-40GB")],
+                             runtimes=["vllm"], batches=[1, 64])
+    assert result.predictions > 40
+    assert result.violations == ()
+
+
+def test_it_flags_a_gpu_slower_than_one_it_dominates() -> None:
+    workload = Workload(batch=8, input_tokens=1024, output_tokens=128)
+    h200, h100 = (predict(model="llama-3.1-8b", gpu=g, deployment=Deployment(),
+                          workload=workload) for g in ("H200", "H100"))
+    assert sweep.gpu_violations(label="x", better=h200, worse=h100) == []
+    assert any("tpot_s" in v for v in sweep.gpu_violations(label="x", better=h100, worse=h200))
+    fewer = replace(h200, running_batch=4.0)
+    assert any("holds 4" in v for v in sweep.gpu_violations(label="x", better=fewer, worse=h100))
