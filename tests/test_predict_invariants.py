@@ -430,3 +430,58 @@ def test_the_final_norm_runs_on_every_token_and_the_lm_head_on_the_logit_rows():
                         window=None) == 2048 * 4096 * 2
     rows = ops["lm_head"].inputs[0]
     assert tensor_bytes(tensor=rows, sizes=sizes, weight_dtype="bf16", window=None) == 4096 * 2
+
+
+@pytest.mark.parametrize(("model", "gpu", "runtime", "kind"), [
+    ("llama-3.1-70b", "H100", "vllm", "batch"),
+    ("qwen3-30b-a3b", "B200", "sglang", "serving"),
+    ("mixtral-8x7b", "A100-80GB", "trtllm", "batch"),
+])
+def test_data_parallel_replicas_are_independent_copies(model, gpu, runtime, kind):
+    """Two replicas serving twice the sequences take each replica's latency, energy per
+    token and memory, and twice its power and throughput, to rounding (nothing is shared
+    between them)."""
+    def run(dp: int, batch: int):
+        return predict(model=model, gpu=gpu, deployment=Deployment(tp=2, dp=dp, runtime=runtime),
+                       workload=Workload(kind=kind, batch=batch, input_tokens=1024,
+                                         output_tokens=128))
+
+    one, two = run(1, 8), run(2, 16)
+    assert two.num_gpus == 2 * one.num_gpus
+    for name in ("ttft_s", "tpot_s", "energy_per_output_token_j", "memory_per_gpu_gb"):
+        assert getattr(two, name) == pytest.approx(getattr(one, name), rel=1e-9), name
+    for name in ("avg_power_w", "output_tokens_per_s"):
+        assert getattr(two, name) == pytest.approx(2 * getattr(one, name), rel=1e-9), name
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("llama-3.1-70b", "H100", 2),
+                                                  ("qwen3-30b-a3b", "H200", 1),
+                                                  ("llama-3.1-8b", "A100-80GB", 1)])
+def test_a_second_pipeline_stage_never_speeds_up_one_sequence(model, gpu, tp):
+    """One sequence passes the stages one after another: a second stage halves the weights
+    per GPU but adds a send per step, so TTFT and TPOT do not fall, and the idle stage's
+    power makes each token cost more energy, not less."""
+    def run(pp: int):
+        return predict(model=model, gpu=gpu, deployment=Deployment(tp=tp, pp=pp),
+                       workload=Workload(kind="batch", batch=1, input_tokens=1024,
+                                         output_tokens=128))
+
+    one, two = run(1), run(2)
+    assert two.memory_per_gpu_gb < one.memory_per_gpu_gb
+    assert two.ttft_s >= one.ttft_s and two.tpot_s >= one.tpot_s
+    assert two.energy_per_output_token_j > one.energy_per_output_token_j
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("llama-3.1-70b", "H100", 2),
+                                                  ("qwen3-32b", "H200", 1)])
+def test_an_fp8_kv_cache_holds_at_least_the_sequences_of_a_bf16_one(model, gpu, tp):
+    """Half the bytes per cached token: a batch the 16-bit cache runs in waves is held in
+    more sequences at once (and never fewer) by an FP8 one."""
+    def run(kv: str):
+        return predict(model=model, gpu=gpu, deployment=Deployment(tp=tp, kv_dtype=kv),
+                       workload=Workload(kind="batch", batch=256, input_tokens=4096,
+                                         output_tokens=128))
+
+    wide, narrow = run("bf16"), run("fp8")
+    assert wide.running_batch is not None and wide.running_batch < 256  # the cache binds
+    assert narrow.running_batch is not None and narrow.running_batch > wide.running_batch
