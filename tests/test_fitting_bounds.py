@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from energylens.calibration.fit_serving import FLOP_SHARE, serving_params
 from energylens.calibration.fitting import Param, fit_bounded, near_bound
@@ -40,3 +41,21 @@ def test_fit_bounded_flags_an_optimum_within_the_share_of_a_bound():
         params=params, residuals=lambda v: 100.0 * np.array([v["x"] - 0.02028, v["y"] - 0.4]))
     assert abs(values["x"] - 0.02028) < 1e-4
     assert at_bound == ["x"]
+
+
+def test_a_second_start_finds_the_deeper_basin_and_the_lowest_residual_wins():
+    """r(x) = ((x - 1)(x - 4), 0.3 (x - 1)): zero at x = 1, a local minimum near 3.97
+    (squared sum 0.81 there). From 5 the solver stops in the shallow one; a start at 0.5
+    finds x = 1, and adding the worse start back changes nothing."""
+    def residuals(values):
+        x = values["x"]
+        return np.array([(x - 1.0) * (x - 4.0), 0.3 * (x - 1.0)])
+
+    param = Param("x", 5.0, 0.0, 10.0)
+    alone, rms_alone, _ = fit_bounded(params=[param], residuals=residuals)
+    assert alone["x"] == pytest.approx(3.97, abs=0.01) and rms_alone > 0.5
+    both, rms_both, _ = fit_bounded(params=[param], residuals=residuals, starts=({"x": 0.5},))
+    assert both["x"] == pytest.approx(1.0, abs=1e-4) and rms_both < 1e-4
+    again, _, _ = fit_bounded(params=[param], residuals=residuals,
+                              starts=({"x": 0.5}, {"x": 6.0}))
+    assert again["x"] == pytest.approx(1.0, abs=1e-4)

@@ -9,7 +9,7 @@ reports the in-sample error and, separately, the error of leave-one-group-out re
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -98,8 +98,21 @@ class FitResult:
 
 
 def fit_bounded(*, params: Sequence[Param], residuals: Callable[[dict[str, float]], np.ndarray],
-                max_nfev: int = 400) -> tuple[dict[str, float], float, list[str]]:
-    """Minimise sum of squared ``residuals(values)``; returns values, rms residual, at-bound."""
+                max_nfev: int = 400, starts: Sequence[dict[str, float]] = ()
+                ) -> tuple[dict[str, float], float, list[str]]:
+    """Minimise sum of squared ``residuals(values)``; returns values, rms residual, at-bound.
+
+    The solver starts from the parameters' ``init``, then from each of ``starts`` (initial
+    values overriding some of them, for a form with several basins); the lowest residual
+    wins, the first start on ties.
+    """
+    fits = [_fit_from(params=[replace(p, init=start.get(p.name, p.init)) for p in params],
+                      residuals=residuals, max_nfev=max_nfev) for start in ({}, *starts)]
+    return min(fits, key=lambda fit: fit[1])
+
+
+def _fit_from(*, params: Sequence[Param], residuals: Callable[[dict[str, float]], np.ndarray],
+              max_nfev: int) -> tuple[dict[str, float], float, list[str]]:
     z0 = np.array([p.to_unbounded(p.init) for p in params])
 
     def unpack(z: np.ndarray) -> dict[str, float]:

@@ -350,8 +350,9 @@ def _load_vidur_mlp(path: Path, gpu: str | None) -> list[MeasurementRow]:
 
 _NETWORK_KEYS = ("collective", "num_workers", "devices_per_node", "size")
 _LINKS = {"dgx": "nvswitch", "pairwise_nvlink": "nvlink-pairwise"}
-# Upstream copies, not independent measurements: (sku, file) -> the original.
-_DUPLICATES = {("h100_pairwise_nvlink", "send_recv.csv"): "a100_pairwise_nvlink/send_recv.csv"}
+#: Upstream copies, not independent measurements: (sku, file) -> the original. Their rows
+#: are skipped by the link fits and labelled as such by ``validate --all``.
+VIDUR_UPSTREAM_COPIES = {("h100_pairwise_nvlink", "send_recv.csv"): "a100_pairwise_nvlink/send_recv.csv"}
 
 
 def _sku_context(path: Path, gpu: str | None) -> dict[str, Any]:
@@ -363,8 +364,8 @@ def _sku_context(path: Path, gpu: str | None) -> dict[str, Any]:
     context["link"] = _LINKS.get(link)
     if context["gpu"] is None:
         raise _no_gpu(path, ".../network/<gpu>_<dgx|pairwise_nvlink>/<collective>.csv")
-    if sku is not None and (sku, path.name) in _DUPLICATES:
-        context["duplicate_of"] = _DUPLICATES[(sku, path.name)]
+    if sku is not None and (sku, path.name) in VIDUR_UPSTREAM_COPIES:
+        context["duplicate_of"] = VIDUR_UPSTREAM_COPIES[(sku, path.name)]
     return context
 
 

@@ -22,7 +22,7 @@ import yaml
 from energylens.calibration.file import SHIPPED
 from energylens.errors import UnknownGPUError
 from energylens.hardware import load_gpu
-from energylens.measurements.formats import bench_gpu
+from energylens.measurements.formats import VIDUR_UPSTREAM_COPIES, bench_gpu
 from energylens.measurements.inference_bench import RUNTIMES
 from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.runtime.profile import legacy_runtime
@@ -391,7 +391,10 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
         add(f"vidur-mlp-{name}", f"Vidur per-op kernel time, {name}", "vidur-mlp",
             [p for p in compute if p.parts[-4] == gpu], aggregate={"gemm": GEMM_OPS})
     for sku_dir in sorted((data / "vidur" / "network").glob("*")):
-        add(f"vidur-network-{sku_dir.name}", f"Vidur NCCL collectives, {sku_dir.name}",
+        copies = "".join(f" ({file}: {original} copied upstream, not this SKU's measurement)"
+                         for (sku, file), original in sorted(VIDUR_UPSTREAM_COPIES.items())
+                         if sku == sku_dir.name)
+        add(f"vidur-network-{sku_dir.name}", f"Vidur NCCL collectives, {sku_dir.name}{copies}",
             "vidur-network", sorted(sku_dir.glob("*.csv")), extra={ONE_NODE: _one_node})
     for table in sorted((data / "aiconfigurator" / "kernels").glob("*/comm/nccl/*/nccl_perf.parquet")):
         folder, version = table.parts[-5], table.parts[-2]
