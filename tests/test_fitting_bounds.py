@@ -59,3 +59,19 @@ def test_a_second_start_finds_the_deeper_basin_and_the_lowest_residual_wins():
     again, _, _ = fit_bounded(params=[param], residuals=residuals,
                               starts=({"x": 0.5}, {"x": 6.0}))
     assert again["x"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_constant_the_fit_brings_into_play_is_fitted_too():
+    """r(a, b) = (a - 3, min(a, b) - 1) from a = 1, b = 1.9: at the start min(a, b) is a, so
+    no residual depends on b, and b is held; once a passes 1.9 the second residual is b's.
+    Held at 1.9 it stops at (3, 1.9), rms 0.64; resumed with b free it reaches (3, 1)
+    exactly. A constant no residual ever depends on (c) keeps its initial value."""
+    def residuals(values):
+        return np.array([values["a"] - 3.0, min(values["a"], values["b"]) - 1.0])
+
+    params = [Param("a", 1.0, 0.0, 10.0), Param("b", 1.9, 0.0, 10.0), Param("c", 4.0, 0.0, 10.0)]
+    values, rms, _ = fit_bounded(params=params, residuals=residuals)
+    assert values["a"] == pytest.approx(3.0, abs=1e-4)
+    assert values["b"] == pytest.approx(1.0, abs=1e-4)
+    assert rms < 1e-4
+    assert values["c"] == 4.0

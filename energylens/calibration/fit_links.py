@@ -84,7 +84,7 @@ GROUP_PARAMS = ("latency_per_hop_s", "bandwidth_group_exponent")
 #: protocols are. From the form's own initial values both lines can settle on one (H100's
 #: bridged pair read against 300 GB/s: rms log 0.167, where this start finds 0.160). Not
 #: given to the soft-join form, whose leave-one-group-out refits of A100's NVSwitch it moved
-#: from 10.6 to 21.0 % held out (two group sizes left for eight constants) at the same fit.
+#: from 11.6 to 20.7 % held out (two group sizes left for eight constants) at the same fit.
 SEPARATED_PROTOCOLS = {"latency_s": 2.0e-6, "bus_bandwidth_fraction": 0.05,
                        "bulk_latency_s": 100.0e-6, "bulk_bandwidth_fraction": 0.9}
 P2P_PARAMS = (

@@ -21,6 +21,8 @@ R = TypeVar("R")
 #: A fitted constant within this share of its range (in log for a ``log`` parameter) of
 #: either end is at a bound: not identified by the data. The one rule of every fit here.
 BOUND_SHARE = 1e-3
+#: Times a fit is resumed with the constants its solution brought into play (:func:`fit_bounded`).
+WAKE_ROUNDS = 3
 
 
 def near_bound(*, value: float, low: float, high: float) -> bool:
@@ -132,16 +134,39 @@ def _fit_from(*, params: Sequence[Param], residuals: Callable[[dict[str, float]]
             cols.append((fun(z + step) - f0) / 1e-4)
         return np.stack(cols, axis=1)
 
-    # A constant no residual depends on (its Jacobian column is zero at the start: no row
-    # of this fit exercises it, e.g. the EP overhead in a fold without EP rows) is not
-    # identified here: it keeps its initial value instead of drifting (the trust-region
-    # solver does move along such directions, to a bound).
-    free = np.any(jac(z0, np.ones(z0.size, dtype=bool)) != 0.0, axis=0)
+    # A constant no residual depends on (its Jacobian column is zero: no row of this fit
+    # exercises it, e.g. the EP overhead in a fold without EP rows) is not identified here:
+    # it keeps its initial value instead of drifting (the trust-region solver does move
+    # along such directions, to a bound). One that the others' fitted values bring into
+    # play (a second protocol that only undercuts the first once the first has slowed) is
+    # fitted with them from there, up to :data:`WAKE_ROUNDS` times.
+    def active(z: np.ndarray) -> np.ndarray:
+        return np.asarray(np.any(jac(z, np.ones(z.size, dtype=bool)) != 0.0, axis=0))
 
+    z_fit = z0.copy()
+    free = active(z0)
+    for _ in range(WAKE_ROUNDS):
+        if np.any(free):
+            z_fit = _solve(fun=fun, jac=jac, z=z_fit, free=free, max_nfev=max_nfev)
+        woken = active(z_fit) & ~free
+        if not np.any(woken):
+            break
+        free = free | woken
+    residual = fun(z_fit)
+    values = unpack(z_fit)
+    rms = float(np.sqrt(np.mean(residual**2))) if residual.size else 0.0
+    at_bound = [p.name for p in params if p.at_bound(values[p.name])]
+    return values, rms, at_bound
+
+
+def _solve(*, fun: Callable[[np.ndarray], np.ndarray],
+           jac: Callable[[np.ndarray, np.ndarray], np.ndarray], z: np.ndarray,
+           free: np.ndarray, max_nfev: int) -> np.ndarray:
+    """Least squares over the ``free`` components of ``z`` (the rest held)."""
     def full(y: np.ndarray) -> np.ndarray:
-        z = z0.copy()
-        z[free] = y
-        return z
+        out = z.copy()
+        out[free] = y
+        return out
 
     def fun_free(y: np.ndarray) -> np.ndarray:
         return fun(full(y))
@@ -149,16 +174,9 @@ def _fit_from(*, params: Sequence[Param], residuals: Callable[[dict[str, float]]
     def jac_free(y: np.ndarray) -> np.ndarray:
         return jac(full(y), free)
 
-    z_fit = z0.copy()
-    if np.any(free):
-        result = least_squares(fun_free, z0[free], jac=jac_free, method="trf", x_scale=1.0,
-                               max_nfev=max_nfev)
-        z_fit = full(result.x)
-    residual = fun(z_fit)
-    values = unpack(z_fit)
-    rms = float(np.sqrt(np.mean(residual**2))) if residual.size else 0.0
-    at_bound = [p.name for p in params if p.at_bound(values[p.name])]
-    return values, rms, at_bound
+    result = least_squares(fun_free, z[free], jac=jac_free, method="trf", x_scale=1.0,
+                           max_nfev=max_nfev)
+    return full(result.x)
 
 
 def log_residual(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
