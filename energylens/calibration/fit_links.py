@@ -173,11 +173,9 @@ def _pinned_first_line(cases: list[CollectiveCase], *, bandwidth: float, base: L
     fitted = replace(base, **values)
     pinned = replace(fitted, latency_s=fitted.bulk_latency_s,
                      bus_bandwidth_fraction=fitted.bulk_bandwidth_fraction)
-    without = replace(fitted, bulk_bandwidth_fraction=0.0)
-    for case in cases:
-        both = predict_case(case, bandwidth=bandwidth, constants=fitted)
-        if np.any(predict_case(case, bandwidth=bandwidth, constants=without) <= both) or \
-                not np.array_equal(predict_case(case, bandwidth=bandwidth, constants=pinned), both):
+    for case in cases:  # a row the low-latency line wins would change: then it is identified
+        if not np.array_equal(predict_case(case, bandwidth=bandwidth, constants=pinned),
+                              predict_case(case, bandwidth=bandwidth, constants=fitted)):
             return {}
     return {"latency_s": pinned.latency_s, "bus_bandwidth_fraction": pinned.bus_bandwidth_fraction}
 
