@@ -166,7 +166,7 @@ def load_calibration(path: str | Path, *, overlay: bool = True) -> Calibration:
     if not path.is_file():
         raise CalibrationFileError(f"{path}: no such calibration file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise CalibrationFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:

@@ -295,8 +295,7 @@ class _Spec:
 
     def gpu(self) -> GPU:
         try:
-            with self.path.open(encoding="utf-8") as fh:
-                loaded = safe_load(fh)
+            loaded = safe_load(self.path.read_text(encoding="utf-8"))
         except OSError as exc:
             self.fail("<file>", f"cannot be read ({exc.strerror or exc.__class__.__name__})")
         except yaml.YAMLError as exc:

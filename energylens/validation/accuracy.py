@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from energylens.calibration.file import SHIPPED
 from energylens.errors import UnknownGPUError
@@ -27,6 +26,7 @@ from energylens.measurements.inference_bench import RUNTIMES
 from energylens.measurements.vidur_ops import GEMM_OPS
 from energylens.runtime.profile import legacy_runtime
 from energylens.validation.predictors import MetricError, RowResult, ValidationReport, validate
+from energylens.yamlfile import safe_load
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT / "data" / "measurements"
@@ -312,8 +312,8 @@ def _calibration_doc(calibration: str | Path | None) -> tuple[dict[str, Any], st
         shipped = resources.files("energylens.data").joinpath(SHIPPED)
         if not shipped.is_file():
             return {}, "built-in defaults (uncalibrated)"
-        return yaml.safe_load(shipped.read_text()) or {}, f"energylens/data/{SHIPPED}"
-    return yaml.safe_load(Path(calibration).read_text()) or {}, str(calibration)
+        return safe_load(shipped.read_text()) or {}, f"energylens/data/{SHIPPED}"
+    return safe_load(Path(calibration).read_text()) or {}, str(calibration)
 
 
 def _sections(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,62 @@
+"""The JSON copies of YAML documents: the same document back, a copy per text (an edit
+misses it), nothing copied that JSON would change, and no failure when the cache cannot
+be used."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+
+import yaml
+
+from energylens.yamlfile import CACHE_ENV, CACHE_MIN_CHARS, safe_load
+
+
+def _text(extra: str = "") -> str:
+    body = "\n".join(f"key_{i}: {{value: {i * 0.25}, note: 'row {i}'}}" for i in range(200))
+    text = f"{body}\n{extra}"
+    assert len(text) >= CACHE_MIN_CHARS
+    return text
+
+
+def _copy_of(folder, text: str):
+    return folder / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+
+
+def test_the_shipped_calibration_reads_back_the_same_from_its_copy(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    text = resources.files("energylens.data").joinpath("calibration.yaml").read_text("utf-8")
+    first = safe_load(text)
+    assert _copy_of(tmp_path, text).is_file()
+    assert safe_load(text) == first == yaml.safe_load(text)
+
+
+def test_a_copy_is_read_for_the_same_text_and_missed_after_an_edit(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    text = _text()
+    assert safe_load(text)["key_3"] == {"value": 0.75, "note": "row 3"}
+    _copy_of(tmp_path, text).write_text(json.dumps({"read": "from the copy"}))
+    assert safe_load(text) == {"read": "from the copy"}
+    edited = _text("key_3b: 1")
+    assert safe_load(edited)["key_3b"] == 1
+
+
+def test_documents_json_would_change_are_not_copied(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    for extra in ("7: integer key", "when: 2026-12-02", "x: .nan"):
+        text = _text(extra)
+        document = safe_load(text)
+        assert document == yaml.safe_load(text) or extra.startswith("x")  # NaN != NaN
+        assert not _copy_of(tmp_path, text).exists()
+        assert safe_load(text).keys() == document.keys()
+
+
+def test_no_cache_when_switched_off_or_unwritable(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, "")
+    assert safe_load(_text())["key_1"]["value"] == 0.25
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(CACHE_ENV, str(blocked / "cache"))
+    assert safe_load(_text())["key_2"]["value"] == 0.5
+    assert list(tmp_path.iterdir()) == [blocked]
