@@ -111,3 +111,25 @@ def test_batch_per_replica_is_the_batch_that_runs(kind: str) -> None:
     assert running is not None and found == pytest.approx(running) and 1 <= found < 2048
     assert problem.evaluate_many([params])[0].metrics["batch_per_replica"] == pytest.approx(found)
     assert problem.evaluate({**params, "batch": 8}).metrics["batch_per_replica"] == 4
+
+
+def test_a_configuration_proposed_again_is_not_predicted_again(monkeypatch) -> None:
+    """The objective keeps what it evaluated: the same configuration gets equal metrics
+    (a copy, so a caller's edit cannot leak into the next trial) without a second
+    prediction; another configuration is predicted."""
+    import energylens.study.objective as objective
+
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"), workload=Workload())
+    calls = []
+    original = objective.predict
+    monkeypatch.setattr(objective, "predict", lambda **kw: calls.append(1) or original(**kw))
+    params = {"gpu": "H100", "num_gpus": 2, "tp": 2, "batch": 16}
+    first = problem.evaluate(params)
+    first.metrics["tpot_s"] = -1.0
+    again = problem.evaluate(dict(reversed(params.items())))
+    assert len(calls) == 1 and again.metrics["tpot_s"] > 0
+    assert again.metrics.keys() == first.metrics.keys()
+    other = problem.evaluate({**params, "batch": 32})
+    assert len(calls) == 2 and other.metrics["tpot_s"] != again.metrics["tpot_s"]
+    refused = problem.evaluate({**params, "tp": 3})
+    assert problem.evaluate({**params, "tp": 3}) == refused and refused.infeasible_reason

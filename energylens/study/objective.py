@@ -202,6 +202,10 @@ SCHEMA = ProblemSchema(keys=PROBLEM_KEYS, params=PARAMS, metrics={**METRICS, **L
 """What study files of deployment studies may contain (``search.config.load_study``)."""
 
 
+#: Evaluations a problem keeps for configurations proposed again.
+MEMO_SIZE = 65_536
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeploymentProblem:
     """Predict one deployment per configuration and report every metric.
@@ -214,6 +218,10 @@ class DeploymentProblem:
     routing: Routing = field(default_factory=Routing)
     gpu_cost_per_hour: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None
+    #: Configurations already evaluated (a sampler proposes many twice: a third of the
+    #: quickstart study's 2,000 trials repeat one), oldest first; at most ``MEMO_SIZE``.
+    _evaluated: dict[tuple[tuple[str, Any], ...], Evaluation] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def setup(self, params: Mapping[str, Any]) -> tuple[GPU, Deployment, Workload,
                                                          tuple[Pool, Pool] | None]:
@@ -234,7 +242,23 @@ class DeploymentProblem:
         return gpu, deployment, workload, pools
 
     def evaluate(self, params: Mapping[str, Any]) -> Evaluation:
-        """Metrics of one configuration, or the reason it cannot run."""
+        """Metrics of one configuration, or the reason it cannot run (a configuration seen
+        before gets its first evaluation again: the model is deterministic)."""
+        try:
+            key: tuple[tuple[str, Any], ...] | None = tuple(sorted(params.items()))
+            hash(key)
+        except TypeError:  # a value that cannot be a key: evaluate it every time
+            key = None
+        if key is not None and (seen := self._evaluated.get(key)) is not None:
+            return replace(seen, metrics=dict(seen.metrics))
+        evaluation = self._evaluate(params)
+        if key is not None:
+            if len(self._evaluated) >= MEMO_SIZE:
+                del self._evaluated[next(iter(self._evaluated))]
+            self._evaluated[key] = replace(evaluation, metrics=dict(evaluation.metrics))
+        return evaluation
+
+    def _evaluate(self, params: Mapping[str, Any]) -> Evaluation:
         try:
             gpu, deployment, workload, pools = self.setup(params)
             result = predict(model=self.model, gpu=gpu, deployment=deployment, workload=workload,
