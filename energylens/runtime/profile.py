@@ -97,6 +97,7 @@ def _capabilities(value: Any) -> dict[str, float]:
     return {str(dtype): float(cc) for dtype, cc in value.items()}
 
 
+@cache
 def release_key(version: str) -> tuple[int, ...]:
     """``1.3.0rc20`` -> (1, 3, 0): the numeric release, for ordering (pre-release tags
     count as their release). A build named otherwise (``nightly-dev-20260216-d3bae71e``,
