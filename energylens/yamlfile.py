@@ -9,7 +9,8 @@ document read from text is also written as JSON under ``ENERGYLENS_CACHE_DIR`` (
 ``$XDG_CACHE_HOME/energylens`` or ``~/.cache/energylens``; empty: no cache), named by the
 SHA-256 of the text: the same text reads the copy, any edit misses it. A document JSON
 would not give back exactly (keys that are not strings, NaN, dates) is not copied, and a
-cache that cannot be read or written is passed over.
+cache that cannot be read or written is passed over. The cache keeps the
+``CACHE_MAX_FILES`` copies written last (a recalibration leaves its old copy behind).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: Texts shorter than this are parsed each time (their copy would save nothing).
 CACHE_MIN_CHARS = 2048
 CACHE_ENV = "ENERGYLENS_CACHE_DIR"
+CACHE_MAX_FILES = 256
 
 
 def cache_dir() -> Path | None:
@@ -76,3 +78,15 @@ def _write_copy(copy: Path, document: Any) -> None:
         os.replace(temporary, copy)  # atomic: a reader sees the whole copy or none
     except OSError:
         Path(temporary).unlink(missing_ok=True)
+        return
+    _prune(copy.parent)
+
+
+def _prune(folder: Path) -> None:
+    """Delete all but the ``CACHE_MAX_FILES`` newest copies in ``folder``."""
+    try:
+        copies = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime)
+        for old in copies[:-CACHE_MAX_FILES]:
+            old.unlink(missing_ok=True)
+    except OSError:  # another process pruned the same file first
+        return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from importlib import resources
 
 import yaml
@@ -60,3 +61,16 @@ def test_no_cache_when_switched_off_or_unwritable(tmp_path, monkeypatch) -> None
     monkeypatch.setenv(CACHE_ENV, str(blocked / "cache"))
     assert safe_load(_text())["key_2"]["value"] == 0.5
     assert list(tmp_path.iterdir()) == [blocked]
+
+
+def test_the_cache_keeps_only_the_newest_copies(tmp_path, monkeypatch) -> None:
+    import energylens.yamlfile as yamlfile
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(yamlfile, "CACHE_MAX_FILES", 3)
+    texts = [_text(f"copy: {i}") for i in range(5)]
+    for age, text in enumerate(texts):  # distinct times, whatever the file system's clock
+        safe_load(text)
+        os.utime(_copy_of(tmp_path, text), (1_000_000 + age, 1_000_000 + age))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        _copy_of(tmp_path, t).name for t in texts[-3:])
