@@ -173,3 +173,10 @@ def test_an_engine_spelled_as_its_project_spells_it_is_accepted(capsys) -> None:
     assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--runtime",
                  "TensorRT-LLM", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["configuration"]["runtime"] == "trtllm"
+
+
+def test_deepspeed_fastgen_is_the_mii_profile(capsys) -> None:  # type: ignore[no-untyped-def]
+    """FastGen is the engine DeepSpeed-MII serves with: a file naming it reads as MII."""
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--runtime",
+                 "DeepSpeed-FastGen", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["configuration"]["runtime"] == "deepspeed-mii"

@@ -33,7 +33,10 @@ def get_runtime(name: str) -> RuntimeProfile:
 
 #: Other spellings of runtimes (published files, engines' own names) -> registry names.
 SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm",
-             "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii", "llamacpp": "llama.cpp",
+             "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii",
+             # FastGen is the engine MII serves with (its blog and README name it so)
+             "deepspeed-fastgen": "deepspeed-mii", "fastgen": "deepspeed-mii",
+             "llamacpp": "llama.cpp",
              "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp",
              "text-generation-inference": "tgi", "hf-tgi": "tgi"}
 
