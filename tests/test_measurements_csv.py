@@ -378,7 +378,8 @@ def test_attention_dp_on_a_dense_model_is_refused_as_such_whatever_the_gpu_count
 def test_fp8_spellings_of_vllm_and_torch_are_fp8(tmp_path: Path) -> None:
     path = _write(tmp_path, "model,gpu,num_gpus,dtype,kv_dtype,input_tokens,output_tokens,ttft_s\n"
                             + "".join(f"llama-3.1-8b,H100,1,{d},{d},512,128,1\n" for d in
-                                      ("fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2")))
+                                      ("fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2",
+                                       "FP8-E4M3", "fp8_e4m3fn", "w8a8-fp8")))
     for row in load_user_csv(path).rows:
         deployment = row_case(row).deployment
         assert (deployment.weight_dtype, deployment.kv_dtype) == ("fp8", "fp8")
@@ -388,7 +389,8 @@ def test_quantisation_method_names_are_their_weight_dtypes(tmp_path: Path) -> No
     """vLLM/TGI ``--quantization`` names read as the dtype they store: AWQ/GPTQ/Marlin are
     4-bit weights (the int4 path: 16-bit activations), W8A8 8-bit integers."""
     methods = {"awq": "int4", "AWQ_Marlin": "int4", "gptq": "int4", "gptq_marlin": "int4",
-               "w4a16": "int4", "w8a8": "int8", "fp8_dynamic": "fp8"}
+               "w4a16": "int4", "w8a8": "int8", "fp8_dynamic": "fp8", "INT4-AWQ": "int4",
+               "gptq-int4": "int4", "F16": "fp16"}
     path = _write(tmp_path, "model,gpu,num_gpus,dtype,input_tokens,output_tokens,ttft_s\n"
                             + "".join(f"llama-3.1-8b,H100,1,{m},512,128,1\n" for m in methods))
     got = [row_case(row).deployment.weight_dtype for row in load_user_csv(path).rows]

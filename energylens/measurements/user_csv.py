@@ -89,10 +89,12 @@ CARRIED = ("date",)
 #: Other spellings (vLLM's --dtype and --kv-cache-dtype, torch's names) -> ours.
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
            "fp8_e5m2": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
-           "fp8_block": "fp8", "fp8_dynamic": "fp8", "w8a8_fp8": "fp8", "fp4": "nvfp4",
+           "fp8_e4m3fn": "fp8", "fp8_block": "fp8", "fp8_dynamic": "fp8", "w8a8_fp8": "fp8",
+           "fp4": "nvfp4", "f16": "fp16",  # llama.cpp's name of a 16-bit GGUF
            # 4-bit weights with 16-bit activations (vLLM/TGI --quantization names)
            "awq": "int4", "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4",
-           "marlin": "int4", "w4a16": "int4",
+           "marlin": "int4", "w4a16": "int4", "int4_awq": "int4", "awq_int4": "int4",
+           "int4_gptq": "int4", "gptq_int4": "int4",
            # 8-bit integer weights and activations (SmoothQuant-style W8A8)
            "w8a8": "int8", "w8a8_int8": "int8"}
 
@@ -308,7 +310,8 @@ def load_user_csv(path: str | Path) -> UserMeasurements:
 def _dtype(raw: str | None, allowed: tuple[str, ...], what: str) -> str | None:
     if raw is None or raw.lower() == "auto":
         return None
-    name = _DTYPES.get(raw.lower(), raw.lower())
+    key = raw.strip().lower().replace("-", "_").replace(" ", "_")  # fp8-e4m3 as fp8_e4m3
+    name = _DTYPES.get(key, key)
     if name not in allowed:
         raise UnsupportedRow(f"{what} {raw!r} is not modelled (known: {', '.join(allowed)})")
     return name
