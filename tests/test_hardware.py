@@ -115,6 +115,11 @@ def test_h100_nvlink_is_450_not_the_bidirectional_900() -> None:
         ("l40s", "L40S"),
         ("mi300x", "MI300X"),
         ("AMD MI300X GPU", "MI300X"),
+        # an alias written with its vendor ("NVIDIA GH200 480GB") also answers without it
+        ("GH200 480GB", "GH200"),
+        ("A100-SXM-80GB", "A100-80GB-SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+        ("A100-PCIE-40GB", "A100-40GB-PCIe"),
     ],
 )
 def test_alias_resolution(alias: str, canonical: str) -> None:

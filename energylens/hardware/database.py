@@ -389,6 +389,10 @@ class GPUDatabase:
                     raise HardwareFileError(
                         f"{self._files[gpu.name]}: aliases: {alias!r} also names "
                         f"{index[key]} ({self._files[index[key]]})")
+        for gpu in gpus.values():  # "NVIDIA GH200 480GB" also answers to "GH200 480GB"
+            for alias in gpu.aliases:
+                for key in _candidates(_normalise(alias))[1:]:
+                    index.setdefault(key, gpu.name)
         return index
 
     def _with_relative(self, gpu: GPU) -> GPU:
