@@ -411,6 +411,23 @@ def test_millisecond_metrics_and_engine_layout_names_are_read(tmp_path: Path) ->
     assert measurements.ignored == ()
 
 
+def test_benchmark_names_of_lengths_and_counts_are_read(tmp_path: Path) -> None:
+    """GenAI-Perf's and AIConfigurator's ISL / OSL, vLLM's ``input_len`` / ``num_prompts``
+    and ``gpu_count`` name our columns; ``batch_size`` stays foreign (not our batch)."""
+    path = _write(tmp_path, "model,gpu,gpu_count,workload,concurrency,ISL,OSL,num_prompts,"
+                            "batch_size,ttft_s\n"
+                            "llama-3.1-8b,H100,1,load,8,512,128,80,4,0.2\n")
+    measurements = load_user_csv(path)
+    values = measurements.rows[0].values
+    assert (values["num_gpus"], values["input_tokens"], values["output_tokens"],
+            values["num_requests"]) == (1, 512, 128, 80)
+    assert measurements.ignored == ("batch_size",)
+    both = _write(tmp_path, "model,gpu,num_gpus,isl,input_tokens,ttft_s\nllama-3.1-8b,H100,1,"
+                            "512,512,0.2\n")
+    with pytest.raises(MeasurementError, match="'input_tokens' appears more than once"):
+        load_user_csv(both)
+
+
 def test_a_metric_in_seconds_and_milliseconds_at_once_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, "model,gpu,num_gpus,ttft_s,ttft_ms\nllama-3.1-8b,H100,1,0.2,200\n")
     with pytest.raises(MeasurementError, match="'ttft_s' appears more than once"):

@@ -78,10 +78,14 @@ KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *S
 #: Metric columns given in milliseconds (``ttft_ms``, ``tpot_p90_ms``, as benchmark_serving
 #: and GenAI-Perf print them) -> the SI column; their values are divided by 1,000 on reading.
 MILLISECOND_METRICS = {f"{m[:-2]}_ms": m for m in METRICS if m.endswith("_s")}
-#: Engines' own names of the layout columns (vLLM's flags) -> ours.
+#: Benchmarks' own names of columns (vLLM's flags, GenAI-Perf's and AIConfigurator's ISL /
+#: OSL) -> ours. ``batch_size`` is none of ours: AIConfigurator's means clients per rank.
 COLUMN_SPELLINGS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
                     "expert_parallel_size": "ep", "data_parallel_size": "dp",
-                    "max_concurrency": "concurrency"}
+                    "max_concurrency": "concurrency", "isl": "input_tokens",
+                    "osl": "output_tokens", "input_len": "input_tokens",
+                    "output_len": "output_tokens", "num_prompts": "num_requests",
+                    "gpu_count": "num_gpus", "num_gpu": "num_gpus"}
 #: Provenance a converter writes (the benchmark's ``date``: ``measurements convert
 #: vllm-benchmark``): carried through unread, like any other column, not noted as foreign.
 CARRIED = ("date",)
