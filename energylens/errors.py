@@ -29,7 +29,8 @@ class UnknownModelError(EnergyLensError):
         hint = ", ".join(suggestions)
         super().__init__(
             f"unknown model {name!r}; closest zoo names: {hint} (`energylens models` or "
-            "list_models() lists them all; a config.json path works too)"
+            "list_models() lists them all; a config.json path, or a repo id whose "
+            "config.json is in the local Hugging Face cache, works too)"
         )
 
 

@@ -39,6 +39,7 @@ from energylens.model.config import (
     show_value,
 )
 from energylens.model.hf import load_hf_config
+from energylens.model.hf.cache import cached_config
 from energylens.yamlfile import safe_load
 
 __all__ = ["ACTIVE_COUNT_EXCLUSIONS", "CONTEXT_SOURCE_PREFIX", "MODELOPT_PRECISION_TOKENS",
@@ -471,14 +472,24 @@ def is_local_config(name: str) -> bool:
 
 def get_model(name: str) -> ModelConfig:
     """The ModelConfig for a zoo name / alias / HF id, or for a local ``config.json`` path
-    (any name ending in ``.json``) or checkpoint folder holding one; a missing or
-    unreadable file is a ModelConfigError."""
+    (any name ending in ``.json``) or checkpoint folder holding one, or for a repo id the
+    zoo does not know whose ``config.json`` the local Hugging Face cache holds
+    (:mod:`energylens.model.hf.cache`); a missing or unreadable file is a
+    ModelConfigError."""
     if not name.strip():
         raise ModelConfigError("the model name is empty (a zoo name, a Hugging Face repo id or "
                                "a config.json path is expected)")
     if is_local_config(name):
         return load_hf_config(local_config_path(name))
-    return _get_named(name)
+    try:
+        return _get_named(name)
+    except UnknownModelError:
+        cached = cached_config(name)  # a repo the zoo does not know, downloaded before
+        if cached is None:
+            raise
+    model = load_hf_config(cached)
+    return dataclasses.replace(model, name=name.strip().rsplit("/", 1)[-1].lower(),
+                               hf_id=name.strip())
 
 
 def local_config_path(name: str) -> Path:
