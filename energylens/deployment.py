@@ -34,7 +34,8 @@ FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epil
            "qk_norm_rope", "conv", "mixer_in", "mixer_proj", "mixer_gates")
 #: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4",
+                 "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")  # the last: GGUF file types
 #: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint).
 KV_DTYPES = ("bf16", "fp16", "fp8")
 

@@ -111,7 +111,7 @@ def test_a_gate_on_a_precision_the_engine_does_not_run_is_an_error(
 
     def bad(text: str) -> object:
         data = read(text)
-        data["weight_min_compute_capability"]["value"] = {"int8": 8.0}  # llama.cpp has int8
+        data["weight_min_compute_capability"]["value"] = {"q8_0": 8.0}  # llama.cpp has q8_0
         data["kv_min_compute_capability"]["value"] = {"fp8": 8.9}  # but no fp8 KV
         return data
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from energylens.cost.gguf import GGUF_DTYPES, LM_HEAD, MIXES, gguf_tensor_type
 from energylens.cost.kernels import local_sizes
 from energylens.cost.work import (
     ACTIVATION_BYTES,
@@ -199,7 +200,14 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     # one stage holds the embedding and the LM head (one table if tied); over stages the
     # first holds the embedding and the last the LM head, one table each
     tables = 1 if model.tie_word_embeddings or pp > 1 else 2
-    weights += vocab_shard * head_bytes * tables
+    if weight_dtype in GGUF_DTYPES:  # the output table's own format (a tied one's too), the
+        # embedding's the file's base format (cost/gguf.py)
+        lm_head = DTYPE_BYTES[gguf_tensor_type(name=LM_HEAD, file_type=weight_dtype,
+                                               unquantised=False)]
+        embedding = DTYPE_BYTES[MIXES.get(weight_dtype, (weight_dtype,))[0]]
+        weights += vocab_shard * (lm_head if tables == 1 else lm_head + embedding)
+    else:
+        weights += vocab_shard * head_bytes * tables
     widest = max(max(g.sizes.get("f", 0), g.sizes.get("s", 0)) for g in graph.groups)
     per_token = (4 * model.hidden_size + 3 * widest / degrees["tp"]) * ACTIVATION_BYTES
     if token_budget is None:

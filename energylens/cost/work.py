@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from energylens.cost import gguf
 from energylens.model.spec import (
     HELD_MARK,
     STATE_ELEMENT_BYTES,
@@ -27,7 +28,8 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0,
                # per group of 128 (the group size both methods' releases use)
                "int4": (4.0 + 20.0 / 128.0) / 8.0,
                # NVFP4: 4-bit E2M1 elements + one FP8 E4M3 scale per 16 (NVIDIA's format)
-               "nvfp4": 4.5 / 8.0}
+               "nvfp4": 4.5 / 8.0,
+               **gguf.STORAGE_BYTES}  # llama.cpp's block formats (cost/gguf.py)
 #: Checkpoint formats that quantise only the routed experts (gpt-oss: MXFP4 experts,
 #: bf16 attention, router, embeddings); other weights stay bf16.
 EXPERT_ONLY_DTYPES = ("mxfp4",)
@@ -36,7 +38,8 @@ EXPERT_ONLY_DTYPES = ("mxfp4",)
 #: are weight-only formats).
 COMPUTE_DTYPE = {"mxfp4": "bf16",
                  "int4": "bf16",  # weight-only: dequantised in the GEMM, 16-bit activations
-                 "nvfp4": "fp4"}  # FP4 tensor cores (bf16 where a GPU has none)
+                 "nvfp4": "fp4",  # FP4 tensor cores (bf16 where a GPU has none)
+                 **gguf.GGUF_COMPUTE_DTYPE}
 KV_TENSORS = ("KC", "VC", "LC", "IC")  # GQA keys/values; MLA latent; DSA index keys
 #: DeepSeek Sparse Attention's index keys (the cache IC and the keys appended to it, IKC)
 #: and quantised index queries (IQ8): FP8 E4M3 with one fp32 scale per 128-element block
@@ -158,10 +161,13 @@ EMBEDDING_BYTES = 2.0
 def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
     """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype`` (16 bits
     where the checkpoint keeps it so: :data:`UNQUANTISED_WEIGHTS`, and the weights a model's
-    ``held_16bit`` marks for that dtype)."""
+    ``held_16bit`` marks for that dtype; a GGUF file type's format for it, cost/gguf.py)."""
     if weight_dtype in ("bf16", "fp16"):
         return weight_dtype
     name, _, held = tensor.name.partition(HELD_MARK)
+    if weight_dtype in gguf.GGUF_DTYPES:  # a GGUF file type: its format for this tensor
+        return gguf.gguf_tensor_type(name=name, file_type=weight_dtype,
+                                     unquantised=name in UNQUANTISED_WEIGHTS)
     if name in UNQUANTISED_WEIGHTS or weight_dtype in held.split("_"):
         return "bf16"
     if weight_dtype in EXPERT_ONLY_DTYPES and EXPERT_WEIGHT_RANK not in tensor.ranks:

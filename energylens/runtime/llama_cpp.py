@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from energylens.cost.gguf import GGUF_DTYPES
 from energylens.errors import ConfigError
 from energylens.runtime.launch import PORT, LaunchCommand, LaunchSpec
 from energylens.runtime.profile import SERVER_MAX_SEQUENCES, RuntimeProfile, load_facts
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from energylens.model.config import ModelConfig
 
 #: GGUF file type of each weight dtype (``convert_hf_to_gguf.py`` / ``llama-quantize``).
-GGUF_TYPES = {"bf16": "BF16", "fp16": "F16", "int8": "Q8_0", "int4": "Q4_K_M", "mxfp4": "MXFP4"}
+GGUF_TYPES = {"bf16": "BF16", "fp16": "F16", "mxfp4": "MXFP4",
+              **{dtype: dtype.upper() for dtype in GGUF_DTYPES}}
 #: ``--cache-type-k/-v`` of a KV dtype.
 CACHE_TYPES = {"bf16": "bf16", "fp16": "f16"}
 #: What a replica spanning hosts needs: llama.cpp reaches other hosts' GPUs only through its
