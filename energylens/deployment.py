@@ -36,8 +36,9 @@ FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epil
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4",
                  "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")  # the last: GGUF file types
-#: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint).
-KV_DTYPES = ("bf16", "fp16", "fp8")
+#: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint); the last two
+#: are ggml's block formats (llama.cpp's ``--cache-type-k/-v``, ``cost/gguf.py`` their bytes).
+KV_DTYPES = ("bf16", "fp16", "fp8", "q8_0", "q4_0")
 
 
 

@@ -88,3 +88,28 @@ def test_only_llama_cpp_runs_them_and_its_launch_names_the_file_type() -> None:
                                             ("Q6_K", "q6_k")])
 def test_a_measurement_row_names_them_as_llama_quantize_does(raw: str, dtype: str) -> None:
     assert _dtype(raw, ("bf16", "q8_0", "q6_k", "q4_k_m"), "dtype") == dtype
+
+
+def test_a_q8_0_or_q4_0_kv_cache_holds_its_blocks_bytes_and_only_llama_cpp_stores_it() -> None:
+    """Llama-3.1-8B's cache: 32 layers x 8 KV heads x 128 x (K, V) = 65,536 elements a
+    token, 2 bytes each in f16, 34/32 in q8_0, 18/32 in q4_0."""
+    def kv(kv_dtype: str) -> float:
+        return memory_use(graph=build_graph(get_model(LLAMA)), gpu=load_gpu("rtx-4090"),
+                          runtime=get_runtime("llama.cpp"), degrees={"tp": 1}, pp=1,
+                          weight_dtype="q4_k_m", kv_dtype=kv_dtype, sequences=4,
+                          context_tokens=1000).kv_cache_bytes
+    elements = 32 * 8 * 128 * 2 * 4 * 1000
+    assert kv("fp16") == pytest.approx(elements * 2.0, rel=1e-12)
+    assert kv("q8_0") == pytest.approx(elements * 34 / 32, rel=1e-12)
+    assert kv("q4_0") == pytest.approx(elements * 18 / 32, rel=1e-12)
+    work = Workload(batch=4, input_tokens=4096, output_tokens=64)
+    tpot = [predict(model=LLAMA, gpu="rtx-4090", workload=work,
+                    deployment=Deployment(runtime="llama.cpp", weight_dtype="q4_k_m",
+                                          kv_dtype=k)).tpot_s for k in ("fp16", "q8_0", "q4_0")]
+    assert tpot == sorted(tpot, reverse=True)
+    with pytest.raises(ConfigError, match="has no q8_0 KV cache"):
+        predict(model=LLAMA, gpu="h100", deployment=Deployment(kv_dtype="q8_0"), workload=work)
+    command = launch_command(model=get_model(LLAMA), workload=work, gpu=load_gpu("rtx-4090"),
+                             deployment=Deployment(runtime="llama.cpp", weight_dtype="q4_k_m",
+                                                   kv_dtype="q8_0"))
+    assert "--cache-type-k q8_0 --cache-type-v q8_0" in " ".join(command.argv)

@@ -133,3 +133,18 @@ def test_a_configuration_proposed_again_is_not_predicted_again(monkeypatch) -> N
     assert len(calls) == 2 and other.metrics["tpot_s"] != again.metrics["tpot_s"]
     refused = problem.evaluate({**params, "tp": 3})
     assert problem.evaluate({**params, "tp": 3}) == refused and refused.infeasible_reason
+
+
+def test_a_kv_dtype_knob_prices_the_same_columnar_and_one_by_one() -> None:
+    """``kv_dtype``: auto is the runtime's default; an FP8 cache on H100 holds half the
+    bytes (a longer context decodes faster); llama.cpp's q8_0 is refused by vLLM."""
+    problem = DeploymentProblem(model=get_model("llama-3.1-8b"),
+                                workload=Workload(kind="serving", input_tokens=8192,
+                                                  output_tokens=256))
+    batch = [{"gpu": "H100", "tp": 1, "batch": 64, "kv_dtype": kv}
+             for kv in ("auto", "bf16", "fp8", "q8_0")]
+    _same(batch, problem)
+    auto, bf16, fp8, q8 = (problem.evaluate(p) for p in batch)
+    assert auto.metrics == bf16.metrics
+    assert fp8.metrics["tpot_s"] < bf16.metrics["tpot_s"]
+    assert q8.infeasible_reason is not None and "no q8_0 KV cache" in q8.infeasible_reason

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 GGUF_TYPES = {"bf16": "BF16", "fp16": "F16", "mxfp4": "MXFP4",
               **{dtype: dtype.upper() for dtype in GGUF_DTYPES}}
 #: ``--cache-type-k/-v`` of a KV dtype.
-CACHE_TYPES = {"bf16": "bf16", "fp16": "f16"}
+CACHE_TYPES = {"bf16": "bf16", "fp16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
 #: What a replica spanning hosts needs: llama.cpp reaches other hosts' GPUs only through its
 #: RPC backend (tools/rpc/README.md, recalled), with no flag among those energylens writes.
 MULTI_NODE = ("llama.cpp reaches another host's GPUs only through its RPC backend "

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 #: Knobs the columnar path reads; a table with any other knob is evaluated row by row.
 COLUMNAR_KNOBS = frozenset({"gpu", "num_gpus", "tp", "pp", "ep", "dp", "batch", "input_tokens",
                             "output_tokens", "fusion", "overlap_sms", "runtime", "freq_mhz",
-                            "clock_fraction", "dtype", *(f"fuse_{name}" for name in FUSIONS)})
+                            "clock_fraction", "dtype", "kv_dtype", *(f"fuse_{name}" for name in FUSIONS)})
 #: Tables shorter than this are priced row by row: a generation of a sampler (tens of varied
 #: configurations, few sharing a kernel list) costs 1.7 ms per row through ``predict_many``
 #: against 0.7 ms one by one (50-row batches of the quickstart study, CPU time), while grid
@@ -149,7 +149,7 @@ def _deployment_table(problem: DeploymentProblem, rows: pd.DataFrame,
                       gpus: pd.Series) -> tuple[pd.DataFrame, list[int]]:
     """predict_many's table for knob rows (as ``deployment_from_params`` reads them), and
     the rows whose fusion knobs are refused (evaluated one by one for the message)."""
-    from energylens.study.objective import deployment_from_params
+    from energylens.study.objective import deployment_from_params, kv_dtype_param
 
     def column(name: str, default: Any) -> pd.Series:
         return rows[name] if name in rows.columns else pd.Series(default, index=rows.index)
@@ -161,6 +161,7 @@ def _deployment_table(problem: DeploymentProblem, rows: pd.DataFrame,
         table[name] = column(name, np.nan).astype(float)
     table["overlap_sms"] = column("overlap_sms", 0).astype(int)
     table["weight_dtype"] = column("dtype", None).astype(object)
+    table["kv_dtype"] = column("kv_dtype", None).map(kv_dtype_param).astype(object)
     table["runtime"] = column("runtime", DEFAULT_RUNTIME).astype(str)
     table["batch"] = column("batch", problem.workload.batch).astype(float)
     boost = gpus.map(_per_gpu(gpus, "boost_clock_mhz")).astype(float)

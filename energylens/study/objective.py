@@ -30,7 +30,7 @@ import pandas as pd
 from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import MAX_SKEW, Routing
-from energylens.deployment import FUSIONS, WEIGHT_DTYPES, Deployment, Workload
+from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, ProblemError
 from energylens.hardware import GPU, UnknownGPUError, list_gpus, load_gpu
 from energylens.model import ModelConfig
@@ -159,6 +159,7 @@ PARAMS: dict[str, ValueCheck] = {
     "clock_fraction": _fraction,
     "decode_clock_fraction": _fraction,
     "dtype": _one_of(WEIGHT_DTYPES, "a weight dtype"),
+    "kv_dtype": _one_of(("auto", *KV_DTYPES), "auto or a KV-cache dtype"),
     "request_rate": _positive_number,  # load workloads: open-loop requests/s
     "concurrency": _positive_int,  # load workloads: closed-loop clients
     # load workloads: disaggregated prefill and decode pools (POOL_KNOBS)
@@ -360,12 +361,19 @@ def deployment_from_params(*, params: Mapping[str, Any], boost_mhz: float,
                           or not int(params.get("speculative_tokens", 0))
                           else float(params["draft_acceptance"])),
         weight_dtype=params.get("dtype"),
+        kv_dtype=kv_dtype_param(params.get("kv_dtype")),
         fusion=fusion,
         overlap_sms=int(params.get("overlap_sms", 0)),
         freq_mhz=None if freq is None else float(freq),
         routing=routing or Routing(),
         runtime=runtime,
     )
+
+
+def kv_dtype_param(value: Any) -> str | None:
+    """The deployment's ``kv_dtype`` for a ``kv_dtype`` knob value (``auto`` or none: None)."""
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    return None if missing or value == "auto" else str(value)
 
 
 def pools_at_clock(pools: tuple[Pool, Pool], *, params: Mapping[str, Any]) -> tuple[Pool, Pool]:
