@@ -117,7 +117,8 @@ class Deployment:
             raise ConfigError(f"overlap_sms must be >= 0, got {self.overlap_sms}")
         if self.freq_mhz is not None and self.freq_mhz <= 0:
             raise ConfigError(f"freq_mhz must be > 0, got {self.freq_mhz}")
-        get_runtime(self.runtime)  # one-line error for an unknown runtime
+        # one-line error for an unknown runtime; another spelling becomes the registry name
+        object.__setattr__(self, "runtime", get_runtime(self.runtime).name)
         if self.runtime_version is not None:
             release_key(self.runtime_version)  # one-line error for a name that is no release
         unknown = set(self.fusion or ()) - set(FUSIONS)

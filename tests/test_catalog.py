@@ -180,3 +180,17 @@ def test_deepspeed_fastgen_is_the_mii_profile(capsys) -> None:  # type: ignore[n
     assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--runtime",
                  "DeepSpeed-FastGen", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["configuration"]["runtime"] == "deepspeed-mii"
+
+
+@pytest.mark.parametrize(("spelling", "name"), [("TensorRT-LLM", "trtllm"), ("turbomind", "lmdeploy"),
+                                                ("llama-server", "llama.cpp"), ("SGLang", "sglang")])
+def test_a_deployment_and_a_space_take_an_engine_by_its_other_spellings(spelling: str,
+                                                                        name: str) -> None:
+    """The Python API and a space's ``runtime`` knob read the spellings the CLI reads; the
+    deployment keeps the registry name (what reports and the memo compare)."""
+    from energylens.deployment import Deployment
+    from energylens.study.objective import PARAMS
+
+    assert Deployment(runtime=spelling).runtime == name
+    assert PARAMS["runtime"](spelling) is None
+    assert "a serving runtime" in (PARAMS["runtime"]("tensorrt") or "")

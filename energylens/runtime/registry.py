@@ -22,8 +22,9 @@ def register(profile: RuntimeProfile) -> RuntimeProfile:
 
 
 def get_runtime(name: str) -> RuntimeProfile:
-    """The profile of runtime ``name``; one-line error with the known names otherwise."""
-    key = name.strip().lower()
+    """The profile of runtime ``name`` (a registry name or another spelling of it,
+    :data:`SPELLINGS`); one-line error with the known names otherwise."""
+    key = runtime_name(name)
     if key not in _RUNTIMES:
         close = difflib.get_close_matches(key, list(_RUNTIMES), n=1)
         hint = f"did you mean {close[0]}? " if close else ""
@@ -36,7 +37,8 @@ SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trt
              "deepspeed": "deepspeed-mii", "mii": "deepspeed-mii",
              # FastGen is the engine MII serves with (its blog and README name it so)
              "deepspeed-fastgen": "deepspeed-mii", "fastgen": "deepspeed-mii",
-             "llamacpp": "llama.cpp",
+             # LMDeploy's own engine; llama.cpp's server binary
+             "turbomind": "lmdeploy", "llama-server": "llama.cpp", "llamacpp": "llama.cpp",
              "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp",
              "text-generation-inference": "tgi", "hf-tgi": "tgi"}
 

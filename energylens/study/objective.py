@@ -31,7 +31,7 @@ from energylens.calibration.file import CalibrationFileError, load_calibration
 from energylens.cost.constants import Calibration
 from energylens.cost.moe import MAX_SKEW, Routing
 from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
-from energylens.errors import ConfigError, ProblemError
+from energylens.errors import ConfigError, EnergyLensError, ProblemError
 from energylens.hardware import GPU, UnknownGPUError, list_gpus, load_gpu
 from energylens.model import ModelConfig
 from energylens.model.zoo import get_model
@@ -131,6 +131,17 @@ def _gpu(value: Any) -> str | None:
     return None
 
 
+def _runtime(value: Any) -> str | None:
+    """A runtime of the registry, by its name or another spelling (``TensorRT-LLM``)."""
+    if isinstance(value, str):
+        try:
+            get_runtime(value)
+            return None
+        except EnergyLensError:
+            pass
+    return f"a serving runtime{suggest(str(value), runtime_names())}"
+
+
 def _fusion(value: Any) -> str | None:
     names = set(str(value).split(",")) - {"", "none"} if isinstance(value, str) else {None}
     return None if names <= set(FUSIONS) else f"'none' or a comma list of {', '.join(FUSIONS)}"
@@ -154,7 +165,7 @@ PARAMS: dict[str, ValueCheck] = {
     "fusion": _fusion,
     **{f"fuse_{name}": _boolean for name in FUSIONS},
     "overlap_sms": _non_negative_int,
-    "runtime": _one_of(runtime_names(), "a serving runtime"),
+    "runtime": _runtime,
     "freq_mhz": _positive_number,
     "clock_fraction": _fraction,
     "decode_clock_fraction": _fraction,
