@@ -16,6 +16,7 @@ from energylens.cost.memory import memory_use
 from energylens.hardware import GPU, list_gpus, load_gpu
 from energylens.model import ModelConfig, build_graph, get_model, list_models, parameter_count
 from energylens.model.config import MIXERS
+from energylens.model.gguf.load import gguf_model_type
 from energylens.model.hf import read_model_type, supported_model_types
 from energylens.model.zoo import (
     ModelInfo,
@@ -194,7 +195,9 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
     record: dict[str, Any] = {
         **_summary(model, info), **sizes,
         "requested": args.name,
-        "model_type": info.model_type if info else read_model_type(local_config_path(args.name)),
+        "model_type": info.model_type if info else (
+            gguf_model_type(args.name) if args.name.lower().endswith(".gguf")
+            else read_model_type(local_config_path(args.name))),
         "attention": _attention(model), "verification_text": info.verification if info else None,
         "sources": list(info.sources) if info else [args.name],
         "disagreements": list(info.disagreements) if info else [],

@@ -38,6 +38,7 @@ from energylens.model.config import (
     check_model_config,
     show_value,
 )
+from energylens.model.gguf import load_gguf
 from energylens.model.hf import load_hf_config
 from energylens.model.hf.cache import cached_config
 from energylens.yamlfile import safe_load
@@ -466,19 +467,23 @@ def _same_repo(a: str, b: str) -> bool:
 
 def is_local_config(name: str) -> bool:
     """Whether ``name`` is a local checkpoint rather than a zoo name or HF id: a path ending
-    in ``.json`` or an existing folder (a checkpoint's, holding its ``config.json``)."""
-    return name.lower().endswith(".json") or Path(name).is_dir()
+    in ``.json`` or ``.gguf`` or an existing folder (a checkpoint's, holding its
+    ``config.json``)."""
+    return name.lower().endswith((".json", ".gguf")) or Path(name).is_dir()
 
 
 def get_model(name: str) -> ModelConfig:
     """The ModelConfig for a zoo name / alias / HF id, or for a local ``config.json`` path
-    (any name ending in ``.json``) or checkpoint folder holding one, or for a repo id the
+    (any name ending in ``.json``) or checkpoint folder holding one, or for a GGUF file
+    (``.gguf``: :func:`energylens.model.gguf.load_gguf`), or for a repo id the
     zoo does not know whose ``config.json`` the local Hugging Face cache holds
     (:mod:`energylens.model.hf.cache`); a missing or unreadable file is a
     ModelConfigError."""
     if not name.strip():
         raise ModelConfigError("the model name is empty (a zoo name, a Hugging Face repo id or "
                                "a config.json path is expected)")
+    if name.lower().endswith(".gguf"):
+        return load_gguf(name)
     if is_local_config(name):
         return load_hf_config(local_config_path(name))
     try:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from energylens.cost.gguf import GGUF_DTYPES
@@ -58,7 +59,11 @@ class LlamaCpp(RuntimeProfile):
         forward pass (llama.cpp runs min(n_batch, n_ubatch) per pass: common/arg.cpp and
         tools/server/README.md, b6700, recalled)."""
         d, f = spec.deployment, self.flag
-        gguf = f"{spec.model_id.rsplit('/', 1)[-1]}-{GGUF_TYPES[spec.weight_dtype]}.gguf"
+        file_type = GGUF_TYPES[spec.weight_dtype]
+        from_file = spec.model_id.lower().endswith(".gguf")  # the model was read from it
+        given = from_file and spec.weight_dtype == spec.checkpoint_dtype
+        stem = PurePath(spec.model_id).stem if from_file else spec.model_id.rsplit("/", 1)[-1]
+        gguf = spec.model_id if given else f"{stem}-{file_type}.gguf"
         argv = [*self.launch_program.split(), f("--model"), gguf, f("--n-gpu-layers"), "999"]
         if d.gpus_per_replica > 1:
             argv += [f("--split-mode"), "row" if d.tp > 1 else "layer"]
@@ -80,9 +85,13 @@ class LlamaCpp(RuntimeProfile):
                  f("--ctx-size"), str(slots * spec.max_model_len),
                  f("--batch-size"), str(chunk), f("--ubatch-size"), str(chunk),
                  f("--flash-attn"), "on", f("--port"), str(PORT)]
-        notes.insert(0, f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"
-                     + (f" and llama-quantize to {GGUF_TYPES[spec.weight_dtype]}"
-                        if spec.weight_dtype not in ("bf16", "fp16") else ""))
+        if from_file and not given:
+            notes.insert(0, f"{gguf}: llama-quantize {spec.model_id} to {file_type} (best "
+                         "from the 16-bit GGUF: requantising a quantised file loses accuracy)")
+        elif not from_file:
+            notes.insert(0, f"{gguf}: convert {spec.model_id} with convert_hf_to_gguf.py"
+                         + (f" and llama-quantize to {file_type}"
+                            if spec.weight_dtype not in ("bf16", "fp16") else ""))
         return LaunchCommand(argv=tuple(argv), replicas=d.replicas,
                              gpus_per_server=d.gpus_per_replica, notes=tuple(notes),
                              multi_node=MULTI_NODE)

@@ -47,9 +47,18 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     fields, sizes that do not fit together) raises :class:`ModelConfigError` naming it.
     """
     path = Path(path)
-    top, cfg, model_type = _decoder(path)
     name = path.parent.name if path.stem == "config" and path.parent.name else \
         path.stem.removesuffix("_config")
+    return model_from_hf_fields(_read_json_object(path), path=path, name=name,
+                                quant_file=_quant_file(path))
+
+
+def model_from_hf_fields(data: dict[str, Any], *, path: Path, name: str,
+                         quant_file: HFConfig | None = None) -> ModelConfig:
+    """A ModelConfig named ``name`` from the fields of a config.json (``data``) read from
+    ``path`` (named in errors), as :func:`load_hf_config` reads them; ``quant_file``: the
+    ``quantization`` section of an ``hf_quant_config.json`` beside it."""
+    top, cfg, model_type = _decoder(data, path)
     builder = registered_builders().get(model_type)
     notes: list[str] = []
     if builder is not None:
@@ -61,7 +70,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     model = dataclasses.replace(model, qk_norm=declared_qk_norm(cfg, model_type=model_type),
                                 max_context_tokens=context)
     sections = (top.section("quantization_config"), cfg.section("quantization_config"),
-                _quant_file(path))
+                quant_file)
     dtype, warning = declared_weight_dtype(*sections)
     if warning:
         notes.append(warning)
@@ -84,13 +93,13 @@ def load_hf_config(path: str | Path) -> ModelConfig:
 
 def read_model_type(path: str | Path) -> str:
     """The ``model_type`` a local ``config.json`` is read under (its text decoder's)."""
-    return _decoder(Path(path))[2]
+    return _decoder(_read_json_object(Path(path)), Path(path))[2]
 
 
-def _decoder(path: Path) -> tuple[HFConfig, HFConfig, str]:
+def _decoder(data: dict[str, Any], path: Path) -> tuple[HFConfig, HFConfig, str]:
     """The file's fields, its text decoder's (a vision-language checkpoint's
     ``text_config``, with the top-level fields it inherits) and the decoder's model_type."""
-    top = HFConfig(_read_json_object(path), path=path)
+    top = HFConfig(data, path=path)
     if not isinstance(top.raw("model_type"), str):
         found = "no model_type" if top.raw("model_type") is None else \
             f"model_type {show_value(top.raw('model_type'))} is not a string"
