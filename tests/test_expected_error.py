@@ -315,3 +315,19 @@ def test_the_load_table_was_written_with_the_shipped_calibration() -> None:
 
     shipped = resources.files("energylens.data").joinpath("calibration.yaml").read_bytes()
     assert _load_table()["calibration_sha256"] == hashlib.sha256(shipped).hexdigest()
+
+
+def test_the_note_says_where_a_runtime_was_checked_and_where_none_was() -> None:
+    """Serving folds are vLLM's: another runtime's note points at its own evidence, the
+    bench GPUs its constants were fitted on, or says it has none (the shipped file)."""
+    def note(runtime: str) -> str:
+        found = expected_error(model=get_model("llama-3.1-8b"), gpu=load_gpu("rtx-4090"),
+                               deployment=Deployment(runtime=runtime),
+                               workload=Workload(kind="serving"), calibration=default_calibration())
+        assert found is not None
+        return " ".join(found.notes)
+
+    assert "checked under load in docs/load.md" in note("sglang")
+    assert "LLM-Inference-Bench static batches on" in note("llama.cpp")
+    assert "under load" not in note("llama.cpp")
+    assert "checked against no measurement" in note("tgi")

@@ -135,8 +135,22 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
     notes: list[str] = []
     if deployment.runtime != "vllm" and not any(e.field == "ttft_s" for e in errors):
         notes.append(f"The folds are vLLM serving rows; {deployment.runtime}'s engine "
-                     "constants are checked under load in docs/load.md.")
+                     f"constants are {_checked_where(fits=fits, runtime=deployment.runtime)}.")
     return ExpectedError(errors=tuple(errors), folds=looked_at, notes=tuple(notes))
+
+
+def _checked_where(*, fits: dict[str, Any], runtime: str) -> str:
+    """Where ``runtime``'s own constants meet measurements: AIConfigurator's serving rows
+    under load, LLM-Inference-Bench's static batches (on which GPUs), or nowhere."""
+    places = []
+    if runtime in load_accuracy_table().get("runtimes", {}):
+        places.append("checked under load in docs/load.md")
+    prefix = f"{BENCH_PREFIX}{runtime}/"
+    gpus = sorted(key[len(prefix):] for key in fits if key.startswith(prefix))
+    if gpus:
+        places.append(f"fitted and checked on LLM-Inference-Bench static batches on "
+                      f"{', '.join(gpus)} (docs/k-shot.md)")
+    return " and ".join(places) or "checked against no measurement (docs/runtimes.md)"
 
 
 def _regimes(*, model: ModelConfig, deployment: Deployment, workload: Workload) -> list[str]:
