@@ -146,6 +146,7 @@ def test_the_command_line_predicts_and_launches_the_file_itself(tmp_path: Path, 
     out = capsys.readouterr().out
     assert f"--model {path} " in out and "convert" not in out
     assert main(["predict", "--model", str(path), "--gpu", "h100", "--json"]) == 2
-    assert "cannot run q4_k_m weights" in capsys.readouterr().err
+    assert "cannot run q4_k_m weights" in (err := capsys.readouterr().err)
+    assert "q4_k_m weights: --runtime llama.cpp" in err  # who does run them
     assert main(["models", "show", str(path), "--json"]) == 0
     assert '"model_type": "llama"' in capsys.readouterr().out

@@ -291,14 +291,22 @@ class RuntimeProfile:
             raise ConfigError(f"{name} does not run on {gpu_vendor} GPUs (it runs on "
                               f"{', '.join(sorted(self.gpu_vendors))}; on {gpu_vendor}: "
                               f"--runtime {' or '.join(others) if others else 'none known'})")
+        from energylens.runtime.registry import runtimes_storing
+
         weight = deployment.weight_dtype or model.weight_dtype
         if weight not in self.weight_dtypes:
+            others = runtimes_storing(weight_dtype=weight)
             raise ConfigError(f"{name} cannot run {weight} weights "
-                              f"(it runs {', '.join(sorted(self.weight_dtypes))})")
+                              f"(it runs {', '.join(sorted(self.weight_dtypes))}"
+                              + (f"; {weight} weights: --runtime {' or '.join(others)})"
+                                 if others else ")"))
         kv = deployment.kv_dtype
         if kv is not None and kv not in self.kv_dtypes:
+            others = runtimes_storing(kv_dtype=kv)
             raise ConfigError(f"{name} has no {kv} KV cache "
-                              f"(it stores {', '.join(sorted(self.kv_dtypes))})")
+                              f"(it stores {', '.join(sorted(self.kv_dtypes))}"
+                              + (f"; a {kv} KV cache: --runtime {' or '.join(others)})"
+                                 if others else ")"))
         if deployment.speculative_tokens and not self.speculative_decoding:
             raise ConfigError(f"{name} has no speculative decoding "
                               "from a draft head (speculative_tokens = "

@@ -55,6 +55,15 @@ def runtime_names() -> tuple[str, ...]:
     return tuple(_RUNTIMES)
 
 
+def runtimes_storing(*, weight_dtype: str | None = None,
+                     kv_dtype: str | None = None) -> tuple[str, ...]:
+    """The registered runtimes that run ``weight_dtype`` weights and store a ``kv_dtype``
+    KV cache (each where given)."""
+    return tuple(name for name, p in _RUNTIMES.items()
+                 if (weight_dtype is None or weight_dtype in p.weight_dtypes)
+                 and (kv_dtype is None or kv_dtype in p.kv_dtypes))
+
+
 def runtime_names_on(*, vendor: str) -> tuple[str, ...]:
     """The registered runtimes that run on GPUs of ``vendor`` (``habana``)."""
     return tuple(name for name, profile in _RUNTIMES.items() if vendor in profile.gpu_vendors)
