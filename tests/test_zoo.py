@@ -77,6 +77,16 @@ def test_zoo_names_are_unique_configs() -> None:
         ("microsoft/Phi-3-mini-4k-instruct", "phi-3-mini-4k"),
         ("moonshotai/Kimi-K2-Instruct", "kimi-k2-instruct"),
         ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b-2501"),
+        # widely used checkpoints added with recalled shapes (verification secondary)
+        ("meta-llama/Llama-2-13b-chat-hf", "llama-2-13b"),
+        ("lmsys/vicuna-13b-v1.5", "llama-2-13b"),
+        ("mistralai/Mistral-Nemo-Instruct-2407", "mistral-nemo-12b"),
+        ("01-ai/Yi-34B-Chat", "yi-34b"),
+        ("google/gemma-7b", "gemma-7b"),
+        ("google/gemma-3-1b-it", "gemma-3-1b"),
+        ("facebook/opt-66b", "opt-66b"),
+        ("CohereForAI/c4ai-command-r-plus", "command-r-plus"),
+        ("NousResearch/Hermes-3-Llama-3.1-8B", "llama-3.1-8b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
