@@ -87,6 +87,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("facebook/opt-66b", "opt-66b"),
         ("CohereForAI/c4ai-command-r-plus", "command-r-plus"),
         ("NousResearch/Hermes-3-Llama-3.1-8B", "llama-3.1-8b"),
+        ("databricks/dbrx-instruct", "dbrx"),
+        ("zai-org/GLM-4.5", "glm-4.5"),
+        ("zai-org/GLM-4.6", "glm-4.5"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
