@@ -1,7 +1,8 @@
 """What the Hugging Face code of a ``model_type`` without a builder fixes, which its
 config.json may leave unsaid: the MLP's form, the norm, and the defaults of its config
 class. The generic decoder takes these first and guesses (with a note) only for types not
-listed.
+listed. A type with a builder of its own (:mod:`energylens.model.hf.builders`) is not
+listed: its builder says what its code fixes.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
 ``modeling_<type>.py`` (layers), read for this table; remote-code families (ChatGLM,
@@ -37,10 +38,6 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     # GPTBigCodeMLP c_fc/c_proj; c_attn with a bias; multi_query defaults to True
     "gpt_bigcode": TypeFacts(gated_mlp=False, norm="layernorm", tie=True, qkv_bias=True,
                              multi_query=True, ffn_multiple=4, position="learned"),
-    # GPTNeoXMLP dense_h_to_4h/dense_4h_to_h; attention_bias defaults to True
-    "gpt_neox": TypeFacts(gated_mlp=False, norm="layernorm", tie=False, qkv_bias=True),
-    # Starcoder2MLP c_fc/c_proj and nn.LayerNorm; use_bias (every linear) defaults to True
-    "starcoder2": TypeFacts(gated_mlp=False, norm="layernorm", tie=True, qkv_bias=True),
     # NemotronMLP up_proj/down_proj (relu2); NemotronLayerNorm1P
     "nemotron": TypeFacts(gated_mlp=False, norm="layernorm", tie=False),
     # Gated MLPs whose activation name need not say so.
