@@ -25,11 +25,12 @@ LM_ARENA = DATA / "mlenergy/tasks/lm-arena-chat.json"
 GPQA = DATA / "mlenergy/tasks/gpqa.json"
 MATMUL = DATA / "llmcompass/matmul_A100.csv"
 
+#: Row 3 names a made-up model the zoo does not know (it was falcon-40b, now a zoo entry).
 SPLITWISE = """model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,tensor_parallel
 llama2-70b,a100-80gb,1024,1,128,310.0,30.5,4
 llama2-70b,h100-80gb,2048,8,256,420.0,24.0,4
 bloom-176b,a100-80gb,512,4,64,900.0,80.0,8
-falcon-40b,a100-80gb,512,1,64,100.0,20.0,2
+acme-lm-40b,a100-80gb,512,1,64,100.0,20.0,2
 llama2-70b,a100-80gb,8192,64,512,9000.0,90.0,1
 """
 
@@ -150,7 +151,7 @@ def test_splitwise_ttft_and_tpot_from_the_batch_workload(tmp_path):
     ok = report.rows[0]
     assert ok.error is None and set(ok.predicted) == {"prompt_time", "token_time"}
     assert ok.predicted["prompt_time"] > ok.predicted["token_time"] > 0
-    assert "unknown model" in report.rows[3].error
+    assert "unknown model 'acme-lm-40b'" in report.rows[3].error
     assert report.rows[4].error.startswith("infeasible")  # 70B on one A100 with 64 x 8.7k
     assert report.metrics["prompt_time"].n == 3
 
