@@ -118,8 +118,9 @@ def declared_qk_norm(cfg: HFConfig, *, model_type: str) -> QKNorm | None:
 
 
 def qk_norm_json(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
-    """The config.json fields :func:`declared_qk_norm` reads ``model.qk_norm`` back from."""
-    if model_type in HEAD_QK_NORM_TYPES or model.qk_norm is None:
+    """The config.json fields :func:`declared_qk_norm` reads ``model.qk_norm`` back from
+    (none for the families whose code fixes it)."""
+    if model_type in HEAD_QK_NORM_TYPES | ALL_HEADS_QK_NORM_TYPES or model.qk_norm is None:
         return {}
     return {"use_qk_norm": True,
             "qk_norm_type": "per_layer" if model.qk_norm == "all_heads" else "per_head"}

@@ -53,7 +53,7 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
                     TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
-    **dict.fromkeys(("olmo", "olmo2", "olmoe", "granite", "granitemoe", "phimoe", "mllama_text_model",
+    **dict.fromkeys(("olmo", "granite", "granitemoe", "phimoe", "mllama_text_model",
                      "internlm2", "deepseek", "arctic"),
                     TypeFacts(gated_mlp=True, tie=False)),
     # StableLmMLP gate/up/down; nn.LayerNorm
