@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, MoEConfig, QKNorm
 from energylens.model.hf.reader import HFConfig
 
@@ -101,17 +102,23 @@ HEAD_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe
 #: Families whose attention always normalises the queries and keys over all heads at once
 #: (OlmoeAttention's q_norm over hidden_size; Olmo2Attention's over heads x head_dim).
 ALL_HEADS_QK_NORM_TYPES = frozenset({"olmoe", "olmo2"})
+#: Families whose config says with ``qk_layernorm`` whether a LayerNorm over each head's
+#: width normalises the queries and keys (StableLM's StableLmLayerNormPerHead, Persimmon's
+#: q_layernorm / k_layernorm; recalled): priced as the ``head`` norm.
+QK_LAYERNORM_TYPES = frozenset({"stablelm", "persimmon"})
 
 
 def declared_qk_norm(cfg: HFConfig, *, model_type: str) -> QKNorm | None:
     """The query/key norm of a checkpoint: its family's (:data:`HEAD_QK_NORM_TYPES`,
-    :data:`ALL_HEADS_QK_NORM_TYPES`), or ``use_qk_norm`` (Llama 4, Cohere, GLM-4.5,
-    MiniMax-M2) over each head, or over all heads at once where ``qk_norm_type`` is
-    ``per_layer`` (MiniMax-M2)."""
+    :data:`ALL_HEADS_QK_NORM_TYPES`), ``qk_layernorm`` (:data:`QK_LAYERNORM_TYPES`) over
+    each head, or ``use_qk_norm`` (Llama 4, Cohere, GLM-4.5, MiniMax-M2) over each head,
+    or over all heads at once where ``qk_norm_type`` is ``per_layer`` (MiniMax-M2)."""
     if model_type in HEAD_QK_NORM_TYPES:
         return "head"
     if model_type in ALL_HEADS_QK_NORM_TYPES:
         return "all_heads"
+    if model_type in QK_LAYERNORM_TYPES:
+        return "head" if cfg.flag("qk_layernorm", False) else None
     if not cfg.flag("use_qk_norm", False):
         return None
     return "all_heads" if cfg.text("qk_norm_type") == "per_layer" else "head"
@@ -122,6 +129,11 @@ def qk_norm_json(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     (none for the families whose code fixes it)."""
     if model_type in HEAD_QK_NORM_TYPES | ALL_HEADS_QK_NORM_TYPES or model.qk_norm is None:
         return {}
+    if model_type in QK_LAYERNORM_TYPES:
+        if model.qk_norm != "head":
+            raise ModelConfigError(f"{model.name}: a {model_type} config.json declares a "
+                                   f"query/key norm over each head only (qk_layernorm)")
+        return {"qk_layernorm": True}
     return {"use_qk_norm": True,
             "qk_norm_type": "per_layer" if model.qk_norm == "all_heads" else "per_head"}
 

@@ -56,6 +56,4 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     **dict.fromkeys(("olmo", "granite", "granitemoe", "phimoe", "mllama_text_model",
                      "internlm2", "deepseek", "arctic"),
                     TypeFacts(gated_mlp=True, tie=False)),
-    # StableLmMLP gate/up/down; nn.LayerNorm
-    "stablelm": TypeFacts(gated_mlp=True, tie=False, norm="layernorm"),
 }
