@@ -6,7 +6,7 @@ listed: its builder says what its code fixes.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
 ``modeling_<type>.py`` (layers), read for this table; remote-code families (ChatGLM,
-InternLM2, DeepSeek-MoE, Arctic) from their checkpoints' modeling files, recalled.
+DeepSeek-MoE, Arctic) from their checkpoints' modeling files, recalled.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
                     TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
-    **dict.fromkeys(("olmo", "granite", "granitemoe", "phimoe", "mllama_text_model",
-                     "internlm2", "deepseek", "arctic"),
+    **dict.fromkeys(("olmo", "granitemoe", "phimoe", "mllama_text_model",
+                     "deepseek", "arctic"),
                     TypeFacts(gated_mlp=True, tie=False)),
 }
