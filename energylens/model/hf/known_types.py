@@ -53,7 +53,6 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
                     TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
-    **dict.fromkeys(("olmo", "granitemoe", "phimoe", "mllama_text_model",
-                     "deepseek", "arctic"),
+    **dict.fromkeys(("olmo", "granitemoe", "mllama_text_model", "deepseek", "arctic"),
                     TypeFacts(gated_mlp=True, tie=False)),
 }

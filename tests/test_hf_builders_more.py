@@ -1,0 +1,151 @@
+"""The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE and the
+Llama-layout types (InternLM2, Granite, Seed-OSS): what each family's code fixes beyond
+the round trip of its zoo entry (tests/test_hf_import.py), checked on config.json fields as
+the checkpoints write them (recalled) against counts summed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from energylens.model import ModelConfig, get_model, parameter_count
+from energylens.model.hf import ModelApproximationWarning, load_hf_config, write_hf_config
+
+
+def _load(tmp_path: Path, config: dict[str, Any]) -> ModelConfig:
+    """The model read from ``config``; a builder reads it without approximation warnings."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelApproximationWarning)
+        return load_hf_config(path)
+
+
+#: EleutherAI/gpt-neox-20b config.json (recalled): no KV-head field, no attention_bias.
+GPT_NEOX_20B = {"model_type": "gpt_neox", "hidden_size": 6144, "intermediate_size": 24576,
+                "num_attention_heads": 64, "num_hidden_layers": 44, "rotary_pct": 0.25,
+                "use_parallel_residual": True, "hidden_act": "gelu_fast",
+                "layer_norm_eps": 1e-5, "vocab_size": 50432, "tie_word_embeddings": False}
+
+
+def test_gpt_neox_parallel_residual_keeps_two_layernorms(tmp_path: Path) -> None:
+    """GPTNeoXLayer's parallel residual reads two LayerNorms of the same input, so it is
+    priced as a sequential block (two norms), not as GPT-J's one-norm parallel block.
+    The model card's 20,554,567,680 summed by hand: per layer a fused q/k/v of
+    6144 x 3 x 6144 with its bias, dense 6144 x 6144 with its bias, the MLP
+    2 x 6144 x 24576 with its biases, two LayerNorms (weight and bias); the untied
+    50432 x 6144 embedding and output and the final LayerNorm."""
+    model = _load(tmp_path, GPT_NEOX_20B)
+    assert (model.num_kv_heads, model.attention, model.qkv_bias) == (64, "MHA", True)
+    assert (model.gated_mlp, model.norm_type, model.parallel_block) == (False, "layernorm", False)
+    h, f = 6144, 24576
+    layer = 4 * h * h + 3 * h + h + 2 * h * f + f + h + 2 * 2 * h
+    hand = 44 * layer + 2 * 50432 * h + 2 * h
+    assert hand == 20_554_567_680
+    assert parameter_count(model)[0] == hand - 44 * (h + f + h)  # dense and MLP biases
+    assert _load(tmp_path, {**GPT_NEOX_20B, "attention_bias": False}).qkv_bias is False
+
+
+def test_starcoder2_windows_every_layer_and_biases_by_default(tmp_path: Path) -> None:
+    model = _load(tmp_path, {"model_type": "starcoder2", "hidden_size": 6144,
+                             "num_hidden_layers": 40, "num_attention_heads": 48,
+                             "num_key_value_heads": 4, "intermediate_size": 24576,
+                             "vocab_size": 49152, "sliding_window": 4096,
+                             "norm_epsilon": 1e-5})
+    assert (model.sliding_window, model.num_sliding_layers) == (4096, 40)
+    assert model.qkv_bias and model.tie_word_embeddings  # Starcoder2Config's defaults
+    assert (model.gated_mlp, model.norm_type) == (False, "layernorm")
+
+
+def test_stablelm_parallel_block_reads_one_norm_and_a_per_head_qk_norm(tmp_path: Path) -> None:
+    """StableLM 2 12B: without a post_attention_layernorm its layer has one LayerNorm
+    (parallel_block), and qk_layernorm a LayerNorm over each head's 160 dims (qk_norm
+    head). Its count against the sequential layout: one norm (weight and bias) less a
+    layer."""
+    fields = {"model_type": "stablelm", "hidden_size": 5120, "num_hidden_layers": 40,
+              "num_attention_heads": 32, "num_key_value_heads": 8,
+              "intermediate_size": 13824, "vocab_size": 100352,
+              "partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5,
+              "use_parallel_residual": True, "qk_layernorm": True, "use_qkv_bias": False,
+              "tie_word_embeddings": False}
+    model = _load(tmp_path, fields)
+    assert (model.parallel_block, model.qk_norm, model.head_dim) == (True, "head", 160)
+    zoo = get_model("stablelm-2-12b")
+    assert dataclasses.replace(model, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo
+    sequential = _load(tmp_path, {**fields, "use_parallel_residual": False,
+                                  "qk_layernorm": False})
+    assert (sequential.parallel_block, sequential.qk_norm) == (False, None)
+    assert parameter_count(sequential)[0] - parameter_count(model)[0] == 40 * 2 * 5120
+    written = write_hf_config(get_model("stablelm-2-12b"), model_type="stablelm")
+    assert written["qk_layernorm"] is True and "use_qk_norm" not in written
+
+
+def test_olmo_families_normalise_queries_and_keys_over_all_heads(tmp_path: Path) -> None:
+    """OLMo 2 and OLMoE: q_norm/k_norm over all heads, fixed by the code (no config
+    field), so the written config.json has no use_qk_norm either."""
+    for name, model_type in (("olmo-2-13b", "olmo2"), ("olmoe-1b-7b", "olmoe")):
+        written = write_hf_config(get_model(name), model_type=model_type)
+        assert "use_qk_norm" not in written and "qk_norm_type" not in written
+        assert _load(tmp_path, written).qk_norm == "all_heads"
+
+
+def test_olmoe_has_64_experts_top_8_in_every_layer(tmp_path: Path) -> None:
+    """OLMoE-1B-7B: 64 experts of 1024, top-8, all 16 layers; summed by hand: 6.92e9
+    total, 1.28e9 active (published 6.9B and 1.3B)."""
+    olmoe = _load(tmp_path, {"model_type": "olmoe", "hidden_size": 2048,
+                             "num_hidden_layers": 16, "num_attention_heads": 16,
+                             "num_key_value_heads": 16, "intermediate_size": 1024,
+                             "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304,
+                             "rms_norm_eps": 1e-5, "tie_word_embeddings": False})
+    assert olmoe.moe is not None and (olmoe.moe.num_experts, olmoe.moe.top_k) == (64, 8)
+    h = 2048
+    common = 4 * h * h + 2 * h + h * 64  # attention, two RMSNorms, router
+    expert = 3 * h * 1024
+    head = 2 * 50304 * h + h
+    assert parameter_count(olmoe) == (16 * (common + 64 * expert) + head,
+                                      16 * (common + 8 * expert) + head)
+    assert parameter_count(olmoe)[1] == pytest.approx(1.3e9, rel=0.02)
+
+
+def test_phimoe_has_16_experts_top_2_under_layernorms(tmp_path: Path) -> None:
+    """Phi-3.5-MoE: 16 experts of 6400, top-2, LayerNorm (weight and bias) and q/k/v
+    biases; summed by hand: 41.87e9 total, 6.64e9 active (published 41.9B and 6.6B)."""
+    phimoe = _load(tmp_path, {"model_type": "phimoe", "hidden_size": 4096,
+                              "num_hidden_layers": 32, "num_attention_heads": 32,
+                              "num_key_value_heads": 8, "intermediate_size": 6400,
+                              "num_local_experts": 16, "num_experts_per_tok": 2,
+                              "attention_bias": True, "lm_head_bias": True,
+                              "rms_norm_eps": 1e-5, "sliding_window": 131072,
+                              "vocab_size": 32064, "tie_word_embeddings": False})
+    moe = phimoe.moe
+    assert moe is not None and (moe.num_experts, moe.top_k, moe.expert_ffn) == (16, 2, 6400)
+    assert (phimoe.norm_type, phimoe.qkv_bias) == ("layernorm", True)
+    h = 4096
+    common = h * (h + 2 * 1024) + h + 2 * 1024 + h * h + 2 * 2 * h + h * 16
+    expert = 3 * h * 6400
+    head = 2 * 32064 * h + 2 * h
+    total, active = parameter_count(phimoe)
+    assert (total, active) == (32 * (common + 16 * expert) + head,
+                               32 * (common + 2 * expert) + head)
+    assert (total, active) == (pytest.approx(41.9e9, rel=0.01), pytest.approx(6.6e9, rel=0.01))
+
+
+@pytest.mark.parametrize(("model_type", "field", "default"), [
+    ("internlm2", "bias", True), ("seed_oss", "attention_bias", True),
+    ("granite", "attention_bias", False)])
+def test_llama_layout_types_read_their_bias_field(tmp_path: Path, model_type: str, field: str,
+                                                  default: bool) -> None:
+    """InternLM2Config's ``bias`` and SeedOssConfig's ``attention_bias`` default true (the
+    released checkpoints of InternLM2.5 say false, Seed-OSS true); Granite is Llama's."""
+    base = {"model_type": model_type, "hidden_size": 1024, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
+            "vocab_size": 1000, "rms_norm_eps": 1e-5}
+    assert _load(tmp_path, base).qkv_bias is default
+    assert _load(tmp_path, {**base, field: not default}).qkv_bias is (not default)
