@@ -149,3 +149,19 @@ def test_llama_layout_types_read_their_bias_field(tmp_path: Path, model_type: st
             "vocab_size": 1000, "rms_norm_eps": 1e-5}
     assert _load(tmp_path, base).qkv_bias is default
     assert _load(tmp_path, {**base, field: not default}).qkv_bias is (not default)
+
+
+def test_a_vocabulary_no_tp_degree_divides_is_padded_and_heads_are_not() -> None:
+    """Granite-3.3-8B's 49,159-token head over 2 ranks: 24,580 rows on the larger shard (the
+    engines pad the vocabulary); attention heads that do not divide are still refused."""
+    from energylens.deployment import Deployment
+    from energylens.model.spec import SpecError, split_sizes
+    from energylens.predict import predict
+
+    assert split_sizes(composite="v", sizes={"v": 49159}, degree=2) == {"v": 24580}
+    assert split_sizes(composite="v", sizes={"v": 128256}, degree=8) == {"v": 16032}
+    with pytest.raises(SpecError, match="does not divide"):
+        split_sizes(composite="g*r", sizes={"g": 8, "r": 3}, degree=16)
+    one, two = (predict(model="granite-3.3-8b", gpu="h100", deployment=Deployment(tp=tp))
+                for tp in (1, 2))
+    assert one.feasible and two.feasible and two.tpot_s < one.tpot_s

@@ -271,13 +271,22 @@ def validate_layer(*, layer: LayerSpec, sizes: dict[str, object]) -> None:
                 raise SpecError(f"overlap: unknown op {op_name!r}")
 
 
+#: Ranks an engine pads until they divide: the vocabulary (vLLM and SGLang pad it to a
+#: multiple of 64 before splitting the LM head and embedding, VocabParallelEmbedding's
+#: padding_size; TensorRT-LLM to a multiple of the TP degree; recalled). A shard is priced
+#: at ceil(size / degree) rows, the slowest rank's; the 64-row padding adds under 0.2 % of
+#: any released vocabulary and is not priced.
+PADDED_RANKS = frozenset({"v"})
+
+
 def split_sizes(*, composite: str, sizes: dict[str, int], degree: int) -> dict[str, int]:
     """Local sizes after splitting ``composite`` (``"f"`` or ``"g*r"``) over ``degree`` ranks.
 
     A composite splits its first rank as far as it goes and the next one for the rest
     (``g*r`` under TP: KV heads first; with more ranks than KV heads, KV heads are
-    replicated and query heads split further, as vLLM does). Raises :class:`SpecError`
-    when the degree does not divide.
+    replicated and query heads split further, as vLLM does); a rank engines pad
+    (:data:`PADDED_RANKS`) takes ceil(size / degree). Raises :class:`SpecError` when the
+    degree does not divide otherwise.
     """
     local: dict[str, int] = {}
     remaining = degree
@@ -291,6 +300,9 @@ def split_sizes(*, composite: str, sizes: dict[str, int], degree: int) -> dict[s
         elif remaining % size == 0:
             local[rank] = 1
             remaining //= size
+        elif rank in PADDED_RANKS:
+            local[rank] = -(-size // remaining)
+            remaining = 1
         else:
             raise SpecError(f"rank {rank!r} of size {size} does not divide by {remaining}")
     if remaining != 1:
