@@ -144,9 +144,11 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
         expected = 2 * sum(model.kv_heads_per_layer) * model.head_dim * ACTIVATION_BYTES
     assert memory.kv_cache_bytes == pytest.approx(expected)
     state = 0.0
-    if hybrid is not None:  # per Mamba-2 block: the SSM state and w-1 convolution inputs
+    if hybrid is not None:  # per mixer block: the SSM state and w-1 convolution inputs
         inner = hybrid.ssm_heads * hybrid.ssm_head_dim
-        channels = inner + 2 * hybrid.ssm_groups * hybrid.ssm_state_size
+        # Mamba-2 convolves x, B and C (Gated DeltaNet q, k and v); Mamba-1 x alone
+        channels = inner if hybrid.mixer == "mamba1" else \
+            inner + 2 * hybrid.ssm_groups * hybrid.ssm_state_size
         # the SSM state in the engine's state dtype, the convolution inputs in bf16
         state = hybrid.count("M") * (inner * hybrid.ssm_state_size * hybrid.ssm_state_bytes
                                      + (hybrid.conv_kernel - 1) * channels * ACTIVATION_BYTES)

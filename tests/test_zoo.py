@@ -90,6 +90,8 @@ def test_zoo_names_are_unique_configs() -> None:
         ("databricks/dbrx-instruct", "dbrx"),
         ("zai-org/GLM-4.5", "glm-4.5"),
         ("zai-org/GLM-4.6", "glm-4.5"),
+        ("ai21labs/AI21-Jamba-1.5-Mini", "jamba-1.5-mini"),
+        ("ai21labs/Jamba-v0.1", "jamba-1.5-mini"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
