@@ -165,3 +165,47 @@ def test_a_vocabulary_no_tp_degree_divides_is_padded_and_heads_are_not() -> None
     one, two = (predict(model="granite-3.3-8b", gpu="h100", deployment=Deployment(tp=tp))
                 for tp in (1, 2))
     assert one.feasible and two.feasible and two.tpot_s < one.tpot_s
+
+
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (recalled): full_attention_interval, no
+#: layer_types.
+QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
+              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+              "intermediate_size": 5120, "full_attention_interval": 4,
+              "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+              "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+              "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+              "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "partial_rotary_factor": 0.25,
+              "rms_norm_eps": 1e-6, "vocab_size": 151936, "tie_word_embeddings": False}
+
+
+def test_qwen3_next_attends_every_fourth_layer_through_a_gated_query(tmp_path: Path) -> None:
+    """full_attention_interval 4: layers 3, 7, ..., 47 attend (12), the other 36 are Gated
+    DeltaNet mixers; the attention output gate and the per-head QK norm come from the
+    family's code, not the config. Active per token summed by hand: a mixer's q/k/v
+    2048 x (2048 + 2048 + 4096), z 2048 x 4096, b and a 2048 x 32 each, the convolution's
+    4 x 8192 taps, A and the dt bias (32 each), the gated norm (128) and out 4096 x 2048:
+    33,718,464; an attention layer's q with its gate 2048 x 8192, k and v 2048 x 512 each,
+    o 4096 x 2048: 27,262,976; a MoE block's 10 routed and 1 shared experts of
+    3 x 2048 x 512 and a 512-way router: 35,651,584; 97 norms of 2048 and the untied
+    151936 x 2048 embedding and output: 3,874,824,960."""
+    model = _load(tmp_path, QWEN3_NEXT)
+    hybrid = model.hybrid
+    assert hybrid is not None and hybrid.mixer == "gated_deltanet"
+    mixers = hybrid.layer_pattern[::2]
+    assert [i for i, kind in enumerate(mixers) if kind == "*"] == list(range(3, 48, 4))
+    assert (model.attention_output_gate, model.qk_norm) == (True, "head")
+    mixer = 2048 * (2048 + 2048 + 4096 + 4096 + 2 * 32) + 4 * 8192 + 2 * 32 + 128 + 4096 * 2048
+    attention = 2048 * (2 * 4096 + 2 * 512) + 4096 * 2048
+    moe = 11 * 3 * 2048 * 512 + 2048 * 512
+    active = 36 * mixer + 12 * attention + 48 * moe + 97 * 2048 + 2 * 151936 * 2048
+    assert (mixer, attention, moe, active) == (33_718_464, 27_262_976, 35_651_584,
+                                               3_874_824_960)
+    assert parameter_count(model)[1] == active
+    assert parameter_count(model)[0] == pytest.approx(80e9, rel=0.02)
+    zoo = get_model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    assert dataclasses.replace(model, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               max_context_tokens=None,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo

@@ -92,6 +92,8 @@ def test_zoo_names_are_unique_configs() -> None:
         ("zai-org/GLM-4.6", "glm-4.5"),
         ("ai21labs/AI21-Jamba-1.5-Mini", "jamba-1.5-mini"),
         ("ai21labs/Jamba-v0.1", "jamba-1.5-mini"),
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b"),
+        ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3-next-80b-a3b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:

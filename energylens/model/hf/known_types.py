@@ -2,7 +2,8 @@
 config.json may leave unsaid: the MLP's form, the norm, and the defaults of its config
 class. The generic decoder takes these first and guesses (with a note) only for types not
 listed. A type with a builder of its own (:mod:`energylens.model.hf.builders`) is not
-listed: its builder says what its code fixes.
+listed: its builder says what its code fixes; except Qwen3-Next's and Qwen3.5's, whose
+builder (``qwen3_5.py``) reads through the generic decoder and so takes their facts here.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
 ``modeling_<type>.py`` (layers), read for this table; remote-code families (ChatGLM,
@@ -49,7 +50,8 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     # Qwen2MoeAttention q/k/v bias=config.qkv_bias, which defaults to True
     "qwen2_moe": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
     # Qwen3NextAttention, Qwen3_5MoeAttention: q_proj of 2 x heads x head_dim, the second
-    # half a sigmoid gate on the attention output, whatever attn_output_gate says
+    # half a sigmoid gate on the attention output where attn_output_gate is not given
+    # (read by builders/qwen3_5.py through the generic decoder)
     **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
                     TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default

@@ -1,7 +1,19 @@
-"""Qwen3.5 MoE: per layer a Gated DeltaNet (linear attention) or gated full-attention
-mixer, then a MoE block of routed experts and one shared expert. Read by the generic
-decoder (which models the linear-attention layers as Gated DeltaNet mixers);
-this module makes the family a supported one and writes it back."""
+"""Qwen3-Next and Qwen3.5 MoE: per layer a Gated DeltaNet (linear attention) or gated
+full-attention mixer, then a MoE block of routed experts and one shared expert. Read by
+the generic decoder (which models the linear-attention layers as Gated DeltaNet mixers);
+this module makes the family a supported one and writes it back.
+
+What the family's code fixes (transformers ``modeling_qwen3_next.py`` and
+``modeling_qwen3_5_moe.py``, recalled): q_proj is twice the query width, its second half a
+sigmoid gate on the attention output (``KNOWN_TYPES`` attention_output_gate); q_norm and
+k_norm over each head's width (``HEAD_QK_NORM_TYPES``); the mixer's q/k/v, z, b and a
+projections, one causal convolution over q, k and v, a gated RMSNorm. Qwen3-Next's config
+places the full-attention layers by ``full_attention_interval`` (every fourth layer) where
+Qwen3.5's lists ``layer_types``; the writer writes ``layer_types``, which both read.
+Approximated: rotary on a quarter of each head (``partial_rotary_factor``) is costed on the
+whole head; the zero-centred RMSNorm weights (1 + w) cost as plain ones; the MTP layer is
+not modelled; routing is priced as plain top-k.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +27,7 @@ from energylens.model.hf.generic import build_generic
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
-QWEN3_5_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+QWEN3_5_TYPES = ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
 @hf_builder(*QWEN3_5_TYPES)
