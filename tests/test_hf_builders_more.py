@@ -209,3 +209,31 @@ def test_qwen3_next_attends_every_fourth_layer_through_a_gated_query(tmp_path: P
                                max_context_tokens=None,
                                params_total_published=zoo.params_total_published,
                                params_active_published=zoo.params_active_published) == zoo
+
+
+def test_deepseek_v32_is_deepseek_v3_with_an_indexer_in_every_layer(tmp_path: Path) -> None:
+    """DeepSeek-V3.2-Exp's config.json is DeepSeek-V3's (the verbatim file in
+    tests/data/hf_configs/) with model_type deepseek_v32 and index_n_heads 64,
+    index_head_dim 128, index_topk 2048 (recalled). The indexer adds per layer its query
+    heads from the 1536-wide latent 1536 x 64 x 128, its key 7168 x 128 with a LayerNorm
+    (weight and bias, 2 x 128) and its head weights 7168 x 64: 13,959,424, 851,524,864 in
+    61 layers. Its cache: one 128-wide FP8 key and a 4-byte scale per 128 beside MLA's
+    576-wide 16-bit latent, 61 x (2 x 576 + 128 + 4) = 78,324 bytes a token."""
+    from energylens.cli.catalog import footprint
+
+    v3 = json.loads((Path(__file__).parent / "data" / "hf_configs"
+                     / "deepseek-ai--DeepSeek-V3_config.json").read_text())
+    fields = {**v3, "model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"],
+              "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
+    model, plain = _load(tmp_path, fields), _load(tmp_path, v3)
+    assert model.mla is not None and (model.mla.index_heads, model.mla.index_head_dim,
+                                      model.mla.index_topk) == (64, 128, 2048)
+    layer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    assert layer == 13_959_424
+    assert parameter_count(model)[0] - parameter_count(plain)[0] == 61 * layer == 851_524_864
+    assert footprint(model)["kv_bytes_per_token"] == 61 * (2 * 576 + 128 + 4) == 78_324
+    zoo = get_model("deepseek-ai/DeepSeek-V3.2-Exp")
+    assert dataclasses.replace(model, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               max_context_tokens=None,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo

@@ -94,6 +94,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("ai21labs/Jamba-v0.1", "jamba-1.5-mini"),
         ("Qwen/Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b"),
         ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3-next-80b-a3b"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2-exp"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp-Base", "deepseek-v3.2-exp"),
+        ("deepseek-ai/DeepSeek-V3.2", "deepseek-v3.2-exp"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:

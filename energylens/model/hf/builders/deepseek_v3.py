@@ -1,8 +1,12 @@
-"""DeepSeek-V2 / V3 / R1, Kimi-K2 / K2.5 and GLM-5 (the same template): MLA attention,
-routed and shared experts after the first dense layers. GLM-5's sparse-attention indexer
-(``index_n_heads`` heads of ``index_head_dim`` scoring the context, ``index_topk`` keys
-kept per query) is priced beside MLA (``families/dsa_indexer.yaml``), and MLA's context
-kernels read at most ``index_topk`` keys per query."""
+"""DeepSeek-V2 / V3 / R1, DeepSeek-V3.2, Kimi-K2 / K2.5 and GLM-5 (the same template): MLA
+attention, routed and shared experts after the first dense layers. DeepSeek Sparse
+Attention (DeepSeek-V3.2's ``deepseek_v32``, GLM-5's ``glm_moe_dsa``): its lightning
+indexer (``index_n_heads`` heads of ``index_head_dim`` scoring the context, ``index_topk``
+keys kept per query) is priced beside MLA (``families/dsa_indexer.yaml``), and MLA's
+context kernels read at most ``index_topk`` keys per query. ``deepseek_v32`` is
+DeepseekV3's config with the three ``index_*`` fields (DeepSeek's DeepSeek-V3.2-Exp
+``inference/model.py`` Indexer, recalled); a config of either DSA type without them reads
+as plain MLA."""
 
 from __future__ import annotations
 
@@ -19,8 +23,11 @@ from energylens.model.hf.common import (
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
+DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25",
+                  "glm_moe_dsa")
 
-@hf_builder("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm_moe_dsa")
+
+@hf_builder(*DEEPSEEK_TYPES)
 def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
     """MLA attention (with or without a query latent), ``first_k_dense_replace`` dense
     layers, then MoE layers (every ``moe_layer_freq``) with shared experts."""
@@ -44,7 +51,7 @@ def build_deepseek_v3(cfg: HFConfig, *, name: str, model_type: str) -> ModelConf
     return finish(f)
 
 
-@hf_writer("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm_moe_dsa")
+@hf_writer(*DEEPSEEK_TYPES)
 def write_deepseek_v3(model: ModelConfig, *, model_type: str) -> dict[str, Any]:
     """Llama fields, the MLA ranks and the experts."""
     fields = decoder_json(model, model_type=model_type)
