@@ -97,6 +97,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2-exp"),
         ("deepseek-ai/DeepSeek-V3.2-Exp-Base", "deepseek-v3.2-exp"),
         ("deepseek-ai/DeepSeek-V3.2", "deepseek-v3.2-exp"),
+        ("Qwen/Qwen2-VL-7B-Instruct", "qwen2.5-7b"),
+        ("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-7b"),
+        ("Qwen/Qwen2.5-VL-72B-Instruct", "qwen2.5-72b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
