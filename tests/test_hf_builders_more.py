@@ -237,3 +237,41 @@ def test_deepseek_v32_is_deepseek_v3_with_an_indexer_in_every_layer(tmp_path: Pa
                                max_context_tokens=None,
                                params_total_published=zoo.params_total_published,
                                params_active_published=zoo.params_active_published) == zoo
+
+
+#: THUDM/chatglm3-6b config.json (recalled): ChatGLM's own names, GQA by
+#: multi_query_group_num only where multi_query_attention is set.
+CHATGLM3_6B = {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096,
+               "num_attention_heads": 32, "kv_channels": 128, "multi_query_attention": True,
+               "multi_query_group_num": 2, "ffn_hidden_size": 13696,
+               "padded_vocab_size": 65024, "add_qkv_bias": True, "add_bias_linear": False,
+               "rmsnorm": True, "layernorm_epsilon": 1e-5, "post_layer_norm": True,
+               "seq_length": 8192, "tie_word_embeddings": False}
+
+
+def test_chatglm_groups_keys_only_under_multi_query_attention(tmp_path: Path) -> None:
+    """ChatGLM3-6B summed by hand: per layer a fused query_key_value 4096 x (4096 + 2 x 2 x
+    128) with its 4608 biases, dense 4096 x 4096, dense_h_to_4h 4096 x 2 x 13696 and
+    dense_4h_to_h 13696 x 4096, two RMSNorms: 203,960,832; 28 layers, the untied 65024 x
+    4096 embedding and output_layer and the final norm: 6,243,584,000 (published 6.24B).
+    Without multi_query_attention every head has its keys and values, whatever
+    multi_query_group_num says; seq_length is the context; the first ChatGLM-6B's layout
+    (inner_hidden_size) is refused."""
+    from energylens.errors import ModelConfigError
+
+    model = _load(tmp_path, CHATGLM3_6B)
+    assert (model.num_kv_heads, model.head_dim, model.qkv_bias) == (2, 128, True)
+    assert (model.gated_mlp, model.norm_type, model.max_context_tokens) == (True, "rmsnorm",
+                                                                             8192)
+    h = 4096
+    layer = h * (h + 2 * 2 * 128) + 4608 + h * h + 3 * h * 13696 + 2 * h
+    assert layer == 203_960_832
+    assert parameter_count(model)[0] == 28 * layer + 2 * 65024 * h + h == 6_243_584_000
+    assert _load(tmp_path, {**CHATGLM3_6B, "multi_query_attention": False}).num_kv_heads == 32
+    with pytest.raises(ModelConfigError, match="first ChatGLM-6B"):
+        _load(tmp_path, {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096,
+                         "num_attention_heads": 32, "inner_hidden_size": 16384,
+                         "vocab_size": 130528, "position_encoding_2d": True})
+    written = write_hf_config(get_model("THUDM/glm-4-9b-chat"), model_type="chatglm")
+    assert (written["padded_vocab_size"], written["multi_query_group_num"]) == (151552, 2)
+    assert "vocab_size" not in written and "num_hidden_layers" not in written

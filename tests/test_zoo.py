@@ -100,6 +100,8 @@ def test_zoo_names_are_unique_configs() -> None:
         ("Qwen/Qwen2-VL-7B-Instruct", "qwen2.5-7b"),
         ("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-7b"),
         ("Qwen/Qwen2.5-VL-72B-Instruct", "qwen2.5-72b"),
+        ("THUDM/glm-4-9b-chat", "glm-4-9b"),
+        ("THUDM/glm-4-9b", "glm-4-9b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:

@@ -6,8 +6,8 @@ listed: its builder says what its code fixes; except Qwen3-Next's and Qwen3.5's,
 builder (``qwen3_5.py``) reads through the generic decoder and so takes their facts here.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
-``modeling_<type>.py`` (layers), read for this table; remote-code families (ChatGLM,
-DeepSeek-MoE, Arctic) from their checkpoints' modeling files, recalled.
+``modeling_<type>.py`` (layers), read for this table; remote-code families (DeepSeek-MoE,
+Arctic) from their checkpoints' modeling files, recalled.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     # NemotronMLP up_proj/down_proj (relu2); NemotronLayerNorm1P
     "nemotron": TypeFacts(gated_mlp=False, norm="layernorm", tie=False),
     # Gated MLPs whose activation name need not say so.
-    # ChatGLM MLP: dense_h_to_4h of 2 x ffn_hidden_size, swiglu; output_layer its own
-    "chatglm": TypeFacts(gated_mlp=True, tie=False),
     # GlmMLP gate_up_proj; attention_bias defaults to True
     "glm": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
     "glm4": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
