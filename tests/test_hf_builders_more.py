@@ -275,3 +275,34 @@ def test_chatglm_groups_keys_only_under_multi_query_attention(tmp_path: Path) ->
     written = write_hf_config(get_model("THUDM/glm-4-9b-chat"), model_type="chatglm")
     assert (written["padded_vocab_size"], written["multi_query_group_num"]) == (151552, 2)
     assert "vocab_size" not in written and "num_hidden_layers" not in written
+
+
+#: baichuan-inc/Baichuan2-13B-Chat config.json (recalled): no max_position_embeddings.
+BAICHUAN2_13B = {"model_type": "baichuan", "architectures": ["BaichuanForCausalLM"],
+                 "hidden_size": 5120, "intermediate_size": 13696, "num_attention_heads": 40,
+                 "num_hidden_layers": 40, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+                 "model_max_length": 4096, "vocab_size": 125696, "tie_word_embeddings": False}
+
+
+def test_baichuan_positions_follow_vllms_rule(tmp_path: Path) -> None:
+    """The config names no position encoding: BaichuanForCausalLM 4096 wide rotates
+    (Baichuan2-7B), any other width has ALiBi (the 13B models), BaiChuanForCausalLM
+    (Baichuan-7B) rotates. Baichuan2-13B summed by hand: per layer W_pack 5120 x 3 x 5120
+    and o_proj 5120 x 5120 (no biases), a SwiGLU of 3 x 5120 x 13696, two RMSNorms:
+    315,238,400; 40 layers, the untied 125696 x 5120 embedding and lm_head, the final
+    norm: 13,896,668,160. Its context is model_max_length (it has no
+    max_position_embeddings)."""
+    model = _load(tmp_path, BAICHUAN2_13B)
+    assert (model.position_encoding, model.attention, model.qkv_bias) == ("alibi", "MHA", False)
+    assert model.max_context_tokens == 4096
+    h = 5120
+    layer = 4 * h * h + 3 * h * 13696 + 2 * h
+    assert layer == 315_238_400
+    assert parameter_count(model)[0] == 40 * layer + 2 * 125696 * h + h == 13_896_668_160
+    seven = {**BAICHUAN2_13B, "hidden_size": 4096, "intermediate_size": 11008,
+             "num_attention_heads": 32, "num_hidden_layers": 32}
+    assert _load(tmp_path, seven).position_encoding == "rope"
+    baichuan_13b_v1 = {**BAICHUAN2_13B, "vocab_size": 64000}
+    assert _load(tmp_path, baichuan_13b_v1).position_encoding == "alibi"
+    rotating = {**BAICHUAN2_13B, "architectures": ["BaiChuanForCausalLM"]}
+    assert _load(tmp_path, rotating).position_encoding == "rope"

@@ -102,6 +102,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("Qwen/Qwen2.5-VL-72B-Instruct", "qwen2.5-72b"),
         ("THUDM/glm-4-9b-chat", "glm-4-9b"),
         ("THUDM/glm-4-9b", "glm-4-9b"),
+        ("baichuan-inc/Baichuan2-7B-Chat", "baichuan2-7b"),
+        ("baichuan-inc/Baichuan2-13B-Chat", "baichuan2-13b"),
+        ("baichuan-inc/Baichuan2-13B-Base", "baichuan2-13b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
