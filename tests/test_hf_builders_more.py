@@ -306,3 +306,34 @@ def test_baichuan_positions_follow_vllms_rule(tmp_path: Path) -> None:
     assert _load(tmp_path, baichuan_13b_v1).position_encoding == "alibi"
     rotating = {**BAICHUAN2_13B, "architectures": ["BaiChuanForCausalLM"]}
     assert _load(tmp_path, rotating).position_encoding == "rope"
+
+
+def test_arctic_moe_every_kth_layer_with_the_residual_mlp_only_there(tmp_path: Path) -> None:
+    """Arctic's layer i is MoE where (i + 1) % moe_layer_frequency == 0; the others have a
+    dense SwiGLU of intermediate_size, and only the MoE layers the residual MLP of hidden
+    width (priced as a shared expert). With frequency 2 the 35 layers hold 17 MoE and 18
+    dense layers; summed by hand: 35 x (attention 2 x 7168 x 7168 + 2 x 7168 x 1024 =
+    117,440,512, two RMSNorms), 18 dense MLPs of 3 x 7168 x 4864 = 104,595,456, 17 x (128
+    or 2 experts of that size, the residual 3 x 7168 x 7168, a 128-way router), the untied
+    32000 x 7168 embeddings and the final norm: 236,688,098,304 total and 12,644,631,552
+    active. The writer gives the frequency back."""
+    fields = {"model_type": "arctic", "hidden_size": 7168, "num_hidden_layers": 35,
+              "num_attention_heads": 56, "num_key_value_heads": 8, "intermediate_size": 4864,
+              "num_local_experts": 128, "num_experts_per_tok": 2, "moe_layer_frequency": 2,
+              "use_residual": True, "parallel_attn_mlp_res": True, "vocab_size": 32000,
+              "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+    model = _load(tmp_path, fields)
+    moe = model.moe
+    assert moe is not None and (moe.num_moe_layers, moe.dense_layer_ffn) == (17, 4864)
+    assert (moe.num_shared_experts, moe.shared_expert_ffn) == (1, 7168)
+    h = 7168
+    attention, mlp = 2 * h * h + 2 * h * 1024, 3 * h * 4864
+    assert (attention, mlp) == (117_440_512, 104_595_456)
+    common = 35 * (attention + 2 * h) + 18 * mlp + 2 * 32000 * h + h
+    moe_layer = 3 * h * h + h * 128
+    assert parameter_count(model) == (common + 17 * (128 * mlp + moe_layer),
+                                      common + 17 * (2 * mlp + moe_layer)) \
+        == (236_688_098_304, 12_644_631_552)
+    written = write_hf_config(model, model_type="arctic")
+    assert (written["moe_layer_frequency"], written["use_residual"]) == (2, True)
+    assert _load(tmp_path, written).moe == moe

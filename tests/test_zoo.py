@@ -105,6 +105,8 @@ def test_zoo_names_are_unique_configs() -> None:
         ("baichuan-inc/Baichuan2-7B-Chat", "baichuan2-7b"),
         ("baichuan-inc/Baichuan2-13B-Chat", "baichuan2-13b"),
         ("baichuan-inc/Baichuan2-13B-Base", "baichuan2-13b"),
+        ("Snowflake/snowflake-arctic-instruct", "snowflake-arctic"),
+        ("Snowflake/snowflake-arctic-base", "snowflake-arctic"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:

@@ -308,8 +308,9 @@ def _experts(r: _Reader, f: dict[str, Any], n: int) -> list[bool]:
         if shared_count:
             raise r.cfg.error(f"{r.cfg.field('use_residual')} (a residual MLP) and shared "
                               f"experts together are not modelled")
-        # Arctic: beside the experts of each MoE layer a dense SwiGLU MLP of hidden width
-        # (vLLM ArcticMLP, is_residual_mlp: ffn_dim = hidden_size), on the same input
+        # Arctic's layout (its own type has a builder, builders/arctic.py): beside the
+        # experts of each MoE layer a dense SwiGLU MLP of hidden width (vLLM ArcticMLP,
+        # is_residual_mlp: ffn_dim = hidden_size), on the same input
         shared_count, shared_ffn = 1, r.size(HIDDEN)
         r.notes.append(f"residual MLP (use_residual) of width {shared_ffn} beside the "
                        f"experts priced as a shared expert (its own norm left out)")
