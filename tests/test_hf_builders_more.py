@@ -337,3 +337,38 @@ def test_arctic_moe_every_kth_layer_with_the_residual_mlp_only_there(tmp_path: P
     written = write_hf_config(model, model_type="arctic")
     assert (written["moe_layer_frequency"], written["use_residual"]) == (2, True)
     assert _load(tmp_path, written).moe == moe
+
+
+#: baidu/ERNIE-4.5-21B-A3B-PT config.json (recalled).
+ERNIE_21B = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+             "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+             "use_bias": False, "moe_num_experts": 64, "moe_k": 6,
+             "moe_intermediate_size": 1536, "moe_num_shared_experts": 2,
+             "moe_layer_start_index": 1, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+             "rms_norm_eps": 1e-5, "vocab_size": 103424, "tie_word_embeddings": True}
+
+
+def test_ernie_moe_layers_from_the_start_index_with_shared_experts_fused(tmp_path: Path) -> None:
+    """ERNIE 4.5: layers start..end (inclusive; -1 the last) are MoE, the ones before dense;
+    the 2 shared experts are one MLP of 2 x 1536. ERNIE-4.5-21B-A3B summed by hand: 28 x
+    (attention 2 x 2560 x 2560 + 2 x 2560 x 512 = 15,728,640, two RMSNorms), layer 0's
+    SwiGLU 3 x 2560 x 12288, 27 x (64 or 6 experts of 3 x 2560 x 1536 = 11,796,480, the
+    shared 3 x 2560 x 3072 = 23,592,960, a 64-way router), the tied 103424 x 2560
+    embedding and the final norm: 21,825,436,160 total, 3,352,148,480 active."""
+    model = _load(tmp_path, ERNIE_21B)
+    moe = model.moe
+    assert moe is not None and (moe.num_moe_layers, moe.dense_layer_ffn) == (27, 12288)
+    assert (moe.num_shared_experts, moe.shared_expert_ffn) == (1, 3072)
+    h = 2560
+    attention, expert, shared = 2 * h * h + 2 * h * 512, 3 * h * 1536, 3 * h * 3072
+    assert (attention, expert, shared) == (15_728_640, 11_796_480, 23_592_960)
+    common = 28 * (attention + 2 * h) + 3 * h * 12288 + 103424 * h + h
+    assert parameter_count(model) == (common + 27 * (64 * expert + shared + h * 64),
+                                      common + 27 * (6 * expert + shared + h * 64)) \
+        == (21_825_436_160, 3_352_148_480)
+    last = _load(tmp_path, {**ERNIE_21B, "moe_layer_end_index": -1})
+    assert last.moe == moe
+    shorter = _load(tmp_path, {**ERNIE_21B, "moe_layer_end_index": 26}).moe
+    unshared = _load(tmp_path, {**ERNIE_21B, "moe_num_shared_experts": 0}).moe
+    assert shorter is not None and shorter.num_moe_layers == 26
+    assert unshared is not None and unshared.num_shared_experts == 0

@@ -107,6 +107,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("baichuan-inc/Baichuan2-13B-Base", "baichuan2-13b"),
         ("Snowflake/snowflake-arctic-instruct", "snowflake-arctic"),
         ("Snowflake/snowflake-arctic-base", "snowflake-arctic"),
+        ("baidu/ERNIE-4.5-21B-A3B-PT", "ernie-4.5-21b-a3b"),
+        ("baidu/ERNIE-4.5-21B-A3B-Base-PT", "ernie-4.5-21b-a3b"),
+        ("baidu/ERNIE-4.5-300B-A47B-PT", "ernie-4.5-300b-a47b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
