@@ -1,7 +1,8 @@
-"""The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE and the
-Llama-layout types (InternLM2, Granite, Seed-OSS): what each family's code fixes beyond
-the round trip of its zoo entry (tests/test_hf_import.py), checked on config.json fields as
-the checkpoints write them (recalled) against counts summed by hand."""
+"""The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE, the
+Llama-layout types (InternLM2, Granite, Seed-OSS), Qwen3-Next, DeepSeek-V3.2, ChatGLM,
+Baichuan, Arctic and ERNIE 4.5: what each family's code fixes beyond the round trip of its
+zoo entry (tests/test_hf_import.py), checked on config.json fields as the checkpoints write
+them (recalled) against counts summed by hand."""
 
 from __future__ import annotations
 
