@@ -8,6 +8,12 @@ from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig, MoEConfig, QKNorm
 from energylens.model.hf.reader import HFConfig
 
+#: What a plain decoder's fields leave unset: no window, experts or latent attention, no
+#: published counts (a builder overrides what its family has).
+PLAIN_DECODER_DEFAULTS: dict[str, Any] = {
+    "sliding_window": None, "num_sliding_layers": 0, "moe": None, "mla": None,
+    "params_total_published": None, "params_active_published": None}
+
 
 def decoder_fields(cfg: HFConfig, name: str, *, derive_head_dim: bool = True) -> dict[str, Any]:
     """ModelConfig fields of a Llama-style config: a dense, full-attention GQA decoder.
@@ -44,12 +50,7 @@ def decoder_fields(cfg: HFConfig, name: str, *, derive_head_dim: bool = True) ->
         "qkv_bias": cfg.flag("attention_bias", False),
         "norm_type": "rmsnorm",
         "attention": "GQA",
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
+        **PLAIN_DECODER_DEFAULTS,
         "notes": f"loaded from a local HF config.json ({name})",
     }
 
@@ -84,12 +85,7 @@ def plain_decoder_fields(cfg: HFConfig, name: str, *, hidden: int, heads: int, k
         "qkv_bias": qkv_bias,
         "norm_type": "layernorm",
         "attention": "GQA",  # MHA or GQA, set by finish()
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
+        **PLAIN_DECODER_DEFAULTS,
         "notes": f"loaded from a local HF config.json ({name}); {notes}",
     }
 

@@ -14,7 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from energylens.model.config import MAX_SIZE, HybridConfig, MLAConfig, ModelConfig, MoEConfig
-from energylens.model.hf.common import STATE_DTYPE_KEYS, finish, head_dim_from, ssm_state_dtype
+from energylens.model.hf.common import (
+    PLAIN_DECODER_DEFAULTS,
+    STATE_DTYPE_KEYS,
+    finish,
+    head_dim_from,
+    ssm_state_dtype,
+)
 from energylens.model.hf.known_types import KNOWN_TYPES
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import supported_model_types
@@ -114,8 +120,7 @@ def build_generic(cfg: HFConfig, *, name: str, model_type: str) -> tuple[ModelCo
         "tie_word_embeddings": _tied(r), "qkv_bias": _qkv_bias(r),
         "norm_type": _norm(r), "gated_mlp": _gated(r), "attention": "GQA",
         "position_encoding": r.facts.position if r.facts else "rope",
-        "sliding_window": None, "num_sliding_layers": 0, "moe": None, "mla": None,
-        "params_total_published": None, "params_active_published": None,
+        **PLAIN_DECODER_DEFAULTS,
         "notes": f"loaded from a local HF config.json ({name}) as a generic decoder",
     }
     if cfg.has("kv_lora_rank"):

@@ -27,7 +27,7 @@ from typing import Any
 
 from energylens.errors import ModelConfigError
 from energylens.model.config import ModelConfig
-from energylens.model.hf.common import finish
+from energylens.model.hf.common import PLAIN_DECODER_DEFAULTS, finish
 from energylens.model.hf.reader import HFConfig
 from energylens.model.hf.registry import hf_builder, hf_writer
 
@@ -65,12 +65,7 @@ def build_chatglm(cfg: HFConfig, *, name: str, model_type: str) -> ModelConfig:
         "qkv_bias": cfg.flag("add_qkv_bias", False),
         "norm_type": "rmsnorm" if cfg.flag("rmsnorm", True) else "layernorm",
         "attention": "GQA",
-        "sliding_window": None,
-        "num_sliding_layers": 0,
-        "moe": None,
-        "mla": None,
-        "params_total_published": None,
-        "params_active_published": None,
+        **PLAIN_DECODER_DEFAULTS,
         "notes": "; ".join(notes),
         "max_context_tokens": cfg.integer("seq_length") if cfg.has("seq_length") else None,
     }
