@@ -110,6 +110,13 @@ def test_zoo_names_are_unique_configs() -> None:
         ("baidu/ERNIE-4.5-21B-A3B-PT", "ernie-4.5-21b-a3b"),
         ("baidu/ERNIE-4.5-21B-A3B-Base-PT", "ernie-4.5-21b-a3b"),
         ("baidu/ERNIE-4.5-300B-A47B-PT", "ernie-4.5-300b-a47b"),
+        ("facebook/opt-13b", "opt-13b"),
+        ("facebook/opt-30b", "opt-30b"),
+        ("01-ai/Yi-1.5-34B-Chat", "yi-34b"),
+        ("01-ai/Yi-1.5-9B-Chat", "yi-1.5-9b"),
+        ("01-ai/Yi-1.5-6B", "yi-1.5-6b"),
+        ("deepseek-ai/deepseek-llm-67b-chat", "deepseek-llm-67b"),
+        ("deepseek-ai/deepseek-llm-7b-base", "deepseek-llm-7b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
