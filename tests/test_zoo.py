@@ -117,6 +117,14 @@ def test_zoo_names_are_unique_configs() -> None:
         ("01-ai/Yi-1.5-6B", "yi-1.5-6b"),
         ("deepseek-ai/deepseek-llm-67b-chat", "deepseek-llm-67b"),
         ("deepseek-ai/deepseek-llm-7b-base", "deepseek-llm-7b"),
+        ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b"),
+        ("HuggingFaceTB/SmolLM2-135M", "smollm2-135m"),
+        ("allenai/OLMo-2-1124-7B-Instruct", "olmo-2-7b"),
+        ("google/gemma-2-2b-it", "gemma-2-2b"),
+        ("ibm-granite/granite-3.1-8b-base", "granite-3.1-8b"),
+        ("ibm-granite/granite-3.2-8b-instruct", "granite-3.1-8b"),
+        ("mistralai/Codestral-22B-v0.1", "codestral-22b"),
+        ("mistralai/Ministral-8B-Instruct-2410", "ministral-8b-2410"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
