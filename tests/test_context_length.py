@@ -206,7 +206,7 @@ def test_models_yaml_needs_a_source_for_a_context() -> None:
 
 def test_every_zoo_context_has_a_source_and_a_plausible_size() -> None:
     known = [m for m in list_models() if m.max_context_tokens is not None]
-    assert len(known) == 55
+    assert len(known) == 56
     for model in known:
         assert 2048 <= model.max_context_tokens <= 10_485_760, model.name
         lines = [s for s in model_info(model.name).sources if s.startswith("max_context_tokens:")]

@@ -125,6 +125,12 @@ def test_zoo_names_are_unique_configs() -> None:
         ("ibm-granite/granite-3.2-8b-instruct", "granite-3.1-8b"),
         ("mistralai/Codestral-22B-v0.1", "codestral-22b"),
         ("mistralai/Ministral-8B-Instruct-2410", "ministral-8b-2410"),
+        ("microsoft/Phi-3.5-mini-instruct", "phi-3.5-mini"),
+        ("microsoft/Phi-3-mini-128k-instruct", "phi-3.5-mini"),
+        ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistral-small-24b-2501"),
+        ("mistralai/Mistral-Small-3.1-24B-Base-2503", "mistral-small-24b-2501"),
+        ("MiniMaxAI/MiniMax-M2", "minimax-m2.5"),
+        ("nvidia/Llama-3.1-Nemotron-Nano-8B-v1", "llama-3.1-8b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
