@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from energylens.cost.gguf import FILE_DTYPE, GGUF_DTYPES
 from energylens.cost.moe import Routing
 from energylens.cost.speculative import DEFAULT_ACCEPTANCE, Speculation
 from energylens.errors import ConfigError, SpecError, UnknownGPUError
@@ -35,7 +36,8 @@ FUSIONS = ("attention", "qkv", "gate_up", "act", "norm_residual", "quant", "epil
 #: Weight dtypes a deployment may choose (``energylens.cost.work.DTYPE_BYTES`` has their
 #: storage; ``COMPUTE_DTYPE`` the tensor-core dtype each computes in).
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4",
-                 "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")  # the last: GGUF file types
+                 *GGUF_DTYPES,  # GGUF file types
+                 FILE_DTYPE)  # each tensor as the model's GGUF file stores it (cost/gguf.py)
 #: KV-cache dtypes (None = ``auto``: the runtime's default for the checkpoint); the last two
 #: are ggml's block formats (llama.cpp's ``--cache-type-k/-v``, ``cost/gguf.py`` their bytes).
 KV_DTYPES = ("bf16", "fp16", "fp8", "q8_0", "q4_0")
@@ -229,6 +231,10 @@ def check_deployment(*, deployment: Deployment, model: ModelConfig, gpu_name: st
         if d.dp is not None and d.gpus_per_replica * d.dp != d.num_gpus:
             raise ConfigError(f"{ranks}*dp = {d.gpus_per_replica * d.dp} != num_gpus = "
                               f"{d.num_gpus}")
+    if d.weight_dtype == FILE_DTYPE and not model.gguf_storage:
+        raise ConfigError(f"weight dtype {FILE_DTYPE} prices each tensor as a GGUF file stores it, and "
+                          f"{model.name} was not read from one: give the .gguf file as the "
+                          f"model, or a GGUF file type ({', '.join(GGUF_DTYPES)})")
     if d.explicit_moe_layout and model.moe is None:
         raise ConfigError(f"attention_dp / moe_tp lay out a MoE layer but {model.name} is a "
                           "dense model (use dp for replicas)")

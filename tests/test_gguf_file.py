@@ -1,14 +1,17 @@
-"""A GGUF file as the model: its header read as the config of its family, its file type
-as the weight dtype (files written here with the metadata llama.cpp's converter writes)."""
+"""A GGUF file as the model: its header read as the config of its family, its weights
+priced as its tensors' types store them, or by its file type where it lists no layers'
+tensors (files written here with the metadata and tensors llama.cpp's converter writes)."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from energylens.cli.catalog import footprint
 from energylens.cli.main import main
 from energylens.deployment import Deployment, Workload
 from energylens.errors import ConfigError, ModelConfigError
@@ -29,16 +32,22 @@ def _value(kind: int, value: Any) -> bytes:
     return struct.pack({U32: "<I", I32: "<i", F32: "<f", U64: "<Q"}[kind], value)
 
 
-def write_gguf(path: Path, *, metadata: dict[str, tuple[int, Any]], tensors: list[str],
-               tokens: int) -> Path:
+Tensor = tuple[str, tuple[int, ...], int]  # name, dimensions, ggml type
+
+
+def write_gguf(path: Path, *, metadata: dict[str, tuple[int, Any]],
+               tensors: list[str] | list[Tensor], tokens: int) -> Path:
     """A GGUF v3 header (no tensor data): ``metadata`` key -> (type, value), a vocabulary of
-    ``tokens`` strings, and the named tensors (shapes and types do not matter here)."""
+    ``tokens`` strings, and the tensors: names (4096 x 4096 Q4_K each) or (name,
+    dimensions, ggml type)."""
     items = [_string(k) + struct.pack("<I", kind) + _value(kind, v)
              for k, (kind, v) in metadata.items()]
     items.append(_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", ARRAY, STRING, tokens)
                  + b"".join(_string(f"t{i}") for i in range(tokens)))
-    infos = [_string(name) + struct.pack("<I", 2) + struct.pack("<QQ", 4096, 4096)
-             + struct.pack("<IQ", 12, 0) for name in tensors]
+    listed = [t if isinstance(t, tuple) else (t, (4096, 4096), 12) for t in tensors]
+    infos = [_string(name) + struct.pack("<I", len(dims))
+             + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", kind, 0)
+             for name, dims, kind in listed]
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(items))
                      + b"".join(items) + b"".join(infos))
     return path
@@ -150,3 +159,103 @@ def test_the_command_line_predicts_and_launches_the_file_itself(tmp_path: Path, 
     assert "q4_k_m weights: --runtime llama.cpp" in err  # who does run them
     assert main(["models", "show", str(path), "--json"]) == 0
     assert '"model_type": "llama"' in capsys.readouterr().out
+
+
+#: ggml tensor types (``enum ggml_type``).
+Q3_K, Q4_K, Q5_K, Q6_K, GGML_F32 = 11, 12, 13, 14, 0
+#: llama-quantize's more-bits layers as cost/gguf.py prices a Q4_K_M file: half of them.
+MORE_BITS_LAYERS = frozenset(range(0, 32, 2))
+
+
+def _llama_tensors(*, base: int, more: int, v: int, out: int, embd: int,
+                   more_layers: frozenset[int] = MORE_BITS_LAYERS) -> list[Tensor]:
+    """Llama-3.1-8B's weight tensors (ggml dimensions: input width first), ``base`` type
+    but ``attn_v`` and ``ffn_down`` in ``more`` on ``more_layers`` (``v``: attn_v's base)."""
+    d, kv, ff, vocab = 4096, 1024, 14336, 128256
+    tensors: list[Tensor] = [("token_embd.weight", (d, vocab), embd),
+                             ("output.weight", (d, vocab), out), ("output_norm.weight", (d,), GGML_F32)]
+    for i in range(32):
+        up = more if i in more_layers else base
+        tensors += [(f"blk.{i}.attn_q.weight", (d, d), base), (f"blk.{i}.attn_k.weight", (d, kv), base),
+                    (f"blk.{i}.attn_v.weight", (d, kv), more if i in more_layers else v),
+                    (f"blk.{i}.attn_output.weight", (d, d), base),
+                    (f"blk.{i}.ffn_gate.weight", (d, ff), base), (f"blk.{i}.ffn_up.weight", (d, ff), base),
+                    (f"blk.{i}.ffn_down.weight", (ff, d), up), (f"blk.{i}.attn_norm.weight", (d,), GGML_F32)]
+    return tensors
+
+
+def test_tensors_priced_as_stored_agree_with_the_file_types_rule(tmp_path: Path) -> None:
+    """A Q4_K_M file whose tensors are what cost/gguf.py's rule says (attn_v and ffn_down
+    in Q6_K on half the layers, the output in Q6_K) costs the same read either way: two
+    separate paths, one from the header and one from the rule."""
+    tensors = _llama_tensors(base=Q4_K, more=Q6_K, v=Q4_K, out=Q6_K, embd=Q4_K)
+    path = write_gguf(tmp_path / "Llama-3.1-8B-Q4_K_M.gguf", metadata=_llama(),
+                      tensors=tensors, tokens=128256)
+    model = get_model(str(path))
+    assert model.weight_dtype == "gguf"
+    stored = dict(model.gguf_storage)
+    assert stored["WQ"] == 144 / 256 and stored["WLM"] == 210 / 256
+    assert stored["WD"] == pytest.approx((144 + 210) / 2 / 256, rel=1e-15)
+    by_rule = footprint(replace(model, weight_dtype="q4_k_m"))["weight_bytes"]["q4_k_m"]
+    assert footprint(model)["weight_bytes"]["gguf"] == pytest.approx(by_rule, rel=1e-9)
+    work = Workload(batch=4, input_tokens=512, output_tokens=64)
+    as_stored = predict(model=model, gpu="rtx-4090", workload=work,
+                        deployment=Deployment(runtime="llama.cpp"))
+    rule = predict(model=model, gpu="rtx-4090", workload=work,
+                   deployment=Deployment(runtime="llama.cpp", weight_dtype="q4_k_m"))
+    assert as_stored.tpot_s == pytest.approx(rule.tpot_s, rel=1e-9)
+    assert as_stored.ttft_s == pytest.approx(rule.ttft_s, rel=1e-9)
+
+
+def test_a_type_no_rule_prices_is_priced_from_its_tensors(tmp_path: Path) -> None:
+    """A Q3_K_M file (type 12, which no rule here prices; a layout of its kind, not
+    llama-quantize's exact one): Q3_K mostly, attn_v and ffn_down in Q5_K on 16 layers and
+    Q4_K on the rest, attn_output Q4_K, the output Q6_K; the weights' bytes summed by hand
+    from the block sizes (Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210 bytes per 256 weights)."""
+    more = frozenset({0, 1, 2, 3, 28, 29, 30, 31, *range(6, 28, 3)})  # 8 + 8 = 16 layers
+    tensors = _llama_tensors(base=Q3_K, more=Q5_K, v=Q4_K, out=Q6_K, embd=Q3_K,
+                             more_layers=more)
+    tensors = [(n, dims, Q4_K if ".attn_output." in n or (".ffn_down." in n and kind == Q3_K)
+                else kind) for n, dims, kind in tensors]
+    path = write_gguf(tmp_path / "Llama-3.1-8B-Q3_K_M.gguf",
+                      metadata=_llama(**{"general.file_type": (U32, 12)}),
+                      tensors=tensors, tokens=128256)
+    model = get_model(str(path))
+    d, kv, ff, vocab = 4096, 1024, 14336, 128256
+    q3, q4, q5, q6 = (b / 256 for b in (110, 144, 176, 210))
+    by_hand = (32 * (d * d * q3 + d * kv * q3 + 2 * d * ff * q3 + d * d * q4)
+               + 16 * (d * kv * q5 + ff * d * q5) + 16 * (d * kv * q4 + ff * d * q4)
+               + d * vocab * (q3 + q6))
+    assert footprint(model)["weight_bytes"]["gguf"] == pytest.approx(by_hand, rel=1e-9)
+    assert "file type Q3_K_M" in model.notes
+
+
+def test_a_phi3_fused_tensor_prices_each_projection_it_holds(tmp_path: Path) -> None:
+    """Phi-3 stores q, k, v as one attn_qkv and gate, up as one ffn_up: each projection is
+    priced at its fused tensor's type."""
+    d, ff = 3072, 8192
+    tensors: list[Tensor] = [("token_embd.weight", (d, 32064), Q4_K)]
+    for i in range(32):
+        tensors += [(f"blk.{i}.attn_qkv.weight", (d, 3 * d), Q5_K),
+                    (f"blk.{i}.attn_output.weight", (d, d), Q4_K),
+                    (f"blk.{i}.ffn_up.weight", (d, 2 * ff), Q6_K),
+                    (f"blk.{i}.ffn_down.weight", (ff, d), Q4_K)]
+    meta = {"general.architecture": (STRING, "phi3"), "general.file_type": (U32, 17),
+            "phi3.block_count": (U32, 32), "phi3.embedding_length": (U32, d),
+            "phi3.feed_forward_length": (U32, ff), "phi3.attention.head_count": (U32, 32),
+            "phi3.attention.head_count_kv": (U32, 32), "phi3.context_length": (U32, 4096)}
+    stored = dict(get_model(str(write_gguf(tmp_path / "phi3.gguf", metadata=meta,
+                                           tensors=tensors, tokens=32064))).gguf_storage)
+    assert stored["WQ"] == stored["WK"] == stored["WV"] == 176 / 256
+    assert stored["WG"] == stored["WU"] == 210 / 256 and stored["WLM"] == 144 / 256  # tied
+
+
+def test_a_tensor_type_not_known_and_gguf_without_a_file_are_one_line(tmp_path: Path) -> None:
+    tensors = [*_llama_tensors(base=Q4_K, more=Q6_K, v=Q4_K, out=Q6_K, embd=Q4_K)]
+    tensors[5] = (tensors[5][0], tensors[5][1], 99)
+    path = write_gguf(tmp_path / "odd.gguf", metadata=_llama(), tensors=tensors, tokens=128256)
+    with pytest.raises(ModelConfigError, match=f"tensor {tensors[5][0]} is of ggml type 99"):
+        get_model(str(path))
+    with pytest.raises(ConfigError, match="was not read from one"):
+        predict(model="llama-3.1-8b", gpu="rtx-4090", workload=Workload(batch=1),
+                deployment=Deployment(runtime="llama.cpp", weight_dtype="gguf"))

@@ -120,7 +120,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="the engine's release, e.g. 0.17.0 or v0.17.0 (default: the one its "
                         "profile describes); facts that change between releases follow it")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
-                   help="weight dtype (default: the checkpoint's)")
+                   help="weight dtype (default: the checkpoint's; gguf: each tensor as the "
+                        "model's .gguf file stores it)")
     p.add_argument("--kv-dtype", choices=("auto", *KV_DTYPES), default="auto",
                    help="KV-cache dtype (default: auto, the runtime's default for the checkpoint)")
     fusion = p.add_mutually_exclusive_group()

@@ -44,8 +44,21 @@ BLENDS = {f"{base}|{more}": (BLOCK_BYTES[base] + BLOCK_BYTES[more]) / 2.0
           for base, more in MIXES.values()}
 #: Bytes per weight of every storage name :func:`gguf_tensor_type` returns.
 STORAGE_BYTES = {**BLOCK_BYTES, **BLENDS}
+#: The weight dtype "each tensor as its GGUF file stores it": a model read from a ``.gguf``
+#: file carries each weight's bytes from the file's tensor types (``ModelConfig.
+#: gguf_storage``), whatever its file type's name.
+FILE_DTYPE = "gguf"
 #: Tensor-core dtype every GGUF storage computes in (dequantised to fp16).
-GGUF_COMPUTE_DTYPE = dict.fromkeys((*STORAGE_BYTES, *GGUF_DTYPES), "fp16")
+GGUF_COMPUTE_DTYPE = dict.fromkeys((*STORAGE_BYTES, *GGUF_DTYPES, FILE_DTYPE), "fp16")
+#: Storage name of a weight of a GGUF file (:data:`FILE_DTYPE`): this prefix and the
+#: digits its name's mark carries (``WD__gguf_615234375`` -> ``gguf_615234375``: 0.615234375
+#: bytes a weight; energylens.model.spec.STORAGE_MARK).
+STORAGE_PREFIX = "gguf_"
+def storage_bytes(name: str) -> float | None:
+    """Bytes a weight takes under storage ``name`` (:data:`STORAGE_PREFIX` and billionths
+    of a byte); None for any other name."""
+    digits = name.removeprefix(STORAGE_PREFIX)
+    return int(digits) / 1e9 if digits != name and digits.isdigit() else None
 
 
 def gguf_tensor_type(*, name: str, file_type: str, unquantised: bool) -> str:

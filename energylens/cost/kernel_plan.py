@@ -22,6 +22,7 @@ from energylens.cost.work import (
     KV_TENSORS,
     GemmRanks,
     activation_element_bytes,
+    compute_dtype,
     gemm_ranks,
     grouped_expert,
     tensor_bytes,
@@ -164,7 +165,7 @@ def _op_plan(*, op: Einsum, local: dict[str, int], gpu: GPU, constants: KernelCo
     dtype = "bf16" if weight is None else weight_dtype_of(weight, weight_dtype)
     if weight is None and op.causal and _kv_mma(gpu=gpu, constants=constants, kv_dtype=kv_dtype):
         dtype = kv_dtype
-    dtype = COMPUTE_DTYPE.get(dtype, dtype)
+    dtype = compute_dtype(dtype)
     return OpPlan(op=op, local=local, contraction=True, dtype=dtype,
                   peak_flops_per_s=gpu.peak_flops_per_s(dtype),
                   energy_scale=flop_energy_scale(dtype=dtype, gpu=gpu),

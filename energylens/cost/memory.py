@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from energylens.cost.gguf import GGUF_DTYPES, LM_HEAD, MIXES, gguf_tensor_type
+from energylens.cost.gguf import FILE_DTYPE, GGUF_DTYPES, LM_HEAD, MIXES, gguf_tensor_type
 from energylens.cost.kernels import local_sizes
 from energylens.cost.work import (
     ACTIVATION_BYTES,
@@ -21,6 +21,7 @@ from energylens.cost.work import (
     EMBEDDING_BYTES,
     Size,
     activation_element_bytes,
+    storage_bytes,
     weight_dtype_of,
 )
 from energylens.hardware import GPU
@@ -93,7 +94,7 @@ def _layer_weight_bytes(*, group: LayerGroup, degrees: dict[str, int], weight_dt
                 elements = 1.0
                 for rank in tensor.ranks:
                     elements *= local[rank]
-                total += elements * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
+                total += elements * storage_bytes(weight_dtype_of(tensor, weight_dtype))
     return total
 
 
@@ -200,7 +201,11 @@ def memory_use(*, graph: ModelGraph, gpu: GPU, runtime: RuntimeProfile, degrees:
     # one stage holds the embedding and the LM head (one table if tied); over stages the
     # first holds the embedding and the last the LM head, one table each
     tables = 1 if model.tie_word_embeddings or pp > 1 else 2
-    if weight_dtype in GGUF_DTYPES:  # the output table's own format (a tied one's too), the
+    if weight_dtype == FILE_DTYPE:  # each table as the model's GGUF file stores it
+        stored = dict(model.gguf_storage)
+        lm_head, embedding = stored.get("WLM", EMBEDDING_BYTES), stored.get("EMB", EMBEDDING_BYTES)
+        weights += vocab_shard * (lm_head if tables == 1 else lm_head + embedding)
+    elif weight_dtype in GGUF_DTYPES:  # the output table's own format (a tied one's too), the
         # embedding's the file's base format (cost/gguf.py)
         lm_head = DTYPE_BYTES[gguf_tensor_type(name=LM_HEAD, file_type=weight_dtype,
                                                unquantised=False)]

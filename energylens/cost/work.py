@@ -16,6 +16,7 @@ from energylens.model.spec import (
     HELD_MARK,
     STATE_ELEMENT_BYTES,
     STATE_TENSORS,
+    STORAGE_MARK,
     Einsum,
     TensorRef,
 )
@@ -110,7 +111,7 @@ def tensor_bytes(*, tensor: TensorRef, sizes: dict[str, Size], weight_dtype: str
         ranks = sizes
         if expert_weight and ACTIVE_EXPERTS in sizes:
             ranks = {**sizes, EXPERT_WEIGHT_RANK: sizes[ACTIVE_EXPERTS]}
-        return rank_product(tensor.ranks, ranks) * DTYPE_BYTES[weight_dtype_of(tensor, weight_dtype)]
+        return rank_product(tensor.ranks, ranks) * storage_bytes(weight_dtype_of(tensor, weight_dtype))
     element: Size = activation_element_bytes(tensor=tensor, kv_dtype=kv_dtype, cache=cache)
     if tensor.name in STATE_TENSORS:
         element = sizes.get(STATE_ELEMENT_BYTES, ACTIVATION_BYTES)
@@ -161,10 +162,14 @@ EMBEDDING_BYTES = 2.0
 def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
     """Storage dtype of weight ``tensor`` under checkpoint dtype ``weight_dtype`` (16 bits
     where the checkpoint keeps it so: :data:`UNQUANTISED_WEIGHTS`, and the weights a model's
-    ``held_16bit`` marks for that dtype; a GGUF file type's format for it, cost/gguf.py)."""
+    ``held_16bit`` marks for that dtype; a GGUF file type's format for it, cost/gguf.py;
+    under ``gguf`` the bytes the model's file stores it in, which its name carries)."""
     if weight_dtype in ("bf16", "fp16"):
         return weight_dtype
-    name, _, held = tensor.name.partition(HELD_MARK)
+    unmarked, _, stored = tensor.name.partition(STORAGE_MARK)
+    if weight_dtype == gguf.FILE_DTYPE:  # as the model's GGUF file stores it
+        return gguf.STORAGE_PREFIX + stored if stored else "fp16"
+    name, _, held = unmarked.partition(HELD_MARK)
     if weight_dtype in gguf.GGUF_DTYPES:  # a GGUF file type: its format for this tensor
         return gguf.gguf_tensor_type(name=name, file_type=weight_dtype,
                                      unquantised=name in UNQUANTISED_WEIGHTS)
@@ -173,6 +178,19 @@ def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
     if weight_dtype in EXPERT_ONLY_DTYPES and EXPERT_WEIGHT_RANK not in tensor.ranks:
         return "bf16"
     return weight_dtype
+
+
+def storage_bytes(storage: str) -> float:
+    """Bytes a weight takes in ``storage`` (a :func:`weight_dtype_of` result)."""
+    stored = gguf.storage_bytes(storage)
+    return DTYPE_BYTES[storage] if stored is None else stored
+
+
+def compute_dtype(storage: str) -> str:
+    """The tensor-core dtype a weight of ``storage`` computes in."""
+    if gguf.storage_bytes(storage) is not None:
+        return gguf.GGUF_COMPUTE_DTYPE[gguf.FILE_DTYPE]
+    return COMPUTE_DTYPE.get(storage, storage)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -160,6 +160,10 @@ class ModelConfig:
     #: a low-bit dtype keeps in 16 bits, per dtype: its quantisation config's exclude list
     #: (NVIDIA's NVFP4 releases of the large MoE models keep attention 16-bit).
     held_16bit: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Bytes per weight of each weight (family tensor names; ``EMB``: the embedding table)
+    #: as the model's GGUF file stores it, from its tensors' types (energylens/model/gguf):
+    #: what the weight dtype ``gguf`` prices. Empty for a model not read from a GGUF file.
+    gguf_storage: tuple[tuple[str, float], ...] = ()
     #: Longest sequence (prompt + generated tokens) the checkpoint serves: its config.json
     #: ``max_position_embeddings`` (the length an engine such as vLLM takes as the model's
     #: context by default). None: unknown, and no request is checked against it.

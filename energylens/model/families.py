@@ -26,6 +26,7 @@ from energylens.model.spec import (
     LayerSpec,
     Overlap,
     parse_einsum,
+    stored_weight_name,
     validate_layer,
 )
 from energylens.yamlfile import safe_load
@@ -124,12 +125,14 @@ def model_bypass(model: ModelConfig) -> Bypass:
 
 def held_weights(model: ModelConfig) -> dict[str, str]:
     """Each weight ``model``'s low-bit checkpoints keep in 16 bits -> its name marked with
-    the dtypes of those checkpoints (:data:`HELD_MARK`)."""
+    the dtypes of those checkpoints (:data:`HELD_MARK`); each weight of a GGUF file ->
+    its name marked with the bytes the file stores it in (:func:`stored_weight_name`)."""
     dtypes: dict[str, list[str]] = {}
     for dtype, weights in model.held_16bit:
         for weight in weights:
             dtypes.setdefault(weight, []).append(dtype)
-    return {w: w + HELD_MARK + "_".join(sorted(d)) for w, d in dtypes.items()}
+    stored = {w: stored_weight_name(w, b) for w, b in model.gguf_storage if w.startswith("W")}
+    return {**{w: w + HELD_MARK + "_".join(sorted(d)) for w, d in dtypes.items()}, **stored}
 
 
 #: The shared parts as a model without optional ops reads them (no query/key norm, no
@@ -345,7 +348,8 @@ def build_graph(model: ModelConfig) -> ModelGraph:
             if layer is not None:
                 validate_layer(layer=layer,
                                sizes={**group.sizes, **dict.fromkeys(PHASE_RANKS, 1)})
-    head = parse_layer(name="head", parts=[family_part("head")], norm=norm)
+    head = parse_layer(name="head", parts=[family_part("head")], norm=norm,
+                       bypass=replace(PLAIN, held=held_weights(model)))
     head_sizes = {"d": model.hidden_size, "v": model.vocab_size}
     validate_layer(layer=head, sizes={**head_sizes, **dict.fromkeys(PHASE_RANKS, 1)})
     return ModelGraph(model=model, groups=tuple(bound), head=head, head_sizes=head_sizes)

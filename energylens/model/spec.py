@@ -62,6 +62,16 @@ STATE_ELEMENT_BYTES = "state_element_bytes"
 #: bits (``ModelConfig.held_16bit``): ``WQA__16_nvfp4`` is ``WQA``, 16-bit in the NVFP4
 #: checkpoint (the dtypes joined by ``_``).
 HELD_MARK = "__16_"
+#: What a weight's name carries when the model was read from a GGUF file
+#: (``ModelConfig.gguf_storage``): the bytes the file stores a weight in, in billionths
+#: (``WD__gguf_615234375``: 0.615234375 bytes, 14 of 32 layers' down projections in Q6_K
+#: and the rest in Q4_K), exact to nine digits for a mean over layers.
+STORAGE_MARK = "__gguf_"
+
+
+def stored_weight_name(weight: str, bytes_per_weight: float) -> str:
+    """``weight``'s name marked with the bytes its GGUF file stores a weight in."""
+    return f"{weight}{STORAGE_MARK}{round(bytes_per_weight * 1e9)}"
 
 _TENSOR = r"([A-Za-z][A-Za-z0-9_]*)\[([a-z0-9_, ]*)\]"
 _CONTRACTION = re.compile(rf"^\s*{_TENSOR}\s*=\s*{_TENSOR}(?:\s*\*\s*{_TENSOR})?\s*$")

@@ -59,9 +59,10 @@ class LlamaCpp(RuntimeProfile):
         forward pass (llama.cpp runs min(n_batch, n_ubatch) per pass: common/arg.cpp and
         tools/server/README.md, b6700, recalled)."""
         d, f = spec.deployment, self.flag
-        file_type = GGUF_TYPES[spec.weight_dtype]
         from_file = spec.model_id.lower().endswith(".gguf")  # the model was read from it
         given = from_file and spec.weight_dtype == spec.checkpoint_dtype
+        # the type to write (never the file's own tensors, dtype gguf: those are given)
+        file_type = spec.model_id if given else GGUF_TYPES[spec.weight_dtype]
         stem = PurePath(spec.model_id).stem if from_file else spec.model_id.rsplit("/", 1)[-1]
         gguf = spec.model_id if given else f"{stem}-{file_type}.gguf"
         argv = [*self.launch_program.split(), f("--model"), gguf, f("--n-gpu-layers"), "999"]

@@ -1,5 +1,6 @@
 """A GGUF file (llama.cpp's checkpoint) as a ModelConfig: its metadata read as the
-config.json fields of the same family, its file type as the weight dtype.
+config.json fields of the same family, its weights priced as its tensors' types store them
+(weight dtype ``gguf``, storage.py), or by its file type where it lists no tensors.
 
 llama.cpp's converter (``convert_hf_to_gguf.py``, recalled) writes a family's config under
 ``<architecture>.<key>``: ``block_count`` (layers), ``embedding_length`` (hidden),
@@ -18,8 +19,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from energylens.cost.gguf import FILE_DTYPE
 from energylens.model.config import ModelConfig
 from energylens.model.gguf.reader import GGUFHeader, read_gguf_header
+from energylens.model.gguf.storage import gguf_storage
 from energylens.model.hf.load import model_from_hf_fields
 
 #: ``general.file_type`` values priced, as the weight dtype each is (cost/gguf.py).
@@ -57,8 +60,9 @@ EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts"}
 
 def load_gguf(path: str | Path) -> ModelConfig:
     """The ModelConfig of the GGUF file ``path`` (its header only; no weights are read),
-    with its file type as the weight dtype. ModelConfigError (one line naming the file)
-    for an architecture or file type not read, or fields that do not fit together."""
+    its weights priced from its tensors' types (weight dtype ``gguf``), else from its
+    file type. ModelConfigError (one line naming the file) for an architecture, tensor
+    type or file type not read, or fields that do not fit together."""
     header = read_gguf_header(Path(path))
     fields = hf_fields(header)
     arch = header.metadata["general.architecture"]
@@ -66,8 +70,15 @@ def load_gguf(path: str | Path) -> ModelConfig:
     model = model_from_hf_fields(fields, path=header.path, name=name)
     notes = model.notes.replace("a local HF config.json", f"a GGUF file's metadata ({arch} "
                                 f"read as the {fields['model_type']} config fields)")
-    return dataclasses.replace(model, hf_id=str(header.path), weight_dtype=weight_dtype(header),
-                               notes=notes)
+    storage = gguf_storage(header)
+    if not storage:  # no tensor list to read: the file type's rule (cost/gguf.py)
+        return dataclasses.replace(model, hf_id=str(header.path),
+                                   weight_dtype=weight_dtype(header), notes=notes)
+    stored = ", ".join(f"{w} {b * 8:.3g}" for w, b in storage)
+    notes += (f". Weights priced as the file stores them (dtype gguf; file type "
+              f"{file_type_name(header)}), bits per weight from its tensors' types: {stored}.")
+    return dataclasses.replace(model, hf_id=str(header.path), weight_dtype=FILE_DTYPE,
+                               gguf_storage=storage, notes=notes)
 
 
 def gguf_model_type(path: str | Path) -> str:
@@ -97,6 +108,13 @@ def hf_fields(header: GGUFHeader) -> dict[str, Any]:
     if experts:
         fields[EXPERT_COUNT_FIELD.get(model_type, "num_experts")] = experts
     return fields
+
+
+def file_type_name(header: GGUFHeader) -> str:
+    """The file's ``general.file_type`` as llama-quantize names it (unnamed: its number)."""
+    code = header.metadata.get("general.file_type")
+    names = {**{c: t.upper() for c, t in FILE_TYPES.items()}, **UNPRICED_FILE_TYPES}
+    return names.get(code, f"number {code}") if isinstance(code, int) else "not given"
 
 
 def weight_dtype(header: GGUFHeader) -> str:
