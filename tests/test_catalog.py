@@ -194,3 +194,24 @@ def test_a_deployment_and_a_space_take_an_engine_by_its_other_spellings(spelling
     assert Deployment(runtime=spelling).runtime == name
     assert PARAMS["runtime"](spelling) is None
     assert "a serving runtime" in (PARAMS["runtime"]("tensorrt") or "")
+
+
+@pytest.mark.parametrize(("front_end", "said"), [("NIM", "TensorRT-LLM, vLLM or SGLang"),
+                                                 ("dynamo", "workers' engine"),
+                                                 ("Ollama", "--runtime llama.cpp")])
+def test_a_server_that_runs_another_engine_says_which_to_give(front_end: str, said: str,
+                                                              capsys) -> None:  # type: ignore[no-untyped-def]
+    """NIM, Dynamo, Triton and Ollama serve through an engine the registry has: the CLI, the
+    Python API and a space refuse them in one line naming what to give instead."""
+    from energylens.deployment import Deployment
+    from energylens.errors import UnknownRuntimeError
+    from energylens.study.objective import PARAMS
+
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error
+        main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--runtime", front_end])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not an engine of its own" in err and said in err and len(err.splitlines()) == 1
+    with pytest.raises(UnknownRuntimeError, match=said):
+        Deployment(runtime=front_end)
+    assert said in (PARAMS["runtime"](front_end) or "")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from energylens.cli.argtypes import positive_int
+from energylens.cli.argtypes import positive_int, runtime_arg
 from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console
@@ -20,7 +20,7 @@ from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment,
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
 from energylens.model.zoo import is_local_config, resolve
-from energylens.runtime import DEFAULT_RUNTIME, runtime_name, runtime_names
+from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load.cli import (
     add_load_arguments,
@@ -114,7 +114,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", choices=kind_names(), default="batch",
                    help="batch: one static batch; serving: continuous batching; load: "
                         "requests arriving over time, simulated")
-    p.add_argument("--runtime", type=runtime_name, choices=runtime_names(), default=DEFAULT_RUNTIME,
+    p.add_argument("--runtime", type=runtime_arg, choices=runtime_names(), default=DEFAULT_RUNTIME,
                    help="serving engine (default: %(default)s)")
     p.add_argument("--runtime-version", type=_release, default=None, metavar="RELEASE",
                    help="the engine's release, e.g. 0.17.0 or v0.17.0 (default: the one its "

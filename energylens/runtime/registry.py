@@ -25,6 +25,8 @@ def get_runtime(name: str) -> RuntimeProfile:
     """The profile of runtime ``name`` (a registry name or another spelling of it,
     :data:`SPELLINGS`); one-line error with the known names otherwise."""
     key = runtime_name(name)
+    if key in FRONT_ENDS:
+        raise UnknownRuntimeError(f"{name!r} is not an engine of its own: {FRONT_ENDS[key]}")
     if key not in _RUNTIMES:
         close = difflib.get_close_matches(key, list(_RUNTIMES), n=1)
         hint = f"did you mean {close[0]}? " if close else ""
@@ -40,7 +42,21 @@ SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trt
              # LMDeploy's own engine; llama.cpp's server binary
              "turbomind": "lmdeploy", "llama-server": "llama.cpp", "llamacpp": "llama.cpp",
              "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp",
-             "text-generation-inference": "tgi", "hf-tgi": "tgi"}
+             "text-generation-inference": "tgi", "hf-tgi": "tgi",
+             # vLLM's V1 engine, the one the profile describes (the default since 0.8)
+             "vllm-v1": "vllm"}
+#: Servers that run one of the engines rather than an engine of their own -> what to give
+#: instead (each one's documentation, recalled).
+FRONT_ENDS = {
+    "nim": "NVIDIA NIM serves a model through TensorRT-LLM, vLLM or SGLang (its profile "
+           "says which): give that engine (--runtime trtllm|vllm|sglang)",
+    "dynamo": "NVIDIA Dynamo routes requests to TensorRT-LLM, vLLM or SGLang workers: give "
+              "the workers' engine (--runtime trtllm|vllm|sglang); its router and front end "
+              "are not priced",
+    "triton": "Triton Inference Server runs a model through its TensorRT-LLM or vLLM backend: "
+              "give that engine (--runtime trtllm|vllm)",
+    "ollama": "Ollama runs ggml's kernels as llama.cpp does, behind a server of its own: "
+              "--runtime llama.cpp prices the kernels (Ollama's scheduler is not modelled)"}
 
 
 def runtime_name(spelling: str) -> str:

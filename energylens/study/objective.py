@@ -37,6 +37,7 @@ from energylens.model import ModelConfig
 from energylens.model.zoo import get_model
 from energylens.predict import Prediction, predict
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
+from energylens.runtime.registry import FRONT_ENDS, runtime_name
 from energylens.workloads import kind_names
 from energylens.workloads.load import LoadPrediction
 from energylens.workloads.load.disagg import Pool, predict_disaggregated
@@ -134,6 +135,8 @@ def _gpu(value: Any) -> str | None:
 def _runtime(value: Any) -> str | None:
     """A runtime of the registry, by its name or another spelling (``TensorRT-LLM``)."""
     if isinstance(value, str):
+        if runtime_name(value) in FRONT_ENDS:  # a server of another engine: say which
+            return f"a serving runtime ({FRONT_ENDS[runtime_name(value)]})"
         try:
             get_runtime(value)
             return None
