@@ -259,3 +259,41 @@ def test_a_tensor_type_not_known_and_gguf_without_a_file_are_one_line(tmp_path: 
     with pytest.raises(ConfigError, match="was not read from one"):
         predict(model="llama-3.1-8b", gpu="rtx-4090", workload=Workload(batch=1),
                 deployment=Deployment(runtime="llama.cpp", weight_dtype="gguf"))
+
+
+def test_a_gpt_oss_file_is_the_zoo_model_with_its_mxfp4_experts(tmp_path: Path) -> None:
+    """gpt-oss-20b as llama.cpp's converter writes it (architecture ``gpt-oss``; experts in
+    MXFP4, 17 bytes per 32 weights; attention and router in BF16 / F32): the zoo's shapes,
+    every other layer sliding, and the experts' bytes as the zoo's MXFP4 checkpoint prices
+    them (the rule's path: experts MXFP4, the rest 16-bit)."""
+    d, heads, kv, ff, experts, vocab = 2880, 64, 8, 2880, 32, 201088
+    meta = {"general.architecture": (STRING, "gpt-oss"), "general.file_type": (U32, 38),
+            "gpt-oss.block_count": (U32, 24), "gpt-oss.context_length": (U32, 131072),
+            "gpt-oss.embedding_length": (U32, d), "gpt-oss.feed_forward_length": (U32, ff),
+            "gpt-oss.attention.head_count": (U32, heads),
+            "gpt-oss.attention.head_count_kv": (U32, kv),
+            "gpt-oss.attention.key_length": (U32, 64), "gpt-oss.attention.value_length": (U32, 64),
+            "gpt-oss.attention.sliding_window": (U32, 128), "gpt-oss.expert_count": (U32, experts),
+            "gpt-oss.expert_used_count": (U32, 4), "gpt-oss.expert_feed_forward_length": (U32, ff)}
+    bf16, mxfp4 = 30, 39
+    tensors: list[Tensor] = [("token_embd.weight", (d, vocab), bf16),
+                             ("output.weight", (d, vocab), bf16)]
+    for i in range(24):
+        tensors += [(f"blk.{i}.attn_q.weight", (d, heads * 64), bf16),
+                    (f"blk.{i}.attn_k.weight", (d, kv * 64), bf16),
+                    (f"blk.{i}.attn_v.weight", (d, kv * 64), bf16),
+                    (f"blk.{i}.attn_output.weight", (heads * 64, d), bf16),
+                    (f"blk.{i}.attn_sinks.weight", (heads,), GGML_F32),
+                    (f"blk.{i}.ffn_gate_inp.weight", (d, experts), bf16),
+                    (f"blk.{i}.ffn_gate_exps.weight", (d, ff, experts), mxfp4),
+                    (f"blk.{i}.ffn_up_exps.weight", (d, ff, experts), mxfp4),
+                    (f"blk.{i}.ffn_down_exps.weight", (ff, d, experts), mxfp4)]
+    model = get_model(str(write_gguf(tmp_path / "gpt-oss-20b-mxfp4.gguf", metadata=meta,
+                                     tensors=tensors, tokens=vocab)))
+    _same_shapes(model, "gpt-oss-20b")
+    zoo = get_model("gpt-oss-20b")
+    assert (model.sliding_window, model.num_sliding_layers) == (zoo.sliding_window,
+                                                              zoo.num_sliding_layers)
+    assert dict(model.gguf_storage)["WEG"] == 17 / 32
+    stored = footprint(model)["weight_bytes"]["gguf"]
+    assert stored == pytest.approx(footprint(zoo)["weight_bytes"]["mxfp4"], rel=1e-9)

@@ -39,7 +39,8 @@ UNPRICED_FILE_TYPES = {
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen2moe": "qwen2_moe", "qwen3": "qwen3",
                  "qwen3moe": "qwen3_moe", "gemma": "gemma", "gemma2": "gemma2",
                  "gemma3": "gemma3_text", "phi3": "phi3", "command-r": "cohere",
-                 "starcoder2": "starcoder2", "olmo2": "olmo2", "granite": "granite"}
+                 "starcoder2": "starcoder2", "olmo2": "olmo2", "granite": "granite",
+                 "gpt-oss": "gpt_oss"}
 #: A Llama-architecture file with experts is a Mixtral.
 MOE_TYPES = {"llama": "mixtral"}
 #: The config.json field each GGUF key (after ``<architecture>.``) fills.
@@ -55,7 +56,7 @@ FIELDS = {"embedding_length": "hidden_size", "block_count": "num_hidden_layers",
           "expert_feed_forward_length": "moe_intermediate_size",
           "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
 #: The config.json field of the expert count, per model_type (Mixtral's own name).
-EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts"}
+EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}
 
 
 def load_gguf(path: str | Path) -> ModelConfig:
