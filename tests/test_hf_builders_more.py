@@ -1,8 +1,9 @@
 """The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE, the
 Llama-layout types (InternLM2, Granite, Seed-OSS), Qwen3-Next, DeepSeek-V3.2, ChatGLM,
-Baichuan, Arctic and ERNIE 4.5: what each family's code fixes beyond the round trip of its
-zoo entry (tests/test_hf_import.py), checked on config.json fields as the checkpoints write
-them (recalled) against counts summed by hand."""
+Baichuan, Arctic, ERNIE 4.5 and Falcon's first architecture (Falcon-7B): what each
+family's code fixes beyond the round trip of its zoo entry (tests/test_hf_import.py),
+checked on config.json fields as the checkpoints write them (recalled) against counts
+summed by hand."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from energylens.errors import ModelConfigError
 from energylens.model import ModelConfig, get_model, parameter_count
 from energylens.model.hf import ModelApproximationWarning, load_hf_config, write_hf_config
 
@@ -373,3 +375,43 @@ def test_ernie_moe_layers_from_the_start_index_with_shared_experts_fused(tmp_pat
     unshared = _load(tmp_path, {**ERNIE_21B, "moe_num_shared_experts": 0}).moe
     assert shorter is not None and shorter.num_moe_layers == 26
     assert unshared is not None and unshared.num_shared_experts == 0
+
+
+#: tiiuae/falcon-7b config.json (recalled): Falcon's first decoder architecture.
+FALCON_7B = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+             "num_attention_heads": 71, "multi_query": True,
+             "new_decoder_architecture": False, "parallel_attn": True, "bias": False,
+             "alibi": False, "layer_norm_epsilon": 1e-5, "vocab_size": 65024}
+
+
+def test_falcon_first_architecture_is_a_one_norm_parallel_block(tmp_path: Path) -> None:
+    """Falcon-7B's attention and MLP read the one input_layernorm (parallel_attn outside
+    the new decoder architecture): a parallel block, one KV head (multi_query), a 4h MLP,
+    tied embeddings. Summed by hand: per layer a fused query_key_value of
+    4544 x (71 + 2) x 64, dense 4544 x 4544, the MLP 2 x 4544 x 18176, one LayerNorm
+    (weight and bias); the tied 65024 x 4544 embedding and the final LayerNorm: 6.92B
+    against the card's nominal 7B. Falcon-40B's new architecture (two LayerNorms) stays a
+    sequential block, and the zoo entry's shapes round-trip through the first
+    architecture's fields."""
+    model = _load(tmp_path, FALCON_7B)
+    assert (model.num_kv_heads, model.head_dim, model.ffn_size) == (1, 64, 18176)
+    assert (model.parallel_block, model.tie_word_embeddings, model.qkv_bias) == (True, True, False)
+    h = 4544
+    layer = h * 73 * 64 + h * h + 2 * h * 4 * h + 2 * h
+    hand = 32 * layer + 65024 * h + 2 * h
+    assert hand == 6_921_720_704
+    assert parameter_count(model) == (hand, hand)
+    new = _load(tmp_path, {**FALCON_7B, "new_decoder_architecture": True, "num_kv_heads": 71})
+    assert new.parallel_block is False and new.num_kv_heads == 71
+    sequential = _load(tmp_path, {**FALCON_7B, "parallel_attn": False})
+    assert sequential.parallel_block is False
+    zoo = get_model("falcon-7b")
+    written = write_hf_config(zoo, model_type="falcon")
+    assert (written["new_decoder_architecture"], written["multi_query"]) == (False, True)
+    loaded = _load(tmp_path, written)
+    assert dataclasses.replace(loaded, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo
+    with pytest.raises(ModelConfigError, match="one KV head or one per head"):
+        write_hf_config(dataclasses.replace(zoo, num_heads=72, num_kv_heads=8),
+                        model_type="falcon")

@@ -131,6 +131,7 @@ def test_zoo_names_are_unique_configs() -> None:
         ("mistralai/Mistral-Small-3.1-24B-Base-2503", "mistral-small-24b-2501"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2.5"),
         ("nvidia/Llama-3.1-Nemotron-Nano-8B-v1", "llama-3.1-8b"),
+        ("tiiuae/falcon-7b-instruct", "falcon-7b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
