@@ -132,6 +132,9 @@ def test_zoo_names_are_unique_configs() -> None:
         ("MiniMaxAI/MiniMax-M2", "minimax-m2.5"),
         ("nvidia/Llama-3.1-Nemotron-Nano-8B-v1", "llama-3.1-8b"),
         ("tiiuae/falcon-7b-instruct", "falcon-7b"),
+        ("deepseek-ai/DeepSeek-V2-Chat", "deepseek-v2"),
+        ("deepseek-ai/DeepSeek-V2.5", "deepseek-v2"),
+        ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:
