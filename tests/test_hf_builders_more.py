@@ -1,6 +1,6 @@
 """The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE, the
 Llama-layout types (InternLM2, Granite, Seed-OSS), Qwen3-Next, DeepSeek-V3.2, ChatGLM,
-Baichuan, Arctic, ERNIE 4.5 and Falcon's first architecture (Falcon-7B): what each
+Baichuan, Arctic, ERNIE 4.5, Falcon's first architecture (Falcon-7B) and Qwen2-MoE: what each
 family's code fixes beyond the round trip of its zoo entry (tests/test_hf_import.py),
 checked on config.json fields as the checkpoints write them (recalled) against counts
 summed by hand."""
@@ -415,3 +415,42 @@ def test_falcon_first_architecture_is_a_one_norm_parallel_block(tmp_path: Path) 
     with pytest.raises(ModelConfigError, match="one KV head or one per head"):
         write_hf_config(dataclasses.replace(zoo, num_heads=72, num_kv_heads=8),
                         model_type="falcon")
+
+
+#: Qwen/Qwen1.5-MoE-A2.7B config.json (recalled): no qkv_bias field.
+QWEN1_5_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24,
+               "num_attention_heads": 16, "num_key_value_heads": 16,
+               "intermediate_size": 5632, "moe_intermediate_size": 1408,
+               "shared_expert_intermediate_size": 5632, "num_experts": 60,
+               "num_experts_per_tok": 4, "decoder_sparse_step": 1, "norm_topk_prob": False,
+               "vocab_size": 151936, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "use_sliding_window": False, "sliding_window": 32768}
+
+
+def test_qwen2_moe_has_a_shared_expert_beside_the_routed_ones(tmp_path: Path) -> None:
+    """Qwen1.5-MoE-A2.7B on the Qwen builder: q/k/v biases by default (qkv_bias), every
+    layer 60 routed experts of 1408 top-4 and one shared expert of 5632. Summed by hand:
+    per layer q/k/v/o 4 x 2048 x 2048 with 3 x 2048 biases, the experts 3 x 2048 x 1408
+    each, the shared expert 3 x 2048 x 5632, a 60-way router, two RMSNorms; the untied
+    151936 x 2048 embedding and output and the final norm: 14.32B total, 2.69B active
+    (published 14.3B and 2.7B). The shared expert's 1-wide sigmoid gate is not counted."""
+    model = _load(tmp_path, QWEN1_5_MOE)
+    moe = model.moe
+    assert moe is not None and model.qkv_bias and model.ffn_size == 1408
+    assert (moe.num_experts, moe.top_k, moe.expert_ffn) == (60, 4, 1408)
+    assert (moe.num_shared_experts, moe.shared_expert_ffn, moe.num_moe_layers) == (1, 5632, 24)
+    h = 2048
+    common = 4 * h * h + 3 * h + 3 * h * 5632 + h * 60 + 2 * h
+    expert = 3 * h * 1408
+    head = 2 * 151936 * h + h
+    total, active = parameter_count(model)
+    assert total == 24 * (common + 60 * expert) + head == pytest.approx(14.32e9, rel=1e-3)
+    assert active == 24 * (common + 4 * expert) + head == pytest.approx(2.69e9, rel=1e-3)
+    assert _load(tmp_path, {**QWEN1_5_MOE, "qkv_bias": False}).qkv_bias is False
+    zoo = get_model("Qwen/Qwen1.5-MoE-A2.7B-Chat")
+    written = write_hf_config(zoo, model_type="qwen2_moe")
+    assert (written["qkv_bias"], written["shared_expert_intermediate_size"]) == (True, 5632)
+    loaded = _load(tmp_path, written)
+    assert dataclasses.replace(loaded, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo

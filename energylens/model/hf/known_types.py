@@ -45,8 +45,6 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     # GlmMLP gate_up_proj; attention_bias defaults to True
     "glm": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
     "glm4": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
-    # Qwen2MoeAttention q/k/v bias=config.qkv_bias, which defaults to True
-    "qwen2_moe": TypeFacts(gated_mlp=True, tie=False, qkv_bias=True),
     # Qwen3NextAttention, Qwen3_5MoeAttention: q_proj of 2 x heads x head_dim, the second
     # half a sigmoid gate on the attention output where attn_output_gate is not given
     # (read by builders/qwen3_5.py through the generic decoder)
