@@ -1,9 +1,9 @@
 """The builders of GPT-NeoX, StarCoder2, StableLM, OLMo 2 / OLMoE, Phi-3.5-MoE, the
 Llama-layout types (InternLM2, Granite, Seed-OSS), Qwen3-Next, DeepSeek-V3.2, ChatGLM,
-Baichuan, Arctic, ERNIE 4.5, Falcon's first architecture (Falcon-7B) and Qwen2-MoE: what each
-family's code fixes beyond the round trip of its zoo entry (tests/test_hf_import.py),
-checked on config.json fields as the checkpoints write them (recalled) against counts
-summed by hand."""
+Baichuan, Arctic, ERNIE 4.5, Falcon's first architecture (Falcon-7B), Qwen2-MoE and
+DeepSeekMoE: what each family's code fixes beyond the round trip of its zoo entry
+(tests/test_hf_import.py), checked on config.json fields as the checkpoints write them
+(recalled) against counts summed by hand."""
 
 from __future__ import annotations
 
@@ -451,6 +451,44 @@ def test_qwen2_moe_has_a_shared_expert_beside_the_routed_ones(tmp_path: Path) ->
     written = write_hf_config(zoo, model_type="qwen2_moe")
     assert (written["qkv_bias"], written["shared_expert_intermediate_size"]) == (True, 5632)
     loaded = _load(tmp_path, written)
+    assert dataclasses.replace(loaded, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
+                               params_total_published=zoo.params_total_published,
+                               params_active_published=zoo.params_active_published) == zoo
+
+
+#: deepseek-ai/deepseek-moe-16b-base config.json (recalled; remote code).
+DEEPSEEK_MOE_16B = {"model_type": "deepseek", "hidden_size": 2048, "num_hidden_layers": 28,
+                    "num_attention_heads": 16, "num_key_value_heads": 16,
+                    "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+                    "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "scoring_func": "softmax", "norm_topk_prob": False,
+                    "vocab_size": 102400, "rms_norm_eps": 1e-6,
+                    "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+def test_deepseek_moe_is_deepseek_v2s_moe_under_plain_attention(tmp_path: Path) -> None:
+    """DeepSeekMoE 16B on a builder of its own: MHA, layer 0 dense (10944), then 27 MoE
+    layers of 64 routed experts top-6 and 2 shared ones, 1408 each. Summed by hand: per
+    layer q/k/v/o 4 x 2048 x 2048 and two RMSNorms; the dense MLP 3 x 2048 x 10944; per
+    MoE layer 66 experts of 3 x 2048 x 1408 and a 64-way router; the untied 102400 x 2048
+    embedding and output and the final norm: 16.38B total, 2.83B active (the paper's 16.4B
+    and 2.8B). moe_layer_freq 2 keeps every second layer after the dense one."""
+    model = _load(tmp_path, DEEPSEEK_MOE_16B)
+    moe = model.moe
+    assert moe is not None and model.attention == "MHA" and not model.qkv_bias
+    assert (moe.num_experts, moe.top_k, moe.num_shared_experts) == (64, 6, 2)
+    assert (moe.expert_ffn, moe.shared_expert_ffn, moe.num_moe_layers) == (1408, 1408, 27)
+    assert (moe.dense_layer_ffn, model.ffn_size) == (10944, 10944)
+    h, expert = 2048, 3 * 2048 * 1408
+    common = 28 * (4 * h * h + 2 * h) + 3 * h * 10944 + 2 * 102400 * h + h
+    total, active = parameter_count(model)
+    assert total == common + 27 * (66 * expert + 64 * h) == pytest.approx(16.38e9, rel=1e-3)
+    assert active == common + 27 * (8 * expert + 64 * h) == pytest.approx(2.83e9, rel=1e-3)
+    sparser = _load(tmp_path, {**DEEPSEEK_MOE_16B, "moe_layer_freq": 2})
+    assert sparser.moe is not None and sparser.moe.num_moe_layers == 13  # layers 2, 4 ... 26
+    zoo = get_model("deepseek-ai/deepseek-moe-16b-chat")
+    loaded = _load(tmp_path, write_hf_config(zoo, model_type="deepseek"))
     assert dataclasses.replace(loaded, name=zoo.name, hf_id=zoo.hf_id, notes=zoo.notes,
                                params_total_published=zoo.params_total_published,
                                params_active_published=zoo.params_active_published) == zoo

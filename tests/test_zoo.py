@@ -137,6 +137,7 @@ def test_zoo_names_are_unique_configs() -> None:
         ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
         ("Qwen/Qwen1.5-MoE-A2.7B-Chat", "qwen1.5-moe-a2.7b"),
         ("Qwen/Qwen2-57B-A14B-Instruct", "qwen2-57b-a14b"),
+        ("deepseek-ai/deepseek-moe-16b-chat", "deepseek-moe-16b"),
     ],
 )
 def test_lookup(query: str, expected: str) -> None:

@@ -6,8 +6,7 @@ listed: its builder says what its code fixes; except Qwen3-Next's and Qwen3.5's,
 builder (``qwen3_5.py``) reads through the generic decoder and so takes their facts here.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
-``modeling_<type>.py`` (layers), read for this table; remote-code families (DeepSeek-MoE)
-from their checkpoints' modeling files, recalled.
+``modeling_<type>.py`` (layers), read for this table.
 """
 
 from __future__ import annotations
@@ -51,6 +50,6 @@ KNOWN_TYPES: dict[str, TypeFacts] = {
     **dict.fromkeys(("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"),
                     TypeFacts(gated_mlp=True, tie=False, attention_output_gate=True)),
     # gate/up/down (w1/w3/w2) experts and MLPs, untied by default
-    **dict.fromkeys(("olmo", "granitemoe", "mllama_text_model", "deepseek"),
+    **dict.fromkeys(("olmo", "granitemoe", "mllama_text_model"),
                     TypeFacts(gated_mlp=True, tie=False)),
 }
