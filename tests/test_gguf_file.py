@@ -297,3 +297,84 @@ def test_a_gpt_oss_file_is_the_zoo_model_with_its_mxfp4_experts(tmp_path: Path) 
     assert dict(model.gguf_storage)["WEG"] == 17 / 32
     stored = footprint(model)["weight_bytes"]["gguf"]
     assert stored == pytest.approx(footprint(zoo)["weight_bytes"]["mxfp4"], rel=1e-9)
+
+
+def test_a_deepseek_r1_file_reads_mla_in_either_layout_and_prices_a_dynamic_quant(
+        tmp_path: Path) -> None:
+    """DeepSeek-R1 as llama.cpp's converter writes it (architecture ``deepseek2``), in the
+    layout before llama.cpp stored MLA absorbed (``key_length`` 192, one ``attn_kv_b``) and
+    after (``key_length`` 576 = latent + rotary, ``key_length_mla`` 192, ``attn_k_b`` and
+    ``attn_v_b``): both are the zoo's DeepSeek-V3 shapes, and a dynamic quant that keeps
+    attention and the shared experts in more bits than the routed ones (IQ1_S, 50 bytes per
+    256 weights) costs the bytes summed by hand."""
+    d, heads, q_lat, kv_lat, nope, rope, v_head = 7168, 128, 1536, 512, 128, 64, 128
+    dense_ff, expert_ff, experts, vocab, layers, dense = 18432, 2048, 256, 129280, 61, 3
+    iq1_s = 19
+    sizes = {Q4_K: 144 / 256, Q6_K: 210 / 256, iq1_s: 50 / 256, GGML_F32: 4.0}
+
+    def header(absorbed: bool) -> tuple[dict[str, tuple[int, Any]], list[Tensor]]:
+        meta: dict[str, tuple[int, Any]] = {
+            "general.architecture": (STRING, "deepseek2"), "general.file_type": (U32, 24),
+            "deepseek2.block_count": (U32, layers), "deepseek2.context_length": (U32, 163840),
+            "deepseek2.embedding_length": (U32, d), "deepseek2.feed_forward_length": (U32, dense_ff),
+            "deepseek2.attention.head_count": (U32, heads),
+            "deepseek2.attention.head_count_kv": (U32, 1 if absorbed else heads),
+            "deepseek2.attention.q_lora_rank": (U32, q_lat),
+            "deepseek2.attention.kv_lora_rank": (U32, kv_lat),
+            "deepseek2.attention.key_length": (U32, kv_lat + rope if absorbed else nope + rope),
+            "deepseek2.attention.value_length": (U32, kv_lat if absorbed else v_head),
+            "deepseek2.rope.dimension_count": (U32, rope),
+            "deepseek2.leading_dense_block_count": (U32, dense),
+            "deepseek2.expert_count": (U32, experts), "deepseek2.expert_used_count": (U32, 8),
+            "deepseek2.expert_shared_count": (U32, 1),
+            "deepseek2.expert_feed_forward_length": (U32, expert_ff)}
+        if absorbed:
+            meta["deepseek2.attention.key_length_mla"] = (U32, nope + rope)
+            meta["deepseek2.attention.value_length_mla"] = (U32, v_head)
+        tensors: list[Tensor] = [("token_embd.weight", (d, vocab), Q4_K),
+                                 ("output.weight", (d, vocab), Q6_K)]
+        for i in range(layers):
+            b = f"blk.{i}."
+            tensors += [(b + "attn_q_a.weight", (d, q_lat), Q4_K),
+                        (b + "attn_q_b.weight", (q_lat, heads * (nope + rope)), Q4_K),
+                        (b + "attn_kv_a_mqa.weight", (d, kv_lat + rope), Q6_K),
+                        (b + "attn_output.weight", (heads * v_head, d), Q4_K)]
+            tensors += ([(b + "attn_k_b.weight", (nope, kv_lat, heads), Q4_K),
+                         (b + "attn_v_b.weight", (kv_lat, v_head, heads), Q4_K)] if absorbed
+                        else [(b + "attn_kv_b.weight", (kv_lat, heads * (nope + v_head)), Q4_K)])
+            if i < dense:
+                tensors += [(b + f"ffn_{n}.weight", (d, dense_ff), Q4_K) for n in ("gate", "up")]
+                tensors += [(b + "ffn_down.weight", (dense_ff, d), Q6_K)]
+                continue
+            tensors += [(b + "ffn_gate_inp.weight", (d, experts), GGML_F32),
+                        (b + "ffn_gate_exps.weight", (d, expert_ff, experts), iq1_s),
+                        (b + "ffn_up_exps.weight", (d, expert_ff, experts), iq1_s),
+                        (b + "ffn_down_exps.weight", (expert_ff, d, experts), iq1_s),
+                        (b + "ffn_gate_shexp.weight", (d, expert_ff), Q4_K),
+                        (b + "ffn_up_shexp.weight", (d, expert_ff), Q4_K),
+                        (b + "ffn_down_shexp.weight", (expert_ff, d), Q6_K)]
+        return meta, tensors
+
+    zoo = get_model("deepseek-v3")
+    # the family sizes MLA's up-projections over the whole latent row (the rotary part
+    # priced as value dims too: families/attention_mla.yaml): WUK h x 192 x 576 and WUV
+    # h x 576 x 128 where the checkpoint's are h x 128 x 512 and h x 512 x 128, both Q4_K
+    family_extra = layers * heads * ((nope + rope) * (kv_lat + rope) - nope * kv_lat
+                                     + (kv_lat + rope) * v_head - kv_lat * v_head) * sizes[Q4_K]
+    costs = []
+    for absorbed in (False, True):
+        meta, tensors = header(absorbed)
+        model = get_model(str(write_gguf(tmp_path / f"R1-{absorbed}.gguf", metadata=meta,
+                                         tensors=tensors, tokens=vocab)))
+        _same_shapes(model, "deepseek-v3")
+        assert model.mla == zoo.mla and model.weight_dtype == "gguf"
+        by_hand = 0.0
+        for _, dims, kind in tensors:
+            elements = 1
+            for dim in dims:
+                elements *= dim
+            by_hand += elements * sizes[kind]
+        costs.append(footprint(model)["weight_bytes"]["gguf"])
+        assert costs[-1] == pytest.approx(by_hand + family_extra, rel=1e-9)
+    assert costs[0] == pytest.approx(costs[1], rel=1e-12)
+    assert 130e9 < costs[0] < 200e9  # routed experts at 1.56 bits: most of the 671B weights

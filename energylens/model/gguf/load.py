@@ -40,7 +40,7 @@ ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen2moe": "qwen2_moe", "q
                  "qwen3moe": "qwen3_moe", "gemma": "gemma", "gemma2": "gemma2",
                  "gemma3": "gemma3_text", "phi3": "phi3", "command-r": "cohere",
                  "starcoder2": "starcoder2", "olmo2": "olmo2", "granite": "granite",
-                 "gpt-oss": "gpt_oss"}
+                 "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3"}
 #: A Llama-architecture file with experts is a Mixtral.
 MOE_TYPES = {"llama": "mixtral"}
 #: The config.json field each GGUF key (after ``<architecture>.``) fills.
@@ -56,7 +56,14 @@ FIELDS = {"embedding_length": "hidden_size", "block_count": "num_hidden_layers",
           "expert_feed_forward_length": "moe_intermediate_size",
           "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
 #: The config.json field of the expert count, per model_type (Mixtral's own name).
-EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}
+EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts",
+                      "deepseek_v3": "n_routed_experts"}
+#: Keys of one architecture alone -> the config.json field each fills: DeepSeek's MLA ranks
+#: and dense first layers (``deepseek2``, which DeepSeek-V2, V3 and R1 files share).
+ARCHITECTURE_FIELDS = {"deepseek2": {
+    "attention.q_lora_rank": "q_lora_rank", "attention.kv_lora_rank": "kv_lora_rank",
+    "rope.dimension_count": "qk_rope_head_dim", "expert_shared_count": "n_shared_experts",
+    "leading_dense_block_count": "first_k_dense_replace"}}
 
 
 def load_gguf(path: str | Path) -> ModelConfig:
@@ -100,15 +107,33 @@ def hf_fields(header: GGUFHeader) -> dict[str, Any]:
     model_type = MOE_TYPES.get(arch, ARCHITECTURES[arch]) if experts else ARCHITECTURES[arch]
     fields: dict[str, Any] = {"model_type": model_type,
                               "tie_word_embeddings": "output.weight" not in header.tensors}
-    for key, field in FIELDS.items():
+    for key, field in {**FIELDS, **ARCHITECTURE_FIELDS.get(arch, {})}.items():
         value = meta.get(f"{arch}.{key}")
         if value is not None:
             fields[field] = value
+    if arch == "deepseek2":
+        fields.update(_mla_head_widths(header, arch))
     if "vocab_size" not in fields and "tokenizer.ggml.tokens" in header.array_lengths:
         fields["vocab_size"] = header.array_lengths["tokenizer.ggml.tokens"]
     if experts:
         fields[EXPERT_COUNT_FIELD.get(model_type, "num_experts")] = experts
     return fields
+
+
+def _mla_head_widths(header: GGUFHeader, arch: str) -> dict[str, int]:
+    """MLA's per-head widths: the query/key head (``key_length``) less its rotary part, and
+    the value head (``value_length``); files converted since llama.cpp stores MLA
+    absorbed give the absorbed widths there (the latent plus the rotary part) and the
+    per-head ones as ``key_length_mla`` / ``value_length_mla``."""
+    meta = header.metadata
+    key = meta.get(f"{arch}.attention.key_length_mla", meta.get(f"{arch}.attention.key_length"))
+    value = meta.get(f"{arch}.attention.value_length_mla",
+                     meta.get(f"{arch}.attention.value_length"))
+    rope = meta.get(f"{arch}.rope.dimension_count")
+    if not all(isinstance(v, int) for v in (key, value, rope)):
+        raise header.error("a deepseek2 file needs attention.key_length, value_length and "
+                           "rope.dimension_count (MLA's head widths)")
+    return {"qk_nope_head_dim": int(key) - int(rope), "v_head_dim": int(value)}
 
 
 def file_type_name(header: GGUFHeader) -> str:

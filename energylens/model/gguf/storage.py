@@ -29,10 +29,14 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     29: ("IQ1_M", 256, 56), 20: ("IQ4_NL", 32, 18), 23: ("IQ4_XS", 256, 136),
     34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17)}
 #: llama.cpp's tensor names (``blk.N.<role>.weight``, ``llama-arch.cpp``; recalled) -> the
-#: family weights each one is. A fused ``attn_qkv`` (Phi-3) is all three projections.
+#: family weights each one is. A fused ``attn_qkv`` (Phi-3) is all three projections; MLA's
+#: ``attn_kv_b`` both up-projections (files since llama.cpp stores MLA absorbed split it
+#: into ``attn_k_b`` and ``attn_v_b``).
 LAYER_ROLES = {
     "attn_q": ("WQ",), "attn_k": ("WK",), "attn_v": ("WV",), "attn_qkv": ("WQ", "WK", "WV"),
-    "attn_output": ("WO",), "ffn_gate": ("WG",), "ffn_up": ("WU",), "ffn_down": ("WD",),
+    "attn_output": ("WO",), "attn_q_a": ("WQA",), "attn_q_b": ("WQB",),
+    "attn_kv_a_mqa": ("WKVA",), "attn_kv_b": ("WUK", "WUV"), "attn_k_b": ("WUK",),
+    "attn_v_b": ("WUV",), "ffn_gate": ("WG",), "ffn_up": ("WU",), "ffn_down": ("WD",),
     "ffn_gate_inp": ("WR",), "ffn_gate_exps": ("WEG",), "ffn_up_exps": ("WEU",),
     "ffn_down_exps": ("WED",), "ffn_gate_shexp": ("WSG",), "ffn_up_shexp": ("WSU",),
     "ffn_down_shexp": ("WSD",)}
