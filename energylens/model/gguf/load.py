@@ -130,10 +130,10 @@ def _mla_head_widths(header: GGUFHeader, arch: str) -> dict[str, int]:
     value = meta.get(f"{arch}.attention.value_length_mla",
                      meta.get(f"{arch}.attention.value_length"))
     rope = meta.get(f"{arch}.rope.dimension_count")
-    if not all(isinstance(v, int) for v in (key, value, rope)):
+    if not (isinstance(key, int) and isinstance(value, int) and isinstance(rope, int)):
         raise header.error("a deepseek2 file needs attention.key_length, value_length and "
                            "rope.dimension_count (MLA's head widths)")
-    return {"qk_nope_head_dim": int(key) - int(rope), "v_head_dim": int(value)}
+    return {"qk_nope_head_dim": key - rope, "v_head_dim": value}
 
 
 def file_type_name(header: GGUFHeader) -> str:
