@@ -378,3 +378,23 @@ def test_a_deepseek_r1_file_reads_mla_in_either_layout_and_prices_a_dynamic_quan
         assert costs[-1] == pytest.approx(by_hand + family_extra, rel=1e-9)
     assert costs[0] == pytest.approx(costs[1], rel=1e-12)
     assert 130e9 < costs[0] < 200e9  # routed experts at 1.56 bits: most of the 671B weights
+
+
+def test_a_glm_4_5_air_file_leaves_out_its_mtp_block(tmp_path: Path) -> None:
+    """GLM-4.5-Air as llama.cpp's converter writes it (``glm4moe``): 46 decoder blocks and
+    its multi-token-prediction layer as a 47th (``nextn_predict_layers`` 1), biases on the
+    q/k/v projections: the zoo's 46 layers, the first dense, and its qkv bias."""
+    meta = {"general.architecture": (STRING, "glm4moe"), "general.file_type": (U32, 15),
+            "glm4moe.block_count": (U32, 47), "glm4moe.nextn_predict_layers": (U32, 1),
+            "glm4moe.context_length": (U32, 131072), "glm4moe.embedding_length": (U32, 4096),
+            "glm4moe.feed_forward_length": (U32, 10944), "glm4moe.attention.head_count": (U32, 96),
+            "glm4moe.attention.head_count_kv": (U32, 8), "glm4moe.attention.key_length": (U32, 128),
+            "glm4moe.rope.dimension_count": (U32, 64), "glm4moe.expert_count": (U32, 128),
+            "glm4moe.expert_used_count": (U32, 8), "glm4moe.expert_shared_count": (U32, 1),
+            "glm4moe.expert_feed_forward_length": (U32, 1408),
+            "glm4moe.leading_dense_block_count": (U32, 1)}
+    tensors = ["output.weight", "blk.0.attn_q.weight", "blk.0.attn_q.bias", "blk.0.attn_output.weight"]
+    model = get_model(str(write_gguf(tmp_path / "GLM-4.5-Air-Q4_K_M.gguf", metadata=meta,
+                                     tensors=tensors, tokens=151552)))
+    _same_shapes(model, "glm-4.5-air")
+    assert model.qk_norm == get_model("glm-4.5-air").qk_norm is None

@@ -40,7 +40,7 @@ ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen2moe": "qwen2_moe", "q
                  "qwen3moe": "qwen3_moe", "gemma": "gemma", "gemma2": "gemma2",
                  "gemma3": "gemma3_text", "phi3": "phi3", "command-r": "cohere",
                  "starcoder2": "starcoder2", "olmo2": "olmo2", "granite": "granite",
-                 "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3"}
+                 "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "glm4moe": "glm4_moe"}
 #: A Llama-architecture file with experts is a Mixtral.
 MOE_TYPES = {"llama": "mixtral"}
 #: The config.json field each GGUF key (after ``<architecture>.``) fills.
@@ -57,13 +57,17 @@ FIELDS = {"embedding_length": "hidden_size", "block_count": "num_hidden_layers",
           "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
 #: The config.json field of the expert count, per model_type (Mixtral's own name).
 EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts",
-                      "deepseek_v3": "n_routed_experts"}
+                      "deepseek_v3": "n_routed_experts", "glm4_moe": "n_routed_experts"}
 #: Keys of one architecture alone -> the config.json field each fills: DeepSeek's MLA ranks
-#: and dense first layers (``deepseek2``, which DeepSeek-V2, V3 and R1 files share).
-ARCHITECTURE_FIELDS = {"deepseek2": {
-    "attention.q_lora_rank": "q_lora_rank", "attention.kv_lora_rank": "kv_lora_rank",
-    "rope.dimension_count": "qk_rope_head_dim", "expert_shared_count": "n_shared_experts",
-    "leading_dense_block_count": "first_k_dense_replace"}}
+#: (``deepseek2``, which DeepSeek-V2, V3 and R1 files share) and the dense first layers and
+#: shared experts of the DeepSeek-style MoE of both it and GLM-4.5 (``glm4moe``).
+_ROUTED = {"expert_shared_count": "n_shared_experts",
+           "leading_dense_block_count": "first_k_dense_replace"}
+ARCHITECTURE_FIELDS = {
+    "deepseek2": {"attention.q_lora_rank": "q_lora_rank",
+                  "attention.kv_lora_rank": "kv_lora_rank",
+                  "rope.dimension_count": "qk_rope_head_dim", **_ROUTED},
+    "glm4moe": _ROUTED}
 
 
 def load_gguf(path: str | Path) -> ModelConfig:
@@ -113,6 +117,15 @@ def hf_fields(header: GGUFHeader) -> dict[str, Any]:
             fields[field] = value
     if arch == "deepseek2":
         fields.update(_mla_head_widths(header, arch))
+    # GLM-4.5's files keep its multi-token-prediction layers as blocks of their own
+    # (``nextn_predict_layers`` of them after the decoder's): the model is the rest
+    nextn = meta.get(f"{arch}.nextn_predict_layers") or 0
+    if nextn and "num_hidden_layers" in fields:
+        fields["num_hidden_layers"] -= nextn
+    if "blk.0.attn_q.bias" in header.tensors:  # a bias on the projections, as the file has
+        fields["attention_bias"] = True
+    if "blk.0.attn_q_norm.weight" in header.tensors and model_type == "glm4_moe":
+        fields["use_qk_norm"] = True  # GLM-4.5's per-head query/key norm
     if "vocab_size" not in fields and "tokenizer.ggml.tokens" in header.array_lengths:
         fields["vocab_size"] = header.array_lengths["tokenizer.ggml.tokens"]
     if experts:
