@@ -327,8 +327,8 @@ def _parse_float(name: str, data: Mapping[str, Any], check: Checker, path: str) 
     step = None if data.get("step") is None else check.number(data["step"], f"{path}.step")
     log = check.boolean(data.get("log", False), f"{path}.log")
     if step is not None:
-        n = (high - low) / step
-        if step <= 0 or abs(n - round(n)) > 1e-8:
+        n = (high - low) / step if step > 0 else math.nan  # a step of 0: no division
+        if not math.isfinite(n) or abs(n - round(n)) > 1e-8:
             check.fail(f"{path}.step", "a positive number dividing high - low", got=data["step"])
         if log:
             check.fail(f"{path}.log", "false when step is set (Optuna cannot combine them)", got=log)

@@ -39,6 +39,8 @@ constraints: ["tpot_s <= 0.05"]
 engine: grid
 results: out
 """
+MEASUREMENTS = ("model,gpu,num_gpus,batch,input_tokens,output_tokens,tpot_s\n"
+                "llama-3.1-8b,H100,1,16,1024,128,0.0093\n")
 CALIBRATION = "version: 2\nkernels: {}\nlinks: {}\nruntimes: {}\n"
 
 
@@ -113,6 +115,12 @@ def folder_as_study(folder: Path) -> list[str]:
     write(folder)
     (folder / "d.yaml").mkdir()
     return ["study", "run", "d.yaml"]
+
+
+def empty_data_folder(folder: Path) -> list[str]:
+    write(folder)
+    (folder / "empty").mkdir()
+    return ["validate", "--all", "--data", "empty"]
 
 
 def gpu_knob_with_unknown_value(folder: Path) -> list[str]:
@@ -499,6 +507,40 @@ CATALOGUE = [
         files("calibrate --output c.yaml --mlenergy nope.json"),
         "nope.json: no such measurement file",
     ),
+    # numbers numpy, a division or a process pool would have refused with a traceback
+    Case("a load run's negative seed",
+         files("predict --model llama-3.1-8b --gpu h100 --workload load --request-rate 2 --seed -1"),
+         "argument --seed: expected an integer >= 0, got -1"),
+    Case(
+        "a study's load workload with a negative seed",
+        edit("{kind: batch, input_tokens: 256, output_tokens: 32}",
+             "{kind: load, input_tokens: 256, output_tokens: 32, request_rate: 1, seed: -1}"),
+        "workload: seed must be an integer >= 0, got -1",
+    ),
+    Case(
+        "a float knob's step of 0",
+        edit("batch: {type: ordinal, values: [1, 8]}",
+             "clock_fraction: {type: float, low: 0.5, high: 1.0, step: 0}", where="space"),
+        "knobs.clock_fraction.step: expected a positive number dividing high - low, got 0",
+    ),
+    Case("k-shot rows chosen with a negative seed",
+         files("validate measurements m.csv --k-shot 1 --group-by gpu --seed -1",
+               m__csv=MEASUREMENTS), "argument --seed: expected an integer >= 0, got -1"),
+    Case("a negative --max-rows", files("validate measurements m.csv --max-rows -1", m__csv=MEASUREMENTS),
+         "argument --max-rows: expected an integer >= 0, got -1"),
+    Case("calibrate with no processes", files("calibrate --jobs 0 --output c.yaml"),
+         "argument --jobs: expected a positive integer, got 0"),
+    # validate --all and the flags only it reads
+    Case("validate --all with a FORMAT and FILE",
+         files("validate --all measurements m.csv", m__csv=MEASUREMENTS),
+         "give it without FORMAT and FILE"),
+    Case("validate --all on a missing data folder", files("validate --all --data nowhere"),
+         "nowhere: no such data folder"),
+    Case("validate --all on a folder without measurements", empty_data_folder,
+         "empty: no known measurement file in it"),
+    Case("--write-docs without --all",
+         files("validate measurements m.csv --write-docs docs", m__csv=MEASUREMENTS),
+         "--write-docs: only --all reads it"),
 ]
 
 

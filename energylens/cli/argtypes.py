@@ -18,6 +18,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number of zero or more, as argparse ``type``: else a one-line usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def runtime_arg(text: str) -> str:
     """A runtime's registry name from any of its spellings, as argparse ``type`` (argparse
     then checks it is registered); a server that runs another engine (NIM, Dynamo) is a

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from energylens.cli.argtypes import positive_int
+from energylens.cli.argtypes import non_negative_int, positive_int
 from energylens.cli.jsonout import print_json
 from energylens.cli.paths import check_output
 from energylens.cli.tables import console as make_console
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "default: from the folder name)")
     v.add_argument("--calibration", help="calibration file (default: the shipped one)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    v.add_argument("--max-rows", type=int, default=None, help="rows in the table (default: all)")
+    v.add_argument("--max-rows", type=non_negative_int, default=None, help="rows in the table (default: all)")
     v.add_argument("--all", action="store_true", help="every known file under --data")
     v.add_argument("--data", default=None, help="data folder for --all (default: data/measurements)")
     v.add_argument("--write-docs", metavar="DIR", help="with --all: write DIR/accuracy.md + PNGs")
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "on K rows, score the others")
     v.add_argument("--group-by", default=None, metavar="COLS",
                    help="measurements with --k-shot: comma list of columns that form a group")
-    v.add_argument("--seed", type=int, default=0, help="with --k-shot: row choice")
+    v.add_argument("--seed", type=non_negative_int, default=0, help="with --k-shot: row choice")
     v.add_argument("--forget-fits-on", metavar="DATA_FILE", default=None,
                    help="measurements with --k-shot: each group starts from the calibration "
                         "without the engine constants it fitted on DATA_FILE (as the "
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     c.add_argument("--no-leave-out", action="store_true",
                    help="skip the leave-one-group-out refits (faster; no held-out errors)")
-    c.add_argument("--jobs", type=int, default=None,
+    c.add_argument("--jobs", type=positive_int, default=None,
                    help="processes for held-out refits (default: 2)")
     c.add_argument("--quiet", action="store_true")
     c.add_argument("--allow-unidentified", action="store_true",
@@ -126,7 +126,15 @@ def _fmt(value: float) -> str:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     if args.all:
+        if args.format is not None or args.file is not None:
+            args.parser.error("--all validates every known file under --data; give it without "
+                              "FORMAT and FILE")
         return _validate_all(args)
+    unread = [flag for flag, given in (("--data", args.data), ("--write-docs", args.write_docs))
+              if given is not None]
+    if unread:
+        args.parser.error(f"{', '.join(unread)}: only --all reads "
+                          f"{'it' if len(unread) == 1 else 'them'}")
     if args.format is None or args.file is None:
         args.parser.error("validate needs FORMAT and FILE (or --all)")
     if args.format == "measurements":

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from energylens.calibration.file import SHIPPED
-from energylens.errors import UnknownGPUError
+from energylens.errors import CalibrationDataError, UnknownGPUError
 from energylens.hardware import load_gpu
 from energylens.measurements.formats import VIDUR_UPSTREAM_COPIES, bench_gpu
 from energylens.measurements.inference_bench import RUNTIMES
@@ -373,6 +373,9 @@ def _ttft_rows(source: Path, calibration: str | Path | None) -> list[RowResult]:
 def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None) -> AccuracyReport:
     """Validate every known file under ``data`` and gather the held-out numbers."""
     data = Path(data)
+    if not data.is_dir():
+        raise CalibrationDataError(f"{data}: no such data folder (expected the layout of "
+                                   "data/measurements)")
     doc, source = _calibration_doc(calibration)
     fits = doc.get("fits", {})
     datasets: dict[str, Dataset] = {}
@@ -459,5 +462,8 @@ def collect(*, data: Path = DEFAULT_DATA, calibration: str | Path | None = None)
                 name=f"mlenergy-{gpu}", title=f"ML.ENERGY steady-state serving, {gpu}",
                 files=[str(f) for f in tasks], rows=mine,
                 summary=_summary(mine, extra=_mlenergy_groups(rows)))
+    if not datasets:
+        raise CalibrationDataError(f"{data}: no known measurement file in it (expected the "
+                                   "layout of data/measurements: vidur/, mlenergy/tasks/, ...)")
     return AccuracyReport(datasets=datasets, fits=fits, calibration_source=source,
                           constants=_sections(doc))

@@ -118,6 +118,12 @@ class Workload:
         prefix = self.shared_prefix_tokens
         if isinstance(prefix, bool) or int(prefix) != prefix or prefix < 0:
             raise ConfigError(f"shared_prefix_tokens must be an integer >= 0, got {prefix}")
+        try:  # numpy's generators take no negative (or fractional) seed
+            whole_seed = not isinstance(self.seed, bool) and int(self.seed) == self.seed
+        except (TypeError, ValueError):
+            whole_seed = False
+        if not whole_seed or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name, most in (("concurrency", MAX_CONCURRENCY), ("num_requests", MAX_REQUESTS)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):

@@ -58,9 +58,12 @@ _tokens = _integer_in(0, MAX_TOKENS)
 
 def _seed(text: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:  # numpy's generators take no negative seed
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def _slo(text: str) -> str:
