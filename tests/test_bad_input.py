@@ -634,3 +634,41 @@ def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_study(tmp_path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     trials = optuna.load_study(study_name="tiny", storage=open_storage(str(journal))).trials
     assert sum(t.state == TrialState.COMPLETE for t in trials) == done + 5
+
+
+def test_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch, capsys) -> None:
+    """Building the parser imports every command's module (a few tenths of a second): a
+    Ctrl-C there ends with the line and code of one anywhere else, not a traceback."""
+    from energylens.cli import main as cli_main
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["energylens.cli.main"], "build_parser", interrupted)
+    try:
+        code = cli_main(["models"])
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C escaped main() as a KeyboardInterrupt")
+    assert code == 130
+    assert capsys.readouterr().err == "energylens: interrupted\n"
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    """A Ctrl-C while ``energylens`` imports its modules, before ``main`` runs (the console
+    script and ``python -m energylens.cli`` both import the package first)."""
+    hook = textwrap.dedent("""\
+        import sys
+        class Interrupt:
+            def find_spec(self, name, path=None, target=None):
+                if name == "energylens.cli.main":
+                    raise KeyboardInterrupt
+        sys.meta_path.insert(0, Interrupt())
+        sys.argv = ["energylens", "models"]
+        import runpy
+        runpy.run_module("energylens.cli", run_name="__main__")
+        """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", hook], env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "energylens: interrupted\n"

@@ -1,5 +1,11 @@
 """The ``energylens`` command line."""
 
-from energylens.cli.main import main
+import sys
+
+try:
+    from energylens.cli.main import main
+except KeyboardInterrupt:  # Ctrl-C while the command line's modules load: one line, no traceback
+    print("energylens: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 __all__ = ["main"]

@@ -552,7 +552,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = build_parser().parse_args(argv)
+    try:  # building the parser imports every command's module: Ctrl-C may land there
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("energylens: interrupted", file=sys.stderr)
+        return 130
     with warnings.catch_warnings():
         warnings.simplefilter("always", ModelApproximationWarning)
         warnings.showwarning = _one_line_warnings(warnings.showwarning)
