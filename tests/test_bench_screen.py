@@ -74,3 +74,19 @@ def test_a_per_token_percentile_faster_than_reading_the_weights_is_screened() ->
                                        measured={metric: seconds})
         assert reason(1e-6) is not None and metric in (reason(1e-6) or "")
         assert reason(0.02) is None
+
+
+def test_a_gguf_mix_is_screened_at_its_base_formats_bytes() -> None:
+    """A K-quant mix (Q4_K_M: Q4_K, 144 bytes per 256 weights, with some tensors in Q6_K)
+    is floored at its least format's bytes, where the screen had no bytes for the mix's
+    name and raised (a k-shot validation of llama.cpp rows stopped with a traceback)."""
+    from energylens.measurements.bench_screen import user_row_impossible
+    from energylens.model import get_model, parameter_count
+
+    model = get_model("llama-3.1-8b")
+    _, active = parameter_count(model)
+    floor = active * 144 / 256 / 1.008e12  # one read at the RTX 4090's 1,008 GB/s
+    args = {"config": model, "gpu": "rtx-4090", "num_gpus": 1, "weight_dtype": "q4_k_m",
+            "output_tokens": 128, "speculative_tokens": 0}
+    assert user_row_impossible(**args, measured={"tpot_s": 0.99 * floor}) is not None
+    assert user_row_impossible(**args, measured={"tpot_s": 1.01 * floor}) is None

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from energylens.cost.gguf import FILE_DTYPE, MIXES
 from energylens.cost.work import DTYPE_BYTES
 from energylens.errors import EnergyLensError
 from energylens.hardware import load_gpu
@@ -108,6 +109,15 @@ PER_PASS_METRICS: dict[str, int | None] = {
     "e2e_s": None, "e2e_p50_s": None, "e2e_p90_s": None, "e2e_p99_s": None}
 
 
+def least_weight_bytes(config: ModelConfig, weight_dtype: str) -> float:
+    """The fewest bytes any weight of ``config`` takes under ``weight_dtype``, for a floor:
+    a GGUF file type's base format (its more-bits tensors take more), a GGUF file's
+    least-stored weight (dtype ``gguf``), else the dtype's bytes."""
+    if weight_dtype == FILE_DTYPE:
+        return min((b for _, b in config.gguf_storage), default=DTYPE_BYTES["fp16"])
+    return DTYPE_BYTES[MIXES.get(weight_dtype, (weight_dtype,))[0]]
+
+
 def user_row_impossible(*, config: ModelConfig, gpu: str, num_gpus: int, weight_dtype: str | None,
                         output_tokens: float, speculative_tokens: int,
                         measured: Mapping[str, float]) -> str | None:
@@ -118,7 +128,7 @@ def user_row_impossible(*, config: ModelConfig, gpu: str, num_gpus: int, weight_
     if speculative_tokens > 0:
         return None
     _, active = parameter_count(config)
-    weight_bytes = active * DTYPE_BYTES[weight_dtype or config.weight_dtype] / num_gpus
+    weight_bytes = active * least_weight_bytes(config, weight_dtype or config.weight_dtype) / num_gpus
     bandwidth = load_gpu(gpu).hbm_bandwidth_bytes_per_s
     for metric, passes in PER_PASS_METRICS.items():
         if metric not in measured:
