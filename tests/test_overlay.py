@@ -165,3 +165,23 @@ def test_the_step_overhead_factor_scales_an_earlier_releases_overheads_too() -> 
     now = scaled.runtime(runtime="vllm", gpu=GPU)
     assert now.step_overhead_s == pytest.approx(
         1.5 * base.runtime(runtime="vllm", gpu=GPU).step_overhead_s)
+
+
+def test_an_engine_below_the_reference_is_scaled_to_the_engines_cap() -> None:
+    """llama.cpp's kernels stream H100's HBM at 0.60 of the reference's share (its fitted
+    memory scale): a memory factor of 1.5 takes the share its kernels reach 1.5 times up,
+    though the kernel constant itself is already at its cap, while vLLM's share stays at
+    the cap it was at. Before, the factor stopped at the kernel constant and llama.cpp
+    could not be scaled at all on this GPU."""
+    base = default_calibration()
+    scaled = apply_overlay(base, Overlay(factors={"memory_efficiency": 1.5}, gpus=(GPU,)))
+
+    def reached(calibration: Calibration, runtime: str) -> tuple[float, float, float]:
+        k = get_runtime(runtime).calibration_for(calibration=calibration, gpu=GPU).kernel(GPU)
+        return k.memory_efficiency_max, k.kv_bandwidth_efficiency, k.expert_bandwidth_efficiency
+
+    before, after = reached(base, "llama.cpp"), reached(scaled, "llama.cpp")
+    assert before[0] < 0.65
+    assert after == pytest.approx(tuple(min(1.5 * b, 0.98) for b in before), rel=1e-9)
+    assert reached(scaled, "vllm") == pytest.approx(
+        tuple(min(1.5 * b, 0.98) for b in reached(base, "vllm")), rel=1e-9)

@@ -7,7 +7,9 @@ An overlay multiplies groups of the base calibration's constants, on the GPUs it
 - ``kernel_overhead``: every kernel's fixed time (launch, prologue and tail; the small
   kernels' floors, the attention tile), which a framework's kernel count multiplies;
 - ``compute_efficiency``: the share of peak reached by GEMMs, attention and vector ops;
-- ``memory_efficiency``: the share of HBM bandwidth reached by every stream (capped at 1);
+- ``memory_efficiency``: the share of HBM bandwidth reached by every stream (capped at 1;
+  the part a kernel constant cannot take goes to the engines' own scales, so that an engine
+  whose kernels run below the reference's can still reach the cap: :data:`ENGINE_SCALES`);
 - ``collective_latency``: the fixed times of collectives, the runtime's all-reduce and its
   ranks' arrival at each all-reduce of a real step;
 - ``power``: static and busy power, energy per FLOP, per HBM byte, per link byte.
@@ -65,6 +67,18 @@ FACTORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 FACTOR_NAMES = tuple(FACTORS)
 #: Efficiencies are shares of a peak: scaled up, they stop at 1.
 CAPPED = ("compute_efficiency", "memory_efficiency")
+#: Kernel efficiencies an engine's own (runtime, GPU) scale multiplies (llama.cpp's
+#: kernels at 0.6 of the reference's on H100: runtime/profile.py ``calibration_for``, which
+#: caps the product): what a factor cannot add to the kernel constant under its cap goes
+#: to every engine's scale, so that an engine below the reference can still be scaled up
+#: to the engine's own cap, while an engine at scale 1 reaches that cap as before.
+ENGINE_SCALES = {"gemm_efficiency_max": ("gemm_efficiency_scale",),
+                 "attention_efficiency_max": ("attention_efficiency_scale",),
+                 "memory_efficiency_max": ("memory_efficiency_scale",),
+                 "kv_bandwidth_efficiency": ("kv_bandwidth_scale", "mha_kv_bandwidth_scale"),
+                 "expert_bandwidth_efficiency": ("expert_bandwidth_scale",)}
+#: An unset (0) expert-bandwidth scale is the memory scale (``calibration_for``).
+SCALE_FALLBACK = {"expert_bandwidth_scale": "memory_efficiency_scale"}
 FACTOR_RANGE = (0.2, 5.0)
 NOISE_SIGMA = 0.05  # assumed relative measurement noise of one metric
 PRIOR_SIGMA = 0.5  # width of the log-normal prior of a factor around 1
@@ -99,6 +113,7 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
                                         in out.runtimes)]
         runtime_values = {runtime_key(runtime=r, gpu=gpu.name):
                           asdict(out.runtime(runtime=r, gpu=gpu.name)) for r in sections}
+        engine_scales = {key: dict(values) for key, values in runtime_values.items()}
         for factor, value in overlay.factors.items():
             if value == 1.0:  # the identity leaves every constant as it is
                 continue
@@ -107,11 +122,16 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
                            "runtime": list(runtime_values.values())}[section]
                 for constants in targets:
                     for constant in names:
-                        scaled = constants[constant] * value
+                        before = constants[constant]
+                        scaled = before * value
                         # a share of a peak stops at 1 (or where it already was: a small
                         # kernel's share can pass 1 on L2 hits)
-                        constants[constant] = (min(scaled, max(1.0, constants[constant]))
+                        constants[constant] = (min(scaled, max(1.0, before))
                                                if factor in CAPPED else scaled)
+                        if section == "kernel" and constant in ENGINE_SCALES \
+                                and constants[constant] < scaled:
+                            _scale_engines(runtime_values, engine_scales, ENGINE_SCALES[constant],
+                                           scaled / constants[constant])
         kernels[gpu.name] = replace(out.kernel(gpu.name), **kernel)
         for key, values in link_values.items():
             links[key] = replace(out.link(gpu=gpu.name, kind=key.split(":", 1)[1]), **values)
@@ -120,6 +140,26 @@ def apply_overlay(calibration: Calibration, overlay: Overlay) -> Calibration:
                                     **values)
         out = replace(out, kernels=kernels, links=links, runtimes=runtimes)
     return replace(out, source=f"{calibration.source} + overlay")
+
+
+def _scale_engines(runtime_values: dict[str, dict[str, Any]],
+                   engine_scales: dict[str, dict[str, Any]], fields: tuple[str, ...],
+                   remainder: float) -> None:
+    """Multiply each engine's ``fields`` (its own scales of one kernel efficiency, as they
+    were before the overlay: ``engine_scales``) by ``remainder``; an unset (0) scale stays
+    unset unless it falls back to another (:data:`SCALE_FALLBACK`), which it then takes
+    scaled; a scale another falls back to, scaled, first pins the unset one at its value
+    before (so that it moves only with its own kernel efficiency)."""
+    for key, values in runtime_values.items():
+        base = engine_scales[key]
+        for name in fields:
+            own = base[name] or base.get(SCALE_FALLBACK.get(name, ""), 0.0)
+            if not own:
+                continue
+            for unset, fallback in SCALE_FALLBACK.items():
+                if fallback == name and not values[unset]:
+                    values[unset] = base[name]
+            values[name] = own * remainder
 
 
 @dataclass(frozen=True, kw_only=True)
