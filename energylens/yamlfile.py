@@ -24,7 +24,32 @@ from typing import IO, Any
 
 import yaml
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+    """The safe loader, refusing a mapping that gives a key twice (YAML says keys are
+    unique; PyYAML keeps the last, so a study's second ``objectives:`` would silently
+    replace its first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<``: merged, not a key
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor says so itself
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+_LOADER = _Loader
 #: Texts shorter than this are parsed each time (their copy would save nothing).
 CACHE_MIN_CHARS = 2048
 CACHE_ENV = "ENERGYLENS_CACHE_DIR"

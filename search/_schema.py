@@ -162,12 +162,40 @@ def read_yaml(path: Path, *, error_type: type[ValueError]) -> Any:
         if _expanded_size(node, {}) > MAX_YAML_NODES:
             raise error_type(f"{path}: YAML expands to more than {MAX_YAML_NODES:,} nodes "
                              "(aliases used over and over); write the values out")
+        repeated = _repeated_key(node, set())
+        if repeated is not None:  # PyYAML would keep the last and drop the first silently
+            raise error_type(f"{path}: key {repeated.value!r} given twice (line "
+                             f"{repeated.start_mark.line + 1}); keep one")
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise error_type(f"{path}: invalid YAML{where}: {problem}") from None
+
+
+def _repeated_key(node: yaml.Node, seen: set[int]) -> yaml.ScalarNode | None:
+    """The first plain key a mapping of the document gives twice (its second node), else
+    None; each node is visited once (aliases share theirs)."""
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in keys:
+                    return key
+                keys.add(key.value)
+            children += [key, value]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    for child in children:
+        found = _repeated_key(child, seen)
+        if found is not None:
+            return found
+    return None
 
 
 def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:

@@ -408,6 +408,12 @@ CATALOGUE = [
         files("study run study.yaml", study__yaml="space: [unclosed\n"),
         "invalid YAML at line",
     ),
+    Case(  # PyYAML would keep the second and drop the first silently
+        "a key given twice",
+        files("study check study.yaml",
+              study__yaml="objectives: [minimize energy_j]\nobjectives: [minimize num_gpus]\n"),
+        "key 'objectives' given twice (line 2)",
+    ),
     Case("study file is a folder", folder_as_study, "cannot read file"),
     Case("missing study file", files("study run nope.yaml"), "nope.yaml: cannot read file"),
     Case(

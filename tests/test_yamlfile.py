@@ -9,6 +9,7 @@ import json
 import os
 from importlib import resources
 
+import pytest
 import yaml
 
 from energylens.yamlfile import CACHE_ENV, CACHE_MIN_CHARS, safe_load
@@ -74,3 +75,13 @@ def test_the_cache_keeps_only_the_newest_copies(tmp_path, monkeypatch) -> None:
         os.utime(_copy_of(tmp_path, text), (1_000_000 + age, 1_000_000 + age))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         _copy_of(tmp_path, t).name for t in texts[-3:])
+
+
+def test_a_key_given_twice_is_refused_and_a_merge_key_is_not() -> None:
+    """YAML keys are unique; PyYAML keeps the last of two silently (a GPU file's second
+    ``specs:`` would replace its first). A ``<<`` merge is no repeated key."""
+    with pytest.raises(yaml.YAMLError, match="key 'a' given twice"):
+        safe_load("a: 1\nb: {c: 2}\na: 3\n")
+    with pytest.raises(yaml.YAMLError, match="key 'c' given twice"):
+        safe_load("b: {c: 2, c: 3}\n")
+    assert safe_load("x: &x {p: 1}\ny: {<<: *x, q: 2}\n") == {"x": {"p": 1}, "y": {"p": 1, "q": 2}}
