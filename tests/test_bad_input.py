@@ -547,6 +547,9 @@ CATALOGUE = [
     Case("--write-docs without --all",
          files("validate measurements m.csv --write-docs docs", m__csv=MEASUREMENTS),
          "--write-docs: only --all reads it"),
+    Case("--gpu on a measurement CSV (each row names its own)",
+         files("validate measurements m.csv --gpu h100", m__csv=MEASUREMENTS),
+         "--gpu and --topology do not apply to 'validate measurements'"),
 ]
 
 

@@ -138,6 +138,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.format is None or args.file is None:
         args.parser.error("validate needs FORMAT and FILE (or --all)")
     if args.format == "measurements":
+        if args.gpu is not None or args.topology is not None:  # read nowhere: say so
+            args.parser.error("--gpu and --topology do not apply to 'validate measurements': "
+                              "each row names its GPU (the gpu column)")
         from energylens.cli.measurements import validate_measurements
 
         return validate_measurements(args)
