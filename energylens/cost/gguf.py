@@ -54,6 +54,8 @@ GGUF_COMPUTE_DTYPE = dict.fromkeys((*STORAGE_BYTES, *GGUF_DTYPES, FILE_DTYPE), "
 #: digits its name's mark carries (``WD__gguf_615234375`` -> ``gguf_615234375``: 0.615234375
 #: bytes a weight; energylens.model.spec.STORAGE_MARK).
 STORAGE_PREFIX = "gguf_"
+
+
 def storage_bytes(name: str) -> float | None:
     """Bytes a weight takes under storage ``name`` (:data:`STORAGE_PREFIX` and billionths
     of a byte); None for any other name."""

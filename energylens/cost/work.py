@@ -182,8 +182,13 @@ def weight_dtype_of(tensor: TensorRef, weight_dtype: str) -> str:
 
 def storage_bytes(storage: str) -> float:
     """Bytes a weight takes in ``storage`` (a :func:`weight_dtype_of` result)."""
+    known = DTYPE_BYTES.get(storage)  # every storage but a GGUF file's own
+    if known is not None:
+        return known
     stored = gguf.storage_bytes(storage)
-    return DTYPE_BYTES[storage] if stored is None else stored
+    if stored is None:
+        raise KeyError(storage)
+    return stored
 
 
 def compute_dtype(storage: str) -> str:

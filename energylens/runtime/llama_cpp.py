@@ -61,9 +61,10 @@ class LlamaCpp(RuntimeProfile):
         d, f = spec.deployment, self.flag
         from_file = spec.model_id.lower().endswith(".gguf")  # the model was read from it
         given = from_file and spec.weight_dtype == spec.checkpoint_dtype
-        # the type to write (never the file's own tensors, dtype gguf: those are given)
-        file_type = spec.model_id if given else GGUF_TYPES[spec.weight_dtype]
         stem = PurePath(spec.model_id).stem if from_file else spec.model_id.rsplit("/", 1)[-1]
+        # a type to write where the file is not served as given (never dtype gguf, the
+        # file's own tensors: a deployment of it always has the file)
+        file_type = "" if given else GGUF_TYPES[spec.weight_dtype]
         gguf = spec.model_id if given else f"{stem}-{file_type}.gguf"
         argv = [*self.launch_program.split(), f("--model"), gguf, f("--n-gpu-layers"), "999"]
         if d.gpus_per_replica > 1:
