@@ -25,14 +25,19 @@ def _shipped() -> list[dict[str, str]]:
 
 
 def test_the_shipped_rows_hold_each_measurement_once() -> None:
-    """2,530 aggregated rows, 349 of them bit-identical in inputs and TTFT/TPOT to another
-    and 175 more its last printed digit or a 2-decimal copy of it: 2,006 rows. The MiniMax-M2.5
-    run at 4 clients of 1,024 / 8,192 tokens on 2 B200 (TTFT 113.219 ms, TPOT 10.087 ms) is
-    kept under its first id, ..._553, and its repeat ..._1353 is gone."""
+    """2,530 aggregated rows, 545 of them bit-identical in inputs (as the model reads them)
+    and TTFT/TPOT to another and 179 more its last printed digit or a 2-decimal copy of it:
+    1,806 rows. No two share their TTFT and TPOT at the same load, whatever their labels
+    (DeepSeek-R1 and -V3, two nightly tags). The MiniMax-M2.5 run at 4 clients of 1,024 /
+    8,192 tokens on 2 B200 (TTFT 113.219 ms, TPOT 10.087 ms) is kept under its first id,
+    ..._553, and its repeat ..._1353 is gone."""
     rows = _shipped()
-    assert len(rows) == 2006
+    assert len(rows) == 1806
     inputs = [k for k in rows[0] if k in KNOWN and k not in METRICS]
     counts = Counter(tuple(r[k] for k in [*inputs, "ttft_s", "tpot_s"]) for r in rows)
+    assert max(counts.values()) == 1
+    unlabelled = [k for k in inputs if k not in ("model", "runtime_version", "kv_dtype")]
+    counts = Counter(tuple(r[k] for k in [*unlabelled, "ttft_s", "tpot_s"]) for r in rows)
     assert max(counts.values()) == 1
     ids = {r["id"] for r in rows}
     stem = "2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x8192_c4_tp2_0_ep1_0_"
@@ -68,6 +73,23 @@ def test_repeats_are_dropped_and_counted_and_close_runs_kept(tmp_path: Path) -> 
     note = next(n for n in converted.notes if "repeats" in n)
     assert note.startswith("3 of the 6 aggregated row(s) dropped as repeats")
     assert "1 bit-identical, 1 to the last printed digit, 1 rounded to 2 decimals" in note
+
+
+def test_a_run_filed_under_two_labels_the_model_reads_alike_counts_once(tmp_path: Path) -> None:
+    """DeepSeek-R1 filed again as DeepSeek-V3 (one zoo entry), a nightly filed under two
+    build tags (both read as the profile's release): one row each, the first label kept.
+    Another release or another model of the same numbers stays."""
+    def line(name: str, model: str, version: str) -> str:
+        return (f"{name},db; silicon_concurrency=4,sglang,{version},{model},b200_sxm,fp8,agg,"
+                f"1024,1024,fp8,,4,8,1,1,1,1,120.5,9.25\n")
+    converted = _convert(tmp_path, [
+        line("r1", "deepseek-ai/DeepSeek-R1", "0.5.9"),
+        line("v3", "deepseek-ai/DeepSeek-V3", "0.5.9"),
+        line("nightly", "deepseek-ai/DeepSeek-V3", "nightly-dev"),
+        line("tagged", "deepseek-ai/DeepSeek-V3", "nightly-dev-20260216-d3bae71e"),
+        line("release", "deepseek-ai/DeepSeek-V3", "0.5.10"),
+        line("kimi", "moonshotai/Kimi-K2.5", "0.5.9")])
+    assert [r["id"] for r in converted.rows] == ["r1", "nightly", "release", "kimi"]
 
 
 def test_a_work_in_progress_run_carries_wip_and_is_never_dropped(tmp_path: Path) -> None:

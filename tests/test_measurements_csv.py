@@ -563,16 +563,10 @@ def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_doe
     assert any("3 row(s) written with kv_dtype fp8" in n for n in converted.notes)
 
 
-def test_a_campaign_that_held_more_than_a_16_bit_cache_is_read_as_fp8(tmp_path: Path) -> None:
-    """MiniMax-M2.5 FP8 on 2 B200 (vLLM 0.19.0): 512 clients of 1,024 + 1,024 tokens at a
-    measured TTFT of 1.1 s and TPOT of 47 ms kept ~512 x 0.98 x 1,536 = 770 thousand tokens
-    resident, far above what a 16-bit cache holds there (~410 thousand): that run's
-    campaign, its 8-client run included, is written with an FP8 cache. The same campaign
-    measured on another day with 8 clients alone (~12 thousand tokens) stays auto, and the
-    16-bit pool's share comes out as hand-computed."""
-    from energylens.measurements.convert.kv_evidence import resident_share
-    from energylens.measurements.user_csv import load_user_csv
-
+def test_a_run_filed_again_under_another_campaign_carries_what_its_campaign_shows(
+        tmp_path: Path) -> None:
+    """The 8-client run of a campaign shown to hold an FP8 cache, filed again on another
+    day with the same numbers, is that run: FP8 too, and written once."""
     rows = [("2026-04-03", 512, 1100, 47.0), ("2026-04-03", 8, 80, 11.0),
             ("2026-04-08", 8, 80, 11.0)]
     text = AIC_HEADER + "".join(
@@ -581,9 +575,31 @@ def test_a_campaign_that_held_more_than_a_16_bit_cache_is_read_as_fp8(tmp_path: 
         f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
     converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
                                                Options())
+    assert [(r["id"], r["kv_dtype"]) for r in converted.rows] == [("r0", "fp8"), ("r1", "fp8")]
+    assert any(n.startswith("3 row(s) written with kv_dtype fp8") for n in converted.notes)
+
+
+def test_a_campaign_that_held_more_than_a_16_bit_cache_is_read_as_fp8(tmp_path: Path) -> None:
+    """MiniMax-M2.5 FP8 on 2 B200 (vLLM 0.19.0): 512 clients of 1,024 + 1,024 tokens at a
+    measured TTFT of 1.1 s and TPOT of 47 ms kept ~512 x 0.98 x 1,536 = 770 thousand tokens
+    resident, far above what a 16-bit cache holds there (~410 thousand): that run's
+    campaign, its 8-client run included, is written with an FP8 cache. The same campaign
+    measured on another day with 8 clients alone (~12 thousand tokens, another run: its
+    numbers differ) stays auto, and the 16-bit pool's share comes out as hand-computed."""
+    from energylens.measurements.convert.kv_evidence import resident_share
+    from energylens.measurements.user_csv import load_user_csv
+
+    rows = [("2026-04-03", 512, 1100, 47.0), ("2026-04-03", 8, 80, 11.0),
+            ("2026-04-08", 8, 81, 11.1)]
+    text = AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency={clients}; measured={day}T00:00:00Z,vllm,0.19.0,"
+        f"MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,{clients},2,1,1,1,2,"
+        f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
+    converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
+                                               Options())
     assert [r["kv_dtype"] for r in converted.rows] == ["fp8", "fp8", None]
-    assert any("2 row(s) written with kv_dtype fp8: a run of their campaign held more tokens"
-               in n for n in converted.notes)
+    assert any(n.startswith("2 row(s) written with kv_dtype fp8: a run of their campaign")
+               for n in converted.notes)
     plain = [{**r, "kv_dtype": None} for r in converted.rows[:1]]
     path = tmp_path / "one.csv"
     path.write_text(to_csv(Converted(rows=plain)), encoding="utf-8")

@@ -348,7 +348,7 @@ LOAD_TARGETS = {"ttft_s": 0.15, "tpot_s": 0.08}
 
 def _load_rows() -> list[str]:
     """The load kind's TTFT/TPOT MAPE per (engine, GPU) from the shipped table
-    (``benchmarks/validate_load_aic.py --write-accuracy``; simulating the 2,006 rows takes
+    (``benchmarks/validate_load_aic.py --write-accuracy``; simulating the 1,806 rows takes
     minutes, so ``validate --all`` reads the table instead of rerunning it)."""
     from energylens.validation.expected_error import LOAD_ACCURACY, load_accuracy_table
 

@@ -113,8 +113,12 @@ recomputed), or are both written with at most :data:`ROUNDED_DECIMALS` decimals 
 the kept row's rounded to that many (a rounded copy: the full-precision row is kept
 whatever the order). The kept row keeps its own ``id``. No two rows of the same inputs
 closer than 0.08 % in either metric exist beyond these, so the rule has no borderline
-case. Rows of other labels with the same numbers (another engine-release label; DeepSeek-R1
-repeating DeepSeek-V3) are kept: which label is right is not recorded.
+case. Labels are compared as the model reads them: a checkpoint by the zoo entry it
+resolves to, a release by its number (a build tag without one, as the profile's release).
+So DeepSeek-R1 runs filed a second time as DeepSeek-V3 (one architecture, one zoo entry;
+160 rows, every one bit-identical) and a SGLang nightly filed under ``nightly-dev`` and
+``nightly-dev-20260216-d3bae71e`` (11 rows) count once, under the label met first: either
+label predicts the same, and two runs do not agree in a 16-digit mean TTFT and TPOT.
 """
 
 from __future__ import annotations
@@ -123,13 +127,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from energylens.errors import EnergyLensError
+from energylens.errors import ConfigError, EnergyLensError
 from energylens.measurements.convert import Converted, Options
 from energylens.measurements.convert.kv_evidence import NARROW, fp8_campaigns
 from energylens.measurements.formats import _csv_rows, _fail, _positive
 from energylens.measurements.user_csv import KNOWN, METRICS
-from energylens.model.zoo import MODELOPT_KV_DTYPE
+from energylens.model.zoo import MODELOPT_KV_DTYPE, resolve_model_name
 from energylens.runtime import get_runtime
+from energylens.runtime.profile import release_key
 
 _KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
          "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
@@ -317,6 +322,31 @@ def _repeats(mine: _Metrics, kept: _Metrics) -> str | None:
     return None
 
 
+def _as_read(key: str, value: Any) -> Any:
+    """A label as the model reads it (module docstring): a checkpoint's zoo entry, a
+    release's number (None: a build tag, read as the profile's release); else ``value``."""
+    try:
+        if key == "model":
+            return resolve_model_name(value)
+        if key == "runtime_version" and value:
+            return release_key(value)
+    except ConfigError:
+        return None  # a build tag
+    except EnergyLensError:
+        pass  # a checkpoint the zoo does not hold: its own label
+    return value
+
+
+def _same_runs(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> list[int]:
+    """Each row's run: rows of the same inputs as the model reads them (but the KV
+    precision, which the evidence sets per campaign) and the same TTFT and TPOT as written
+    are one run, filed under two campaigns; what one campaign's evidence shows of the run's
+    cache holds for its copy (the module docstring's repeats)."""
+    runs: dict[tuple[Any, ...], int] = {}
+    return [runs.setdefault((*(_as_read(k, row.get(k)) for k in _INPUTS if k != "kv_dtype"),
+                             *metrics[i]), len(runs)) for i, row in enumerate(rows)]
+
+
 def drop_repeats(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> tuple[
         list[dict[str, Any]], dict[str, int]]:
     """``rows`` without the repeats of another row (module docstring), in their order, and
@@ -324,7 +354,7 @@ def drop_repeats(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> tuple[
     are each row's TTFT and TPOT as the source writes them (ms)."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, row in enumerate(rows):
-        groups.setdefault(tuple(row.get(k) for k in _INPUTS), []).append(i)
+        groups.setdefault(tuple(_as_read(k, row.get(k)) for k in _INPUTS), []).append(i)
     dropped: dict[int, str] = {}
     for members in groups.values():
         first: dict[tuple[Any, ...], int] = {}
@@ -409,9 +439,10 @@ def convert(path: Path, options: Options) -> Converted:
         out.rows.append(converted)
         metrics.append((row["silicon_ttft_ms"], row["silicon_tpot_ms"]))
     narrow = fp8_campaigns(out.rows, campaign=_campaign)
-    for converted in out.rows:
-        if _campaign(converted) in narrow and not converted["kv_dtype"] \
-                and converted["dtype"] in NARROW:
+    runs = _same_runs(out.rows, metrics)
+    shown = {runs[i] for i, converted in enumerate(out.rows) if _campaign(converted) in narrow}
+    for i, converted in enumerate(out.rows):
+        if runs[i] in shown and not converted["kv_dtype"] and converted["dtype"] in NARROW:
             converted["kv_dtype"] = "fp8"
             in_flight += 1
     read = len(out.rows)
@@ -442,7 +473,8 @@ def convert(path: Path, options: Options) -> Converted:
                          "(see the converter's docstring)")
     if in_flight:
         out.notes.append(f"{in_flight} row(s) written with kv_dtype fp8: a run of their campaign "
-                         "held more tokens in flight than a 16-bit cache holds (see "
+                         "(or of the campaign the same run is filed under again) held more "
+                         "tokens in flight than a 16-bit cache holds (see "
                          "energylens/measurements/convert/kv_evidence.py)")
     if speculative:
         out.notes.append(f"{speculative} DeepSeek-R1 row(s) written with speculative_tokens "
@@ -452,7 +484,8 @@ def convert(path: Path, options: Options) -> Converted:
                          "prediction (see the converter's docstring)")
     if any(repeats.values()):
         out.notes.append(f"{sum(repeats.values())} of the {read} aggregated row(s) dropped as "
-                         "repeats of another row's measurement (the same inputs and TTFT/TPOT: "
+                         "repeats of another row's measurement (the same inputs as the model reads "
+                         "them and TTFT/TPOT: "
                          f"{repeats['identical']} bit-identical, {repeats['last digit']} to the "
                          f"last printed digit, {repeats['rounded']} rounded to "
                          f"{ROUNDED_DECIMALS} decimals); the other counts are of the "
