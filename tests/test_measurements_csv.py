@@ -563,18 +563,23 @@ def test_aiconfigurator_kv_precision_follows_the_checkpoint_where_the_engine_doe
     assert any("3 row(s) written with kv_dtype fp8" in n for n in converted.notes)
 
 
+def _minimax_campaign(tmp_path: Path, rows: list[tuple[str, int, float, float]]) -> Converted:
+    """AIConfigurator rows of MiniMax-M2.5 FP8 on 2 B200 (vLLM 0.19.0), 1,024 + 1,024
+    tokens, one per (day measured, clients, TTFT ms, TPOT ms), converted."""
+    text = AIC_HEADER + "".join(
+        f"r{i},db; silicon_concurrency={clients}; measured={day}T00:00:00Z,vllm,0.19.0,"
+        f"MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,{clients},2,1,1,1,2,"
+        f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
+    return converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"), Options())
+
+
 def test_a_run_filed_again_under_another_campaign_carries_what_its_campaign_shows(
         tmp_path: Path) -> None:
     """The 8-client run of a campaign shown to hold an FP8 cache, filed again on another
     day with the same numbers, is that run: FP8 too, and written once."""
     rows = [("2026-04-03", 512, 1100, 47.0), ("2026-04-03", 8, 80, 11.0),
             ("2026-04-08", 8, 80, 11.0)]
-    text = AIC_HEADER + "".join(
-        f"r{i},db; silicon_concurrency={clients}; measured={day}T00:00:00Z,vllm,0.19.0,"
-        f"MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,{clients},2,1,1,1,2,"
-        f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
-    converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
-                                               Options())
+    converted = _minimax_campaign(tmp_path, rows)
     assert [(r["id"], r["kv_dtype"]) for r in converted.rows] == [("r0", "fp8"), ("r1", "fp8")]
     assert any(n.startswith("3 row(s) written with kv_dtype fp8") for n in converted.notes)
 
@@ -591,12 +596,7 @@ def test_a_campaign_that_held_more_than_a_16_bit_cache_is_read_as_fp8(tmp_path: 
 
     rows = [("2026-04-03", 512, 1100, 47.0), ("2026-04-03", 8, 80, 11.0),
             ("2026-04-08", 8, 81, 11.1)]
-    text = AIC_HEADER + "".join(
-        f"r{i},db; silicon_concurrency={clients}; measured={day}T00:00:00Z,vllm,0.19.0,"
-        f"MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,{clients},2,1,1,1,2,"
-        f"{ttft_ms},{tpot_ms}\n" for i, (day, clients, ttft_ms, tpot_ms) in enumerate(rows))
-    converted = converters()["aiconfigurator"](_write(tmp_path, text, "silicon_sample.csv"),
-                                               Options())
+    converted = _minimax_campaign(tmp_path, rows)
     assert [r["kv_dtype"] for r in converted.rows] == ["fp8", "fp8", None]
     assert any(n.startswith("2 row(s) written with kv_dtype fp8: a run of their campaign")
                for n in converted.notes)
