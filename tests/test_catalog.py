@@ -183,7 +183,11 @@ def test_deepspeed_fastgen_is_the_mii_profile(capsys) -> None:  # type: ignore[n
 
 
 @pytest.mark.parametrize(("spelling", "name"), [("TensorRT-LLM", "trtllm"), ("turbomind", "lmdeploy"),
-                                                ("llama-server", "llama.cpp"), ("SGLang", "sglang")])
+                                                ("llama-server", "llama.cpp"), ("SGLang", "sglang"),
+                                                ("TensorRT LLM", "trtllm"), ("vllm_v1", "vllm"),
+                                                ("HF TGI", "tgi"), ("deepspeed habana",
+                                                                    "deepspeed-habana"),
+                                                ("vllm-openai", "vllm")])
 def test_a_deployment_and_a_space_take_an_engine_by_its_other_spellings(spelling: str,
                                                                         name: str) -> None:
     """The Python API and a space's ``runtime`` knob read the spellings the CLI reads; the

@@ -375,6 +375,27 @@ def test_attention_dp_on_a_dense_model_is_refused_as_such_whatever_the_gpu_count
                       "(use dp for replicas)"}
 
 
+def test_an_engine_named_with_its_release_in_one_cell_gives_both(tmp_path: Path) -> None:
+    """``vLLM 0.6.3`` in a framework column is vLLM at release 0.6.3, which prices the
+    release's own overheads (the same as the two columns given apart); ``llama.cpp`` and
+    ``vllm-v1`` carry no release; a cell and a runtime_version that disagree are refused."""
+    head = "model,gpu,num_gpus,framework,runtime_version,workload,batch,input_tokens,output_tokens,tpot_s\n"
+    rows = ["vLLM 0.6.3,", "sglang==0.4.1,", "TensorRT-LLM v0.12.0,0.12.0", "llama.cpp,",
+            "vllm-v1,", "vllm,0.6.3"]
+    path = _write(tmp_path, head + "".join(f"llama-3.1-8b,H100,1,{r},serving,16,512,128,0.02\n"
+                                          for r in rows))
+    read = load_user_csv(path).rows
+    assert [(r.values["runtime"], r.values["runtime_version"]) for r in read] == [
+        ("vllm", "0.6.3"), ("sglang", "0.4.1"), ("trtllm", "0.12.0"), ("llama.cpp", None),
+        ("vllm", None), ("vllm", "0.6.3")]
+    tpot = [r.predicted["tpot_s"] for r in validate_measured(
+        load_user_csv(path), calibration=default_calibration()).rows]
+    assert tpot[0] == tpot[5] != tpot[4]
+    bad = _write(tmp_path, head + "llama-3.1-8b,H100,1,vLLM 0.6.3,0.8.0,serving,16,512,128,0.02\n")
+    with pytest.raises(MeasurementError, match="names release 0.6.3"):
+        load_user_csv(bad)
+
+
 def test_fp8_spellings_of_vllm_and_torch_are_fp8(tmp_path: Path) -> None:
     path = _write(tmp_path, "model,gpu,num_gpus,dtype,kv_dtype,input_tokens,output_tokens,ttft_s\n"
                             + "".join(f"llama-3.1-8b,H100,1,{d},{d},512,128,1\n" for d in

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -223,7 +224,14 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         elif column in NUMBERS or column in METRICS or column == "draft_acceptance":
             values[column] = _number(path, column, raw, number)
         elif column in RUNTIME_COLUMNS:
-            values[column] = runtime_name(raw)
+            values[column], release = _runtime_release(raw)
+            if release is not None:
+                given = (cells.get("runtime_version") or "").strip()
+                if given and given.lstrip("vV") != release:
+                    raise _fail(path, f"column '{column}' names release {release} "
+                                      f"({raw.strip()!r}) where runtime_version says {given!r} "
+                                      f"in row {number}")
+                values["runtime_version"] = release
         else:
             values[column] = raw
     for column in REQUIRED:
@@ -319,6 +327,21 @@ def _dtype(raw: str | None, allowed: tuple[str, ...], what: str) -> str | None:
     if name not in allowed:
         raise UnsupportedRow(f"{what} {raw!r} is not modelled (known: {', '.join(allowed)})")
     return name
+
+
+#: An engine named with its release in one cell: ``vLLM 0.6.3``, ``sglang==0.4.1``,
+#: ``TensorRT-LLM v0.12.0`` (a release has at least a major and a minor number).
+_NAMED_RELEASE = re.compile(r"^(?P<name>.*?[a-z.])[\s=_-]*v?(?P<release>\d+\.\d+\S*)$",
+                            re.IGNORECASE)
+
+
+def _runtime_release(raw: str) -> tuple[str, str | None]:
+    """A runtime cell's registry name, and the release it names, if any."""
+    text = raw.strip()
+    found = _NAMED_RELEASE.match(text)
+    if found is not None and runtime_name(found.group("name")) in runtime_names():
+        return runtime_name(found.group("name")), found.group("release")
+    return runtime_name(text), None
 
 
 def _release(raw: str | None) -> str | None:

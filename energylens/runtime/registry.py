@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import TYPE_CHECKING
 
 from energylens.errors import UnknownRuntimeError
@@ -43,8 +44,12 @@ SPELLINGS = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trt
              "turbomind": "lmdeploy", "llama-server": "llama.cpp", "llamacpp": "llama.cpp",
              "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp",
              "text-generation-inference": "tgi", "hf-tgi": "tgi",
-             # vLLM's V1 engine, the one the profile describes (the default since 0.8)
-             "vllm-v1": "vllm"}
+             # vLLM's V1 engine, the one the profile describes (the default since 0.8);
+             # its OpenAI-compatible server (the vllm/vllm-openai image)
+             "vllm-v1": "vllm", "vllm-openai": "vllm",
+             # the engines the trtllm and lmdeploy profiles describe, named with it
+             "trtllm-pytorch": "trtllm", "tensorrt-llm-pytorch": "trtllm",
+             "lmdeploy-turbomind": "lmdeploy"}
 #: Servers that run one of the engines rather than an engine of their own -> what to give
 #: instead (each one's documentation, recalled).
 FRONT_ENDS = {
@@ -60,10 +65,17 @@ FRONT_ENDS = {
 
 
 def runtime_name(spelling: str) -> str:
-    """The registry name of a runtime spelled ``spelling`` (``tensorrt-llm`` -> ``trtllm``);
-    anything else lower-cased as it is."""
+    """The registry name of a runtime spelled ``spelling`` (``tensorrt-llm``, ``TensorRT
+    LLM`` -> ``trtllm``; spaces and underscores read as hyphens); anything else lower-cased
+    as it is."""
     key = spelling.strip().lower()
-    return SPELLINGS.get(key, key)
+    joined = re.sub(r"[\s_]+", "-", key)
+    for name in (key, joined):
+        if name in SPELLINGS:
+            return SPELLINGS[name]
+        if name in _RUNTIMES or name in FRONT_ENDS:
+            return name
+    return key
 
 
 def runtime_names() -> tuple[str, ...]:
