@@ -139,6 +139,7 @@ def test_kv_bytes_per_token_are_positive_and_match_the_shapes(model: ModelConfig
         per_layer = 2 * model.num_kv_heads * model.head_dim
     hybrid = model.hybrid
     kv_layers = model.num_layers if hybrid is None else hybrid.count("*")  # attention only
+    kv_layers -= model.cross_attention_layers  # the image's keys and values: none a token
     expected = kv_layers * (per_layer * ACTIVATION_BYTES + index_bytes)
     if model.kv_heads_per_layer is not None:  # each layer its own KV heads
         expected = 2 * sum(model.kv_heads_per_layer) * model.head_dim * ACTIVATION_BYTES

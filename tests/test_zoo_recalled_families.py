@@ -1,4 +1,5 @@
-"""Families added with recalled configs (gpt_bigcode, mpt, grok-1, internlm3, apriel): a
+"""Families added with recalled configs (gpt_bigcode, mpt, grok-1, internlm3, apriel,
+mllama: the text_config tests/test_hf_review_models.py transcribes): a
 config.json as recalled for each zoo entry's checkpoint (transcriptions, not verbatim
 files; the entries' ``source`` lines say so) reads back to the zoo entry's shapes."""
 
@@ -39,6 +40,12 @@ RECALLED: dict[str, dict[str, Any]] = {
                      "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
                      "qkv_bias": False, "bias": False, "vocab_size": 128512,
                      "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+    "llama-3.2-11b-vision": {"model_type": "mllama", "text_config": {
+        "model_type": "mllama_text_model", "hidden_size": 4096, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        "vocab_size": 128256, "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+        "vision_config": {"hidden_size": 1280}},
     "apriel-5b": {"model_type": "apriel", "hidden_size": 4096, "head_dim": 128,
                   "intermediate_size": 8192, "num_hidden_layers": 28,
                   "num_attention_heads": 24, "num_key_value_heads": 8,

@@ -2,8 +2,10 @@
 config.json may leave unsaid: the MLP's form, the norm, and the defaults of its config
 class. The generic decoder takes these first and guesses (with a note) only for types not
 listed. A type with a builder of its own (:mod:`energylens.model.hf.builders`) is not
-listed: its builder says what its code fixes; except Qwen3-Next's and Qwen3.5's, whose
-builder (``qwen3_5.py``) reads through the generic decoder and so takes their facts here.
+listed: its builder says what its code fixes; except Qwen3-Next's and Qwen3.5's,
+GPT-BigCode's and Llama 3.2 Vision's text model's, whose builders (``qwen3_5.py``,
+``gpt_bigcode.py``, ``mllama.py``) read through the generic decoder and so take their facts
+here.
 
 Sources: ``transformers`` 5.x ``models/<type>/configuration_<type>.py`` (defaults) and
 ``modeling_<type>.py`` (layers), read for this table.
