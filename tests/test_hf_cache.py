@@ -81,3 +81,21 @@ def test_predict_runs_on_a_cached_repo(cache: Path, capsys: pytest.CaptureFixtur
     assert main(["predict", "--model", REPO, "--gpu", "h100", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "tiny-llama-test" and out["tpot_s"] > 0
+
+
+def test_predict_prints_its_table_for_a_cached_repo(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The table path names the model the zoo selected where a name selects a zoo entry; a
+    cached repo selects none and is still predicted (it was refused as an unknown model)."""
+    _snapshot(cache, "aaa111", layers=4)
+    assert main(["predict", "--model", REPO, "--gpu", "h100"]) == 0
+    captured = capsys.readouterr()
+    assert "tiny-llama-test on 1 x H100-SXM" in captured.out and "error" not in captured.err
+
+
+def test_models_show_reads_a_cached_repo(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _snapshot(cache, "aaa111", layers=4)
+    assert main(["models", "show", REPO, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["model_type"], shown["layers"], shown["sources"]) == ("llama", 4, [str(config)])
+    assert main(["models", "show", REPO]) == 0
+    assert "local Hugging Face cache" in capsys.readouterr().out

@@ -18,12 +18,13 @@ from energylens.model import ModelConfig, build_graph, get_model, list_models, p
 from energylens.model.config import MIXERS
 from energylens.model.gguf.load import gguf_model_type
 from energylens.model.hf import read_model_type, supported_model_types
+from energylens.model.hf.cache import cached_config
 from energylens.model.zoo import (
     ModelInfo,
     is_local_config,
     local_config_path,
     model_info,
-    resolve,
+    zoo_resolution,
 )
 from energylens.runtime import DEFAULT_RUNTIME, get_runtime, runtime_names
 from energylens.runtime.profile import RuntimeProfile
@@ -188,8 +189,10 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
 
     model = get_model(args.name)
     local = is_local_config(args.name)
-    info = None if local else model_info(model.name)
-    found = None if local else resolve(args.name)
+    found = zoo_resolution(args.name)
+    info = None if found is None else model_info(found.name)
+    # a repo id the zoo does not know was read from the Hugging Face hub cache
+    cached = None if local or found is not None else cached_config(args.name)
     total, active = parameter_count(model)
     sizes = footprint(model)
     record: dict[str, Any] = {
@@ -197,9 +200,9 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
         "requested": args.name,
         "model_type": info.model_type if info else (
             gguf_model_type(args.name) if args.name.lower().endswith(".gguf")
-            else read_model_type(local_config_path(args.name))),
+            else read_model_type(cached or local_config_path(args.name))),
         "attention": _attention(model), "verification_text": info.verification if info else None,
-        "sources": list(info.sources) if info else [args.name],
+        "sources": list(info.sources) if info else [str(cached or args.name)],
         "disagreements": list(info.disagreements) if info else [],
         "aliases": [a.name for a in info.aliases] if info else [],
         "params_total_published": model.params_total_published,
@@ -232,7 +235,8 @@ def _cmd_models_show(args: argparse.Namespace) -> int:
           for dtype, weights in model.held_16bit),
         ("KV cache", f"{sizes['kv_bytes_per_token'] / 1e3:.1f} kB per token (16-bit)"),
         ("recurrent state", f"{sizes['state_bytes_per_sequence'] / 1e6:.2f} MB per sequence"),
-        ("verification", info.verification if info else "a local config.json"),
+        ("verification", info.verification if info else
+         "a config.json in the local Hugging Face cache" if cached else "a local config.json"),
         ("notes", model.notes),
     ]
     for name, value in rows:

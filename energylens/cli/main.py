@@ -19,7 +19,7 @@ from energylens.cost.moe import Routing
 from energylens.deployment import FUSIONS, KV_DTYPES, WEIGHT_DTYPES, Deployment, Workload
 from energylens.errors import ConfigError, EnergyLensError
 from energylens.model.hf import ModelApproximationWarning
-from energylens.model.zoo import is_local_config, resolve
+from energylens.model.zoo import zoo_resolution
 from energylens.runtime import DEFAULT_RUNTIME, runtime_names
 from energylens.workloads import kind_names
 from energylens.workloads.load.cli import (
@@ -225,10 +225,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     from energylens.cli.tables import capacity_note, print_prediction
 
-    if args.dtype is None and not is_local_config(args.model):
-        found = resolve(args.model)
-        if found.weight_dtype is not None:
-            console().print(f"model: {found.describe()}", highlight=False)
+    found = None if args.dtype is not None else zoo_resolution(args.model)
+    if found is not None and found.weight_dtype is not None:
+        console().print(f"model: {found.describe()}", highlight=False)
     emulated = None if args.prefill_pool is not None or args.decode_pool is not None \
         else _emulated_precision(args, deployment=deployment)  # pools name their own GPUs
     if emulated is not None:

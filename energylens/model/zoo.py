@@ -409,6 +409,19 @@ def resolve(name: str) -> Resolution:
     return Resolution(requested=name, name=short, weight_dtype=dtype, kv_dtype=kv)
 
 
+def zoo_resolution(name: str) -> Resolution | None:
+    """The zoo entry and weight dtype a name selects, or None where the model is read from
+    a file instead: a local ``config.json``, checkpoint folder or ``.gguf`` file, or a repo
+    id the zoo does not know (its ``config.json`` in the Hugging Face hub cache,
+    :func:`get_model`)."""
+    if is_local_config(name):
+        return None
+    try:
+        return resolve(name)
+    except UnknownModelError:
+        return None
+
+
 def resolve_model_name(name: str) -> str:
     """Zoo short name for a short name, alias or HF repo id (case-insensitive)."""
     return resolve(name).name
