@@ -127,7 +127,7 @@ def test_aiconfigurator_mtp_campaigns_are_written_with_three_drafts(tmp_path: Pa
     source = tmp_path / "silicon_sample.csv"
     source.write_text(AIC_HEADER + "".join(
         f"r{i},src; silicon_concurrency=4; measured={day}T00:00:00Z,trtllm,{release},{model},"
-        "b200_sxm,fp8,agg,1024,1024,fp8,fp8,4,8,1,1,8,1,190,5.4\n"
+        f"b200_sxm,fp8,agg,1024,1024,fp8,fp8,4,8,1,1,8,1,{190 + i},5.4\n"  # runs apart
         for i, (model, release, day) in enumerate(rows)), encoding="utf-8")
     converted = converters()["aiconfigurator"](source, Options())
     assert [r.get("speculative_tokens") for r in converted.rows] == [3, None, None]
@@ -146,7 +146,7 @@ def test_a_paired_campaigns_faster_run_of_a_configuration_is_written_with_one_dr
     source = tmp_path / "silicon_sample.csv"
     source.write_text(AIC_HEADER + "".join(
         f"r{i},src; silicon_concurrency=4; measured=2026-03-25T16:34:14Z,sglang,0.5.9,{model},"
-        f"b200_sxm,fp8,agg,{isl},1024,fp8,fp8,4,8,1,1,8,1,190,{tpot_ms}\n"
+        f"b200_sxm,fp8,agg,{isl},1024,fp8,fp8,4,8,1,1,8,1,{190 + i},{tpot_ms}\n"  # runs apart
         for i, (model, isl, tpot_ms) in enumerate(rows)), encoding="utf-8")
     converted = converters()["aiconfigurator"](source, Options())
     assert [r.get("speculative_tokens") for r in converted.rows] == [1, None, None, None, None]
