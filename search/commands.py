@@ -254,7 +254,17 @@ def cmd_worker(study_path: str | Path, *, app: Application, overrides: Overrides
 
 def _run_grid(config: StudyConfig, problem: Problem, shard: Shard, force: bool, app: Application) -> int:
     """Run (or continue) one shard of an exhaustive grid; report once every shard is done.
-    Ctrl-C stops after the chunk in flight (exit 130; a rerun continues after it)."""
+    Ctrl-C stops after the chunk in flight (exit 130; a rerun continues after it). A study
+    of the same name run trial by trial in the storage owns the results folder's reports:
+    refused unless ``force`` (``--new-study NAME`` gives the grid its own)."""
+    trials = completed_in_storage(config)
+    if trials and not force:
+        raise StudyStateError(
+            f"study {config.name!r} already has {trials} completed trials in "
+            f"{display_storage(config.storage)}, whose report is in {config.results}: a grid "
+            "shard would write its own over it; run the shards under --new-study NAME, or "
+            "give --force to replace that report"
+        )
     _claim(config, force)
     try:
         state = run_exhaustive(config=config, problem=problem, shard=shard, progress=True)

@@ -187,6 +187,27 @@ def test_the_command_line_runs_shards_and_reports_them(tmp_path, capsys) -> None
     assert parse_shard(" 2 / 5 ") == Shard(2, 5)
 
 
+def test_a_shard_does_not_write_over_the_report_of_a_study_run_trial_by_trial(tmp_path, capsys) -> None:
+    """After the file's Optuna study ran, a shard of the same study would replace its
+    pareto.csv: refused in one line (exit 2) with the report untouched; --new-study gives
+    the grid its own study, --force replaces the report."""
+    path = write_toy_study(tmp_path, space=SPACE, trials=20)
+    assert cmd_run(path, app=APP) == 0
+    config = load_study(path)
+    pareto = config.results / "pareto.csv"
+    before = pareto.read_bytes()
+    capsys.readouterr()
+    assert cmd_run(path, app=APP, overrides=Overrides(shard="1/2")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already has 20 completed trials" in err and "--new-study" in err
+    assert pareto.read_bytes() == before and not exhaustive_folder(config).exists()
+    grid = Overrides(shard="1/1", new_study="grid")
+    assert cmd_run(path, app=APP, overrides=grid) == 0
+    assert pareto.read_bytes() == before and (grid.apply(config).results / "pareto.csv").is_file()
+    assert cmd_run(path, app=APP, overrides=Overrides(shard="1/1"), force=True) == 0
+    assert pareto.read_bytes() != before
+
+
 def test_ctrl_c_on_the_command_line_keeps_the_chunks_and_says_how_to_continue(tmp_path, capsys) -> None:
     path = write_toy_study(tmp_path, space=SPACE, engine="grid", sampler="exhaustive")
 
