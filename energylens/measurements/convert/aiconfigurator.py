@@ -116,8 +116,8 @@ closer than 0.08 % in either metric exist beyond these, so the rule has no borde
 case. Labels are compared as the model reads them: a checkpoint by the zoo entry it
 resolves to, a release by its number (a build tag without one, as the profile's release).
 So DeepSeek-R1 runs filed a second time as DeepSeek-V3 (one architecture, one zoo entry;
-160 rows, every one bit-identical) and a SGLang nightly filed under ``nightly-dev`` and
-``nightly-dev-20260216-d3bae71e`` (11 rows) count once, under the label met first: either
+185 rows) and a SGLang nightly filed under ``nightly-dev`` and
+``nightly-dev-20260216-d3bae71e`` (15 rows) count once, under the label met first: either
 label predicts the same, and two runs do not agree in a 16-digit mean TTFT and TPOT.
 """
 
