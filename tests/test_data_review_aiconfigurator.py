@@ -53,9 +53,11 @@ def _convert(tmp_path: Path, lines: list[str]):  # type: ignore[no-untyped-def]
     return converters()["aiconfigurator"](source, Options())
 
 
-def _line(name: str, ttft: str, tpot: str, *, clients: int = 4, wip: str = "False") -> str:
-    return (f"{name},db; silicon_concurrency={clients}; wip={wip},vllm,0.19.0,Qwen/Qwen3-32B,"
-            f"h100_sxm,fp8,agg,1024,1024,fp8,,4,2,1,1,1,1,{ttft},{tpot}\n")
+def _line(name: str, ttft: str, tpot: str, *, clients: int = 4, wip: str = "False",
+          engine: str = "vllm,0.19.0", model: str = "Qwen/Qwen3-32B",
+          system: str = "h100_sxm", tp: int = 2) -> str:
+    return (f"{name},db; silicon_concurrency={clients}; wip={wip},{engine},{model},"
+            f"{system},fp8,agg,1024,1024,fp8,,4,{tp},1,1,1,1,{ttft},{tpot}\n")
 
 
 def test_repeats_are_dropped_and_counted_and_close_runs_kept(tmp_path: Path) -> None:
@@ -79,16 +81,14 @@ def test_a_run_filed_under_two_labels_the_model_reads_alike_counts_once(tmp_path
     """DeepSeek-R1 filed again as DeepSeek-V3 (one zoo entry), a nightly filed under two
     build tags (both read as the profile's release): one row each, the first label kept.
     Another release or another model of the same numbers stays."""
-    def line(name: str, model: str, version: str) -> str:
-        return (f"{name},db; silicon_concurrency=4,sglang,{version},{model},b200_sxm,fp8,agg,"
-                f"1024,1024,fp8,,4,8,1,1,1,1,120.5,9.25\n")
+    labels = [("r1", "deepseek-ai/DeepSeek-R1", "0.5.9"), ("v3", "deepseek-ai/DeepSeek-V3", "0.5.9"),
+              ("nightly", "deepseek-ai/DeepSeek-V3", "nightly-dev"),
+              ("tagged", "deepseek-ai/DeepSeek-V3", "nightly-dev-20260216-d3bae71e"),
+              ("release", "deepseek-ai/DeepSeek-V3", "0.5.10"),
+              ("kimi", "moonshotai/Kimi-K2.5", "0.5.9")]
     converted = _convert(tmp_path, [
-        line("r1", "deepseek-ai/DeepSeek-R1", "0.5.9"),
-        line("v3", "deepseek-ai/DeepSeek-V3", "0.5.9"),
-        line("nightly", "deepseek-ai/DeepSeek-V3", "nightly-dev"),
-        line("tagged", "deepseek-ai/DeepSeek-V3", "nightly-dev-20260216-d3bae71e"),
-        line("release", "deepseek-ai/DeepSeek-V3", "0.5.10"),
-        line("kimi", "moonshotai/Kimi-K2.5", "0.5.9")])
+        _line(name, "120.5", "9.25", engine=f"sglang,{version}", model=model, system="b200_sxm",
+              tp=8) for name, model, version in labels])
     assert [r["id"] for r in converted.rows] == ["r1", "nightly", "release", "kimi"]
 
 
