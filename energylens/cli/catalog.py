@@ -101,9 +101,12 @@ def _selected(args: argparse.Namespace) -> list[tuple[ModelConfig, ModelInfo]]:
 
 
 def _kv_heads(model: ModelConfig) -> str:
-    """KV heads: one number, or the range where layers differ (DeciLM)."""
-    per_layer = set(model.layer_kv_heads())
-    return f"{min(per_layer)}-{max(per_layer)}" if len(per_layer) > 1 else str(model.num_kv_heads)
+    """KV heads: one number, or the range where layers differ (DeciLM; layers without
+    attention apart)."""
+    per_layer = set(model.layer_kv_heads()) - {0}
+    text = f"{min(per_layer)}-{max(per_layer)}" if len(per_layer) > 1 else str(model.num_kv_heads)
+    skipped = model.layer_kv_heads().count(0)
+    return f"{text} (no attention in {skipped} layers)" if skipped else text
 
 
 def _attention(model: ModelConfig) -> str:
@@ -113,6 +116,10 @@ def _attention(model: ModelConfig) -> str:
     if model.hybrid is not None:
         text += (f" in {model.hybrid.count('*')} of {model.num_layers} blocks, "
                  f"{model.hybrid.count('M')} {MIXERS[model.hybrid.mixer]}")
+    if model.ffn_per_layer is not None:
+        widths = set(model.ffn_per_layer) - {0}
+        text += (f"; FFN {min(widths)}-{max(widths)} wide, none in "
+                 f"{model.ffn_per_layer.count(0)} layers")
     return text
 
 

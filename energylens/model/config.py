@@ -145,9 +145,13 @@ class ModelConfig:
     #: Attention and MLP read the same pre-norm and add to one residual (GPT-J, Phi-2):
     #: one norm per layer instead of two.
     parallel_block: bool = False
-    #: KV heads of each layer where they vary (DeciLM's variable GQA); num_kv_heads is
-    #: then their largest value. None: every layer has num_kv_heads.
+    #: KV heads of each layer where they vary (DeciLM's variable GQA; 0: a layer without
+    #: attention, as NVIDIA's NAS-derived Nemotron models skip it); num_kv_heads is then
+    #: their largest value. None: every layer has num_kv_heads.
     kv_heads_per_layer: tuple[int, ...] | None = None
+    #: FFN width of each layer where it varies (NAS-derived Nemotron models; 0: a layer
+    #: without FFN); ffn_size is then the largest. None: every layer has ffn_size.
+    ffn_per_layer: tuple[int, ...] | None = None
     #: Layers whose attention reads the image's keys and values (Llama 3.2 Vision's
     #: ``cross_attention_layers``), computed once per request from the vision encoder: they
     #: add nothing to the KV cache per token. Dense GQA models only.
@@ -170,8 +174,12 @@ class ModelConfig:
     max_context_tokens: int | None = None
 
     def layer_kv_heads(self) -> tuple[int, ...]:
-        """KV heads of each layer, in order."""
+        """KV heads of each layer, in order (0: the layer has no attention)."""
         return self.kv_heads_per_layer or (self.num_kv_heads,) * self.num_layers
+
+    def layer_ffn_sizes(self) -> tuple[int, ...]:
+        """FFN width of each layer, in order (0: the layer has no FFN)."""
+        return self.ffn_per_layer or (self.ffn_size,) * self.num_layers
 
 
 def show_value(value: object, limit: int = 40) -> str:
@@ -249,11 +257,14 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
                                f"got {show_value(m.qk_norm)}")
     if m.kv_heads_per_layer is not None:
         _check_kv_heads_per_layer(m, where=where)
+    if m.ffn_per_layer is not None:
+        _check_ffn_per_layer(m, where=where)
     if m.cross_attention_layers > m.num_layers:
         raise ModelConfigError(f"{where}: cross_attention_layers = {m.cross_attention_layers} "
                                f"exceeds num_layers = {m.num_layers}")
     if m.cross_attention_layers and (m.mla is not None or m.hybrid is not None
-                                     or m.moe is not None or m.kv_heads_per_layer is not None):
+                                     or m.moe is not None or m.kv_heads_per_layer is not None
+                                     or m.ffn_per_layer is not None):
         raise ModelConfigError(f"{where}: cross_attention_layers are modelled for dense GQA "
                                f"transformers only")
     if m.sliding_window is not None and (
@@ -294,20 +305,38 @@ def check_model_config(model: ModelConfig, *, where: str) -> None:
 
 
 def _check_kv_heads_per_layer(m: ModelConfig, *, where: str) -> None:
-    """One KV head count per layer, each dividing the query heads, the largest num_kv_heads."""
+    """One KV head count per layer, each dividing the query heads (or 0: no attention), the
+    largest num_kv_heads."""
     per_layer = m.kv_heads_per_layer
     if not isinstance(per_layer, tuple) or len(per_layer) != m.num_layers or not all(
-            isinstance(g, int) and not isinstance(g, bool) and g >= 1 and m.num_heads % g == 0
-            for g in per_layer):
+            isinstance(g, int) and not isinstance(g, bool)
+            and (g == 0 or (g >= 1 and m.num_heads % g == 0)) for g in per_layer):
         raise ModelConfigError(f"{where}: kv_heads_per_layer must list {m.num_layers} KV head "
-                               f"counts that divide num_heads = {m.num_heads}, got "
-                               f"{show_value(per_layer)}")
+                               f"counts that divide num_heads = {m.num_heads} (0: a layer "
+                               f"without attention), got {show_value(per_layer)}")
     if max(per_layer) != m.num_kv_heads:
         raise ModelConfigError(f"{where}: num_kv_heads = {m.num_kv_heads} must be the largest "
                                f"of kv_heads_per_layer ({max(per_layer)})")
+    _dense_gqa_only(m, where=where, field="kv_heads_per_layer")
+
+
+def _check_ffn_per_layer(m: ModelConfig, *, where: str) -> None:
+    """One FFN width per layer (0: no FFN), the largest ffn_size."""
+    per_layer = m.ffn_per_layer
+    if not isinstance(per_layer, tuple) or len(per_layer) != m.num_layers or not all(
+            isinstance(f, int) and not isinstance(f, bool) and 0 <= f <= MAX_SIZE
+            for f in per_layer):
+        raise ModelConfigError(f"{where}: ffn_per_layer must list {m.num_layers} FFN widths "
+                               f"(0: a layer without FFN), got {show_value(per_layer)}")
+    if max(per_layer) != m.ffn_size:
+        raise ModelConfigError(f"{where}: ffn_size = {m.ffn_size} must be the largest of "
+                               f"ffn_per_layer ({max(per_layer)})")
+    _dense_gqa_only(m, where=where, field="ffn_per_layer")
+
+
+def _dense_gqa_only(m: ModelConfig, *, where: str, field: str) -> None:
     if m.mla is not None or m.hybrid is not None or m.moe is not None:
-        raise ModelConfigError(f"{where}: kv_heads_per_layer is modelled for dense GQA "
-                               f"transformers only")
+        raise ModelConfigError(f"{where}: {field} is modelled for dense GQA transformers only")
 
 
 def _check_hybrid(m: ModelConfig, h: HybridConfig, *, where: str) -> None:

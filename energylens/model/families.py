@@ -369,7 +369,7 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
     if num_dense > 0:
         ffn = moe.dense_layer_ffn if moe and moe.dense_layer_ffn else model.ffn_size
         layer = parse_layer(name="dense", parts=[*attention, mlp], norm=norm, bypass=bypass)
-        if model.kv_heads_per_layer is None:
+        if model.kv_heads_per_layer is None and model.ffn_per_layer is None:
             # cross-attention layers first: the draft head copies the last group's layer
             cross = model.cross_attention_layers  # dense GQA only: checked by the config
             if cross:
@@ -378,16 +378,41 @@ def _layer_groups(model: ModelConfig) -> list[LayerGroup]:
             if num_dense > cross:
                 groups.append(("dense", layer, float(num_dense - cross), {**base, "f": ffn},
                                False))
-        else:  # one group per KV head count (dense GQA only: checked by the config)
-            per_layer = model.kv_heads_per_layer
-            for g in sorted(set(per_layer), reverse=True):
-                groups.append((f"dense-kv{g}", layer, float(per_layer.count(g)),
-                               {**attention_sizes(model, kv_heads=g), "f": ffn}, False))
+        else:  # one group per (KV heads, FFN width) (dense GQA only: checked by the config)
+            groups += _varied_layers(model, layer=layer, norm=norm, bypass=bypass, mlp=mlp)
     if moe:
         parts, sizes = _moe_parts(model)
         layer = parse_layer(name="moe", parts=[*attention, *parts], norm=norm, bypass=bypass)
         groups.append(("moe", layer, float(moe.num_moe_layers), {**base, **sizes}, True))
     return _split_by_window(model=model, groups=groups)
+
+
+def _varied_layers(model: ModelConfig, *, layer: LayerSpec, norm: str, bypass: Bypass,
+                   mlp: dict[str, Any]) -> list[tuple[str, LayerSpec, float, dict[str, int], bool]]:
+    """The dense layers of a model whose KV heads or FFN width vary by layer, one group per
+    (KV heads, FFN width); the commonest whole layer last (the draft head copies the last
+    group's layer). A layer without FFN is its attention part ending at the residual add
+    (no pre-FFN norm); one without attention, a pre-norm and the MLP (a hybrid's FFN
+    block); one without either adds nothing."""
+    pairs = list(zip(model.layer_kv_heads(), model.layer_ffn_sizes(), strict=True))
+    without_norm2 = replace(bypass, ops={**bypass.ops, "norm2": ("N2", "H")})
+    groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
+    for kv, ffn in sorted(set(pairs), key=lambda p: (bool(p[0] and p[1]), pairs.count(p), p)):
+        count = float(pairs.count((kv, ffn)))
+        if kv and ffn:
+            groups.append((f"dense-kv{kv}-f{ffn}", layer, count,
+                           {**attention_sizes(model, kv_heads=kv), "f": ffn}, False))
+        elif kv:
+            attention = parse_layer(name="attention", parts=_attention_parts(model), norm=norm,
+                                    bypass=without_norm2)
+            groups.append((f"attention-kv{kv}", attention, count,
+                           attention_sizes(model, kv_heads=kv), False))
+        elif ffn:
+            block = parse_layer(name="mlp", parts=[family_part("ffn_norm"), mlp], norm=norm,
+                                bypass=bypass)
+            groups.append((f"mlp-f{ffn}", block, count, {"d": model.hidden_size, "f": ffn},
+                           False))
+    return groups
 
 
 def _without_kv_cache(layer: LayerSpec) -> LayerSpec:

@@ -99,10 +99,13 @@ def parameter_count(model: ModelConfig) -> tuple[float, float]:
         return _hybrid_count(m, embed=embed, norm=norm)
     norms = norm if m.parallel_block else 2 * norm  # a parallel block has one pre-norm
     total = embed + norm + m.num_layers * norms
-    total += sum(_attention_params(m, kv_heads=g) for g in m.layer_kv_heads())
+    total += sum(_attention_params(m, kv_heads=g) for g in m.layer_kv_heads() if g)
+    # a layer without attention or without FFN (NAS-derived Nemotron) has no pre-norm for it
+    total -= norm * sum((not g) + (not f) for g, f in zip(m.layer_kv_heads(),
+                                                            m.layer_ffn_sizes(), strict=True))
     active = total
     if m.moe is None:
-        ffn = m.num_layers * mult * h * m.ffn_size
+        ffn = mult * h * sum(m.layer_ffn_sizes())
         return float(total + ffn), float(active + ffn)
     e = m.moe
     dense_layers = m.num_layers - e.num_moe_layers

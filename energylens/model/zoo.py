@@ -307,8 +307,9 @@ def _entry_to_config(name: str, entry: dict[str, Any], where: str) -> ModelConfi
         data["mla"] = _section(MLAConfig, data["mla"], where, "mla")
     if data.get("hybrid") is not None:
         data["hybrid"] = _section(HybridConfig, data["hybrid"], where, "hybrid")
-    if isinstance(data.get("kv_heads_per_layer"), list):  # checked with the rest below
-        data["kv_heads_per_layer"] = tuple(data["kv_heads_per_layer"])
+    for per_layer in ("kv_heads_per_layer", "ffn_per_layer"):  # checked with the rest below
+        if isinstance(data.get(per_layer), list):
+            data[per_layer] = tuple(data[per_layer])
     held = data.get("held_16bit")
     if held is not None:  # {dtype: [weights]} -> ((dtype, (weights...)), ...)
         if not isinstance(held, dict) or not all(isinstance(v, list) for v in held.values()):
