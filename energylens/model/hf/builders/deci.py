@@ -88,6 +88,8 @@ def build_nemotron_nas(cfg: HFConfig, *, name: str, model_type: str) -> ModelCon
     kv, ffn = (tuple(p[i] for p in pairs) for i in (0, 1))
     if not max(kv) or not max(ffn):
         raise cfg.error(f"{cfg.field('block_configs')}: no layer has attention, or none an FFN")
+    # the Llama fields read as every other builder reads them, with the widest layer's
+    # KV heads and FFN width in place of the file's uniform ones (absent or not used)
     plain = {k: v for k, v in cfg.data.items()
              if k not in ("num_key_value_heads", "intermediate_size")}
     fields = decoder_fields(HFConfig({**plain, "num_key_value_heads": max(kv),
