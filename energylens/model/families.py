@@ -395,7 +395,10 @@ def _varied_layers(model: ModelConfig, *, layer: LayerSpec, norm: str, bypass: B
     (no pre-FFN norm); one without attention, a pre-norm and the MLP (a hybrid's FFN
     block); one without either adds nothing."""
     pairs = list(zip(model.layer_kv_heads(), model.layer_ffn_sizes(), strict=True))
-    without_norm2 = replace(bypass, ops={**bypass.ops, "norm2": ("N2", "H")})
+    attention = parse_layer(name="attention", parts=_attention_parts(model), norm=norm,
+                            bypass=replace(bypass, ops={**bypass.ops, "norm2": ("N2", "H")}))
+    block = parse_layer(name="mlp", parts=[family_part("ffn_norm"), mlp], norm=norm,
+                        bypass=bypass)
     groups: list[tuple[str, LayerSpec, float, dict[str, int], bool]] = []
     for kv, ffn in sorted(set(pairs), key=lambda p: (bool(p[0] and p[1]), pairs.count(p), p)):
         count = float(pairs.count((kv, ffn)))
@@ -403,13 +406,9 @@ def _varied_layers(model: ModelConfig, *, layer: LayerSpec, norm: str, bypass: B
             groups.append((f"dense-kv{kv}-f{ffn}", layer, count,
                            {**attention_sizes(model, kv_heads=kv), "f": ffn}, False))
         elif kv:
-            attention = parse_layer(name="attention", parts=_attention_parts(model), norm=norm,
-                                    bypass=without_norm2)
             groups.append((f"attention-kv{kv}", attention, count,
                            attention_sizes(model, kv_heads=kv), False))
         elif ffn:
-            block = parse_layer(name="mlp", parts=[family_part("ffn_norm"), mlp], norm=norm,
-                                bypass=bypass)
             groups.append((f"mlp-f{ffn}", block, count, {"d": model.hidden_size, "f": ffn},
                            False))
     return groups
