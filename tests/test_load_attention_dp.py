@@ -3,6 +3,8 @@ ranks stepping together) and the engine's cap on running requests (``max_num_seq
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,7 @@ from energylens.workloads.load.kind import (
     rank_limits,
     simulate_replica,
 )
-from energylens.workloads.load.simulator import SchedulerLimits, simulate
+from energylens.workloads.load.simulator import Lockstep, SchedulerLimits, simulate
 
 MOE, GPU, RANKS = "qwen3-30b-a3b", "H100", 4
 
@@ -224,3 +226,89 @@ def test_the_minimal_working_set_holds_a_whole_request_on_one_rank() -> None:
     work = Workload(kind="load", request_rate=1.0, input_tokens=1024, output_tokens=64)
     memory = minimal_memory(ctx=_ctx(_adp()), workload=work, token_budget=8192)
     assert float(memory.kv_cache_bytes) == pytest.approx(1088 * 98_304, rel=1e-12)
+
+
+def _sglang_rank_run(prompts: str = "independent"):  # type: ignore[no-untyped-def]
+    """One SGLang attention rank of 4 under a closed loop of 32 clients of 2,048-token
+    prompts, its ranks prefilling on their own or (``balanced``) all at once."""
+    ctx = _ctx(_adp("sglang"))
+    ctx = replace(ctx, runtime=replace(ctx.runtime, attention_dp_prompts=prompts))
+    placement = Placement(ctx=ctx, model=get_model(MOE), replicas=1, gpus=RANKS,
+                          sequences=1.0)
+    work = Workload(kind="load", concurrency=32, num_requests=320, input_tokens=2048,
+                    output_tokens=128)
+    return ctx, simulate_replica(placement=placement, workload=work)
+
+
+def test_the_share_of_steps_with_a_prompt_and_the_chance_another_rank_has_one() -> None:
+    """One request of 100 prompt tokens and 11 output tokens under prefill-first: one
+    prompt step, then 10 decode steps, so a rank carries a chunk in 1 of its 11 steps;
+    three other ranks alike carry one in a step with probability 1 - (10/11)^3."""
+    ctx = _ctx(_adp("sglang"))
+    table = StepTable.build(ctx=ctx, max_decode=1, max_context=111, budget=128)
+    requests = replica_requests(workload=Workload(kind="load", concurrency=1, num_requests=1,
+                                                  input_tokens=100, output_tokens=11),
+                                replicas=1, count=1)
+    run = simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=128, max_sequences=8, kv_tokens=10_000, prefill_scheduling="prefill-first"))
+    lockstep = Lockstep.of_run(run=run, others=3, table=table)
+    assert lockstep.share == pytest.approx(1 / 11)
+    assert (lockstep.chunk_tokens, lockstep.chunk_cached) == (100, 0.0)
+    assert lockstep.chance == pytest.approx(1 - (10 / 11) ** 3)
+    assert Lockstep.of_run(run=run, others=0, table=table).chance == 0.0
+
+
+def test_a_decode_step_lasts_as_long_as_another_ranks_chunk_makes_it_on_average() -> None:
+    """Priced with a lockstep, each decode-only step of one request costs its own time plus
+    the chance times what one rank's chunk (on the one-rank table) adds to it: the
+    decode records' wall times, step by step, against that sum computed by hand."""
+    ctx = _ctx(_adp("sglang"))
+    table = StepTable.build(ctx=ctx, max_decode=1, max_context=600, budget=512, ranks=RANKS)
+    rank = StepTable.build(ctx=ctx, max_decode=1, max_context=600, budget=512)
+    requests = replica_requests(workload=Workload(kind="load", concurrency=1, num_requests=1,
+                                                  input_tokens=300, output_tokens=40),
+                                replicas=1, count=1)
+    limits = SchedulerLimits(token_budget=512, max_sequences=8, kv_tokens=10_000,
+                             prefill_scheduling="prefill-first")
+    alone = simulate(requests=requests, table=table, limits=limits)
+    lockstep = Lockstep(others=3, share=0.2, chunk_tokens=256, chunk_cached=128.0, table=rank)
+    paced = simulate(requests=requests, table=table, limits=limits, lockstep=lockstep)
+    decode = alone.chunks == 0
+    assert np.array_equal(paced.count, alone.count)
+    chance = 1 - 0.8**3
+    _, fl, cl = rank.latency_lists()
+    cached = rank.cached
+    i = int(np.searchsorted(cached, 128.0, side="right"))
+    chunk_s = cl[256][i - 1] + (cl[256][i] - cl[256][i - 1]) * (128.0 - cached[i - 1]) / (
+        cached[i] - cached[i - 1])
+    added = fl[1 + 256] - fl[1] + chunk_s  # one decode sequence beside the chunk
+    engine = table.engine_idle_s + table.engine_busy_s_per_sequence
+    own = alone.wall_s[decode] / alone.count[decode]
+    gpu = own if table.engine_overlapped else own - engine
+    mixed = np.maximum(np.maximum(gpu + added, engine + table.engine_busy_s_per_sequence)
+                       if table.engine_overlapped else gpu + added + engine
+                       + table.engine_busy_s_per_sequence, own)
+    assert paced.wall_s[decode] / paced.count[decode] == pytest.approx(
+        own + chance * (mixed - own), rel=1e-9)
+    assert np.array_equal(paced.wall_s[~decode], alone.wall_s[~decode])  # the prompt step
+
+
+def test_ranks_prefilling_on_their_own_slow_each_others_decodes() -> None:
+    """SGLang's ranks prefill independently (any rank's prompt makes the step the ranks
+    take together a prompt step): the same rank decodes slower than with balanced ranks,
+    whose prompts run in the same steps; time and energy still add up."""
+    ctx, independent = _sglang_rank_run()
+    _, balanced = _sglang_rank_run("balanced")
+
+    def tpot(run) -> float:  # type: ignore[no-untyped-def]
+        sim = run.sim
+        return float(np.mean((sim.finish_s - sim.first_token_s) / (sim.output_tokens - 1)))
+
+    assert tpot(independent) > 1.05 * tpot(balanced)
+    sim = independent.sim
+    assert float(np.sum(sim.wall_s)) + sim.idle_s == pytest.approx(sim.makespan_s, rel=1e-9)
+    metrics = independent.summary(ctx=ctx, slos=())
+    busy = float(np.sum(sim.wall_s))
+    static_w = ctx.constants.static_power_w * ctx.replica_gpus / independent.engines
+    assert metrics.iteration_energy_j == pytest.approx(
+        float(np.sum(sim.dynamic_energy(independent.table))) + static_w * busy, rel=1e-9)

@@ -50,6 +50,11 @@ PREFILL_SCHEDULING = ("mixed-chunked", "mixed-whole", "prefill-first")
 #: to it are divided evenly among the ranks (``split``: SGLang; its default cap is each
 #: rank's own).
 ATTENTION_DP_LIMITS = ("per-rank", "split")
+#: When the ranks of data-parallel attention prefill: each rank's scheduler on its own, so
+#: that a step the ranks take together lasts as long as a rank's prompt chunk whenever any
+#: rank has one (``independent``), or all at once, the ranks waiting for one another's
+#: prompts (``balanced``).
+ATTENTION_DP_PROMPTS = ("independent", "balanced")
 
 
 def _strings(value: Any) -> frozenset[str]:
@@ -146,6 +151,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "prefill_chunk_tokens": int,
     "prefill_scheduling": _one_of("prefill_scheduling", PREFILL_SCHEDULING),
     "attention_dp_limits": _one_of("attention_dp_limits", ATTENTION_DP_LIMITS),
+    "attention_dp_prompts": _one_of("attention_dp_prompts", ATTENTION_DP_PROMPTS),
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
@@ -208,6 +214,7 @@ class RuntimeProfile:
     prefill_chunk_tokens: int  # prefill tokens per forward pass (activation sizing)
     prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
     attention_dp_limits: str  # scheduler limits under attention DP (ATTENTION_DP_LIMITS)
+    attention_dp_prompts: str  # when attention-DP ranks prefill (ATTENTION_DP_PROMPTS)
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores

@@ -13,7 +13,10 @@ Under data-parallel attention each attention rank is a scheduler of its own (Ten
 attention DP, SGLang's DP attention, vLLM's DP engines), with the runtime's limits per rank
 (``attention_dp_limits``) and ``1/attention_dp`` of the KV pool; the ranks step together
 (the MoE layers join them), so one rank is simulated with every rank running its batch
-(:class:`~energylens.workloads.load.costs.StepTable` ``ranks``) and scaled like a replica.
+(:class:`~energylens.workloads.load.costs.StepTable` ``ranks``) and scaled like a replica;
+where the ranks prefill on their own (``attention_dp_prompts``), it is simulated again with
+its decode steps waiting for the other ranks' prompt chunks
+(:class:`~energylens.workloads.load.simulator.Lockstep`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from energylens.workloads.load.metrics import (
 )
 from energylens.workloads.load.simulator import (
     BLOCK_TOKENS,
+    Lockstep,
     SchedulerLimits,
     SimRun,
     simulate,
@@ -217,13 +221,20 @@ def simulate_replica(*, placement: Placement, workload: Workload,
                              kv_tokens=max(pool, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     most = cap if requests.arrival_s is not None else min(cap, requests.clients)
+    ranks = busy_ranks(ctx=ctx, workload=workload, replicas=placement.replicas)
     if table is None:
         table = StepTable.build(ctx=ctx, max_decode=most, max_context=longest,
-                                budget=limits.token_budget,
-                                ranks=busy_ranks(ctx=ctx, workload=workload,
-                                                 replicas=placement.replicas))
-    return LoadRun(requests=requests, table=table, limits=limits,
-                   sim=simulate(requests=requests, table=table, limits=limits),
+                                budget=limits.token_budget, ranks=ranks)
+    sim = simulate(requests=requests, table=table, limits=limits)
+    if ranks > 1 and ctx.runtime.attention_dp_prompts == "independent":
+        # the ranks prefill on their own: this rank's run alone gives how often a rank
+        # has a prompt chunk in a step, which then lengthens its decode steps
+        # (on the grids of ``table``, which an earlier run may have built larger)
+        lockstep = Lockstep.of_run(run=sim, others=ranks - 1, table=StepTable.build(
+            ctx=ctx, max_decode=len(table.decode) - 1, max_context=int(table.contexts[-1]),
+            budget=len(table.chunk) - 1))
+        sim = simulate(requests=requests, table=table, limits=limits, lockstep=lockstep)
+    return LoadRun(requests=requests, table=table, limits=limits, sim=sim,
                    engines=engines, warmup_fraction=warmup_share(workload))
 
 

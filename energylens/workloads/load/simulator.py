@@ -15,7 +15,9 @@ alone whenever there are any to prefill, and the decodes wait for it. Iterations
 only decode, with no arrival or completion due, are advanced together (their number is
 known), so the cost is per event, not per token. A workload's shared prompt prefix is
 held once in the pool and never computed: each prompt's first chunk starts after it
-(prefix caching, warm).
+(prefix caching, warm). Under data-parallel attention with ranks that prefill on their own
+(:class:`Lockstep`), a decode-only step of the simulated rank lasts, on average, as long as
+another rank's prompt chunk makes the step the ranks take together.
 """
 
 from __future__ import annotations
@@ -49,6 +51,41 @@ class SchedulerLimits:
     max_sequences: int  # running requests (max_num_seqs)
     kv_tokens: int  # KV-cache pool in tokens
     prefill_scheduling: str = "mixed-chunked"  # RuntimeProfile.prefill_scheduling
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lockstep:
+    """The other attention ranks a simulated rank steps with, each scheduling its own
+    prompts (``attention_dp_prompts`` independent). A step the ranks take together lasts
+    as long as its slowest rank's, so a step in which this rank only decodes runs as long
+    as a mixed step whenever another rank has a prompt chunk in it: with probability
+    ``1 - (1 - share)^others`` for ranks alike and independent, each carrying a chunk in
+    ``share`` of its steps. That rank's chunk is priced on one rank's tables (``table``:
+    its tokens alone join the MoE layers, beside every rank's decodes)."""
+
+    others: int  # ranks stepping with this one, besides it
+    share: float  # share of a rank's steps that carry a prompt chunk
+    chunk_tokens: int  # new tokens of such a step's chunk (mean)
+    chunk_cached: float  # tokens cached before it (mean)
+    table: StepTable  # one rank's step prices
+
+    @classmethod
+    def of_run(cls, *, run: SimRun, others: int, table: StepTable) -> Lockstep:
+        """The lockstep of ranks that run as ``run`` did (this rank simulated alone)."""
+        steps = float(run.count.sum())
+        chunked = run.chunks > 0
+        chunk_steps = int(chunked.sum())
+        if not chunk_steps or steps <= 0:
+            return cls(others=others, share=0.0, chunk_tokens=0, chunk_cached=0.0,
+                       table=table)
+        return cls(others=others, share=chunk_steps / steps,
+                   chunk_tokens=max(1, round(float(run.prefill_tokens[chunked].mean()))),
+                   chunk_cached=float(run.chunk_cached.mean()), table=table)
+
+    @property
+    def chance(self) -> float:
+        """Probability that another rank has a prompt chunk in a step."""
+        return 1.0 - (1.0 - self.share) ** self.others
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +143,9 @@ class SimRun:
         return self._price(table)[:, 1:]
 
     def _price(self, table: StepTable) -> np.ndarray:
-        """(records, fields) price of each record: its steps' cost times their count."""
+        """(records, fields) price of each record: its steps' cost times their count (the
+        time its rank's own work takes: a lockstep's wait for other ranks is in
+        ``wall_s`` alone)."""
         d = self.decode
         cost = interpolate_many(table.contexts, table.decode, d, self.context)
         cost = cost + table.merged[d + self.prefill_tokens] - table.merged[d]
@@ -124,10 +163,11 @@ class SimRun:
         return cost * self.count[:, None]
 
 
-def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -> SimRun:
+def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
+             lockstep: Lockstep | None = None) -> SimRun:
     """Run every request to completion; deterministic for given inputs. A closed loop's
     clients all send their first request at time 0 (``benchmark_serving
-    --max-concurrency``)."""
+    --max-concurrency``). ``lockstep``: the attention ranks this one steps with."""
     n_req = requests.count
     inp = requests.input_tokens.tolist()
     out = requests.output_tokens.tolist()
@@ -165,9 +205,23 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits) -
     def join(gpu_s: float, engine_s: float) -> float:  # join_engine_s on floats
         return max(gpu_s, engine_s) if overlapped else gpu_s + engine_s
 
+    chance = 0.0 if lockstep is None else lockstep.chance
+    if chance > 0.0:
+        assert lockstep is not None
+        _, rank_fl, rank_cl = lockstep.table.latency_lists()
+        n_other = min(lockstep.chunk_tokens, len(rank_cl) - 1)
+        # one rank's chunk beside every rank's decodes: what it adds to a decode step
+        other_chunk_s = [rank_fl[d + n_other] - rank_fl[d] + interpolate(
+            cached_pts, rank_cl[n_other], lockstep.chunk_cached)
+            for d in range(len(dl))]
+
     def decode_step_s(d: int, context: float) -> float:  # a decode-only step's wall time
-        return max(join(interpolate(contexts, dl[d], context), idle_s + per_seq_s * d),
-                   MIN_STEP_S)
+        gpu_s = interpolate(contexts, dl[d], context)
+        own = max(join(gpu_s, idle_s + per_seq_s * d), MIN_STEP_S)
+        if chance <= 0.0:
+            return own
+        mixed = max(join(gpu_s + other_chunk_s[d], idle_s + per_seq_s * (d + 1)), own)
+        return own + chance * (mixed - own)
 
     def steps_before(*, gap: float, d: int, ctx0: float, steps: int) -> int:
         """Steps of at most ``steps`` that a decode-only record of ``d`` sequences from
