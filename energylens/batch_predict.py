@@ -166,12 +166,21 @@ def _key_value(name: str, value: Any, default: Any) -> Hashable:
     return cast(Hashable, value)
 
 
+#: Largest mixed-radix group key before the combinations are renumbered (int64 headroom).
+_MAX_SPAN = 2**62
+
+
 def _groups(codes: list[np.ndarray]) -> Iterable[np.ndarray]:
     """Row indices of each distinct combination of the key columns' codes."""
     combined = np.zeros(len(codes[0]), dtype=np.int64)
+    span = 1  # combined < span: the codes so far, in mixed radix (lexicographic order)
     for column in codes:
-        combined = combined * (int(column.max(initial=0)) + 1) + column
-        combined = np.unique(combined, return_inverse=True)[1].ravel()  # keep it small
+        radix = int(column.max(initial=0)) + 1
+        if span * radix >= _MAX_SPAN:  # renumber the combinations seen before it overflows
+            combined = np.unique(combined, return_inverse=True)[1].ravel()
+            span = int(combined.max(initial=0)) + 1
+        combined = combined * radix + column
+        span *= radix
     order = np.argsort(combined, kind="stable")
     bounds = np.flatnonzero(np.diff(combined[order])) + 1
     yield from (rows for rows in np.split(order, bounds) if len(rows))

@@ -225,3 +225,20 @@ def test_a_missing_cell_takes_the_default_as_a_missing_column_does() -> None:
     assert many["feasible"].all()
     assert many.loc[0, "tpot_s"] == pytest.approx(plain.tpot_s, rel=1e-9)
     assert many.loc[1, "tpot_s"] == pytest.approx(overlapped.tpot_s, rel=1e-9)
+
+
+def test_rows_group_by_every_distinct_combination_of_the_key_codes() -> None:
+    """The group of each row is its tuple of key codes, and groups come in the tuples'
+    lexicographic order, also where the codes' product overflows 64 bits (six columns of
+    up to 2^20 codes: the combinations are renumbered on the way)."""
+    from energylens.batch_predict import _groups
+
+    rng = np.random.default_rng(7)
+    for radices in ((3, 1, 5, 2), (2**20,) * 6):
+        codes = [rng.integers(0, r, size=4_000) for r in radices]
+        groups = list(_groups(codes))
+        keys = [tuple(int(c[rows[0]]) for c in codes) for rows in groups]
+        assert keys == sorted(set(keys))  # each combination once, in order
+        for rows, key in zip(groups, keys, strict=True):
+            assert all(tuple(int(c[r]) for c in codes) == key for r in rows)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(4_000))
