@@ -205,9 +205,9 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
     def join(gpu_s: float, engine_s: float) -> float:  # join_engine_s on floats
         return max(gpu_s, engine_s) if overlapped else gpu_s + engine_s
 
-    chance = 0.0 if lockstep is None else lockstep.chance
-    if chance > 0.0:
-        assert lockstep is not None
+    chance, other_chunk_s = 0.0, []
+    if lockstep is not None and lockstep.chance > 0.0:
+        chance = lockstep.chance
         _, rank_fl, rank_cl = lockstep.table.latency_lists()
         n_other = min(lockstep.chunk_tokens, len(rank_cl) - 1)
         # one rank's chunk beside every rank's decodes: what it adds to a decode step
