@@ -166,6 +166,10 @@ def test_runtimes_json_lists_every_profile_with_its_release(capsys) -> None:  # 
     trtllm = next(r for r in rows if r["name"] == "trtllm")
     assert trtllm["version"] == get_runtime("trtllm").version
     assert trtllm["prefill_scheduling"] == "mixed-whole"
+    # when attention-DP ranks prefill: said only of engines that run attention DP
+    by_name = {r["name"]: r["attention_dp_prompts"] for r in rows}
+    assert (by_name["trtllm"], by_name["sglang"], by_name["llama.cpp"]) == (
+        "balanced", "independent", None)
 
 
 def test_an_engine_spelled_as_its_project_spells_it_is_accepted(capsys) -> None:  # type: ignore[no-untyped-def]

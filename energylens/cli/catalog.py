@@ -406,7 +406,10 @@ def _runtime_row(r: RuntimeProfile) -> dict[str, Any]:
             "memory_share_by_gpu": by_gpu["memory_share_on"], "reserve_bytes": r.reserve_bytes,
             "prefill_chunk_tokens": r.prefill_chunk_tokens,
             "prefill_chunk_by_gpu": by_gpu["prefill_chunk_on"],
-            "prefill_scheduling": r.prefill_scheduling, "kv_auto": r.auto_kv_dtype,
+            "prefill_scheduling": r.prefill_scheduling,
+            "attention_dp_prompts": (r.attention_dp_prompts if "attention_dp" in r.parallelism
+                                     else None),
+            "kv_auto": r.auto_kv_dtype,
             "sparse_attention_fp8_kv_from": r.sparse_attention_fp8_kv_from,
             "expert_parallel_layout": r.expert_parallel_layout,
             "custom_allreduce_max_bytes": r.custom_allreduce_max_bytes,
@@ -435,7 +438,10 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
                       f"{row['reserve_bytes'] / 1e9:.1f}",
                       str(row["prefill_chunk_tokens"])
                       + (" (by GPU)" if row["prefill_chunk_by_gpu"] else ""),
-                      row["prefill_scheduling"], kv_auto, row["expert_parallel_layout"],
+                      row["prefill_scheduling"]
+                      + (f"; attention-DP ranks {row['attention_dp_prompts']}"
+                         if row["attention_dp_prompts"] else ""),
+                      kv_auto, row["expert_parallel_layout"],
                       f"{row['custom_allreduce_max_bytes'] / 2**20:.0f} MiB"
                       if row["custom_allreduce_max_bytes"] else "-",
                       "yes" if row["speculative_decoding"] else "-")
