@@ -72,13 +72,12 @@ class Lockstep:
     @classmethod
     def of_run(cls, *, run: SimRun, others: int, table: StepTable) -> Lockstep:
         """The lockstep of ranks that run as ``run`` did (this rank simulated alone)."""
-        steps = float(run.count.sum())
         chunked = run.chunks > 0
         chunk_steps = int(chunked.sum())
-        if not chunk_steps or steps <= 0:
+        if not chunk_steps:  # (a chunk record counts one step: the sum below is positive)
             return cls(others=others, share=0.0, chunk_tokens=0, chunk_cached=0.0,
                        table=table)
-        return cls(others=others, share=chunk_steps / steps,
+        return cls(others=others, share=chunk_steps / float(run.count.sum()),
                    chunk_tokens=max(1, round(float(run.prefill_tokens[chunked].mean()))),
                    chunk_cached=float(run.chunk_cached.mean()), table=table)
 
