@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from energylens.cli.main import main
 from energylens.deployment import Deployment
-from energylens.errors import ConfigError
 from energylens.predict import predict
 from energylens.workloads import Workload
 from energylens.workloads.load.disagg import Pool, predict_disaggregated, transfer_cost
@@ -65,10 +65,69 @@ def test_pools_split_the_work_and_add_their_power() -> None:
     assert split.prefill.energy_j > 0 and split.decode.energy_j > 0
 
 
-def test_a_closed_loop_cannot_be_split() -> None:
-    with pytest.raises(ConfigError, match="open-loop"):
-        predict_disaggregated(model=MODEL, workload=Workload(kind="load", concurrency=4),
-                              **_pools())
+def test_one_client_over_two_pools_waits_for_nothing() -> None:
+    """A closed loop of one client: each request finds both pools idle, so TTFT is one
+    prefill plus the cache transfer, TPOT a decode step of one, and the client sends its
+    next request as the last one ends (requests/s = 1 / end-to-end)."""
+    workload = Workload(kind="load", concurrency=1, num_requests=12, input_tokens=1024,
+                        output_tokens=64, warmup_fraction=0.0)
+    split = predict_disaggregated(model=MODEL, workload=workload, **_pools())
+    alone = predict(model=MODEL, gpu="H100", workload=Workload(
+        kind="batch", batch=1, input_tokens=1024, output_tokens=64))
+    moved = float(split.load["kv_transfer_mean_s"])
+    assert split.load["ttft_p90_s"] == pytest.approx(alone.ttft_s + moved, rel=2e-3)
+    assert split.load["tpot_p50_s"] == pytest.approx(alone.tpot_s, rel=1e-2)
+    assert float(split.load["requests_per_s"]) == pytest.approx(
+        1 / float(split.load["e2e_mean_s"]), rel=0.02)
+
+
+@pytest.mark.parametrize(("clients", "decode_replicas"), [(8, 1), (24, 2)])
+def test_a_closed_loop_over_two_pools_keeps_its_clients_busy(clients: int,
+                                                             decode_replicas: int) -> None:
+    """Little's law on the fixed point of arrivals and completions: the clients are the
+    throughput times the mean end-to-end latency (each client always has one request in
+    flight), and queueing grows TTFT past the idle pools' (8 or 24 prompts at once)."""
+    workload = Workload(kind="load", concurrency=clients, num_requests=10 * clients,
+                        input_tokens=2048, output_tokens=128, warmup_fraction=0.0)
+    pools = {"prefill": Pool(gpu="H100", deployment=Deployment()),
+             "decode": Pool(gpu="H100", deployment=Deployment(dp=decode_replicas))}
+    split = predict_disaggregated(model=MODEL, workload=workload, **pools)
+    load = split.load
+    in_flight = float(load["requests_per_s"]) * float(load["e2e_mean_s"])
+    assert in_flight == pytest.approx(clients, rel=0.1)
+    one = predict_disaggregated(model=MODEL, workload=replace(
+        workload, concurrency=1, num_requests=10), **pools)
+    assert float(load["ttft_mean_s"]) > 2 * float(one.load["ttft_mean_s"])
+    parts = float(load["iteration_energy_j"]) + float(load["idle_energy_j"]) \
+        + float(load["kv_transfer_energy_j"])
+    assert float(load["total_energy_j"]) == pytest.approx(parts, rel=1e-12)
+
+
+def test_each_attention_rank_of_a_pool_schedules_its_own_requests() -> None:
+    """Under attention DP a pool's ranks are streams of their own, as in a colocated
+    replica: each rank of Qwen3-30B-A3B's decode pool holds its half of the replica's KV
+    cache and its share of the clients' requests (one scheduler with one rank's cap held a
+    whole replica's)."""
+    from energylens.calibration.file import default_calibration
+    from energylens.model.zoo import get_model
+    from energylens.workloads.load.disagg import bind_pool
+    from energylens.workloads.load.kind import kv_pool_tokens
+
+    model, cal = get_model("qwen3-30b-a3b"), default_calibration()
+    bound = bind_pool(model=model, pool=Pool(gpu="H100", deployment=Deployment(
+        tp=1, attention_dp=2, ep=2, dp=3)), calibration=cal, longest=4096)
+    assert bound.engines == 2 and bound.streams == 6
+    # each rank's scheduler holds the tokens of its own half of the replica's cache
+    replica_tokens = kv_pool_tokens(bound.placement.ctx, budget=bound.limits.token_budget)
+    assert bound.limits.kv_tokens == replica_tokens // 2
+    # 8 clients on 3 replicas of 2 ranks: requests go round robin over the 6 streams
+    split = predict_disaggregated(model=model, workload=Workload(
+        kind="load", concurrency=8, num_requests=80, input_tokens=1024, output_tokens=64,
+        warmup_fraction=0.0), prefill=Pool(gpu="H100", deployment=Deployment(tp=2)),
+        decode=Pool(gpu="H100", deployment=Deployment(tp=1, attention_dp=2, ep=2, dp=3)))
+    assert split.num_gpus == 2 + 6
+    in_flight = float(split.load["requests_per_s"]) * float(split.load["e2e_mean_s"])
+    assert in_flight == pytest.approx(8, rel=0.1)
 
 
 def test_cli_pools(capsys: pytest.CaptureFixture[str]) -> None:

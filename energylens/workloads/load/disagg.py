@@ -10,12 +10,23 @@ scale-out network (time and energy per byte from the link constants of the calib
 :func:`energylens.cost.comm.collective_cost`).
 The decode pool admits the request with its cache and decodes the remaining tokens. TTFT
 is measured to the cache's arrival at the decode pool (where the first token is streamed
-from), TPOT from there. Open loops only: a closed loop's arrivals depend on completions
-across both pools.
+from), TPOT from there. Under attention DP each rank of a pool is a scheduler of its own
+(a stream), as in a colocated replica; requests go round robin over a pool's streams.
+
+A closed loop's clients send each next request when their last one ends, which the two
+pools decide together: the arrivals are found as a fixed point, every request of
+generation g + 1 (a client's (g + 1)-th) arriving at the completions of generation g. Each
+round simulates both pools on the last round's arrivals and takes the completions, in
+order, as the next arrivals, starting from every request at time 0. Requests that arrive
+too early in one round crowd the steps of earlier ones, so a round settles less than a
+generation (about two rounds a generation), and the rounds end when the arrivals no
+longer move.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,7 +58,14 @@ from energylens.workloads.load.kind import (
     refused_prediction,
     request_context_shortfall,
 )
-from energylens.workloads.load.metrics import SLO, LoadMetrics, summarise, warmup_share
+from energylens.workloads.load.metrics import (
+    SLO,
+    LoadMetrics,
+    stream_samples,
+    summarise,
+    warmup_share,
+)
+from energylens.workloads.load.metrics import pool as pool_streams
 from energylens.workloads.load.simulator import BLOCK_TOKENS, SchedulerLimits, SimRun, simulate
 from energylens.workloads.registry import Placement
 from energylens.workloads.result import PhaseResult
@@ -65,11 +83,19 @@ class Pool:
 @dataclass(frozen=True, kw_only=True)
 class BoundPool:
     """A pool bound to its model, GPU and calibration: one replica's placement, memory
-    (one longest request) and scheduler limits."""
+    (one longest request on each attention rank), one stream's scheduler limits and the
+    streams (schedulers: attention ranks x pipeline stages' virtual engines) of a
+    replica."""
 
     placement: Placement
     memory: MemoryUse
     limits: SchedulerLimits
+    engines: int = 1
+
+    @property
+    def streams(self) -> int:
+        """Schedulers of the whole pool."""
+        return self.placement.replicas * self.engines
 
 
 def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
@@ -89,19 +115,21 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                         sequences=float(ctx.attention_ranks),  # one request on a rank
                         context_tokens=float(longest), token_budget=budget,
                         draft_layers=ctx.draft_layers)
-    # a pool that holds not even one request is priced as if it fit (reported infeasible)
-    kv_tokens = kv_pool_tokens(ctx, budget=budget) if memory.fits else UNBOUNDED_KV_TOKENS
+    # a pool that holds not even one request is priced as if it fit (reported infeasible);
+    # an attention rank's cache is its own, shared by the pipeline's virtual engines
+    rank_tokens = kv_pool_tokens(ctx, budget=budget) // ctx.attention_ranks if memory.fits \
+        else UNBOUNDED_KV_TOKENS
     budget, cap = rank_limits(ctx, max_num_seqs=d.max_num_seqs,
                               prefill_chunk_tokens=d.prefill_chunk_tokens,
-                              kv_tokens=kv_tokens, context_tokens=int(longest))
+                              kv_tokens=rank_tokens, context_tokens=int(longest))
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
-                             kv_tokens=max(kv_tokens, longest + 2 * BLOCK_TOKENS),
+                             kv_tokens=max(rank_tokens // ctx.pp, longest + 2 * BLOCK_TOKENS),
                              prefill_scheduling=ctx.runtime.prefill_scheduling)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
                                       gpus=d.total_gpus, sequences=1.0,
                                       max_num_seqs=d.max_num_seqs,
                                       prefill_chunk_tokens=d.prefill_chunk_tokens),
-                  memory=memory, limits=limits)
+                  memory=memory, limits=limits, engines=ctx.attention_ranks * ctx.pp)
 
 
 def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
@@ -129,12 +157,13 @@ def transfer_cost(*, prefill: Placement, decode: Placement, tokens: np.ndarray,
     return np.asarray(cost.latency_s, dtype=float), np.asarray(energy, dtype=float) * ranks
 
 
-def _pool_phase(*, metrics: LoadMetrics, static_w: float, gpus: int, replicas: int) -> PhaseResult:
-    """A pool's window: its iterations' energy and static power over its busy time."""
+def _pool_phase(*, metrics: LoadMetrics, static_w: float, streams: int) -> PhaseResult:
+    """A pool's window: its iterations' energy and static power (``static_w`` a stream's
+    GPUs) over its busy time, over its ``streams``."""
     wall = metrics.prefill_window[0] + metrics.decode_only_window[0]
-    joules = [(metrics.prefill_window[i] + metrics.decode_only_window[i]) * replicas
+    joules = [(metrics.prefill_window[i] + metrics.decode_only_window[i]) * streams
               for i in (1, 2, 3)]
-    static = static_w * gpus * wall * replicas
+    static = static_w * wall * streams
     return PhaseResult(latency_s=wall, energy_j=sum(joules) + static, compute_j=joules[0],
                        memory_j=joules[1], communication_j=joules[2], static_j=static)
 
@@ -158,37 +187,116 @@ def _run_energy(*, run: SimRun, table: StepTable, static_w: float,
 
 
 def _totals(*, prefill: list[SimRun], prefill_table: StepTable, prefill_w: float,
-            decode: SimRun, decode_table: StepTable, decode_w: float, decode_replicas: int,
+            decode: list[SimRun], decode_table: StepTable, decode_w: float, decode_streams: int,
             transfer_j: float, span_s: float) -> dict[str, float | int]:
-    """Whole-run energy and preemptions of the deployment: every prefill replica's run,
-    ``decode_replicas`` times the simulated decode replica's, each over ``span_s`` (the
-    first arrival to the last completion), and the cache transfers:
-    iteration + idle + transfer = total."""
+    """Whole-run energy and preemptions of the deployment: every prefill stream's run, the
+    simulated decode streams' runs standing for all ``decode_streams`` (each the mean of
+    them), each over ``span_s`` (the first arrival to the last completion), and the cache
+    transfers: iteration + idle + transfer = total. ``*_w``: a stream's static power."""
     parts = [_run_energy(run=run, table=prefill_table, static_w=prefill_w, span_s=span_s)
              for run in prefill]
-    iteration, idle = _run_energy(run=decode, table=decode_table, static_w=decode_w,
-                                  span_s=span_s)
-    parts.append((iteration * decode_replicas, idle * decode_replicas))
+    stand_for = decode_streams / len(decode)
+    for run in decode:
+        iteration, idle = _run_energy(run=run, table=decode_table, static_w=decode_w,
+                                      span_s=span_s)
+        parts.append((iteration * stand_for, idle * stand_for))
     iteration, idle = sum(p[0] for p in parts), sum(p[1] for p in parts)
     preempted = sum(int(run.preemptions.sum()) for run in prefill) \
-        + int(decode.preemptions.sum()) * decode_replicas
+        + round(sum(int(run.preemptions.sum()) for run in decode) * stand_for)
     return {"iteration_energy_j": iteration, "idle_energy_j": idle,
             "kv_transfer_energy_j": transfer_j,
             "total_energy_j": iteration + idle + transfer_j, "preemptions": preempted}
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Served:
+    """Both pools' runs on one set of arrivals: every prefill stream's run, when each
+    request's cache lands at the decode pool, the simulated decode streams' runs with the
+    requests each served (indices into the deployment's stream), and every request's
+    completion (NaN where its decode stream was not simulated)."""
+
+    prefill_runs: list[SimRun]
+    ready_s: np.ndarray
+    decode_runs: list[tuple[SimRun, np.ndarray]]
+    finish_s: np.ndarray
+
+
+def _serve(*, stream: Requests, arrival_s: np.ndarray, pre: BoundPool, dec: BoundPool,
+           pre_table: StepTable, dec_table: StepTable, moved_s: np.ndarray,
+           decode_streams: int) -> _Served:
+    """Serve ``stream``'s requests arriving at ``arrival_s`` (ascending): round robin over
+    the prefill streams, then, in the order their caches land, over the decode streams, of
+    which the first ``decode_streams`` are simulated."""
+    count = stream.count
+    first = np.empty(count)
+    pre_runs = []
+    for k in range(pre.streams):
+        mine = slice(k, count, pre.streams)
+        run = simulate(requests=Requests(
+            input_tokens=stream.input_tokens[mine], output_tokens=np.ones_like(
+                stream.output_tokens[mine]), arrival_s=arrival_s[mine], clients=0,
+            shared_prefix=stream.shared_prefix),
+            table=pre_table, limits=pre.limits)
+        first[mine] = run.first_token_s
+        pre_runs.append(run)
+    ready = first + moved_s
+    landed = np.argsort(ready, kind="stable")
+    finish = np.full(count, np.nan)
+    dec_runs = []
+    for k in range(min(decode_streams, dec.streams)):
+        order = landed[k::dec.streams]
+        run = simulate(requests=Requests(
+            input_tokens=stream.input_tokens[order], output_tokens=stream.output_tokens[order],
+            arrival_s=ready[order], clients=0, prefilled=True,
+            shared_prefix=stream.shared_prefix), table=dec_table, limits=dec.limits)
+        finish[order] = run.finish_s
+        dec_runs.append((run, order))
+    return _Served(prefill_runs=pre_runs, ready_s=ready, decode_runs=dec_runs, finish_s=finish)
+
+
+#: Rounds of the closed loop's fixed point, per generation of requests (a client's k-th
+#: request is of generation k), beyond ``SETTLE_ROUNDS``: requests that arrive too early
+#: in one round crowd the steps of earlier ones, so a round fixes less than a generation
+#: (Llama-3.1-70B, 256 clients of 1,024 / 1,024 tokens, 10 generations: 20 rounds).
+ROUNDS_PER_GENERATION = 4
+SETTLE_ROUNDS = 10
+#: Arrivals that move less than this between rounds [s] have settled.
+SETTLED_S = 1e-9
+
+
+def _closed_loop(*, clients: int, serve: Callable[[np.ndarray], _Served],
+                 count: int) -> tuple[np.ndarray, _Served]:
+    """(arrivals, both pools' runs on them) of ``clients`` clients that send their first
+    requests at time 0 and each next one when one of theirs ends: the fixed point of
+    arrivals = completions (module docstring), every decode stream simulated."""
+    first_wave = min(clients, count)
+    arrival = np.zeros(count)
+    generations = math.ceil(count / max(first_wave, 1))
+    for _ in range(ROUNDS_PER_GENERATION * generations + SETTLE_ROUNDS):
+        served = serve(arrival)
+        following = np.concatenate((np.zeros(first_wave),
+                                    np.sort(served.finish_s)[:count - first_wave]))
+        if np.max(np.abs(following - arrival), initial=0.0) <= SETTLED_S:
+            return following, served
+        arrival = following
+    raise ConfigError(f"the closed loop of {clients} clients over two pools did not settle "
+                      "(a bug: report it with the command)")
+
+
 def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefill: Pool,
                           decode: Pool, calibration: Calibration | None = None) -> LoadPrediction:
-    """Serve an open-loop ``load`` workload on a prefill pool and a decode pool."""
-    if workload.kind != "load" or closed_loop_clients(workload) > 0:
-        raise ConfigError("disaggregated pools serve an open-loop load workload (a request "
-                          "rate or a trace's clock), not a closed loop")
+    """Serve a ``load`` workload, an open or a closed loop, on a prefill pool and a decode
+    pool."""
+    if workload.kind != "load":
+        raise ConfigError("disaggregated pools serve a load workload (--workload load)")
     model_cfg = get_model(model) if isinstance(model, str) else model
     cal = calibration or default_calibration()
-    n_decode = decode.deployment.replicas
-    count = workload.num_requests or default_count(clients=0) * n_decode
+    clients = closed_loop_clients(workload)
+    # requests of the whole deployment (its lengths; arrivals below): an open loop's
+    # default, a thousand a decode replica; a closed loop's, twenty a client
+    count = workload.num_requests or default_count(clients=clients) * (
+        1 if clients > 0 else decode.deployment.replicas)
     stream = replica_requests(workload=workload, replicas=1, count=count)
-    assert stream.arrival_s is not None
     longest = int((stream.input_tokens + stream.output_tokens).max())
     pre = bind_pool(model=model_cfg, pool=prefill, calibration=cal, longest=longest)
     dec = bind_pool(model=model_cfg, pool=decode, calibration=cal, longest=longest)
@@ -209,60 +317,61 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
     pre_table = StepTable.build(ctx=pre.placement.ctx, max_decode=1,
                                 max_context=int(stream.input_tokens.max()),
                                 budget=pre.limits.token_budget)
-    first = np.empty(count)
-    pre_runs = []
-    n_prefill = prefill.deployment.replicas
-    for k in range(n_prefill):
-        mine = slice(k, count, n_prefill)
-        run = simulate(requests=Requests(
-            input_tokens=stream.input_tokens[mine], output_tokens=np.ones_like(
-                stream.output_tokens[mine]), arrival_s=stream.arrival_s[mine], clients=0,
-            shared_prefix=stream.shared_prefix),
-            table=pre_table, limits=pre.limits)
-        first[mine] = run.first_token_s
-        pre_runs.append(run)
     moved_s, moved_j = transfer_cost(prefill=pre.placement, decode=dec.placement,
                                      tokens=stream.input_tokens)
-    ready = first + moved_s
-    order = np.argsort(ready, kind="stable")[::n_decode]  # decode replica 0's requests
-    dec_table = StepTable.build(ctx=dec.placement.ctx, max_decode=dec.limits.max_sequences,
-                                max_context=longest, budget=dec.limits.token_budget)
-    dec_run = simulate(requests=Requests(
-        input_tokens=stream.input_tokens[order], output_tokens=stream.output_tokens[order],
-        arrival_s=ready[order], clients=0, prefilled=True, shared_prefix=stream.shared_prefix),
-        table=dec_table, limits=dec.limits)
+    # a closed loop's fullest decode replica keeps that many ranks busy
+    ranks = d_ctx.attention_ranks if clients <= 0 else max(1, min(
+        d_ctx.attention_ranks, math.ceil(clients / decode.deployment.replicas)))
+    dec_table = StepTable.build(ctx=d_ctx, max_decode=dec.limits.max_sequences,
+                                max_context=longest, budget=dec.limits.token_budget, ranks=ranks)
+
+    def serve(arrival_s: np.ndarray, decode_streams: int) -> _Served:
+        return _serve(stream=stream, arrival_s=arrival_s, pre=pre, dec=dec, pre_table=pre_table,
+                      dec_table=dec_table, moved_s=moved_s, decode_streams=decode_streams)
+
+    if clients > 0:
+        arrival, served = _closed_loop(
+            clients=max(1, math.floor(clients + 0.5)), count=count,
+            serve=lambda a: serve(a, dec.streams))
+    else:
+        assert stream.arrival_s is not None
+        arrival = stream.arrival_s
+        served = serve(arrival, 1)  # decode streams alike: the first stands for them all
+    pre_runs, ready = served.prefill_runs, served.ready_s
     # the user's clock: from arrival at the prefill pool; first token when the cache lands
-    seen = replace(dec_run, arrival_s=stream.arrival_s[order], first_token_s=ready[order])
     warmup = warmup_share(workload)
-    metrics = summarise(run=seen, table=dec_table, slos=slos, static_w=d_ctx.constants.static_power_w,
-                        gpus=d_ctx.replica_gpus, warmup_fraction=warmup)
-    pre_metrics = summarise(run=pre_runs[0], table=pre_table, slos=(),
-                            static_w=p_ctx.constants.static_power_w, gpus=p_ctx.replica_gpus,
-                            warmup_fraction=warmup)
-    span = float(stream.arrival_s[-1] - stream.arrival_s[0]) or 1.0
-    power = (metrics.window_energy_j / metrics.window_s * n_decode
-             + pre_metrics.window_energy_j / pre_metrics.window_s * n_prefill
+    d_static = d_ctx.constants.static_power_w * d_ctx.replica_gpus / dec.engines  # a stream's
+    p_static = p_ctx.constants.static_power_w * p_ctx.replica_gpus / pre.engines
+    metrics = pool_streams(streams=[(stream_samples(
+        run=replace(run, arrival_s=arrival[order], first_token_s=ready[order]),
+        table=dec_table, static_w=d_static, gpus=1.0, warmup_fraction=warmup), 1)
+        for run, order in served.decode_runs], slos=slos, static_per_s=d_static)
+    pre_metrics = summarise(run=pre_runs[0], table=pre_table, slos=(), static_w=p_static,
+                            gpus=1.0, warmup_fraction=warmup)
+    span = float(arrival[-1] - arrival[0]) or 1.0
+    power = (metrics.window_energy_j / metrics.window_s * dec.streams
+             + pre_metrics.window_energy_j / pre_metrics.window_s * pre.streams
              + float(moved_j.sum()) / span)
-    # decode replicas stream every token but the first, which the prefill pool computed
-    tokens_per_s = (metrics.output_tokens_per_s + metrics.requests_per_s) * n_decode
+    # decode streams stream every token but the first, which the prefill pool computed
+    tokens_per_s = (metrics.output_tokens_per_s + metrics.requests_per_s) * dec.streams
     per_token = power / tokens_per_s
     load: dict[str, float | int | bool] = {**metrics.as_dict()}
     for key in ("requests_per_s", "offered_requests_per_s", "goodput_requests_per_s"):
-        load[key] = float(load[key]) * n_decode
+        load[key] = float(load[key]) * dec.streams
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / gpus
     load["kv_transfer_mean_s"] = float(moved_s.mean())
     load["kv_transfer_j_per_request"] = float(moved_j.mean())
-    run_s = float(max(dec_run.finish_s.max(), ready.max()) - stream.arrival_s.min())
-    load |= _totals(prefill=pre_runs, prefill_table=pre_table,
-                    prefill_w=p_ctx.constants.static_power_w * p_ctx.replica_gpus,
-                    decode=dec_run, decode_table=dec_table, decode_replicas=n_decode,
-                    decode_w=d_ctx.constants.static_power_w * d_ctx.replica_gpus,
-                    transfer_j=float(moved_j.sum()), span_s=run_s)
+    dec_runs = [run for run, _ in served.decode_runs]
+    run_s = float(max(max(run.finish_s.max() for run in dec_runs), ready.max())
+                  - arrival.min())
+    load |= _totals(prefill=pre_runs, prefill_table=pre_table, prefill_w=p_static,
+                    decode=dec_runs, decode_table=dec_table, decode_streams=dec.streams,
+                    decode_w=d_static, transfer_j=float(moved_j.sum()), span_s=run_s)
     load["prefill_pool_gpus"], load["decode_pool_gpus"] = pre.placement.gpus, dec.placement.gpus
     if workload.capacity_attainment is not None:
         from energylens.workloads.load.capacity import Probe, bisect_capacity
 
-        short = (workload.num_requests or 0) < default_count(clients=0) * n_decode
+        short = (workload.num_requests or 0) < default_count(clients=0) * decode.deployment.replicas
         probe_count = None if short else workload.num_requests  # never below the default
 
         def probe_at(rate: float) -> Probe:
@@ -276,7 +385,7 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         rate = bisect_capacity(run=probe_at, target=workload.capacity_attainment)
         load.update(capacity_requests_per_s=rate, capacity_per_gpu=rate / gpus)
     held = [_held(pool=pre, peak_tokens=max(run.peak_kv_tokens for run in pre_runs)),
-            _held(pool=dec, peak_tokens=dec_run.peak_kv_tokens)]
+            _held(pool=dec, peak_tokens=max(run.peak_kv_tokens for run in dec_runs))]
     memory_gb = max(held) / 1e9  # the KV cache each pool held at its peak
     lat = metrics.latency_s
     return LoadPrediction(
@@ -285,8 +394,6 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         ttft_s=lat["ttft_mean_s"], tpot_s=lat["tpot_mean_s"], energy_per_output_token_j=per_token,
         energy_per_request_j=per_token * metrics.mean_output_tokens, avg_power_w=power,
         output_tokens_per_s=tokens_per_s,
-        prefill=_pool_phase(metrics=pre_metrics, static_w=p_ctx.constants.static_power_w,
-                            gpus=p_ctx.replica_gpus, replicas=n_prefill),
-        decode=_pool_phase(metrics=metrics, static_w=d_ctx.constants.static_power_w,
-                           gpus=d_ctx.replica_gpus, replicas=n_decode),
+        prefill=_pool_phase(metrics=pre_metrics, static_w=p_static, streams=pre.streams),
+        decode=_pool_phase(metrics=metrics, static_w=d_static, streams=dec.streams),
         running_batch=metrics.mean_running, load=load)
