@@ -13,6 +13,7 @@ import pytest
 
 from energylens.calibration.file import default_calibration
 from energylens.cli.main import main
+from energylens.deployment import Deployment
 from energylens.errors import MeasurementError
 from energylens.measurements import user_csv
 from energylens.measurements.convert import Converted, Options, converters, to_csv
@@ -20,6 +21,7 @@ from energylens.measurements.user_csv import load_user_csv, row_case
 from energylens.predict import predict
 from energylens.validation.kshot import fit_rows, k_shot, validate_measured
 from energylens.validation.predictors import validate
+from energylens.workloads import Workload
 
 REPO = Path(__file__).resolve().parents[1]
 LIB = REPO / "data" / "measurements" / "llm-inference-bench" / "All_results.csv"
@@ -945,3 +947,74 @@ def test_a_load_rows_length_spread_and_itl_percentiles(tmp_path: Path) -> None:
     assert fixed.predicted["itl_p99_s"] < 1.2 * fixed.predicted["itl_p50_s"]
     assert spread.predicted["itl_p99_s"] > 2 * spread.predicted["itl_p50_s"]
     assert "length_cv" in (batch.error or "")
+
+
+AIC_POOL_HEADER = AIC_HEADER.rstrip("\n") + "," + ",".join(
+    f"{pool}_{key}" for pool in ("prefill", "decode")
+    for key in ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size",
+                "moe_tp_size", "moe_ep_size")) + "\n"
+
+
+def _disagg_row(name: str, prefill: str, decode: str, *, ttft: float = 300.0) -> str:
+    """A disaggregated row: each pool ``batch,workers,tp,pp,adp,moe_tp,ep``."""
+    return (f"{name},db; silicon_concurrency=16,trtllm,1.1.0,deepseek-ai/DeepSeek-R1,gb200,fp4,"
+            f"disagg,1024,1024,nvfp4,nvfp4,,,,,,,{ttft},9,{prefill},{decode}\n")
+
+
+def test_aiconfigurator_disaggregated_rows_become_two_pools(tmp_path: Path) -> None:
+    """--disaggregated writes each pool's layout (the agg rows' readings: a MoE TP over
+    one board read as wide EP) and workers, num_gpus both pools' GPUs; a row that names
+    no worker counts cannot size its pools and is left out, as are aggregated rows."""
+    source = _write(tmp_path, AIC_POOL_HEADER
+                    + _disagg_row("d1", "1,1,1,1,4,1,4", "1,4,8,1,1,1,8")
+                    + _disagg_row("d2", "1,2,16,1,1,16,1", "1,1,4,1,1,4,1", ttft=301.0)
+                    + _disagg_row("d3", ",,4,1,1,4,1", ",,4,1,1,4,1", ttft=302.0)
+                    + "a1,db; silicon_concurrency=4,vllm,0.11,Qwen/Qwen3-32B,h100_sxm,fp8,agg,"
+                      "1024,128,fp8,,4,2,1,1,2,1,150,18," + "," * 13 + "\n",
+                    "silicon_sample.csv")
+    converted = converters()["aiconfigurator"](source, Options(disaggregated=True))
+    assert [r["id"] for r in converted.rows] == ["d1", "d2"]
+    pools = [tuple(r[f"{pool}_{key}"] for pool in ("prefill", "decode")
+                   for key in ("tp", "attention_dp", "ep", "moe_tp", "replicas"))
+             + (r["num_gpus"],) for r in converted.rows]
+    assert pools == [(1, 4, 4, 1, 1, 8, 1, 8, 1, 4, 4 + 32),
+                     (1, 16, 16, 1, 2, 4, 1, 1, 4, 1, 32 + 4)]
+    assert any("1 disaggregated row(s) left out: no prefill_num_workers" in n
+               for n in converted.notes)
+    assert any("1 aggregated row(s) left out" in n for n in converted.notes)
+    assert converters()["aiconfigurator"](source, Options()).rows[0]["id"] == "a1"
+
+
+def test_a_disaggregated_row_is_predicted_on_its_pools(tmp_path: Path) -> None:
+    """A row with pool columns is the two-pool prediction of its closed loop; num_gpus
+    must be the pools' and pools serve load rows only (one-line reasons)."""
+    from energylens.workloads.load.disagg import Pool, predict_disaggregated
+
+    header = ("model,gpu,num_gpus,prefill_tp,prefill_replicas,decode_tp,decode_replicas,"
+              "workload,concurrency,num_requests,batch,input_tokens,output_tokens,ttft_s,tpot_s\n")
+    path = _write(tmp_path, header + "llama-3.1-8b,H100,3,1,1,1,2,load,6,60,,1024,128,0.1,0.01\n"
+                  + "llama-3.1-8b,H100,4,1,1,1,2,load,6,60,,1024,128,0.1,0.01\n"
+                  + "llama-3.1-8b,H100,3,1,1,1,2,serving,,,6,1024,128,0.1,0.01\n")
+    rows = validate_measured(load_user_csv(path), calibration=default_calibration()).rows
+    direct = predict_disaggregated(
+        model="llama-3.1-8b", workload=Workload(
+            kind="load", concurrency=6, num_requests=60, input_tokens=1024, output_tokens=128,
+            warmup_fraction=0.0),
+        prefill=Pool(gpu="H100", deployment=Deployment(tp=1, dp=1, num_gpus=1)),
+        decode=Pool(gpu="H100", deployment=Deployment(tp=1, dp=2, num_gpus=2)))
+    assert rows[0].error is None
+    assert rows[0].predicted["ttft_s"] == pytest.approx(direct.ttft_s, rel=1e-12)
+    assert rows[0].predicted["tpot_s"] == pytest.approx(direct.tpot_s, rel=1e-12)
+    assert rows[1].error == "num_gpus 4 is not the pools' 1 + 2 GPUs"
+    assert "pools serve a load row" in (rows[2].error or "")
+
+
+SHIPPED_AIC_DISAGG = REPO / "data/measurements/aiconfigurator/silicon_sample_disagg.csv"
+
+
+@pytest.mark.skipif(not SOURCE_AIC.exists(), reason="needs ../shared (the source of the "
+                    "shipped AIConfigurator rows) beside the repository")
+def test_the_shipped_disaggregated_rows_are_what_the_converter_writes_today() -> None:
+    """As the aggregated file: converting the source again gives the same CSV."""
+    converted = converters()["aiconfigurator"](SOURCE_AIC, Options(disaggregated=True))
+    assert to_csv(converted) == SHIPPED_AIC_DISAGG.read_text()

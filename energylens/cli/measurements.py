@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--load-as-serving", action="store_true",
                    help="aiconfigurator: closed-loop rows as steady-state serving at batch = "
                         "concurrency (an approximation) instead of workload=load")
+    c.add_argument("--disaggregated", action="store_true",
+                   help="aiconfigurator: the rows of separate prefill and decode workers "
+                        "(mode=disagg, written with prefill_* and decode_* pool columns) "
+                        "instead of the aggregated ones")
     c.set_defaults(handler=_cmd_convert)
 
 
@@ -47,7 +51,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from energylens.measurements.convert import Options, converters, to_csv
 
     options = Options(gpu=args.gpu, num_gpus=args.num_gpus, tp=args.tp, runtime=args.runtime,
-                      load_as_serving=args.load_as_serving)
+                      load_as_serving=args.load_as_serving, disaggregated=args.disaggregated)
     converted = converters()[args.format](Path(args.file), options)
     text = to_csv(converted)
     for note in converted.notes:

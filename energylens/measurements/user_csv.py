@@ -67,14 +67,20 @@ LENGTH_CV = "length_cv"
 #: ``<metric>[<kind>]``. The ML.ENERGY converter writes it for host-paced runs.
 SCREENED = "screened"
 WORKLOADS = ("batch", "serving", "load")
+#: Disaggregated prefill/decode (a ``load`` row): each pool's layout on the row's GPU type,
+#: ``<pool>_tp`` (attention), ``_ep``, ``_moe_tp``, ``_attention_dp`` as the colocated
+#: columns, and ``_replicas`` (workers of that layout); ``num_gpus`` is both pools'.
+POOLS = ("prefill", "decode")
+POOL_LAYOUT = ("tp", "ep", "moe_tp", "attention_dp", "replicas")
+POOL_COLUMNS = tuple(f"{pool}_{key}" for pool in POOLS for key in POOL_LAYOUT)
 #: Metric columns (SI units): means, percentiles, rates, power and energy.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
            "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
            "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
            "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "power_w",
            "energy_per_output_token_j", "energy_per_request_j")
-KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", SEQUENCE_CAP, PREFILL_CHUNK, *SPECULATION,
-         IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
+KNOWN = (*REQUIRED, *COUNTS[1:], "attention_dp", *POOL_COLUMNS, SEQUENCE_CAP, PREFILL_CHUNK,
+         *SPECULATION, IDENTICAL_PROMPTS, SHARED_PREFIX, LENGTH_CV, SCREENED,
          *RUNTIME_COLUMNS, *TEXTS, *NUMBERS, *RUN_COUNTS, *METRICS)
 #: Metric columns given in milliseconds (``ttft_ms``, ``tpot_p90_ms``, as benchmark_serving
 #: and GenAI-Perf print them) -> the SI column; their values are divided by 1,000 on reading.
@@ -145,12 +151,14 @@ class UserMeasurements:
 
 @dataclass(frozen=True, kw_only=True)
 class Case:
-    """The ``predict`` inputs of one row."""
+    """The ``predict`` inputs of one row; a disaggregated row's ``pools`` (prefill, decode:
+    each a pool's deployment on ``gpu``), whose ``deployment`` is the decode pool's."""
 
     model: ModelConfig
     gpu: str
     deployment: Deployment
     workload: Workload
+    pools: tuple[Deployment, Deployment] | None = None
 
 
 def _fail(path: Path, message: str) -> MeasurementError:
@@ -210,8 +218,8 @@ def _parse(path: Path, header: list[str], cells: dict[str, str], number: int) ->
         raw = (cells.get(column) or "").strip()
         if not raw or column not in KNOWN:
             continue
-        if column in COUNTS or column in RUN_COUNTS or column in (SEQUENCE_CAP, PREFILL_CHUNK,
-                                                                  "concurrency"):
+        if column in COUNTS or column in RUN_COUNTS or column in POOL_COLUMNS \
+                or column in (SEQUENCE_CAP, PREFILL_CHUNK, "concurrency"):
             values[column] = _count(path, column, raw, number)
         elif column == "attention_dp":
             values[column] = _attention_dp(path, raw, number)
@@ -437,6 +445,31 @@ def _workload(v: dict[str, Any]) -> Workload:
     return Workload(kind="load", batch=v["batch"] or 1, **lengths, **extra)
 
 
+def _pools(v: dict[str, Any], runtime: str, model: ModelConfig,
+           ) -> tuple[Deployment, Deployment] | None:
+    """A disaggregated row's (prefill, decode) deployments, or None for a colocated row."""
+    if all(v[c] is None for c in POOL_COLUMNS):
+        return None
+    if v["workload"] != "load":
+        raise UnsupportedRow(f"prefill and decode pools serve a load row; a {v['workload']} "
+                             "row runs on one deployment")
+    if v["dp"] is not None:
+        raise UnsupportedRow("dp beside pools: a pool's workers are its <pool>_replicas")
+    pools = []
+    for pool in POOLS:
+        tp, ep, moe_tp, adp, replicas = (v[f"{pool}_{k}"] for k in POOL_LAYOUT)
+        if tp is None:
+            raise UnsupportedRow(f"no {pool}_tp: a pool's layout needs its tensor-parallel size")
+        replicas = replicas or 1
+        gpus = replicas * tp * (adp or 1) * int(v["pp"] or 1)
+        pools.append(_deployment(v | {"num_gpus": gpus, "tp": tp, "ep": ep, "moe_tp": moe_tp,
+                                      "attention_dp": adp, "dp": replicas}, runtime, model))
+    if int(v["num_gpus"]) != pools[0].total_gpus + pools[1].total_gpus:
+        raise UnsupportedRow(f"num_gpus {int(v['num_gpus'])} is not the pools' "
+                             f"{pools[0].total_gpus} + {pools[1].total_gpus} GPUs")
+    return pools[0], pools[1]
+
+
 def row_case(row: UserRow) -> Case:
     """The ``predict`` inputs of ``row``; raises :class:`UnsupportedRow` with the reason."""
     v = row.values
@@ -446,12 +479,13 @@ def row_case(row: UserRow) -> Case:
     try:
         get_runtime(runtime)
         model = get_model(str(v["model"]))
-        deployment = _deployment(v, runtime, model)
+        pools = _pools(v, runtime, model)
+        deployment = _deployment(v, runtime, model) if pools is None else pools[1]
         workload = _workload(v)
         gpu = load_gpu(str(v["gpu"])).name
     except EnergyLensError as exc:
         raise UnsupportedRow(str(exc).strip().splitlines()[0]) from None
-    return Case(model=model, gpu=gpu, deployment=deployment, workload=workload)
+    return Case(model=model, gpu=gpu, deployment=deployment, workload=workload, pools=pools)
 
 
 def predicted_metrics(prediction: Prediction, workload: Workload) -> dict[str, float]:

@@ -42,6 +42,7 @@ from energylens.measurements.user_csv import (
 )
 from energylens.model.zoo import get_model, is_local_config
 from energylens.predict import predict
+from energylens.workloads import Prediction
 from energylens.workloads.capacity import kv_cache_limit
 
 
@@ -142,14 +143,25 @@ def screen(row: UserRow, case: Case) -> str | None:
         speculative_tokens=case.deployment.speculative_tokens, measured=row.measured)
 
 
+def predict_case(case: Case, calibration: Calibration) -> Prediction:
+    """``case`` predicted: on its deployment, or on its prefill and decode pools."""
+    if case.pools is None:
+        return predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
+                       workload=case.workload, calibration=calibration)
+    from energylens.workloads.load.disagg import Pool, predict_disaggregated
+
+    prefill, decode = (Pool(gpu=case.gpu, deployment=d) for d in case.pools)
+    return predict_disaggregated(model=case.model, workload=case.workload, prefill=prefill,
+                                 decode=decode, calibration=calibration)
+
+
 def _predictor(row: UserRow) -> Any:
     """``calibration -> metrics | None`` for ``row``; raises UnsupportedRow."""
     case = row_case(row)
 
     def run(calibration: Calibration) -> dict[str, float] | None:
         try:
-            result = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
-                             workload=case.workload, calibration=calibration)
+            result = predict_case(case, calibration)
         except EnergyLensError:
             return None
         return predicted_metrics(result, case.workload) if result.feasible else None
@@ -161,8 +173,7 @@ def _outcome(row: UserRow, calibration: Calibration) -> RowOutcome:
     outcome = RowOutcome(row=row)
     try:
         case = row_case(row)
-        result = predict(model=case.model, gpu=case.gpu, deployment=case.deployment,
-                         workload=case.workload, calibration=calibration)
+        result = predict_case(case, calibration)
     except UnsupportedRow as exc:
         outcome.error = str(exc)
         return outcome

@@ -22,7 +22,8 @@ from energylens.measurements.user_csv import KNOWN
 class Options:
     """What a source file may not record: the GPU, the GPU count, the tensor-parallel
     size, the serving engine; whether closed-loop rows are written as steady-state
-    serving; and (ML.ENERGY) the files whose runs the host-bound screen compares the file's
+    serving; whether AIConfigurator's disaggregated rows are written instead of its
+    aggregated ones; and (ML.ENERGY) the files whose runs the host-bound screen compares the file's
     runs with (``None``: the other ``*.json`` files of its folder)."""
 
     gpu: str | None = None
@@ -30,6 +31,7 @@ class Options:
     tp: int | None = None
     runtime: str | None = None
     load_as_serving: bool = False
+    disaggregated: bool = False
     screen_with: tuple[Path, ...] | None = None
 
 

@@ -139,6 +139,9 @@ from energylens.runtime.profile import release_key
 _KEYS = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
          "precision", "gemm_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
          "moe_tp_size", "moe_ep_size", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")
+#: A disaggregated row's pool columns: ``<pool>_<key>`` for each pool and key.
+_POOL_KEYS = ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+              "moe_ep_size", "batch_size")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _DYNAMO = re.compile(r"image=nvcr\.io/nvidia/ai-dynamo/")
 #: Checkpoints only NVIDIA's Model Optimizer publishes, by (``model_path``,
@@ -236,6 +239,22 @@ def _wide_ep(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) ->
     if tp > WIDE_EP_ABOVE and moe_tp == tp and ep in (None, 1) and adp in (None, 1):
         return 1, tp, 1, tp
     return None
+
+
+def _layout(path: Path, row: dict[str, str], n: int, prefix: str = "",
+            ) -> tuple[_Layout, int, bool, bool]:
+    """(tp, attention_dp, moe_tp, ep) of ``row``'s layout (a pool's with ``prefix``
+    ``prefill_`` or ``decode_``), its pipeline size, and whether it was a multiplied
+    layout or a wide-EP one read as the module docstring says."""
+    tp, pp = (_int(path, row, prefix + k, n) for k in ("tp_size", "pp_size"))
+    adp, moe_tp, ep = (_stated(path, row, prefix + k, n)
+                       for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+    layout: _Layout = (tp, adp, moe_tp, ep)
+    launch = _unsquared(tp=tp, adp=adp, moe_tp=moe_tp, ep=ep)
+    if launch is not None:
+        layout = launch
+    widened = _wide_ep(tp=layout[0], adp=layout[1], moe_tp=layout[2], ep=layout[3])
+    return widened or layout, pp, launch is not None, widened is not None
 
 
 def _dynamo_workers(row: dict[str, str], *, concurrency: int, attention_dp: int) -> int:
@@ -374,16 +393,56 @@ def drop_repeats(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> tuple[
     return [row for i, row in enumerate(rows) if i not in dropped], counts
 
 
+def _measured(path: Path, row: dict[str, str], n: int, *,
+              carried: dict[str, Any]) -> dict[str, Any]:
+    """A row's columns after its model, GPU and layout: engine, precision, lengths, TTFT
+    and TPOT, its id, the ``carried`` columns, and ``wip`` and its provenance."""
+    return {"runtime": row["backend"], "runtime_version": row["backend_version"],
+            "dtype": row["precision"] or row["gemm_quant_mode"], "kv_dtype": _kv_dtype(row),
+            "input_tokens": _int(path, row, "isl", n),
+            "output_tokens": _int(path, row, "osl", n),
+            "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
+            "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
+            "id": row["id"], **carried,
+            "wip": "true" if _WIP.search(row["silicon_data_source"]) else "false",
+            "provenance": row["silicon_data_source"]}
+
+
+def _pools(path: Path, row: dict[str, str], n: int) -> tuple[dict[str, Any], dict[str, Any],
+                                                             bool, bool]:
+    """A disaggregated row's ``num_gpus`` and pool columns (``<pool>_tp`` ...
+    ``<pool>_replicas``), each pool's ``batch_size`` to carry, and whether a pool's layout
+    was read as multiplied or as wide EP."""
+    layout: dict[str, Any] = {}
+    carried: dict[str, Any] = {}
+    squared = wide = False
+    gpus = 0
+    for pool in ("prefill", "decode"):
+        (tp, adp, moe_tp, ep), pp, was_squared, was_wide = _layout(path, row, n, f"{pool}_")
+        if pp != 1:
+            raise _fail(path, f"column '{pool}_pp_size' must be 1 in row {n} (the measurement "
+                              "format's pools have no pipeline stages)")
+        squared, wide = squared or was_squared, wide or was_wide
+        workers = _int(path, row, f"{pool}_num_workers", n)
+        layout |= {f"{pool}_tp": tp, f"{pool}_ep": ep, f"{pool}_moe_tp": moe_tp,
+                   f"{pool}_attention_dp": adp, f"{pool}_replicas": workers}
+        carried[f"{pool}_batch_size"] = row[f"{pool}_batch_size"]
+        gpus += workers * tp * (adp or 1)
+    return {"num_gpus": gpus, **layout}, carried, squared, wide
+
+
 def convert(path: Path, options: Options) -> Converted:
     """One row per aggregated measurement."""
-    _, rows = _csv_rows(path, _KEYS)
+    pools = tuple(f"{pool}_{key}" for pool in ("prefill", "decode") for key in _POOL_KEYS)
+    _, rows = _csv_rows(path, (*_KEYS, *pools) if options.disaggregated else _KEYS)
     twins = _twin_tpots(rows)
     out = Converted(rows=[])
     metrics: list[_Metrics] = []
     skipped = unstated = no_load = squared = fp8_kv = replicated = wide = speculative = 0
-    in_flight = 0
+    in_flight = no_workers = 0
+    mode = "disagg" if options.disaggregated else "agg"
     for n, row in enumerate(rows, start=1):
-        if row["mode"] != "agg":
+        if row["mode"] != mode:
             skipped += 1
             continue
         found = _CONCURRENCY.search(row["silicon_data_source"])
@@ -391,34 +450,38 @@ def convert(path: Path, options: Options) -> Converted:
             no_load += 1
             continue
         concurrency = int(found.group(1))
-        tp, pp = (_int(path, row, k, n) for k in ("tp_size", "pp_size"))
-        adp, moe_tp, ep = (_stated(path, row, k, n) for k in ("attention_dp_size", "moe_tp_size",
-                                                              "moe_ep_size"))
-        unstated += None in (adp, moe_tp, ep)
-        launch = _unsquared(tp=tp, adp=adp, moe_tp=moe_tp, ep=ep)
-        if launch is not None:
-            tp, adp, moe_tp, ep = launch
-            squared += 1
-        widened = _wide_ep(tp=tp, adp=adp, moe_tp=moe_tp, ep=ep)
-        if widened is not None:
-            tp, adp, moe_tp, ep = widened
-            wide += 1
+        if options.disaggregated:
+            if not all(row[f"{pool}_num_workers"].strip() for pool in ("prefill", "decode")):
+                no_workers += 1
+                continue
+            layout, carried, was_squared, was_wide = _pools(path, row, n)
+            squared += was_squared
+            wide += was_wide
+            converted: dict[str, Any] = {
+                "model": row["model_path"], "gpu": options.gpu or row["system"], **layout,
+                **_measured(path, row, n, carried=carried), "workload": "load",
+                "concurrency": concurrency,
+                "num_requests": RUN_REQUESTS_PER_CLIENT * concurrency}
+            if _drafted(row, twins):
+                converted["speculative_tokens"] = MTP_DRAFT_TOKENS[row["backend"]]
+                converted["draft_acceptance"] = MTP_ACCEPTANCE
+                speculative += 1
+            fp8_kv += converted["kv_dtype"] is not None
+            out.rows.append(converted)
+            metrics.append((row["silicon_ttft_ms"], row["silicon_tpot_ms"]))
+            continue
+        (tp, adp, moe_tp, ep), pp, was_squared, was_wide = _layout(path, row, n)
+        unstated += None in (_stated(path, row, k, n)
+                             for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+        squared += was_squared
+        wide += was_wide
         workers = _dynamo_workers(row, concurrency=concurrency, attention_dp=adp or 1)
         replicated += workers > 1
-        converted: dict[str, Any] = {
+        converted = {
             "model": row["model_path"], "gpu": options.gpu or row["system"],
             "num_gpus": workers * tp * (adp or 1) * pp, "dp": workers if workers > 1 else None,
-            "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp,
-            "attention_dp": adp,
-            "runtime": row["backend"], "runtime_version": row["backend_version"],
-            "dtype": row["precision"] or row["gemm_quant_mode"], "kv_dtype": _kv_dtype(row),
-            "input_tokens": _int(path, row, "isl", n),
-            "output_tokens": _int(path, row, "osl", n),
-            "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
-            "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
-            "id": row["id"], "max_batch_size": row["batch_size"],
-            "wip": "true" if _WIP.search(row["silicon_data_source"]) else "false",
-            "provenance": row["silicon_data_source"]}
+            "tp": tp, "pp": pp, "ep": ep, "moe_tp": moe_tp, "attention_dp": adp,
+            **_measured(path, row, n, carried={"max_batch_size": row["batch_size"]})}
         if _drafted(row, twins):
             converted["speculative_tokens"] = MTP_DRAFT_TOKENS[row["backend"]]
             converted["draft_acceptance"] = MTP_ACCEPTANCE
@@ -438,7 +501,8 @@ def convert(path: Path, options: Options) -> Converted:
                              num_requests=RUN_REQUESTS_PER_CLIENT * concurrency)
         out.rows.append(converted)
         metrics.append((row["silicon_ttft_ms"], row["silicon_tpot_ms"]))
-    narrow = fp8_campaigns(out.rows, campaign=_campaign)
+    # the evidence reads one deployment's cache: a colocated row's
+    narrow = set() if options.disaggregated else fp8_campaigns(out.rows, campaign=_campaign)
     runs = _same_runs(out.rows, metrics)
     shown = {runs[i] for i, converted in enumerate(out.rows) if _campaign(converted) in narrow}
     for i, converted in enumerate(out.rows):
@@ -449,11 +513,17 @@ def convert(path: Path, options: Options) -> Converted:
     out.rows, repeats = drop_repeats(out.rows, metrics)
     wip = sum(1 for converted in out.rows if converted["wip"] == "true")
     if skipped:
-        out.notes.append(f"{skipped} disaggregated row(s) left out: the format has no separate "
-                         "prefill and decode worker layouts")
+        out.notes.append(f"{skipped} aggregated row(s) left out: --disaggregated writes the "
+                         "rows of separate prefill and decode workers" if options.disaggregated
+                         else f"{skipped} disaggregated row(s) left out: write them with "
+                         "--disaggregated (prefill and decode pools)")
+    if no_workers:
+        out.notes.append(f"{no_workers} disaggregated row(s) left out: no prefill_num_workers or "
+                         "decode_num_workers, so their pools' sizes are unknown")
     if no_load:
-        out.notes.append(f"{no_load} aggregated row(s) left out: no silicon_concurrency= in "
-                         "their provenance, so their load is unknown")
+        out.notes.append(f"{no_load} {'dis' if options.disaggregated else ''}aggregated row(s) "
+                         "left out: no silicon_concurrency= in their provenance, so their load "
+                         "is unknown")
     if squared:
         out.notes.append(f"{squared} row(s) record an N-GPU layout multiplied to N x N GPUs "
                          "(tp_size, or tp_size x attention_dp_size, = N x N): written as their "
