@@ -43,7 +43,10 @@ Diagnostic only: the accuracy table is written from the rows as recorded.
 ``--write-accuracy``: the MAPE table (per engine and GPU, per engine, all rows) as
 ``energylens/data/accuracy/aiconfigurator_load.yaml``, which ``predict`` reads to state
 the TTFT and TPOT error to expect of a ``load`` prediction
-(``energylens.validation.expected_error``).
+(``energylens.validation.expected_error``); with ``--disaggregated RESULT`` (a saved
+result of ``data/measurements/aiconfigurator/silicon_sample_disagg.csv``, the rows served
+on separate prefill and decode pools) their table beside it, which ``docs/accuracy.md``
+shows.
 
 ``--scale-bound``: how low any correction by a constant factor could take each engine's
 TPOT MAPE: the factor per engine, per (engine, GPU) and per (engine, GPU, model) that
@@ -91,6 +94,10 @@ from energylens.predict import predict
 REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "data" / "measurements" / "aiconfigurator" / "silicon_sample_agg.csv"
 ACCURACY = REPO / "energylens" / "data" / "accuracy" / "aiconfigurator_load.yaml"
+#: AIConfigurator's disaggregated rows (``measurements convert aiconfigurator
+#: --disaggregated``): ``--rows`` them for their table, ``--disaggregated`` a saved result
+#: of them to write it beside the aggregated one.
+DISAGG_ROWS = REPO / "data" / "measurements" / "aiconfigurator" / "silicon_sample_disagg.csv"
 
 
 def _validate(rows: Path) -> dict[str, object]:
@@ -274,11 +281,13 @@ def prompt_load(rows: Path) -> None:
 
 def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, source: Path,
                    kv_limited: dict[str, list[float]],
-                   apart: dict[str, dict[str, list[float]]] | None = None) -> None:
+                   apart: dict[str, dict[str, list[float]]] | None = None,
+                   disaggregated: tuple[_Errors, Path] | None = None) -> None:
     """The MAPE (a share) of TTFT and TPOT per (engine, GPU), per engine, over all rows and
     over the rows whose prediction the KV cache decided (``kv_limited``: a row's ``note``)
     and over each subset of :data:`APART` (``apart``), as the YAML file ``expected_error``
-    reads (GPU names as ``energylens gpus`` lists them)."""
+    reads (GPU names as ``energylens gpus`` lists them); ``disaggregated``: the errors of
+    the disaggregated rows and their file, written apart the same way."""
     import datetime
     import hashlib
 
@@ -318,6 +327,17 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
     for name, rows in (apart or {}).items():  # subsets kept in every figure, shown apart
         if rows:
             document[name] = entry([rows])
+    if disaggregated is not None:  # two pools per row: not what a colocated load reads
+        pools, where = disaggregated
+        document["disaggregated"] = {
+            "source": str(where.resolve().relative_to(REPO))
+            if where.resolve().is_relative_to(REPO) else str(where),
+            "what": "MAPE (a share) of the mean TTFT and TPOT of AIConfigurator's measured "
+                    "disaggregated rows that name their prefill and decode workers (closed "
+                    "loops of 1-12,288 clients)",
+            "groups": [{"runtime": engine, "gpu": load_gpu(gpu).name, **entry([group])}
+                       for (engine, gpu), group in sorted(pools.items())],
+            "all": entry(list(pools.values()))}
     ACCURACY.parent.mkdir(parents=True, exist_ok=True)
     ACCURACY.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     print(f"wrote {ACCURACY}")
@@ -538,6 +558,9 @@ def main() -> None:
     parser.add_argument("--save", type=Path, help="write the validation result as JSON")
     parser.add_argument("--write-accuracy", action="store_true",
                         help=f"write the MAPE table to {ACCURACY.relative_to(REPO)}")
+    parser.add_argument("--disaggregated", type=Path, metavar="RESULT",
+                        help="with --write-accuracy: a saved 'validate measurements --json' "
+                             f"result of {DISAGG_ROWS.relative_to(REPO)}, written beside")
     args = parser.parse_args()
     if args.prefill_ratio:
         prefill_ratio(args.rows)
@@ -571,8 +594,11 @@ def main() -> None:
     errors, kv_limited, apart, left_out = row_errors(result)
     print("\n".join(error_table(errors, kv_limited=kv_limited, apart=apart)))
     if args.write_accuracy:
+        pools = None
+        if args.disaggregated:
+            pools = (row_errors(json.loads(args.disaggregated.read_text()))[0], DISAGG_ROWS)
         write_accuracy(errors, source=args.silicon or args.rows, kv_limited=kv_limited,
-                       apart=apart)
+                       apart=apart, disaggregated=pools)
     print("\nleft out:")
     for reason, count in left_out.most_common():
         print(f"- {count} rows: {reason}")

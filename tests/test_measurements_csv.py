@@ -955,10 +955,11 @@ AIC_POOL_HEADER = AIC_HEADER.rstrip("\n") + "," + ",".join(
                 "moe_tp_size", "moe_ep_size")) + "\n"
 
 
-def _disagg_row(name: str, prefill: str, decode: str, *, ttft: float = 300.0) -> str:
+def _disagg_row(name: str, prefill: str, decode: str, *, ttft: float = 300.0,
+                version: str = "1.1.0", image: str = "") -> str:
     """A disaggregated row: each pool ``batch,workers,tp,pp,adp,moe_tp,ep``."""
-    return (f"{name},db; silicon_concurrency=16,trtllm,1.1.0,deepseek-ai/DeepSeek-R1,gb200,fp4,"
-            f"disagg,1024,1024,nvfp4,nvfp4,,,,,,,{ttft},9,{prefill},{decode}\n")
+    return (f"{name},db; silicon_concurrency=16{image},trtllm,{version},deepseek-ai/DeepSeek-R1,"
+            f"gb200,fp4,disagg,1024,1024,nvfp4,nvfp4,,,,,,,{ttft},9,{prefill},{decode}\n")
 
 
 def test_aiconfigurator_disaggregated_rows_become_two_pools(tmp_path: Path) -> None:
@@ -1018,3 +1019,37 @@ def test_the_shipped_disaggregated_rows_are_what_the_converter_writes_today() ->
     """As the aggregated file: converting the source again gives the same CSV."""
     converted = converters()["aiconfigurator"](SOURCE_AIC, Options(disaggregated=True))
     assert to_csv(converted) == SHIPPED_AIC_DISAGG.read_text()
+
+
+def test_a_dynamo_image_tag_as_backend_version_is_dynamos_release_not_the_engines(
+        tmp_path: Path) -> None:
+    """backend_version equal to the tag of the Dynamo runtime image the row ran is Dynamo's
+    release (0.8.1.post2 read as TensorRT-LLM 0.8 would price a pre-1.0 engine): written
+    as dynamo_version, the engine's release left to the profile; an engine release beside
+    a Dynamo image of another tag is kept."""
+    image = "; nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2"
+    source = _write(tmp_path, AIC_POOL_HEADER
+                    + _disagg_row("d1", "1,1,1,1,4,1,4", "1,4,8,1,1,1,8", version="0.8.1.post2",
+                                  image=image)
+                    + _disagg_row("d2", "1,1,1,1,4,1,4", "1,4,8,1,1,1,8", version="1.3.0rc1",
+                                  image=image, ttft=301.0), "silicon_sample.csv")
+    rows = converters()["aiconfigurator"](source, Options(disaggregated=True)).rows
+    assert (rows[0]["runtime_version"], rows[0]["dynamo_version"]) == (None, "0.8.1.post2")
+    assert rows[1]["runtime_version"] == "1.3.0rc1" and "dynamo_version" not in rows[1]
+
+
+@pytest.mark.parametrize("seed", ["0", "1", "2", "3"])
+def test_carried_columns_at_the_same_place_keep_the_order_first_seen(seed: str) -> None:
+    """Two carried columns whose earliest place in a row is the same go in the order first
+    seen, whatever the interpreter's string hashing (a set decided it: the shipped
+    disaggregated file's header changed between runs)."""
+    import subprocess
+    import sys
+
+    code = ("from energylens.measurements.convert import Converted, to_csv\n"
+            "rows = [{'model': 'm', 'dynamo_version': '0.8', 'wip': 'false'},"
+            " {'model': 'm', 'wip': 'true'}]\n"
+            "print(to_csv(Converted(rows=rows)).splitlines()[0])\n")
+    header = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env={"PYTHONHASHSEED": seed}).stdout.strip()
+    assert header == "model,dynamo_version,wip"

@@ -389,6 +389,19 @@ def _load_rows() -> list[str]:
                   "the Dynamo rows those whose provenance names a Dynamo release (the engine "
                   "behind Dynamo's front end and router, not its own server): both kept in every "
                   "figure above, shown apart."]
+    pools = table.get("disaggregated")
+    if isinstance(pools, dict) and isinstance(pools.get("all"), dict):
+        lines += ["", f"Disaggregated prefill and decode: "
+                  f"{str(pools.get('what', '')).replace(' (a share)', '')} "
+                  f"(`{pools.get('source', '?')}`), each row predicted on its two pools; the "
+                  "diagnosis in docs/load.md.", "",
+                  "| engine | GPU | rows | TTFT MAPE | met | TPOT MAPE | met |",
+                  "|---|---|---|---|---|---|---|"]
+        for engine, gpu, g in [*((g["runtime"], g["gpu"], g) for g in pools.get("groups", [])),
+                               ("all", "all", pools["all"])]:
+            lines.append(f"| {engine} | {gpu} | {g['rows']} | {_pct(g['ttft_s'])} | "
+                         f"{met(g['ttft_s'], 'ttft_s')} | {_pct(g['tpot_s'])} | "
+                         f"{met(g['tpot_s'], 'tpot_s')} |")
     return lines
 
 

@@ -53,8 +53,10 @@ def _cell(value: Any) -> str:
 
 def to_csv(converted: Converted) -> str:
     """The CSV text of ``converted``."""
-    present = {k for row in converted.rows for k in row}
-    extra = sorted(present - set(KNOWN), key=lambda k: min(
+    present = dict.fromkeys(k for row in converted.rows for k in row)  # first seen first
+    # other columns by their earliest place in a row, ties in the order first seen (a set's
+    # order would change with the interpreter's string hashing)
+    extra = sorted((k for k in present if k not in KNOWN), key=lambda k: min(
         list(row).index(k) for row in converted.rows if k in row))
     header = [k for k in KNOWN if k in present] + extra
     out = io.StringIO()

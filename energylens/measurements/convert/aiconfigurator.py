@@ -144,6 +144,8 @@ _POOL_KEYS = ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_
               "moe_ep_size", "batch_size")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _DYNAMO = re.compile(r"image=nvcr\.io/nvidia/ai-dynamo/")
+#: A Dynamo runtime image and its tag (Dynamo's release, not the engine's).
+_DYNAMO_IMAGE = re.compile(r"nvcr\.io/nvidia/ai-dynamo/[\w.-]+-runtime:(\S+)")
 #: Checkpoints only NVIDIA's Model Optimizer publishes, by (``model_path``,
 #: ``gemm_quant_mode``): every NVFP4 checkpoint (model publishers release none), and
 #: per-tensor FP8 of Qwen3-32B (Qwen's own FP8 release is block-scaled, ``fp8_block``; the
@@ -396,14 +398,22 @@ def drop_repeats(rows: list[dict[str, Any]], metrics: list[_Metrics]) -> tuple[
 def _measured(path: Path, row: dict[str, str], n: int, *,
               carried: dict[str, Any]) -> dict[str, Any]:
     """A row's columns after its model, GPU and layout: engine, precision, lengths, TTFT
-    and TPOT, its id, the ``carried`` columns, and ``wip`` and its provenance."""
-    return {"runtime": row["backend"], "runtime_version": row["backend_version"],
+    and TPOT, its id, the ``carried`` columns, and ``wip`` and its provenance. A
+    ``backend_version`` that is the tag of the Dynamo runtime image the row ran (920
+    disaggregated rows: ``tensorrtllm-runtime:0.8.1.post2`` beside ``backend_version``
+    0.8.1.post2) is Dynamo's release, not the engine's: written as ``dynamo_version``, and
+    the engine's release left empty (the profile's)."""
+    image = _DYNAMO_IMAGE.search(row["silicon_data_source"])
+    dynamo = image is not None and image.group(1) == row["backend_version"]
+    return {"runtime": row["backend"],
+            "runtime_version": None if dynamo else row["backend_version"],
             "dtype": row["precision"] or row["gemm_quant_mode"], "kv_dtype": _kv_dtype(row),
             "input_tokens": _int(path, row, "isl", n),
             "output_tokens": _int(path, row, "osl", n),
             "ttft_s": _positive(path, "silicon_ttft_ms", row["silicon_ttft_ms"], n) / 1e3,
             "tpot_s": _positive(path, "silicon_tpot_ms", row["silicon_tpot_ms"], n) / 1e3,
             "id": row["id"], **carried,
+            **({"dynamo_version": row["backend_version"]} if dynamo else {}),
             "wip": "true" if _WIP.search(row["silicon_data_source"]) else "false",
             "provenance": row["silicon_data_source"]}
 

@@ -19,8 +19,8 @@ generation g + 1 (a client's (g + 1)-th) arriving at the completions of generati
 round simulates both pools on the last round's arrivals and takes the completions, in
 order, as the next arrivals, starting from every request at time 0. Requests that arrive
 too early in one round crowd the steps of earlier ones, so a round settles less than a
-generation (about two rounds a generation), and the rounds end when the arrivals no
-longer move.
+generation (about two rounds a generation, five or more where early arrivals overflow
+the decode pool's cache), and the rounds end when the arrivals no longer move.
 """
 
 from __future__ import annotations
@@ -257,9 +257,12 @@ def _serve(*, stream: Requests, arrival_s: np.ndarray, pre: BoundPool, dec: Boun
 #: Rounds of the closed loop's fixed point, per generation of requests (a client's k-th
 #: request is of generation k), beyond ``SETTLE_ROUNDS``: requests that arrive too early
 #: in one round crowd the steps of earlier ones, so a round fixes less than a generation
-#: (Llama-3.1-70B, 256 clients of 1,024 / 1,024 tokens, 10 generations: 20 rounds).
-ROUNDS_PER_GENERATION = 4
-SETTLE_ROUNDS = 10
+#: (Llama-3.1-70B, 256 clients of 1,024 / 1,024 tokens, 10 generations: 20 rounds; where
+#: too many arrivals overflow the decode pool's cache, rounds alternate between preempting
+#: and idle decode steps: DeepSeek-V3 NVFP4, SGLang, 7 x 4 prefill and 2 x 8 decode
+#: attention ranks of B200, 2,048 clients of 8,192 / 1,024 tokens: 57 rounds).
+ROUNDS_PER_GENERATION = 10
+SETTLE_ROUNDS = 50
 #: Arrivals that move less than this between rounds [s] have settled.
 SETTLED_S = 1e-9
 
