@@ -157,6 +157,21 @@ def test_capacity_of_two_pools() -> None:
     assert float(at.load["slo_attainment"]) >= 0.9
 
 
+def test_a_closed_loops_capacity_is_probed_in_open_loops() -> None:
+    """--capacity beside --concurrency: the capacity is a request rate, probed in open
+    loops as a colocated deployment's is (a probe kept the concurrency beside its rate,
+    which a workload refuses)."""
+    slos = ("ttft_p90_s<=0.5", "tpot_p90_s<=0.03")
+    closed = predict_disaggregated(model=MODEL, workload=Workload(
+        kind="load", concurrency=4, num_requests=300, slo=slos, capacity_attainment=0.9),
+        **_pools())
+    opened = predict_disaggregated(model=MODEL, workload=Workload(
+        kind="load", request_rate=1.0, num_requests=300, slo=slos, capacity_attainment=0.9),
+        **_pools())
+    assert float(closed.load["capacity_requests_per_s"]) == pytest.approx(
+        float(opened.load["capacity_requests_per_s"]), rel=1e-12)
+
+
 def test_a_cache_transfer_counts_its_bytes_once_and_the_links_power_at_both_ends() -> None:
     """By hand, per TP rank pair: sent bytes x energy per byte + 2 x link power x time
     (each byte once, as a collective's are per sending GPU; it was charged twice)."""

@@ -380,8 +380,8 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         def probe_at(rate: float) -> Probe:
             found = predict_disaggregated(
                 model=model_cfg, prefill=prefill, decode=decode, calibration=cal,
-                workload=replace(workload, request_rate=rate, capacity_attainment=None,
-                                 num_requests=probe_count)).load
+                workload=replace(workload, request_rate=rate, concurrency=None,
+                                 capacity_attainment=None, num_requests=probe_count)).load
             return Probe(float(found["slo_attainment"]), float(found["requests_per_s"]),
                          bool(found["keeps_up"]))
 
