@@ -241,6 +241,28 @@ def test_a_gpu_the_load_rows_lack_takes_its_runtimes_figure_over_every_gpu(
         "AIConfigurator serving rows under load (vllm, every GPU measured)")
 
 
+def test_a_disaggregated_load_takes_the_error_of_the_disaggregated_rows(
+        calibration: Calibration) -> None:
+    """On prefill and decode pools a load quotes the measured disaggregated rows' errors:
+    its runtime's on its GPU where measured, else all of them (it quoted the colocated
+    rows': TTFT 40 % where the disaggregated rows show 61 %)."""
+    pools = _load_table()["disaggregated"]
+    group = next(g for g in pools["groups"] if (g["runtime"], g["gpu"]) == ("trtllm", "H200-SXM"))
+    found = expected_error(model=get_model("deepseek-v3"), gpu=load_gpu("H200"),
+                           deployment=Deployment(runtime="trtllm"),
+                           workload=Workload(kind="load", concurrency=64),
+                           calibration=calibration, disaggregated=True)
+    assert _by_field(found)["ttft_s"] == (
+        group["ttft_s"], "AIConfigurator's disaggregated serving rows (trtllm on H200-SXM)")
+    unmeasured = expected_error(model=get_model("llama-3.1-8b"), gpu=load_gpu("H100"),
+                                deployment=Deployment(), calibration=calibration,
+                                workload=Workload(kind="load", concurrency=8),
+                                disaggregated=True, kv_limited=True)
+    assert _by_field(unmeasured)["ttft_s"] == (
+        pools["all"]["ttft_s"],
+        "AIConfigurator's disaggregated serving rows (every engine and GPU measured)")
+
+
 def test_a_load_run_the_kv_cache_decided_takes_the_error_of_such_rows(
         calibration: Calibration, capsys) -> None:
     """The measured rows whose predicted run the KV cache decided (queued or preempted

@@ -203,7 +203,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     limit = kv_cache_limit(result=result, workload=workload, deployment=deployment)
     expected = _expected_error(args, deployment=deployment, workload=workload,
-                               kv_limited=limit is not None)
+                               kv_limited=limit is not None,
+                               disaggregated=args.prefill_pool is not None)
     if args.launch_command:
         return _print_launch(args, result=result, deployment=deployment, workload=workload,
                              expected=expected)
@@ -483,9 +484,10 @@ def _breakdown(args: argparse.Namespace, *, result: Prediction, deployment: Depl
 
 
 def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workload: Workload,
-                    kv_limited: bool) -> ExpectedError | None:
+                    kv_limited: bool, disaggregated: bool = False) -> ExpectedError | None:
     """The held-out error of predictions like this one (None without regime folds); a load
-    run the KV cache decided (``kv_limited``) takes the error of the rows it decided."""
+    run the KV cache decided (``kv_limited``) takes the error of the rows it decided, one
+    on prefill and decode pools (``disaggregated``) that of the disaggregated rows."""
     from energylens.calibration.file import resolve_calibration
     from energylens.hardware import load_gpu
     from energylens.model.zoo import get_model
@@ -494,7 +496,7 @@ def _expected_error(args: argparse.Namespace, *, deployment: Deployment, workloa
     model = get_model(args.model)
     return expected_error(model=model, gpu=load_gpu(args.gpu), deployment=deployment,
                           workload=workload, calibration=resolve_calibration(args.calibration),
-                          kv_limited=kv_limited)
+                          kv_limited=kv_limited, disaggregated=disaggregated)
 
 
 def _print_launch(args: argparse.Namespace, *, result: Any, deployment: Deployment,

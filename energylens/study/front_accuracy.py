@@ -40,12 +40,12 @@ SAME_ERROR = {"energy_per_request_j": "energy_per_output_token_j"}
 def point_expected_error(*, problem: DeploymentProblem, params: Mapping[str, Any],
                          kv_limited: bool = False) -> ExpectedError | None:
     """The expected error of one configuration of ``problem`` (None if it has none), at the
-    configuration's GPU (a disaggregated one's decode pool's); ``kv_limited``: its load run
-    preempted requests."""
-    gpu, deployment, workload, _ = problem.setup(params)
+    configuration's GPU (a disaggregated one's decode pool's, with the disaggregated rows'
+    error under load); ``kv_limited``: its load run preempted requests."""
+    gpu, deployment, workload, pools = problem.setup(params)
     return expected_error(model=problem.model, gpu=gpu, deployment=deployment,
                           workload=workload, calibration=resolve_calibration(problem.calibration),
-                          kv_limited=kv_limited)
+                          kv_limited=kv_limited, disaggregated=pools is not None)
 
 
 def annotate_front(config: StudyConfig, front: pd.DataFrame) -> pd.DataFrame:

@@ -98,12 +98,15 @@ class ExpectedError:
 
 
 def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, workload: Workload,
-                   calibration: Calibration, kv_limited: bool = False) -> ExpectedError | None:
+                   calibration: Calibration, kv_limited: bool = False,
+                   disaggregated: bool = False) -> ExpectedError | None:
     """The held-out error a prediction of ``model`` on ``gpu`` should expect, from the
     regime folds in ``calibration``'s file; None where the file has none (built-in
     defaults, an overlay, a file written without them). ``kv_limited``: the prediction's
     KV cache decided how many requests run (a load run that queued or preempted them), so
-    its TTFT and TPOT carry the error of the measured rows the KV cache decided."""
+    its TTFT and TPOT carry the error of the measured rows the KV cache decided.
+    ``disaggregated``: a load served on prefill and decode pools, which carries the error
+    of the measured disaggregated rows instead."""
     fits = calibration_fits(calibration)
     by_gpu = {key[len(FOLDS_PREFIX):]: entry for key, entry in fits.items()
               if key.startswith(FOLDS_PREFIX) and isinstance(entry, dict)}
@@ -128,7 +131,7 @@ def expected_error(*, model: ModelConfig, gpu: GPU, deployment: Deployment, work
             looked_at += (bench.fold,)
     if workload.kind == "load":
         errors = _with_load(errors, runtime=deployment.runtime, gpu=gpu.name,
-                            kv_limited=kv_limited)
+                            kv_limited=kv_limited, disaggregated=disaggregated)
         looked_at += tuple(sorted({e.fold for e in errors} - set(folds)))
     if not errors:
         return None
@@ -195,22 +198,30 @@ def load_accuracy_table() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str,
-               kv_limited: bool) -> list[HeldOutError]:
+def _with_load(errors: list[HeldOutError], *, runtime: str, gpu: str, kv_limited: bool,
+               disaggregated: bool = False) -> list[HeldOutError]:
     """``errors`` with the TTFT error under load and the TPOT error the worse of the fold's
     and the one under load, from the runtime's rows on ``gpu`` (or on every GPU), or from
-    the rows the KV cache decided when ``kv_limited`` (every runtime and GPU)."""
+    the rows the KV cache decided when ``kv_limited`` (every runtime and GPU); from the
+    disaggregated rows when ``disaggregated`` (the runtime's on ``gpu``, else all of them)."""
     table = load_accuracy_table()
+    rows_of = "AIConfigurator serving rows under load"
+    if disaggregated:
+        block = table.get("disaggregated")
+        table = block if isinstance(block, dict) else {}
+        rows_of, kv_limited = "AIConfigurator's disaggregated serving rows", False
     group = next((g for g in table.get("groups", [])
                   if g.get("runtime") == runtime and g.get("gpu") == gpu), None)
     where = f"{runtime} on {gpu}"
     if group is None:
         group, where = table.get("runtimes", {}).get(runtime), f"{runtime}, every GPU measured"
+    if group is None and disaggregated:
+        group, where = table.get("all"), "every engine and GPU measured"
     if kv_limited and isinstance(table.get("kv_limited"), dict):
         group, where = table["kv_limited"], "the rows a full KV cache decided, every engine and GPU"
     if not isinstance(group, dict):
         return errors
-    basis = f"AIConfigurator serving rows under load ({where})"
+    basis = f"{rows_of} ({where})"
     rows = int(group.get("rows", 0))
     out = [e for e in errors if e.field != "tpot_s"]
     out.append(HeldOutError(field="ttft_s", mape=float(group["ttft_s"]), fold=basis, rows=rows))
