@@ -244,10 +244,10 @@ def _wide_ep(*, tp: int, adp: int | None, moe_tp: int | None, ep: int | None) ->
 
 
 def _layout(path: Path, row: dict[str, str], n: int, prefix: str = "",
-            ) -> tuple[_Layout, int, bool, bool]:
+            ) -> tuple[_Layout, int, bool, bool, bool]:
     """(tp, attention_dp, moe_tp, ep) of ``row``'s layout (a pool's with ``prefix``
-    ``prefill_`` or ``decode_``), its pipeline size, and whether it was a multiplied
-    layout or a wide-EP one read as the module docstring says."""
+    ``prefill_`` or ``decode_``), its pipeline size, whether it was a multiplied layout or
+    a wide-EP one read as the module docstring says, and whether it left a size unstated."""
     tp, pp = (_int(path, row, prefix + k, n) for k in ("tp_size", "pp_size"))
     adp, moe_tp, ep = (_stated(path, row, prefix + k, n)
                        for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
@@ -256,7 +256,8 @@ def _layout(path: Path, row: dict[str, str], n: int, prefix: str = "",
     if launch is not None:
         layout = launch
     widened = _wide_ep(tp=layout[0], adp=layout[1], moe_tp=layout[2], ep=layout[3])
-    return widened or layout, pp, launch is not None, widened is not None
+    return (widened or layout, pp, launch is not None, widened is not None,
+            None in (adp, moe_tp, ep))
 
 
 def _dynamo_workers(row: dict[str, str], *, concurrency: int, attention_dp: int) -> int:
@@ -428,7 +429,8 @@ def _pools(path: Path, row: dict[str, str], n: int) -> tuple[dict[str, Any], dic
     squared = wide = False
     gpus = 0
     for pool in ("prefill", "decode"):
-        (tp, adp, moe_tp, ep), pp, was_squared, was_wide = _layout(path, row, n, f"{pool}_")
+        (tp, adp, moe_tp, ep), pp, was_squared, was_wide, _ = _layout(path, row, n,
+                                                                      f"{pool}_")
         if pp != 1:
             raise _fail(path, f"column '{pool}_pp_size' must be 1 in row {n} (the measurement "
                               "format's pools have no pipeline stages)")
@@ -480,9 +482,8 @@ def convert(path: Path, options: Options) -> Converted:
             out.rows.append(converted)
             metrics.append((row["silicon_ttft_ms"], row["silicon_tpot_ms"]))
             continue
-        (tp, adp, moe_tp, ep), pp, was_squared, was_wide = _layout(path, row, n)
-        unstated += None in (_stated(path, row, k, n)
-                             for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+        (tp, adp, moe_tp, ep), pp, was_squared, was_wide, was_unstated = _layout(path, row, n)
+        unstated += was_unstated
         squared += was_squared
         wide += was_wide
         workers = _dynamo_workers(row, concurrency=concurrency, attention_dp=adp or 1)
