@@ -268,3 +268,26 @@ def test_layout_flags_beside_pools_are_refused(capsys: pytest.CaptureFixture[str
                  "--decode-pool", "H100:1", *flags])
     err = capsys.readouterr().err
     assert code == 2 and flags[0] in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_full_decode_pool_holds_requests_back_until_their_cache_fits() -> None:
+    """Prompts of 4,096 tokens at 2 a second, each decoding 2,048 tokens: one H100
+    prefills them as they come, but one H100 decoding holds ~70 of them (6,144 tokens of
+    128 KiB), not the ~230 that arrive over a request's life. vLLM's decode pool admits a
+    cache once it fits and preempts when the decodes outgrow it; TensorRT-LLM's reserves
+    every request's output, so it never preempts: a request waits for room before its
+    first token (the TTFT holds the wait, seconds where the prefill takes 0.3 s) and then
+    decodes at the pool's full batch (TPOT p99 = p50; when the first token was counted at
+    the cache's arrival, the wait fell into the TPOT)."""
+    workload = Workload(kind="load", request_rate=2.0, num_requests=300, input_tokens=4096,
+                        output_tokens=2048)
+    found = {}
+    for runtime in ("vllm", "trtllm"):
+        pool = Pool(gpu="H100", deployment=Deployment(runtime=runtime))
+        found[runtime] = predict_disaggregated(model=MODEL, workload=workload, prefill=pool,
+                                               decode=pool).load
+    assert int(found["vllm"]["preemptions"]) > 0
+    trt = found["trtllm"]
+    assert int(trt["preemptions"]) == 0
+    assert float(trt["ttft_p50_s"]) > 5.0
+    assert float(trt["tpot_p99_s"]) == pytest.approx(float(trt["tpot_p50_s"]), rel=0.05)

@@ -17,7 +17,7 @@ from energylens.workloads import Placement, Workload
 from energylens.workloads.load.arrivals import Requests
 from energylens.workloads.load.costs import StepTable
 from energylens.workloads.load.kind import LoadPrediction, simulate_replica
-from energylens.workloads.load.simulator import SchedulerLimits, simulate
+from energylens.workloads.load.simulator import SchedulerLimits, SimRun, simulate
 
 MODEL, GPU = "llama-3.1-8b", "H100"
 
@@ -633,3 +633,41 @@ def test_an_open_loops_memory_is_the_kv_it_held_at_its_peak() -> None:
         * 131_072 / 1e9
     assert held > 10.0
     assert fast.memory_per_gpu_gb - slow.memory_per_gpu_gb == pytest.approx(held, rel=1e-9)
+
+
+def _arrived_caches(*, kv_tokens: int, reserve: int | None) -> SimRun:
+    """Three requests of 1,000 + 500 tokens whose caches arrive at once at a decode pool
+    of ``kv_tokens`` whose runtime reserves ``reserve`` tokens of output (None: all)."""
+    ctx = _placement().ctx
+    table = StepTable.build(ctx=ctx, max_decode=8, max_context=1600, budget=2048)
+    requests = Requests(input_tokens=np.full(3, 1000), output_tokens=np.full(3, 500),
+                        arrival_s=np.zeros(3), clients=0, prefilled=True)
+    return simulate(requests=requests, table=table, limits=SchedulerLimits(
+        token_budget=2048, max_sequences=8, kv_tokens=kv_tokens,
+        decode_reserve_tokens=reserve))
+
+
+def test_a_decode_pool_that_reserves_whole_outputs_never_preempts() -> None:
+    """A pool of 2,700 tokens: two caches of 1,000 fit (vLLM admits both: 684 tokens stay
+    free), but their 499 new tokens each do not, so vLLM's rule preempts one and
+    recomputes it; TensorRT-LLM's (every request's whole output reserved: 1,499 + 8 each)
+    admits the second only when the first has finished, and never preempts."""
+    greedy = _arrived_caches(kv_tokens=2700, reserve=0)
+    assert int(greedy.preemptions.sum()) > 0
+    whole = _arrived_caches(kv_tokens=2700, reserve=None)
+    assert int(whole.preemptions.sum()) == 0 and np.all(whole.running <= 1)
+    np.testing.assert_allclose(whole.admitted_s[1:], whole.finish_s[:-1], rtol=1e-12)
+    assert whole.peak_kv_tokens <= 2700
+    assert int(np.sum(whole.tokens_out)) == 3 * 499  # no token computed twice
+
+
+@pytest.mark.parametrize(("reserve", "together"), [(600, 2), (1100, 1)])
+def test_a_decode_pool_reserves_tokens_for_each_running_request(reserve: int,
+                                                                together: int) -> None:
+    """SGLang's rule: a cache joins while the free pool, less ``reserve`` for each running
+    request, holds it. A pool of 3,100 tokens with one request running (1,008 held)
+    leaves 2,092 - 1,008 = 1,084 beside a second cache: enough for a reserve of 600, not
+    of 1,100; the third never fits beside two (76 left)."""
+    run = _arrived_caches(kv_tokens=3100, reserve=reserve)
+    assert int(run.running.max()) == together
+    assert int(run.preemptions.sum()) == 0

@@ -92,6 +92,11 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _optional_int(value: Any) -> int | None:
+    """A whole number, or None."""
+    return None if value is None else int(value)
+
+
 def _capabilities(value: Any) -> dict[str, float]:
     """A precision -> lowest CUDA compute capability mapping (empty: no gate)."""
     if value is None:
@@ -152,6 +157,7 @@ _FACTS: dict[str, Callable[[Any], Any]] = {
     "prefill_scheduling": _one_of("prefill_scheduling", PREFILL_SCHEDULING),
     "attention_dp_limits": _one_of("attention_dp_limits", ATTENTION_DP_LIMITS),
     "attention_dp_prompts": _one_of("attention_dp_prompts", ATTENTION_DP_PROMPTS),
+    "decode_reserve_tokens": _optional_int,
     "kv_block_tokens": int,
     "weight_dtypes": _strings,
     "kv_dtypes": _strings,
@@ -215,6 +221,9 @@ class RuntimeProfile:
     prefill_scheduling: str  # how prompts share steps with decodes (PREFILL_SCHEDULING)
     attention_dp_limits: str  # scheduler limits under attention DP (ATTENTION_DP_LIMITS)
     attention_dp_prompts: str  # when attention-DP ranks prefill (ATTENTION_DP_PROMPTS)
+    decode_reserve_tokens: int | None  # a disaggregated decode worker admits a request whose
+    # cache arrives only where its cache also holds this many more tokens for it and for
+    # each running request (0: its prompt's cache fits; None: every request's whole output)
     kv_block_tokens: int  # tokens per KV-cache block (page)
     weight_dtypes: frozenset[str]  # weight precisions it runs
     kv_dtypes: frozenset[str]  # KV-cache precisions it stores

@@ -8,10 +8,13 @@ tensor-parallel rank pair, over the scale-up link when both pools fit in one nod
 same GPU type (each prefill replica sends to every decode replica), otherwise over the
 scale-out network (time and energy per byte from the link constants of the calibration,
 :func:`energylens.cost.comm.collective_cost`).
-The decode pool admits the request with its cache and decodes the remaining tokens. TTFT
-is measured to the cache's arrival at the decode pool (where the first token is streamed
-from), TPOT from there. Under attention DP each rank of a pool is a scheduler of its own
-(a stream), as in a colocated replica; requests go round robin over a pool's streams.
+The decode pool admits the request with its cache once the runtime's admission rule lets
+it (``decode_reserve_tokens``: vLLM once its prompt's cache fits, SGLang where 512 more
+tokens for each running request fit too, TensorRT-LLM where every request's whole output
+fits, so that it never evicts one), and decodes the remaining tokens. TTFT is measured to
+that admission (the first token is streamed from the decode pool), TPOT from there. Under
+attention DP each rank of a pool is a scheduler of its own (a stream), as in a colocated
+replica; requests go round robin over a pool's streams.
 
 A closed loop's clients send each next request when their last one ends, which the two
 pools decide together: the arrivals are found as a fixed point, every request of
@@ -124,7 +127,8 @@ def bind_pool(*, model: ModelConfig, pool: Pool, calibration: Calibration,
                               kv_tokens=rank_tokens, context_tokens=int(longest))
     limits = SchedulerLimits(token_budget=budget, max_sequences=cap,
                              kv_tokens=max(rank_tokens // ctx.pp, longest + 2 * BLOCK_TOKENS),
-                             prefill_scheduling=ctx.runtime.prefill_scheduling)
+                             prefill_scheduling=ctx.runtime.prefill_scheduling,
+                             decode_reserve_tokens=ctx.runtime.decode_reserve_tokens)
     return BoundPool(placement=Placement(ctx=ctx, model=model, replicas=d.replicas,
                                       gpus=d.total_gpus, sequences=1.0,
                                       max_num_seqs=d.max_num_seqs,
@@ -341,12 +345,13 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         arrival = stream.arrival_s
         served = serve(arrival, 1)  # decode streams alike: the first stands for them all
     pre_runs, ready = served.prefill_runs, served.ready_s
-    # the user's clock: from arrival at the prefill pool; first token when the cache lands
+    # the user's clock: from arrival at the prefill pool; the first token when the decode
+    # pool admits the request (its cache landed and fits)
     warmup = warmup_share(workload)
     d_static = d_ctx.constants.static_power_w * d_ctx.replica_gpus / dec.engines  # a stream's
     p_static = p_ctx.constants.static_power_w * p_ctx.replica_gpus / pre.engines
     metrics = pool_streams(streams=[(stream_samples(
-        run=replace(run, arrival_s=arrival[order], first_token_s=ready[order]),
+        run=replace(run, arrival_s=arrival[order]),
         table=dec_table, static_w=d_static, gpus=1.0, warmup_fraction=warmup), 1)
         for run, order in served.decode_runs], slos=slos, static_per_s=d_static)
     pre_metrics = summarise(run=pre_runs[0], table=pre_table, slos=(), static_w=p_static,

@@ -11,13 +11,17 @@ steps: ``mixed-chunked`` as above; ``mixed-whole`` admits a second or later prom
 step only when all of it fits the remaining budget, while the step's first prompt takes
 whatever budget the decodes leave (chunked context: TensorRT-LLM's runs at 8,192-token
 prompts beside hundreds of decodes admit them); ``prefill-first`` runs a step of prompts
-alone whenever there are any to prefill, and the decodes wait for it. Iterations that
-only decode, with no arrival or completion due, are advanced together (their number is
-known), so the cost is per event, not per token. A workload's shared prompt prefix is
-held once in the pool and never computed: each prompt's first chunk starts after it
-(prefix caching, warm). Under data-parallel attention with ranks that prefill on their own
-(:class:`Lockstep`), a decode-only step of the simulated rank lasts, on average, as long as
-another rank's prompt chunk makes the step the ranks take together.
+alone whenever there are any to prefill, and the decodes wait for it. A request whose
+cache arrives with it (a disaggregated decode pool) joins, first come first served, once
+the limits' ``decode_reserve_tokens`` say it fits: its cache (0), beside that many more
+tokens for each running request, or beside every request's whole output (None: no decode
+is ever preempted). Iterations that only decode, with no arrival or completion due, are
+advanced together (their number is known), so the cost is per event, not per token. A
+workload's shared prompt prefix is held once in the pool and never computed: each prompt's
+first chunk starts after it (prefix caching, warm). Under data-parallel attention with
+ranks that prefill on their own (:class:`Lockstep`), a decode-only step of the simulated
+rank lasts, on average, as long as another rank's prompt chunk makes the step the ranks
+take together.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class SchedulerLimits:
     max_sequences: int  # running requests (max_num_seqs)
     kv_tokens: int  # KV-cache pool in tokens
     prefill_scheduling: str = "mixed-chunked"  # RuntimeProfile.prefill_scheduling
+    decode_reserve_tokens: int | None = 0  # RuntimeProfile.decode_reserve_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +189,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
     if requests.prefilled:  # the prompt's cache and first token arrive with the request
         computed, gen = list(inp), [1] * n_req
     base = [0] * n_req  # cached tokens when decoding started
+    final = [0] * n_req  # a decoding request's cache when it completes
     start = [0] * n_req  # iteration index of the first decode step
     epoch = [0] * n_req  # invalidates heap entries of a preempted request
 
@@ -246,6 +252,8 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
     heap: list[tuple[int, int, int]] = []  # (last decode iteration, request, epoch)
     decode_kv = 0  # KV tokens of the decoding requests (their contexts, shared prefix too)
     decode_shared = 0  # of which the shared prefix's, held once in the pool
+    final_kv = 0  # the decoding requests' caches when they complete (shared prefix too)
+    reserve = limits.decode_reserve_tokens
     prefill_kv = 0  # KV tokens of the prefilling requests
     peak_kv = 0.0
     t = 0.0
@@ -272,14 +280,38 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
             heapq.heappush(pending, (t, issued))
             issued += 1
 
+    def arrived_fits(r: int) -> bool:
+        """Whether a request whose cache arrives with it joins now (the runtime's
+        ``decode_reserve_tokens``): its cache fits, beside ``reserve`` more tokens for
+        each running request, or, reserve None, every request's whole output fits."""
+        room = kv_free() - half_block - (target[r] - shared[r])
+        if reserve is None:
+            return room >= final_kv - decode_kv + out[r] - gen[r]
+        return room >= (reserve * len(running) if reserve else 1)
+
+    def start_decoding(r: int) -> None:
+        nonlocal decode_kv, decode_shared, final_kv
+        decoding.add(r)
+        base[r], start[r] = computed[r], it
+        final[r] = computed[r] + out[r] - gen[r]
+        decode_kv += computed[r]
+        decode_shared += shared[r]
+        final_kv += final[r]
+        heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
+
+    def stop_decoding(r: int) -> None:
+        nonlocal decode_kv, decode_shared, final_kv
+        decoding.discard(r)
+        decode_kv -= base[r] + it - start[r]
+        decode_shared -= shared[r]
+        final_kv -= final[r]
+
     def preempt_last() -> None:
-        nonlocal decode_kv, decode_shared, prefill_kv
+        nonlocal prefill_kv
         r = next(reversed(running))
         del running[r]
         if r in decoding:
-            decoding.discard(r)
-            decode_kv -= base[r] + it - start[r]
-            decode_shared -= shared[r]
+            stop_decoding(r)
             gen[r] += it - start[r]  # the tokens it decoded are kept (and recomputed)
             last_token[r] = max(last_token[r], last_decode_s)
             epoch[r] += 1
@@ -301,15 +333,11 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
             waiting.append(r)
         # prompts cached elsewhere join the decodes as soon as their cache fits
         while waiting and computed[waiting[0]] == target[waiting[0]] and len(running) < cap \
-                and kv_free() - half_block >= target[waiting[0]] - shared[waiting[0]] + 1:
+                and arrived_fits(waiting[0]):
             r = waiting.popleft()
             admitted[r] = first[r] = last_token[r] = t
             running[r] = None
-            decoding.add(r)
-            base[r], start[r] = computed[r], it
-            decode_kv += computed[r]
-            decode_shared += shared[r]
-            heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
+            start_decoding(r)
         if not running and not waiting:
             if not pending:
                 break
@@ -404,11 +432,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
             if gen[r] >= out[r]:
                 finish_request(r)
                 continue
-            decoding.add(r)
-            base[r], start[r] = computed[r], it
-            decode_kv += computed[r]
-            decode_shared += shared[r]
-            heapq.heappush(heap, (it + out[r] - gen[r] - 1, r, epoch[r]))
+            start_decoding(r)
         rec["tokens"].append(tokens + completed)
         barren = 0 if tokens + completed else barren + 1
         if barren > stall_limit:
@@ -418,9 +442,7 @@ def simulate(*, requests: Requests, table: StepTable, limits: SchedulerLimits,
             last, r, stamp = heapq.heappop(heap)
             if stamp != epoch[r]:
                 continue
-            decoding.discard(r)
-            decode_kv -= base[r] + it - start[r]
-            decode_shared -= shared[r]
+            stop_decoding(r)
             gen[r] = out[r]
             finish_request(r)
 
