@@ -291,3 +291,29 @@ def test_a_full_decode_pool_holds_requests_back_until_their_cache_fits() -> None
     assert int(trt["preemptions"]) == 0
     assert float(trt["ttft_p50_s"]) > 5.0
     assert float(trt["tpot_p99_s"]) == pytest.approx(float(trt["tpot_p50_s"]), rel=0.05)
+
+
+def test_cli_pools_take_expert_parallelism_and_attention_dp(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A pool's options are the layout flags of one replica: the CLI's decode pool
+    ``H100:1:1:ep=2,attention-dp=2`` is the API's Deployment(tp=1, ep=2, attention_dp=2)
+    (two GPUs, two attention ranks, the experts split over both); before, a pool could be
+    given only a TP size."""
+    model = "qwen3-30b-a3b"
+    workload = Workload(kind="load", request_rate=2.0, num_requests=100, input_tokens=512,
+                        output_tokens=64)
+    assert main(["predict", "--model", model, "--gpu", "H100", "--workload", "load",
+                 "--request-rate", "2", "--num-requests", "100", "--input-tokens", "512",
+                 "--output-tokens", "64", "--prefill-pool", "H100:1",
+                 "--decode-pool", "H100:1:1:ep=2,attention-dp=2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    api = predict_disaggregated(
+        model=model, workload=workload, prefill=Pool(gpu="H100", deployment=Deployment()),
+        decode=Pool(gpu="H100", deployment=Deployment(tp=1, ep=2, attention_dp=2)))
+    assert out["decode_pool_gpus"] == 2 and out["num_gpus"] == 3
+    assert out["tpot_s"] == pytest.approx(api.tpot_s, rel=1e-9)
+    assert out["ttft_s"] == pytest.approx(api.ttft_s, rel=1e-9)
+    for bad in ("H100:1:ep=2,ep=2", "H100:1:1:dp=2", "H100:1:1:ep=0", "H100:1:ep"):
+        with pytest.raises(SystemExit):
+            main(["predict", "--model", model, "--gpu", "H100", "--decode-pool", bad])
+        assert "expected GPU:TP[:REPLICAS][:ep=N" in capsys.readouterr().err

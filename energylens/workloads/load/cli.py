@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,19 +74,44 @@ def _slo(text: str) -> str:
     return text
 
 
-def _pool(text: str) -> tuple[str, int, int]:
-    """``GPU:TP[:REPLICAS]`` -> (GPU, tp, replicas)."""
+#: A pool's layout options beyond its TP and replicas (``--ep``, ``--attention-dp``,
+#: ``--moe-tp`` of one replica), as ``Deployment`` fields.
+POOL_OPTIONS = {"ep": "ep", "attention-dp": "attention_dp", "attention_dp": "attention_dp",
+                "moe-tp": "moe_tp", "moe_tp": "moe_tp"}
+POOL_SYNTAX = "GPU:TP[:REPLICAS][:ep=N,attention-dp=N,moe-tp=N]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSpec:
+    """A pool as given on the command line: its GPU, one replica's layout, its replicas."""
+
+    gpu: str
+    layout: dict[str, int]  # Deployment fields: tp, and any of ep, attention_dp, moe_tp
+    replicas: int
+
+
+def _pool(text: str) -> PoolSpec:
+    """``GPU:TP[:REPLICAS][:OPTION=N,...]`` -> a :class:`PoolSpec` (the options those of
+    ``--ep``, ``--attention-dp`` and ``--moe-tp``, for one replica)."""
     parts = text.split(":")
+    options = parts.pop() if len(parts) > 2 and "=" in parts[-1] else ""
     try:
         if len(parts) not in (2, 3) or not parts[0]:
             raise ValueError
-        tp, replicas = int(parts[1]), int(parts[2]) if len(parts) == 3 else 1
-        if tp < 1 or replicas < 1:
+        layout = {"tp": int(parts[1])}
+        replicas = int(parts[2]) if len(parts) == 3 else 1
+        for item in filter(None, options.split(",")):
+            key, _, value = item.partition("=")
+            if key.strip() not in POOL_OPTIONS or POOL_OPTIONS[key.strip()] in layout:
+                raise ValueError
+            layout[POOL_OPTIONS[key.strip()]] = int(value)
+        if min(layout.values()) < 1 or replicas < 1:
             raise ValueError
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GPU:TP[:REPLICAS] (e.g. H100:4:2), got "
-                                         f"{text!r}") from None
-    return parts[0], tp, replicas
+        raise argparse.ArgumentTypeError(
+            f"expected {POOL_SYNTAX} (e.g. H100:4:2 or B200:1:2:ep=8,attention-dp=8), "
+            f"got {text!r}") from None
+    return PoolSpec(gpu=parts[0], layout=layout, replicas=replicas)
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,11 +145,13 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--plot", metavar="FILE.png",
                        help="also write TTFT/TPOT against the request rate and this run's "
                             "power and queue over time (one replica)")
-    group.add_argument("--prefill-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
-                       help="disaggregated: the prefill pool (with --decode-pool; --gpu "
-                            "is then not used, and the layout flags --tp, --pp, --ep, --dp, "
-                            "--num-gpus, --attention-dp, --moe-tp are refused)")
-    group.add_argument("--decode-pool", type=_pool, metavar="GPU:TP[:REPLICAS]",
+    group.add_argument("--prefill-pool", type=_pool, metavar="GPU:TP[:REPLICAS][:OPTIONS]",
+                       help="disaggregated: the prefill pool (with --decode-pool): REPLICAS "
+                            "of TP GPUs, OPTIONS ep=N,attention-dp=N,moe-tp=N as the flags "
+                            "of one replica (e.g. B200:1:2:ep=8,attention-dp=8); --gpu is "
+                            "then not used, and the layout flags --tp, --pp, --ep, --dp, "
+                            "--num-gpus, --attention-dp, --moe-tp are refused")
+    group.add_argument("--decode-pool", type=_pool, metavar="GPU:TP[:REPLICAS][:OPTIONS]",
                        help="disaggregated: the decode pool")
     group.add_argument("--capacity", type=_positive_float, dest="capacity_attainment",
                        help="also find the highest request rate at which this share of "
@@ -158,12 +185,13 @@ def pool_prediction(args: argparse.Namespace, *, workload: Workload,
     given = [flag for flag, set_ in layout.items() if set_]
     if given:
         raise ConfigError(f"{', '.join(given)}: a disaggregated deployment's layout is its "
-                          "pools' (GPU:TP[:REPLICAS] each); pools run tensor parallelism only")
+                          f"pools' ({POOL_SYNTAX} each)")
     from energylens.workloads.load.disagg import Pool, predict_disaggregated
 
-    pools = [Pool(gpu=gpu, deployment=replace(deployment, num_gpus=None, tp=tp, pp=1, ep=1,
-                                              dp=replicas))
-             for gpu, tp, replicas in (args.prefill_pool, args.decode_pool)]
+    one_gpu = {"ep": 1, "attention_dp": 1, "moe_tp": None}  # what a pool's options leave
+    pools = [Pool(gpu=spec.gpu, deployment=replace(
+        deployment, num_gpus=None, pp=1, dp=spec.replicas, **(one_gpu | spec.layout)))
+        for spec in (args.prefill_pool, args.decode_pool)]
     return predict_disaggregated(model=args.model, workload=workload, prefill=pools[0],
                                  decode=pools[1], calibration=None if args.calibration is None
                                  else load_calibration(args.calibration))
