@@ -334,7 +334,9 @@ def write_accuracy(errors: dict[tuple[str, str], dict[str, list[float]]], *, sou
             if where.resolve().is_relative_to(REPO) else str(where),
             "what": "MAPE (a share) of the mean TTFT and TPOT of AIConfigurator's measured "
                     "disaggregated rows that name their prefill and decode workers (closed "
-                    "loops of 1-12,288 clients)",
+                    "loops of 1-12,288 clients); the TTFT holds the request handoff fitted "
+                    "on the 46 of them at 8 clients or fewer (held out by engine and by GPU: "
+                    "benchmarks/fit_disagg_handoff.py)",
             "groups": [{"runtime": engine, "gpu": load_gpu(gpu).name, **entry([group])}
                        for (engine, gpu), group in sorted(pools.items())],
             "all": entry(list(pools.values()))}

@@ -12,7 +12,12 @@ from energylens.cli.main import main
 from energylens.deployment import Deployment
 from energylens.predict import predict
 from energylens.workloads import Workload
-from energylens.workloads.load.disagg import Pool, predict_disaggregated, transfer_cost
+from energylens.workloads.load.disagg import (
+    REQUEST_HANDOFF_S,
+    Pool,
+    predict_disaggregated,
+    transfer_cost,
+)
 from energylens.workloads.load.kind import LoadPrediction
 
 MODEL = "llama-3.1-8b"
@@ -24,6 +29,8 @@ def _pools(prefill: str = "H100", decode: str = "H100", tp: int = 1) -> dict[str
 
 
 def test_at_vanishing_load_ttft_is_one_prefill_plus_the_cache_transfer() -> None:
+    """With nothing queued, TTFT is a batch-1 prefill, the cache's transfer and the
+    request path's fixed handoff; TPOT a batch-1 decode step."""
     workload = Workload(kind="load", request_rate=0.01, num_requests=30, input_tokens=1024,
                         output_tokens=64)
     split = predict_disaggregated(model=MODEL, workload=workload, **_pools())
@@ -31,7 +38,9 @@ def test_at_vanishing_load_ttft_is_one_prefill_plus_the_cache_transfer() -> None
         kind="batch", batch=1, input_tokens=1024, output_tokens=64))
     moved = float(split.load["kv_transfer_mean_s"])
     assert 0 < moved < 0.01
-    assert split.load["ttft_p50_s"] == pytest.approx(alone.ttft_s + moved, rel=2e-3)
+    assert split.load["request_handoff_s"] == REQUEST_HANDOFF_S
+    assert split.load["ttft_p50_s"] == pytest.approx(alone.ttft_s + moved + REQUEST_HANDOFF_S,
+                                                     rel=2e-3)
     assert split.load["tpot_p50_s"] == pytest.approx(alone.tpot_s, rel=1e-2)
     assert split.num_gpus == 2
 
@@ -67,15 +76,16 @@ def test_pools_split_the_work_and_add_their_power() -> None:
 
 def test_one_client_over_two_pools_waits_for_nothing() -> None:
     """A closed loop of one client: each request finds both pools idle, so TTFT is one
-    prefill plus the cache transfer, TPOT a decode step of one, and the client sends its
-    next request as the last one ends (requests/s = 1 / end-to-end)."""
+    prefill plus the cache transfer and the handoff, TPOT a decode step of one, and the
+    client sends its next request as the last one ends (requests/s = 1 / end-to-end)."""
     workload = Workload(kind="load", concurrency=1, num_requests=12, input_tokens=1024,
                         output_tokens=64, warmup_fraction=0.0)
     split = predict_disaggregated(model=MODEL, workload=workload, **_pools())
     alone = predict(model=MODEL, gpu="H100", workload=Workload(
         kind="batch", batch=1, input_tokens=1024, output_tokens=64))
     moved = float(split.load["kv_transfer_mean_s"])
-    assert split.load["ttft_p90_s"] == pytest.approx(alone.ttft_s + moved, rel=2e-3)
+    assert split.load["ttft_p90_s"] == pytest.approx(alone.ttft_s + moved + REQUEST_HANDOFF_S,
+                                                     rel=2e-3)
     assert split.load["tpot_p50_s"] == pytest.approx(alone.tpot_s, rel=1e-2)
     assert float(split.load["requests_per_s"]) == pytest.approx(
         1 / float(split.load["e2e_mean_s"]), rel=0.02)
@@ -86,7 +96,8 @@ def test_a_closed_loop_over_two_pools_keeps_its_clients_busy(clients: int,
                                                              decode_replicas: int) -> None:
     """Little's law on the fixed point of arrivals and completions: the clients are the
     throughput times the mean end-to-end latency (each client always has one request in
-    flight), and queueing grows TTFT past the idle pools' (8 or 24 prompts at once)."""
+    flight), and queueing grows TTFT past the idle pools' (8 or 24 prompts at once; the
+    handoff is the same for both)."""
     workload = Workload(kind="load", concurrency=clients, num_requests=10 * clients,
                         input_tokens=2048, output_tokens=128, warmup_fraction=0.0)
     pools = {"prefill": Pool(gpu="H100", deployment=Deployment()),
@@ -97,7 +108,8 @@ def test_a_closed_loop_over_two_pools_keeps_its_clients_busy(clients: int,
     assert in_flight == pytest.approx(clients, rel=0.1)
     one = predict_disaggregated(model=MODEL, workload=replace(
         workload, concurrency=1, num_requests=10), **pools)
-    assert float(load["ttft_mean_s"]) > 2 * float(one.load["ttft_mean_s"])
+    queued, idle = (float(x["ttft_mean_s"]) - REQUEST_HANDOFF_S for x in (load, one.load))
+    assert queued > 2 * idle
     parts = float(load["iteration_energy_j"]) + float(load["idle_energy_j"]) \
         + float(load["kv_transfer_energy_j"])
     assert float(load["total_energy_j"]) == pytest.approx(parts, rel=1e-12)

@@ -3,7 +3,8 @@ from the prefill pool to the decode pool (DistServe, Splitwise; vLLM's P/D conne
 
 Requests arrive at the prefill pool (round robin over its replicas), each prefill
 replica runs the runtime's scheduler on prompts only (a prompt's last chunk yields the
-first token). The prompt's cache then crosses to a decode replica: one send/receive per
+first token). The prompt's cache then crosses to a decode replica (after a fixed handoff,
+``REQUEST_HANDOFF_S``: front end, router, handshake): one send/receive per
 tensor-parallel rank pair, over the scale-up link when both pools fit in one node of the
 same GPU type (each prefill replica sends to every decode replica), otherwise over the
 scale-out network (time and energy per byte from the link constants of the calibration,
@@ -258,6 +259,16 @@ def _serve(*, stream: Requests, arrival_s: np.ndarray, pre: BoundPool, dec: Boun
     return _Served(prefill_runs=pre_runs, ready_s=ready, decode_runs=dec_runs, finish_s=finish)
 
 
+#: The fixed latency a disaggregated request's path adds between the prefill pool's last
+#: token and the decode pool [s]: the front end and router, the KV transfer's handshake and
+#: the first token's delivery, which no link constant prices. Fitted: the median of
+#: measured minus predicted TTFT over AIConfigurator's 46 disaggregated rows of 8 clients
+#: or fewer (silicon_sample_disagg.csv; NVIDIA Dynamo with TensorRT-LLM and vLLM, SGLang's
+#: router; B200, GB200, GB300, H100, H200), where neither pool queues; refitted without
+#: each engine 0.132-0.158 s and without each GPU 0.135-0.139 s
+#: (``benchmarks/fit_disagg_handoff.py``, docs/load.md "Disaggregated rows").
+REQUEST_HANDOFF_S = 0.137
+
 #: Rounds of the closed loop's fixed point, per generation of requests (a client's k-th
 #: request is of generation k), beyond ``SETTLE_ROUNDS``: requests that arrive too early
 #: in one round crowd the steps of earlier ones, so a round fixes less than a generation
@@ -326,6 +337,7 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
                                 budget=pre.limits.token_budget)
     moved_s, moved_j = transfer_cost(prefill=pre.placement, decode=dec.placement,
                                      tokens=stream.input_tokens)
+    handed_s = moved_s + REQUEST_HANDOFF_S  # from the prefill's end to the decode pool
     # a closed loop's fullest decode replica keeps that many ranks busy
     ranks = d_ctx.attention_ranks if clients <= 0 else max(1, min(
         d_ctx.attention_ranks, math.ceil(clients / decode.deployment.replicas)))
@@ -334,7 +346,7 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
 
     def serve(arrival_s: np.ndarray, decode_streams: int) -> _Served:
         return _serve(stream=stream, arrival_s=arrival_s, pre=pre, dec=dec, pre_table=pre_table,
-                      dec_table=dec_table, moved_s=moved_s, decode_streams=decode_streams)
+                      dec_table=dec_table, moved_s=handed_s, decode_streams=decode_streams)
 
     if clients > 0:
         arrival, served = _closed_loop(
@@ -368,6 +380,7 @@ def predict_disaggregated(*, model: str | ModelConfig, workload: Workload, prefi
         load[key] = float(load[key]) * dec.streams
     load["goodput_per_gpu"] = float(load["goodput_requests_per_s"]) / gpus
     load["kv_transfer_mean_s"] = float(moved_s.mean())
+    load["request_handoff_s"] = REQUEST_HANDOFF_S
     load["kv_transfer_j_per_request"] = float(moved_j.mean())
     dec_runs = [run for run, _ in served.decode_runs]
     run_s = float(max(max(run.finish_s.max() for run in dec_runs), ready.max())
