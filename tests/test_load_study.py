@@ -151,15 +151,41 @@ def test_a_parameter_its_configuration_does_not_read_changes_nothing() -> None:
         **WORKLOAD, "num_requests": 100}}, source=STUDY, params=["mode"])
     split = {"mode": "disaggregated", "prefill_gpu": "H100", "decode_gpu": "H200",
              "prefill_tp": 1, "decode_tp": 1, "decode_dp": 2, "clock_fraction": 0.9,
-             "gpu": "B200", "tp": 2, "dp": 3, "num_gpus": 8, "draft_acceptance": 0.5}
+             "gpu": "B200", "tp": 2, "dp": 3, "num_gpus": 8, "draft_acceptance": 0.5,
+             "attention_dp": 1}
     together = {"mode": "colocated", "gpu": "H100", "tp": 2, "prefill_gpu": "H200",
                 "prefill_tp": 4, "decode_dp": 3}
     others = {"gpu": "H100", "tp": 4, "dp": 1, "num_gpus": 2, "prefill_gpu": "A100-80GB",
-              "prefill_tp": 2, "decode_dp": 1, "draft_acceptance": 0.9}
-    assert inactive_params(split) == {"gpu", "tp", "dp", "num_gpus", "draft_acceptance"}
+              "prefill_tp": 2, "decode_dp": 1, "draft_acceptance": 0.9, "attention_dp": 2}
+    assert inactive_params(split) == {"gpu", "tp", "dp", "num_gpus", "draft_acceptance",
+                                      "attention_dp"}
     assert inactive_params(together) == {"prefill_gpu", "prefill_tp", "decode_dp"}
     for params in (split, together):
         base = problem.evaluate(params)
         assert base.infeasible_reason is None
         changed = problem.evaluate({**params, **{k: others[k] for k in inactive_params(params)}})
         assert changed.metrics == base.metrics
+
+
+def test_a_pools_expert_and_attention_layout_are_knobs_of_their_own() -> None:
+    """``decode_ep: 2, decode_attention_dp: 2`` lays the decode pool out as
+    ``predict --decode-pool H100:1:1:ep=2,attention-dp=2`` does (two GPUs, the experts over
+    both); before, every pool ran tensor parallelism only and took the colocated
+    ``attention_dp`` with ``ep`` 1."""
+    from energylens.deployment import Deployment
+    from energylens.workloads import Workload
+    from energylens.workloads.load.disagg import Pool, predict_disaggregated
+
+    workload = {"kind": "load", "request_rate": 2, "num_requests": 100, "input_tokens": 512,
+                "output_tokens": 64}
+    problem = problem_from_study(problem={"model": "qwen3-30b-a3b", "workload": workload},
+                                 source=STUDY, params=["mode", "decode_ep",
+                                                       "decode_attention_dp"])
+    found = problem.evaluate({"mode": "disaggregated", "gpu": "H100", "tp": 1,
+                              "decode_ep": 2, "decode_attention_dp": 2})
+    assert found.infeasible_reason is None and found.metrics["num_gpus"] == 3
+    api = predict_disaggregated(
+        model="qwen3-30b-a3b", workload=Workload(**workload),
+        prefill=Pool(gpu="H100", deployment=Deployment()),
+        decode=Pool(gpu="H100", deployment=Deployment(ep=2, attention_dp=2)))
+    assert found.metrics["tpot_mean_s"] == pytest.approx(api.tpot_s, rel=1e-9)

@@ -46,6 +46,7 @@ from energylens.workloads.load.metrics import study_metrics
 from energylens.workloads.load.study import (
     LOAD_KEYS,
     MODES,
+    POOL_DIMS,
     POOL_KNOBS,
     load_values,
     pools_from_params,
@@ -179,12 +180,12 @@ PARAMS: dict[str, ValueCheck] = {
     # load workloads: disaggregated prefill and decode pools (POOL_KNOBS)
     "mode": _one_of(MODES, "colocated or disaggregated"),
     **{f"{side}_gpu": _gpu for side in ("prefill", "decode")},
-    **{f"{side}_{dim}": _positive_int for side in ("prefill", "decode") for dim in ("tp", "dp")},
+    **{f"{side}_{dim}": _positive_int for side in ("prefill", "decode") for dim in POOL_DIMS},
 }
 """Every knob a deployment space may use, with the check of one value."""
 
 #: What a disaggregated configuration takes from its pools instead (POOL_KNOBS).
-_COLOCATED_LAYOUT = ("num_gpus", "pp", "ep", "dp")
+_COLOCATED_LAYOUT = ("num_gpus", "pp", "ep", "dp", "attention_dp", "moe_tp")
 
 
 def inactive_params(params: Mapping[str, Any], *, problem: Mapping[str, Any] | None = None) -> set[str]:

@@ -52,24 +52,32 @@ def load_values(spec: Mapping[str, Any], *, trace: str | None) -> dict[str, Any]
     return values
 
 
+#: A pool's layout knobs (``<pool>_<dim>``): one replica's ``Deployment`` degrees, and
+#: ``dp`` its replicas.
+POOL_DIMS = ("tp", "dp", "ep", "attention_dp", "moe_tp")
 #: Knobs of a disaggregated deployment (``mode: disaggregated``); the pools take the
 #: configuration's dtype, runtime and clock.
-POOL_KNOBS = ("mode", "prefill_gpu", "prefill_tp", "prefill_dp", "decode_gpu", "decode_tp",
-              "decode_dp")
+POOL_KNOBS = ("mode", *(f"{side}_{knob}" for side in ("prefill", "decode")
+                        for knob in ("gpu", *POOL_DIMS)))
 MODES = ("colocated", "disaggregated")
 
 
 def pools_from_params(*, params: Mapping[str, Any], base: Deployment) -> tuple[Pool, Pool] | None:
     """The (prefill, decode) pools of a ``mode: disaggregated`` configuration (None when
     colocated); each pool's GPU defaults to the configuration's ``gpu``, TP to its ``tp``,
-    replicas to 1."""
+    replicas to 1, its ``ep`` and ``attention_dp`` to 1 and ``moe_tp`` to the quotient (as
+    ``predict --prefill-pool GPU:TP[:REPLICAS][:OPTIONS]``)."""
     if params.get("mode", "colocated") != "disaggregated":
         return None
     pools = []
     for side in ("prefill", "decode"):
-        deployment = replace(base, num_gpus=None, pp=1, ep=1,
+        moe_tp = params.get(f"{side}_moe_tp")
+        deployment = replace(base, num_gpus=None, pp=1,
                              tp=int(params.get(f"{side}_tp", base.tp)),
-                             dp=int(params.get(f"{side}_dp", 1)))
+                             dp=int(params.get(f"{side}_dp", 1)),
+                             ep=int(params.get(f"{side}_ep", 1)),
+                             attention_dp=int(params.get(f"{side}_attention_dp", 1)),
+                             moe_tp=None if moe_tp is None else int(moe_tp))
         pools.append(Pool(gpu=str(params.get(f"{side}_gpu", params.get("gpu", "H100"))),
                           deployment=deployment))
     return pools[0], pools[1]
